@@ -1,0 +1,69 @@
+//! libcolor: an event-driven runtime whose callbacks carry a *color*.
+//!
+//! A Rust reimplementation of libasync-smp (Zeldovich et al., "Multiprocessor Support for
+//! Event-Driven Programs", USENIX 2003):
+//!
+//! * Callbacks of one color never run at the same time and run in the order they were
+//!   scheduled (per source: `cpucb` order is kept, I/O readiness order is kept). Callbacks of
+//!   different colors may run in parallel, one worker thread per CPU.
+//! * Color 0 is the default and colors are not inherited, so a program that never names a
+//!   color is a classic single-threaded event loop; parallelism is added one callback at a time
+//!   by giving independent work its own color.
+//! * `cpucb` makes a callback runnable now, ahead of I/O callbacks; I/O readiness callbacks on
+//!   mio sources, timers, signals, a helper pool for blocking calls and overload shedding
+//!   complete the event interface.
+//! * Each worker has its own queue; colors map to workers through a 1024-entry table; idle
+//!   workers steal whole colors that are not running, and the table follows them.
+//! * A uniprocessor flavour with the same API is the baseline for speedups.
+//!
+//! Panics: a panicking callback is caught, logged, and stops the runtime; `Runtime::run`
+//! returns [`Error::CallbackPanicked`]. Its color is not left wedged, but the runtime does not
+//! carry on, because it cannot know what invariants the callback broke.
+//!
+//! ```
+//! use libcolor::{Color, Runtime};
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use std::sync::Arc;
+//!
+//! let rt = Runtime::builder().workers(2).build().unwrap();
+//! let h = rt.handle();
+//! let done = Arc::new(AtomicU32::new(0));
+//! for client in 1..=4u32 {
+//!     let (h2, done) = (h.clone(), done.clone());
+//!     // Per-client work in the client's color, in parallel...
+//!     h.cpucb(Color(client), move || {
+//!         let h3 = h2.clone();
+//!         // ...then the shared-state step in color 0, serialised.
+//!         h2.cpucb(Color::DEFAULT, move || {
+//!             if done.fetch_add(1, Ordering::SeqCst) == 3 {
+//!                 h3.stop();
+//!             }
+//!         });
+//!     });
+//! }
+//! rt.run().unwrap();
+//! ```
+
+mod color;
+mod core;
+mod error;
+mod handle;
+mod mp;
+mod pool;
+mod queue;
+mod reactor;
+mod runtime;
+mod stats;
+mod task;
+mod timer;
+mod uni;
+
+pub use color::{COLOR_SLOTS, Color};
+pub use error::Error;
+pub use handle::{Handle, IoRegistration};
+pub use mio;
+pub use mp::QueueMode;
+pub use pool::PoolBusy;
+pub use runtime::{Builder, Runtime, available_cpus};
+pub use stats::{Stats, WorkerStats, amdahl_bound};
+pub use timer::TimerId;

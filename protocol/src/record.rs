@@ -1,0 +1,488 @@
+//! Sealed records: the framing and encryption of everything after the handshake.
+//!
+//! ```text
+//! record = length: u32 big-endian (payload bytes) || ciphertext[length] || tag[16]
+//! ciphertext, tag = ChaCha20-Poly1305(key, nonce, aad = the 4 length bytes, payload)
+//! nonce = 0x00000000 || counter as u64 little-endian      (as Noise's ChaChaPoly)
+//! ```
+//!
+//! Each direction has its own key and its own counter, starting at 0 and incremented per
+//! record, never sent. A reordered, replayed, dropped or spliced record is therefore opened under
+//! the wrong nonce and fails authentication; a changed length fails because the length is the
+//! associated data; an oversized length is refused as soon as the 4 header bytes arrive, before
+//! any buffering. After any failure an [`Opener`] stays failed: the connection must be closed.
+//!
+//! [`Sealer`] and [`Opener`] are separate owned values so the two directions of a connection can
+//! be driven from different threads (a server seals and opens in the connection's color). Both
+//! encrypt and decrypt in place, so a record costs the cipher plus a few bytes of bookkeeping:
+//! a server can encode a message straight into the output buffer between
+//! [`Sealer::begin`] and [`Sealer::finish`] and never copy the payload.
+
+use chacha20poly1305::aead::AeadInPlace;
+use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce, Tag};
+
+use crate::error::RecordError;
+
+/// Bytes of the length header.
+pub const HEADER_LEN: usize = 4;
+/// Bytes of the Poly1305 tag.
+pub const TAG_LEN: usize = 16;
+/// Bytes a record adds to its payload.
+pub const RECORD_OVERHEAD: usize = HEADER_LEN + TAG_LEN;
+/// Default largest payload a peer accepts: 1 MiB of file data plus room for a reply header.
+pub const DEFAULT_MAX_PAYLOAD: usize = (1 << 20) + 4096;
+/// The smallest maximum payload a peer may advertise (anything less could not carry the
+/// largest fixed-size messages).
+pub const MIN_MAX_PAYLOAD: usize = 4096;
+/// The largest maximum payload a peer may advertise (the length field is 32 bits, and a
+/// record must fit in memory twice).
+pub const MAX_MAX_PAYLOAD: usize = 1 << 30;
+
+/// A record's 32-byte direction key.
+pub type RecordKey = [u8; 32];
+
+fn nonce(counter: u64) -> Nonce {
+    let mut n = [0u8; 12];
+    n[4..].copy_from_slice(&counter.to_le_bytes());
+    Nonce::from(n)
+}
+
+/// Where a record being built by [`Sealer::begin`] starts in its buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "pass the RecordStart to Sealer::finish"]
+pub struct RecordStart(usize);
+
+/// Seals the records of one direction.
+pub struct Sealer {
+    cipher: ChaCha20Poly1305,
+    counter: u64,
+    max_payload: usize,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sealer")
+            .field("counter", &self.counter)
+            .field("max_payload", &self.max_payload)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sealer {
+    /// A sealer under `key` for a peer that accepts payloads up to `max_payload` bytes.
+    ///
+    /// Sessions get their sealer from the handshake; this constructor is for tests and
+    /// benchmarks.
+    pub fn new(key: &RecordKey, max_payload: usize) -> Sealer {
+        Sealer {
+            cipher: ChaCha20Poly1305::new(Key::from_slice(key)),
+            counter: 0,
+            max_payload: max_payload.min(MAX_MAX_PAYLOAD),
+        }
+    }
+
+    /// The largest payload the peer accepts.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// Records sealed so far (the next record's counter).
+    pub fn counter(&self) -> u64 {
+        self.counter
+    }
+
+    /// Starts a record at the end of `out`: reserves the header. Append the payload to `out`,
+    /// then call [`Sealer::finish`].
+    pub fn begin(&self, out: &mut Vec<u8>) -> RecordStart {
+        let start = out.len();
+        out.extend_from_slice(&[0u8; HEADER_LEN]);
+        RecordStart(start)
+    }
+
+    /// Seals the payload appended to `out` since [`Sealer::begin`], in place, and appends the
+    /// tag. On error `out` is truncated back to where the record started.
+    pub fn finish(&mut self, out: &mut Vec<u8>, start: RecordStart) -> Result<(), RecordError> {
+        let payload_start = start.0 + HEADER_LEN;
+        assert!(
+            payload_start <= out.len(),
+            "RecordStart does not belong to this buffer"
+        );
+        let len = out.len() - payload_start;
+        if len > self.max_payload {
+            out.truncate(start.0);
+            return Err(RecordError::TooLarge {
+                len,
+                max: self.max_payload,
+            });
+        }
+        if self.counter == u64::MAX {
+            out.truncate(start.0);
+            return Err(RecordError::CounterExhausted);
+        }
+        // len <= MAX_MAX_PAYLOAD < 2^32.
+        let header = (len as u32).to_be_bytes();
+        out[start.0..payload_start].copy_from_slice(&header);
+        let tag = self
+            .cipher
+            .encrypt_in_place_detached(&nonce(self.counter), &header, &mut out[payload_start..])
+            .map_err(|_| RecordError::TooLarge {
+                len,
+                max: self.max_payload,
+            })?;
+        self.counter += 1;
+        out.extend_from_slice(&tag);
+        Ok(())
+    }
+
+    /// Appends one sealed record carrying `payload` to `out`.
+    pub fn seal_into(&mut self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+        if payload.len() > self.max_payload {
+            return Err(RecordError::TooLarge {
+                len: payload.len(),
+                max: self.max_payload,
+            });
+        }
+        out.reserve(payload.len() + RECORD_OVERHEAD);
+        let start = self.begin(out);
+        out.extend_from_slice(payload);
+        self.finish(out, start)
+    }
+
+    /// One sealed record carrying `payload`.
+    pub fn seal(&mut self, payload: &[u8]) -> Result<Vec<u8>, RecordError> {
+        let mut out = Vec::with_capacity(payload.len() + RECORD_OVERHEAD);
+        self.seal_into(payload, &mut out)?;
+        Ok(out)
+    }
+}
+
+/// Opens the records of one direction, in order.
+pub struct Opener {
+    cipher: ChaCha20Poly1305,
+    counter: u64,
+    max_payload: usize,
+    failed: bool,
+}
+
+impl std::fmt::Debug for Opener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opener")
+            .field("counter", &self.counter)
+            .field("max_payload", &self.max_payload)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Opener {
+    /// An opener under `key` that accepts payloads up to `max_payload` bytes.
+    ///
+    /// Sessions get their opener from the handshake; this constructor is for tests and
+    /// benchmarks.
+    pub fn new(key: &RecordKey, max_payload: usize) -> Opener {
+        Opener {
+            cipher: ChaCha20Poly1305::new(Key::from_slice(key)),
+            counter: 0,
+            max_payload: max_payload.min(MAX_MAX_PAYLOAD),
+            failed: false,
+        }
+    }
+
+    /// The largest payload accepted.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// Records opened so far (the next record's counter).
+    pub fn counter(&self) -> u64 {
+        self.counter
+    }
+
+    /// Whether an earlier failure made this opener unusable.
+    pub fn has_failed(&self) -> bool {
+        self.failed
+    }
+
+    fn fail<T>(&mut self, e: RecordError) -> Result<T, RecordError> {
+        self.failed = true;
+        Err(e)
+    }
+
+    /// The total size (header, payload and tag) of the record starting at `buf[0]`, once its
+    /// header is in `buf`; `Ok(None)` while fewer than 4 bytes are there. Fails (and poisons the
+    /// opener) when the header announces more than the maximum payload.
+    pub fn record_len(&mut self, buf: &[u8]) -> Result<Option<usize>, RecordError> {
+        if self.failed {
+            return Err(RecordError::Poisoned);
+        }
+        let Some(header) = buf.first_chunk::<HEADER_LEN>() else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes(*header) as usize;
+        if len > self.max_payload {
+            return self.fail(RecordError::TooLarge {
+                len,
+                max: self.max_payload,
+            });
+        }
+        Ok(Some(len + RECORD_OVERHEAD))
+    }
+
+    /// Opens exactly one record in place and returns its payload, a sub-slice of `record`.
+    pub fn open_in_place<'a>(&mut self, record: &'a mut [u8]) -> Result<&'a [u8], RecordError> {
+        let need = match self.record_len(record)? {
+            Some(n) => n,
+            None => {
+                return self.fail(RecordError::Truncated {
+                    have: record.len(),
+                    need: HEADER_LEN,
+                });
+            }
+        };
+        if record.len() != need {
+            let e = if record.len() < need {
+                RecordError::Truncated {
+                    have: record.len(),
+                    need,
+                }
+            } else {
+                RecordError::WrongLength {
+                    have: record.len(),
+                    need,
+                }
+            };
+            return self.fail(e);
+        }
+        if self.counter == u64::MAX {
+            return self.fail(RecordError::CounterExhausted);
+        }
+        let (header, rest) = record.split_at_mut(HEADER_LEN);
+        let (body, tag) = rest.split_at_mut(need - RECORD_OVERHEAD);
+        let tag = Tag::clone_from_slice(tag);
+        if self
+            .cipher
+            .decrypt_in_place_detached(&nonce(self.counter), header, body, &tag)
+            .is_err()
+        {
+            return self.fail(RecordError::Authentication);
+        }
+        self.counter += 1;
+        Ok(body)
+    }
+
+    /// Opens exactly one record, leaving `record` untouched.
+    pub fn open(&mut self, record: &[u8]) -> Result<Vec<u8>, RecordError> {
+        let mut copy = record.to_vec();
+        let n = self.open_in_place(&mut copy)?.len();
+        copy.copy_within(HEADER_LEN..HEADER_LEN + n, 0);
+        copy.truncate(n);
+        Ok(copy)
+    }
+
+    /// Opens the record at the front of `buf` if it is complete, removing it from `buf`;
+    /// `Ok(None)` if more bytes are needed. Simple but moves the rest of `buf`: for a stream,
+    /// [`RecordReader`] avoids that.
+    pub fn open_from(&mut self, buf: &mut Vec<u8>) -> Result<Option<Vec<u8>>, RecordError> {
+        let Some(need) = self.record_len(buf)? else {
+            return Ok(None);
+        };
+        if buf.len() < need {
+            return Ok(None);
+        }
+        let payload = self.open_in_place(&mut buf[..need])?.to_vec();
+        buf.drain(..need);
+        Ok(Some(payload))
+    }
+}
+
+/// Smallest read a [`RecordReader`] offers, so small records arriving together are read with
+/// one system call.
+const MIN_READ: usize = 64 * 1024;
+
+/// Accumulates bytes from a stream and opens whole records in place, without copying a payload.
+///
+/// ```
+/// # use protocol::record::{Opener, RecordReader, Sealer};
+/// let key = [9u8; 32];
+/// let mut sealer = Sealer::new(&key, 1 << 20);
+/// let mut reader = RecordReader::new(Opener::new(&key, 1 << 20));
+/// let wire = sealer.seal(b"hello").unwrap();
+/// // What a socket read would do:
+/// let buf = reader.read_buf();
+/// buf[..wire.len()].copy_from_slice(&wire);
+/// reader.advance(wire.len());
+/// assert_eq!(reader.next_record().unwrap(), Some(&b"hello"[..]));
+/// assert_eq!(reader.next_record().unwrap(), None);
+/// reader.finish().unwrap(); // no partial record at end of stream
+/// ```
+#[derive(Debug)]
+pub struct RecordReader {
+    opener: Opener,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl RecordReader {
+    /// A reader opening with `opener`.
+    pub fn new(opener: Opener) -> RecordReader {
+        RecordReader {
+            opener,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// The opener (to inspect its counter or limit).
+    pub fn opener(&self) -> &Opener {
+        &self.opener
+    }
+
+    /// Gives the opener back.
+    pub fn into_opener(self) -> Opener {
+        self.opener
+    }
+
+    /// Bytes received and not yet returned as records.
+    pub fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// How many more bytes complete the next record (at least 1 while only part of a header is
+    /// buffered, 0 when a whole record is waiting).
+    pub fn needed(&self) -> usize {
+        let have = self.buffered();
+        match self.peek_len() {
+            Some(total) => total.saturating_sub(have),
+            None => HEADER_LEN - have,
+        }
+    }
+
+    fn peek_len(&self) -> Option<usize> {
+        let header = self.buf[self.start..self.end].first_chunk::<HEADER_LEN>()?;
+        Some(u32::from_be_bytes(*header) as usize + RECORD_OVERHEAD)
+    }
+
+    /// Space to read into (initialised memory, at least 64 KiB, and at least enough for the
+    /// rest of the record being received). Follow with [`RecordReader::advance`].
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        // Never grow beyond one maximal record plus one read: a bogus header is rejected by
+        // next_record before it could make us allocate more.
+        let record = match self.peek_len() {
+            Some(total) if total <= self.opener.max_payload + RECORD_OVERHEAD => total,
+            _ => 0,
+        };
+        let want = record.saturating_sub(self.buffered()).max(MIN_READ);
+        if self.buf.len() - self.end < want {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.buf.len() - self.end < want {
+                self.buf.resize(self.end + want, 0);
+            }
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// Records that `n` bytes were written at the front of the last [`RecordReader::read_buf`].
+    ///
+    /// # Panics
+    /// If `n` is more than that buffer's length.
+    pub fn advance(&mut self, n: usize) {
+        assert!(self.end + n <= self.buf.len(), "advance past read_buf");
+        self.end += n;
+    }
+
+    /// Appends received bytes (for callers that already hold them in their own buffer).
+    pub fn extend_from_slice(&mut self, data: &[u8]) {
+        let mut data = data;
+        while !data.is_empty() {
+            let dst = self.read_buf();
+            let n = dst.len().min(data.len());
+            dst[..n].copy_from_slice(&data[..n]);
+            self.advance(n);
+            data = &data[n..];
+        }
+    }
+
+    /// Opens the next complete record and returns its payload (borrowed from the reader until
+    /// the next call); `Ok(None)` when more bytes are needed.
+    pub fn next_record(&mut self) -> Result<Option<&[u8]>, RecordError> {
+        let avail = &self.buf[self.start..self.end];
+        let Some(need) = self.opener.record_len(avail)? else {
+            return Ok(None);
+        };
+        if avail.len() < need {
+            return Ok(None);
+        }
+        let at = self.start;
+        self.start += need;
+        self.opener
+            .open_in_place(&mut self.buf[at..at + need])
+            .map(Some)
+    }
+
+    /// Call at end of stream: fails if a partial record is buffered (a truncated stream).
+    pub fn finish(&self) -> Result<(), RecordError> {
+        if self.opener.failed {
+            return Err(RecordError::Poisoned);
+        }
+        let have = self.buffered();
+        if have == 0 {
+            return Ok(());
+        }
+        Err(RecordError::Truncated {
+            have,
+            need: self.peek_len().unwrap_or(HEADER_LEN),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seal_then_open() {
+        let key = [1u8; 32];
+        let mut s = Sealer::new(&key, 100);
+        let mut o = Opener::new(&key, 100);
+        let r = s.seal(b"abc").unwrap();
+        assert_eq!(r.len(), 3 + RECORD_OVERHEAD);
+        assert_eq!(o.open(&r).unwrap(), b"abc");
+        assert!(matches!(
+            s.seal(&[0u8; 101]),
+            Err(RecordError::TooLarge { len: 101, max: 100 })
+        ));
+    }
+
+    #[test]
+    fn reader_handles_byte_at_a_time_input() {
+        let key = [2u8; 32];
+        let mut s = Sealer::new(&key, 1000);
+        let mut wire = Vec::new();
+        for i in 0..5u8 {
+            s.seal_into(&vec![i; usize::from(i) * 100], &mut wire).unwrap();
+        }
+        let mut r = RecordReader::new(Opener::new(&key, 1000));
+        let mut got = Vec::new();
+        for b in wire {
+            r.extend_from_slice(&[b]);
+            while let Some(p) = r.next_record().unwrap() {
+                got.push(p.to_vec());
+            }
+        }
+        r.finish().unwrap();
+        assert_eq!(got.len(), 5);
+        for (i, p) in got.iter().enumerate() {
+            assert_eq!(p, &vec![i as u8; i * 100]);
+        }
+    }
+}
