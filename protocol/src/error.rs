@@ -222,12 +222,12 @@ pub enum HandshakeError {
     )]
     ClientMessageRejected,
     /// The server's Noise reply did not decrypt.
-    #[error("server's handshake reply does not authenticate: the server does not hold the key of its name")]
+    #[error(
+        "server's handshake reply does not authenticate: the server does not hold the key of its name"
+    )]
     ServerMessageRejected,
     /// The server refused all the protocol versions the client offered.
-    #[error(
-        "no common protocol version: client offers {client:?}, server supports {server:?}"
-    )]
+    #[error("no common protocol version: client offers {client:?}, server supports {server:?}")]
     VersionRefused {
         /// Versions the client offered.
         client: Vec<u32>,
@@ -331,7 +331,9 @@ pub enum HandleError {
     #[error("file handle is {0} bytes, expected 48")]
     BadLength(usize),
     /// The handle's MAC does not verify.
-    #[error("file handle MAC does not verify: forged, altered, or issued under another server secret")]
+    #[error(
+        "file handle MAC does not verify: forged, altered, or issued under another server secret"
+    )]
     BadMac,
 }
 

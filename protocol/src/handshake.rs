@@ -28,7 +28,9 @@ use snow::{Builder, HandshakeState};
 use crate::error::{DecodeError, HandshakeError};
 use crate::keys::ServerKeypair;
 use crate::name::{PUBLIC_KEY_LEN, ServerName};
-use crate::record::{DEFAULT_MAX_PAYLOAD, MAX_MAX_PAYLOAD, MIN_MAX_PAYLOAD, Opener, Sealer};
+use crate::record::{
+    DEFAULT_MAX_PAYLOAD, MAX_MAX_PAYLOAD, MIN_MAX_PAYLOAD, Opener, RecordKey, Sealer,
+};
 use crate::xdr::{self, Reader};
 
 /// The Noise protocol name.
@@ -165,17 +167,26 @@ fn noise_write(noise: &mut HandshakeState, payload: &[u8]) -> Result<Vec<u8>, Ha
     Ok(msg)
 }
 
-/// Splits a finished Noise handshake into (session id, client->server key, server->client key).
-fn split(
-    noise: &mut HandshakeState,
-) -> Result<([u8; SESSION_ID_LEN], [u8; 32], [u8; 32]), HandshakeError> {
+/// What a finished Noise handshake yields: the session id and the two record keys.
+struct SessionKeys {
+    session_id: [u8; SESSION_ID_LEN],
+    client_to_server: RecordKey,
+    server_to_client: RecordKey,
+}
+
+/// Splits a finished Noise handshake into the session id and the two direction keys.
+fn split(noise: &mut HandshakeState) -> Result<SessionKeys, HandshakeError> {
     if !noise.is_handshake_finished() {
         return Err(HandshakeError::NotFinished);
     }
     let mut id = [0u8; SESSION_ID_LEN];
     id.copy_from_slice(noise.get_handshake_hash());
-    let (c2s, s2c) = noise.dangerously_get_raw_split();
-    Ok((id, c2s, s2c))
+    let (client_to_server, server_to_client) = noise.dangerously_get_raw_split();
+    Ok(SessionKeys {
+        session_id: id,
+        client_to_server,
+        server_to_client,
+    })
 }
 
 fn check_peer_max(max: u32) -> Result<usize, HandshakeError> {
@@ -220,8 +231,13 @@ fn decode_client_hello(payload: &[u8]) -> Result<(Vec<u32>, u32), DecodeError> {
 
 /// What the server says in its Noise reply.
 enum ServerHello {
-    Accept { version: u32, max_record_payload: u32 },
-    Refuse { versions: Vec<u32> },
+    Accept {
+        version: u32,
+        max_record_payload: u32,
+    },
+    Refuse {
+        versions: Vec<u32>,
+    },
 }
 
 fn encode_server_hello(h: &ServerHello) -> Vec<u8> {
@@ -264,9 +280,7 @@ fn decode_server_hello(payload: &[u8]) -> Result<ServerHello, DecodeError> {
                 });
             }
             ServerHello::Refuse {
-                versions: (0..n)
-                    .map(|_| r.u32("version"))
-                    .collect::<Result<_, _>>()?,
+                versions: (0..n).map(|_| r.u32("version")).collect::<Result<_, _>>()?,
             }
         }
         value => {
@@ -420,12 +434,15 @@ impl ClientHandshake {
                     return Err(HandshakeError::UnofferedVersion(version));
                 }
                 let peer_max = check_peer_max(peer_max)?;
-                let (session_id, c2s, s2c) = split(&mut noise)?;
+                let keys = split(&mut noise)?;
                 self.state = ClientState::Done(Box::new(Session {
-                    session_id,
+                    session_id: keys.session_id,
                     version,
-                    sealer: Sealer::new(&c2s, peer_max),
-                    opener: Opener::new(&s2c, self.config.advertised_max() as usize),
+                    sealer: Sealer::new(&keys.client_to_server, peer_max),
+                    opener: Opener::new(
+                        &keys.server_to_client,
+                        self.config.advertised_max() as usize,
+                    ),
                     server_key,
                 }));
                 Ok(())
@@ -611,12 +628,15 @@ impl ServerHandshake {
         };
         let msg = noise_write(&mut noise, &encode_server_hello(&accept))?;
         push_frame(&mut self.output, &msg);
-        let (session_id, c2s, s2c) = split(&mut noise)?;
+        let keys = split(&mut noise)?;
         self.state = ServerState::Done(Box::new(Session {
-            session_id,
+            session_id: keys.session_id,
             version,
-            sealer: Sealer::new(&s2c, peer_max),
-            opener: Opener::new(&c2s, self.config.advertised_max() as usize),
+            sealer: Sealer::new(&keys.server_to_client, peer_max),
+            opener: Opener::new(
+                &keys.client_to_server,
+                self.config.advertised_max() as usize,
+            ),
             server_key: self.server_key,
         }));
         Ok(())
@@ -654,7 +674,10 @@ impl ServerHandshake {
 
 /// Runs a handshake between two in-process machines until neither has anything to say, and
 /// returns the first error either side reports. For tests and in-process benchmarks.
-pub fn pump(client: &mut ClientHandshake, server: &mut ServerHandshake) -> Result<(), HandshakeError> {
+pub fn pump(
+    client: &mut ClientHandshake,
+    server: &mut ServerHandshake,
+) -> Result<(), HandshakeError> {
     let mut first_err = None;
     loop {
         let to_client = server.take_output();
@@ -677,7 +700,10 @@ mod tests {
     use super::*;
     use crate::name::Location;
 
-    fn pair(client_cfg: HandshakeConfig, server_cfg: HandshakeConfig) -> (ClientHandshake, ServerHandshake) {
+    fn pair(
+        client_cfg: HandshakeConfig,
+        server_cfg: HandshakeConfig,
+    ) -> (ClientHandshake, ServerHandshake) {
         let kp = ServerKeypair::generate();
         let name = kp.server_name(Location::new("localhost", 4004).unwrap());
         (

@@ -32,10 +32,12 @@ const ED25519_PREFIX: &str = "ed25519:";
 /// Parses `<prefix><64 hex>` into 32 bytes.
 fn parse_prefixed(text: &str, prefix: &'static str) -> Result<[u8; 32], KeyError> {
     let text = text.trim();
-    let hexpart = text.strip_prefix(prefix).ok_or_else(|| KeyError::BadPrefix {
-        expected: prefix,
-        found: hex::snippet(text),
-    })?;
+    let hexpart = text
+        .strip_prefix(prefix)
+        .ok_or_else(|| KeyError::BadPrefix {
+            expected: prefix,
+            found: hex::snippet(text),
+        })?;
     hex::decode::<32>(hexpart).ok_or_else(|| KeyError::BadHex {
         expected: 64,
         found: hex::snippet(hexpart),
@@ -43,7 +45,10 @@ fn parse_prefixed(text: &str, prefix: &'static str) -> Result<[u8; 32], KeyError
 }
 
 /// The lines of a key file: (secret, optional public) in `prefix` form.
-fn parse_key_file(text: &str, prefix: &'static str) -> Result<([u8; 32], Option<[u8; 32]>), KeyError> {
+fn parse_key_file(
+    text: &str,
+    prefix: &'static str,
+) -> Result<([u8; 32], Option<[u8; 32]>), KeyError> {
     let mut secret = None;
     let mut public = None;
     for (i, line) in text.lines().enumerate() {
@@ -257,7 +262,9 @@ mod tests {
         let back = ServerKeypair::from_text(&kp.to_text()).unwrap();
         assert_eq!(back.public_key(), kp.public_key());
         assert_eq!(back.secret_key(), kp.secret_key());
-        let tampered = kp.to_text().replace("public-key x25519:", "public-key x25519:0");
+        let tampered = kp
+            .to_text()
+            .replace("public-key x25519:", "public-key x25519:0");
         assert!(ServerKeypair::from_text(&tampered).is_err());
     }
 
@@ -301,7 +308,7 @@ mod tests {
         let kp = ServerKeypair::from_secret(secret);
         assert_eq!(
             hex::encode(kp.public_key()),
-            "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eb4ba4a98eaa9b4e"
+            "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"
         );
     }
 }

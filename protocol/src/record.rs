@@ -122,13 +122,18 @@ impl Sealer {
         // len <= MAX_MAX_PAYLOAD < 2^32.
         let header = (len as u32).to_be_bytes();
         out[start.0..payload_start].copy_from_slice(&header);
-        let tag = self
-            .cipher
-            .encrypt_in_place_detached(&nonce(self.counter), &header, &mut out[payload_start..])
-            .map_err(|_| RecordError::TooLarge {
+        let Ok(tag) = self.cipher.encrypt_in_place_detached(
+            &nonce(self.counter),
+            &header,
+            &mut out[payload_start..],
+        ) else {
+            // Only a payload beyond ChaCha20's 256 GiB limit fails, which max_payload excludes.
+            out.truncate(start.0);
+            return Err(RecordError::TooLarge {
                 len,
                 max: self.max_payload,
-            })?;
+            });
+        };
         self.counter += 1;
         out.extend_from_slice(&tag);
         Ok(())
@@ -469,7 +474,8 @@ mod tests {
         let mut s = Sealer::new(&key, 1000);
         let mut wire = Vec::new();
         for i in 0..5u8 {
-            s.seal_into(&vec![i; usize::from(i) * 100], &mut wire).unwrap();
+            s.seal_into(&vec![i; usize::from(i) * 100], &mut wire)
+                .unwrap();
         }
         let mut r = RecordReader::new(Opener::new(&key, 1000));
         let mut got = Vec::new();

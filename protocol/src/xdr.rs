@@ -163,7 +163,11 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads variable-length opaque data of at most `max` bytes, borrowed from the record.
-    pub(crate) fn opaque(&mut self, max: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn opaque(
+        &mut self,
+        max: usize,
+        what: &'static str,
+    ) -> Result<&'a [u8], DecodeError> {
         let len = self.u32(what)? as usize;
         if len > max {
             return Err(DecodeError::LimitExceeded {
@@ -186,7 +190,11 @@ impl<'a> Reader<'a> {
 
     /// Reads variable-length opaque data into an owned vector. The allocation is bounded by the
     /// record because the length was checked against what remains.
-    pub(crate) fn opaque_vec(&mut self, max: usize, what: &'static str) -> Result<Vec<u8>, DecodeError> {
+    pub(crate) fn opaque_vec(
+        &mut self,
+        max: usize,
+        what: &'static str,
+    ) -> Result<Vec<u8>, DecodeError> {
         self.opaque(max, what).map(<[u8]>::to_vec)
     }
 
@@ -200,7 +208,11 @@ impl<'a> Reader<'a> {
 
     /// Reads an array count and checks that `count` items of at least `min_item_size` bytes each
     /// can fit in the rest of the record, so `Vec::with_capacity(count)` is bounded by the record.
-    pub(crate) fn count(&mut self, min_item_size: usize, what: &'static str) -> Result<usize, DecodeError> {
+    pub(crate) fn count(
+        &mut self,
+        min_item_size: usize,
+        what: &'static str,
+    ) -> Result<usize, DecodeError> {
         let count = self.u32(what)? as usize;
         let need = count.saturating_mul(min_item_size.max(1));
         if need > self.remaining() {
@@ -219,7 +231,11 @@ impl<'a> Reader<'a> {
         what: &'static str,
         f: impl FnOnce(&mut Self) -> Result<T, DecodeError>,
     ) -> Result<Option<T>, DecodeError> {
-        if self.bool(what)? { f(self).map(Some) } else { Ok(None) }
+        if self.bool(what)? {
+            f(self).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     /// Ends decoding: the record must be fully consumed.

@@ -1,0 +1,230 @@
+//! Message envelopes: what one record carries.
+//!
+//! ```text
+//! client -> server record: Request = u64 id || u32 authno || u32 proc || arguments
+//! server -> client record: ServerMessage = u32 kind || ...
+//!   kind 1 REPLY:      u64 id || u32 status || (status == 0: u32 proc || body)
+//!   kind 2 INVALIDATE: handle[48] || optional attributes
+//! ```
+//!
+//! Requests carry an id chosen by the client so replies may come back in any order (the server
+//! works on a connection's requests in parallel with other connections' and answers as results
+//! arrive). Each record holds exactly one message; decoding rejects trailing bytes.
+//!
+//! The bulk data of READ replies and WRITE requests is the tail of its record, so a server can
+//! read file bytes straight into the record buffer ([`encode_read_reply_into`]) and seal them in
+//! place, and a client can do the same for WRITE ([`encode_write_request_into`]).
+
+use crate::attr::{Attr, decode_opt_attr, encode_opt_attr};
+use crate::error::DecodeError;
+use crate::handle::FileHandle;
+use crate::reply::ReplyBody;
+use crate::request::{Proc, RequestOp, StableHow, encode_write_args, get_fh, put_fh};
+use crate::status::{NFS3_OK, NfsStatus};
+use crate::xdr::{self, Reader};
+
+/// Kind of a [`ServerMessage::Reply`].
+pub const KIND_REPLY: u32 = 1;
+/// Kind of a [`ServerMessage::Invalidate`].
+pub const KIND_INVALIDATE: u32 = 2;
+
+/// A request from client to server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Chosen by the client; echoed in the reply.
+    pub id: u64,
+    /// Which logged-in user makes the request (0: anonymous).
+    pub authno: u32,
+    /// The operation.
+    pub op: RequestOp,
+}
+
+impl Request {
+    /// Appends the encoding to `buf` (e.g. between [`crate::Sealer::begin`] and
+    /// [`crate::Sealer::finish`]).
+    pub fn encode_into(&self, buf: &mut Vec<u8>) {
+        xdr::put_u64(buf, self.id);
+        xdr::put_u32(buf, self.authno);
+        self.op.encode(buf);
+    }
+
+    /// The encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        self.encode_into(&mut buf);
+        buf
+    }
+
+    /// Decodes one record's payload.
+    pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
+        let mut r = Reader::new(bytes);
+        let req = Request {
+            id: r.u64("request id")?,
+            authno: r.u32("authno")?,
+            op: RequestOp::decode(&mut r)?,
+        };
+        r.finish()?;
+        Ok(req)
+    }
+}
+
+/// Appends a WRITE request without first copying `data` into a [`RequestOp::Write`].
+pub fn encode_write_request_into(
+    buf: &mut Vec<u8>,
+    id: u64,
+    authno: u32,
+    fh: &FileHandle,
+    offset: u64,
+    stable: StableHow,
+    data: &[u8],
+) {
+    xdr::put_u64(buf, id);
+    xdr::put_u32(buf, authno);
+    xdr::put_u32(buf, Proc::Write.code());
+    encode_write_args(buf, fh, offset, stable, data);
+}
+
+/// A reply to the request with the same id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The request's id.
+    pub id: u64,
+    /// The result, or the NFS error status.
+    pub result: Result<ReplyBody, NfsStatus>,
+}
+
+impl Reply {
+    /// Appends the encoding, as a [`ServerMessage::Reply`], to `buf`.
+    pub fn encode_into(&self, buf: &mut Vec<u8>) {
+        xdr::put_u32(buf, KIND_REPLY);
+        xdr::put_u64(buf, self.id);
+        match &self.result {
+            Ok(body) => {
+                xdr::put_u32(buf, NFS3_OK);
+                body.encode(buf);
+            }
+            Err(status) => xdr::put_u32(buf, status.code()),
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Reply, DecodeError> {
+        let id = r.u64("reply id")?;
+        let result = match r.u32("status")? {
+            NFS3_OK => Ok(ReplyBody::decode(r)?),
+            code => Err(NfsStatus::decode(code)?),
+        };
+        Ok(Reply { id, result })
+    }
+}
+
+/// Appends a successful READ reply whose data `fill` appends straight to `buf`: the data is the
+/// tail of the record, so a server can read file bytes into the record buffer (e.g. with
+/// `buf.resize` and `FileExt::read_at`, or `Read::read_to_end` on a `take`) and seal in place.
+///
+/// `fill` returns whether the read reached the end of the file. On error `buf` is restored.
+pub fn encode_read_reply_into<E>(
+    buf: &mut Vec<u8>,
+    id: u64,
+    attr: Option<&Attr>,
+    fill: impl FnOnce(&mut Vec<u8>) -> Result<bool, E>,
+) -> Result<(), E> {
+    let start = buf.len();
+    xdr::put_u32(buf, KIND_REPLY);
+    xdr::put_u64(buf, id);
+    xdr::put_u32(buf, NFS3_OK);
+    xdr::put_u32(buf, Proc::Read.code());
+    encode_opt_attr(buf, attr);
+    let eof_at = buf.len();
+    xdr::put_bool(buf, false);
+    xdr::put_u32(buf, 0);
+    let data_start = buf.len();
+    let eof = match fill(buf) {
+        Ok(eof) => eof,
+        Err(e) => {
+            buf.truncate(start);
+            return Err(e);
+        }
+    };
+    assert!(buf.len() >= data_start, "fill removed bytes it did not add");
+    let len = buf.len() - data_start;
+    let len32 = u32::try_from(len).expect("READ data longer than 4 GiB");
+    buf[eof_at..eof_at + 4].copy_from_slice(&u32::from(eof).to_be_bytes());
+    buf[eof_at + 4..data_start].copy_from_slice(&len32.to_be_bytes());
+    xdr::put_padding(buf, len);
+    Ok(())
+}
+
+/// Bytes of a successful READ reply besides its data (at most; fewer without attributes), so
+/// a server can size `count` to fit a record.
+pub const READ_REPLY_OVERHEAD: usize = 4 + 8 + 4 + 4 + 4 + crate::attr::ATTR_LEN + 4 + 4 + 3;
+
+/// Server-initiated: the client must drop cached attributes and data of `fh`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalidate {
+    /// The object that changed.
+    pub fh: FileHandle,
+    /// Its new attributes, if the server has them (they carry a new lease).
+    pub attr: Option<Attr>,
+}
+
+/// A message from server to client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerMessage {
+    /// A reply to a request.
+    Reply(Reply),
+    /// A cache invalidation.
+    Invalidate(Invalidate),
+}
+
+impl ServerMessage {
+    /// Appends the encoding to `buf`.
+    pub fn encode_into(&self, buf: &mut Vec<u8>) {
+        match self {
+            ServerMessage::Reply(r) => r.encode_into(buf),
+            ServerMessage::Invalidate(inv) => {
+                xdr::put_u32(buf, KIND_INVALIDATE);
+                put_fh(buf, &inv.fh);
+                encode_opt_attr(buf, inv.attr.as_ref());
+            }
+        }
+    }
+
+    /// The encoding.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut buf = Vec::new();
+        self.encode_into(&mut buf);
+        buf
+    }
+
+    /// Decodes one record's payload.
+    pub fn decode(bytes: &[u8]) -> Result<ServerMessage, DecodeError> {
+        let mut r = Reader::new(bytes);
+        let msg = match r.u32("message kind")? {
+            KIND_REPLY => ServerMessage::Reply(Reply::decode(&mut r)?),
+            KIND_INVALIDATE => ServerMessage::Invalidate(Invalidate {
+                fh: get_fh(&mut r)?,
+                attr: decode_opt_attr(&mut r)?,
+            }),
+            value => {
+                return Err(DecodeError::BadDiscriminant {
+                    what: "message kind",
+                    value,
+                });
+            }
+        };
+        r.finish()?;
+        Ok(msg)
+    }
+}
+
+impl From<Reply> for ServerMessage {
+    fn from(r: Reply) -> Self {
+        ServerMessage::Reply(r)
+    }
+}
+
+impl From<Invalidate> for ServerMessage {
+    fn from(i: Invalidate) -> Self {
+        ServerMessage::Invalidate(i)
+    }
+}

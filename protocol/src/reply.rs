@@ -1,0 +1,548 @@
+//! Reply bodies (server to client), one per procedure.
+//!
+//! Replies carry post-operation attributes where NFSv3 does (so a client refreshes its cache
+//! without another round trip), each with its lease.
+
+use crate::attr::{Attr, Time, decode_opt_attr, encode_opt_attr};
+use crate::error::DecodeError;
+use crate::handle::FileHandle;
+use crate::request::{MAX_PATH_LEN, Proc, StableHow, get_fh, get_name, put_fh};
+use crate::xdr::{self, Reader};
+
+/// A new object made by CREATE, MKDIR or SYMLINK.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewObject {
+    /// Its handle.
+    pub fh: FileHandle,
+    /// Its attributes.
+    pub attr: Option<Attr>,
+    /// The directory's attributes after the operation.
+    pub dir_attr: Option<Attr>,
+}
+
+/// One READDIR entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// File id (inode number).
+    pub fileid: u64,
+    /// Name.
+    pub name: Vec<u8>,
+    /// Cookie to continue after this entry.
+    pub cookie: u64,
+}
+
+/// One READDIRPLUS entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntryPlus {
+    /// File id (inode number).
+    pub fileid: u64,
+    /// Name.
+    pub name: Vec<u8>,
+    /// Cookie to continue after this entry.
+    pub cookie: u64,
+    /// Attributes, if the server has them cheaply.
+    pub attr: Option<Attr>,
+    /// Handle, if the server has it cheaply.
+    pub fh: Option<FileHandle>,
+}
+
+/// A page of directory entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirPage<E> {
+    /// The directory's attributes.
+    pub dir_attr: Option<Attr>,
+    /// Verifier to send back with the cookies of this page.
+    pub verifier: [u8; 8],
+    /// The entries.
+    pub entries: Vec<E>,
+    /// Whether the last entry is the directory's last.
+    pub eof: bool,
+}
+
+/// FSSTAT results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStat {
+    /// Attributes of the object asked about.
+    pub attr: Option<Attr>,
+    /// Total bytes.
+    pub tbytes: u64,
+    /// Free bytes.
+    pub fbytes: u64,
+    /// Free bytes available to the user.
+    pub abytes: u64,
+    /// Total file slots.
+    pub tfiles: u64,
+    /// Free file slots.
+    pub ffiles: u64,
+    /// Free file slots available to the user.
+    pub afiles: u64,
+    /// Seconds for which these values will not change (0: volatile).
+    pub invarsec: u32,
+}
+
+/// FSINFO results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsInfo {
+    /// Attributes of the object asked about.
+    pub attr: Option<Attr>,
+    /// Largest READ count.
+    pub rtmax: u32,
+    /// Preferred READ count.
+    pub rtpref: u32,
+    /// Suggested READ multiple.
+    pub rtmult: u32,
+    /// Largest WRITE count.
+    pub wtmax: u32,
+    /// Preferred WRITE count.
+    pub wtpref: u32,
+    /// Suggested WRITE multiple.
+    pub wtmult: u32,
+    /// Preferred READDIR count.
+    pub dtpref: u32,
+    /// Largest file size.
+    pub maxfilesize: u64,
+    /// Time granularity.
+    pub time_delta: Time,
+    /// `FSF3_*` property bits (LINK 1, SYMLINK 2, HOMOGENEOUS 8, CANSETTIME 0x10).
+    pub properties: u32,
+}
+
+/// PATHCONF results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathConf {
+    /// Attributes of the object asked about.
+    pub attr: Option<Attr>,
+    /// Largest link count.
+    pub linkmax: u32,
+    /// Longest name.
+    pub name_max: u32,
+    /// Whether longer names are refused rather than truncated.
+    pub no_trunc: bool,
+    /// Whether chown is restricted to the superuser.
+    pub chown_restricted: bool,
+    /// Whether names are case-insensitive.
+    pub case_insensitive: bool,
+    /// Whether names keep their case.
+    pub case_preserving: bool,
+}
+
+/// The successful result of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyBody {
+    /// NULL.
+    Null,
+    /// MOUNT: the root handle of the path.
+    Mount {
+        /// Root handle.
+        fh: FileHandle,
+        /// Its attributes.
+        attr: Attr,
+    },
+    /// LOGIN: the authno the user's requests carry from now on.
+    Login {
+        /// Assigned authno (never 0).
+        authno: u32,
+    },
+    /// GETATTR.
+    GetAttr {
+        /// Attributes.
+        attr: Attr,
+    },
+    /// SETATTR.
+    SetAttr {
+        /// Attributes after the change.
+        attr: Option<Attr>,
+    },
+    /// LOOKUP.
+    Lookup {
+        /// The object found.
+        fh: FileHandle,
+        /// Its attributes.
+        attr: Option<Attr>,
+        /// The directory's attributes.
+        dir_attr: Option<Attr>,
+    },
+    /// ACCESS.
+    Access {
+        /// Attributes.
+        attr: Option<Attr>,
+        /// Bits granted (a subset of those asked).
+        access: u32,
+    },
+    /// READLINK.
+    ReadLink {
+        /// Attributes.
+        attr: Option<Attr>,
+        /// The link's target.
+        target: Vec<u8>,
+    },
+    /// READ. On the wire `data` is the tail of the record, see
+    /// [`crate::message::encode_read_reply_into`].
+    Read {
+        /// Attributes.
+        attr: Option<Attr>,
+        /// Whether the read reached the end of the file.
+        eof: bool,
+        /// The bytes read.
+        data: Vec<u8>,
+    },
+    /// WRITE.
+    Write {
+        /// Attributes after the write.
+        attr: Option<Attr>,
+        /// Bytes written.
+        count: u32,
+        /// Durability achieved.
+        committed: StableHow,
+        /// Changes when the server restarts (unstable writes must then be resent).
+        verifier: [u8; 8],
+    },
+    /// CREATE.
+    Create(NewObject),
+    /// MKDIR.
+    Mkdir(NewObject),
+    /// SYMLINK.
+    Symlink(NewObject),
+    /// REMOVE.
+    Remove {
+        /// The directory's attributes after the removal.
+        dir_attr: Option<Attr>,
+    },
+    /// RMDIR.
+    Rmdir {
+        /// The parent's attributes after the removal.
+        dir_attr: Option<Attr>,
+    },
+    /// RENAME.
+    Rename {
+        /// Source directory attributes after the rename.
+        from_dir_attr: Option<Attr>,
+        /// Target directory attributes after the rename.
+        to_dir_attr: Option<Attr>,
+    },
+    /// LINK.
+    Link {
+        /// The object's attributes.
+        attr: Option<Attr>,
+        /// The directory's attributes.
+        dir_attr: Option<Attr>,
+    },
+    /// READDIR.
+    ReadDir(DirPage<DirEntry>),
+    /// READDIRPLUS.
+    ReadDirPlus(DirPage<DirEntryPlus>),
+    /// FSSTAT.
+    FsStat(FsStat),
+    /// FSINFO.
+    FsInfo(FsInfo),
+    /// PATHCONF.
+    PathConf(PathConf),
+    /// COMMIT.
+    Commit {
+        /// Attributes.
+        attr: Option<Attr>,
+        /// Write verifier.
+        verifier: [u8; 8],
+    },
+}
+
+fn encode_new(buf: &mut Vec<u8>, o: &NewObject) {
+    put_fh(buf, &o.fh);
+    encode_opt_attr(buf, o.attr.as_ref());
+    encode_opt_attr(buf, o.dir_attr.as_ref());
+}
+
+fn decode_new(r: &mut Reader<'_>) -> Result<NewObject, DecodeError> {
+    Ok(NewObject {
+        fh: get_fh(r)?,
+        attr: decode_opt_attr(r)?,
+        dir_attr: decode_opt_attr(r)?,
+    })
+}
+
+/// Smallest encoding of a READDIR entry: fileid, empty name, cookie.
+const MIN_ENTRY_LEN: usize = 8 + 4 + 8;
+/// Smallest encoding of a READDIRPLUS entry: the above plus two absent optionals.
+const MIN_ENTRY_PLUS_LEN: usize = MIN_ENTRY_LEN + 4 + 4;
+
+fn encode_page<E>(buf: &mut Vec<u8>, p: &DirPage<E>, entry: impl Fn(&mut Vec<u8>, &E)) {
+    encode_opt_attr(buf, p.dir_attr.as_ref());
+    xdr::put_fixed(buf, &p.verifier);
+    xdr::put_count(buf, p.entries.len());
+    for e in &p.entries {
+        entry(buf, e);
+    }
+    xdr::put_bool(buf, p.eof);
+}
+
+fn decode_page<E>(
+    r: &mut Reader<'_>,
+    min_entry: usize,
+    entry: impl Fn(&mut Reader<'_>) -> Result<E, DecodeError>,
+) -> Result<DirPage<E>, DecodeError> {
+    let dir_attr = decode_opt_attr(r)?;
+    let verifier = r.fixed::<8>("cookie verifier")?;
+    let n = r.count(min_entry, "directory entries")?;
+    let mut entries = Vec::with_capacity(n);
+    for _ in 0..n {
+        entries.push(entry(r)?);
+    }
+    Ok(DirPage {
+        dir_attr,
+        verifier,
+        entries,
+        eof: r.bool("eof")?,
+    })
+}
+
+impl ReplyBody {
+    /// The procedure this is a reply to.
+    pub fn proc(&self) -> Proc {
+        match self {
+            ReplyBody::Null => Proc::Null,
+            ReplyBody::Mount { .. } => Proc::Mount,
+            ReplyBody::Login { .. } => Proc::Login,
+            ReplyBody::GetAttr { .. } => Proc::GetAttr,
+            ReplyBody::SetAttr { .. } => Proc::SetAttr,
+            ReplyBody::Lookup { .. } => Proc::Lookup,
+            ReplyBody::Access { .. } => Proc::Access,
+            ReplyBody::ReadLink { .. } => Proc::ReadLink,
+            ReplyBody::Read { .. } => Proc::Read,
+            ReplyBody::Write { .. } => Proc::Write,
+            ReplyBody::Create(_) => Proc::Create,
+            ReplyBody::Mkdir(_) => Proc::Mkdir,
+            ReplyBody::Symlink(_) => Proc::Symlink,
+            ReplyBody::Remove { .. } => Proc::Remove,
+            ReplyBody::Rmdir { .. } => Proc::Rmdir,
+            ReplyBody::Rename { .. } => Proc::Rename,
+            ReplyBody::Link { .. } => Proc::Link,
+            ReplyBody::ReadDir(_) => Proc::ReadDir,
+            ReplyBody::ReadDirPlus(_) => Proc::ReadDirPlus,
+            ReplyBody::FsStat(_) => Proc::FsStat,
+            ReplyBody::FsInfo(_) => Proc::FsInfo,
+            ReplyBody::PathConf(_) => Proc::PathConf,
+            ReplyBody::Commit { .. } => Proc::Commit,
+        }
+    }
+
+    /// Appends the procedure number and the body.
+    pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
+        xdr::put_u32(buf, self.proc().code());
+        match self {
+            ReplyBody::Null => {}
+            ReplyBody::Mount { fh, attr } => {
+                put_fh(buf, fh);
+                attr.encode(buf);
+            }
+            ReplyBody::Login { authno } => xdr::put_u32(buf, *authno),
+            ReplyBody::GetAttr { attr } => attr.encode(buf),
+            ReplyBody::SetAttr { attr } => encode_opt_attr(buf, attr.as_ref()),
+            ReplyBody::Lookup { fh, attr, dir_attr } => {
+                put_fh(buf, fh);
+                encode_opt_attr(buf, attr.as_ref());
+                encode_opt_attr(buf, dir_attr.as_ref());
+            }
+            ReplyBody::Access { attr, access } => {
+                encode_opt_attr(buf, attr.as_ref());
+                xdr::put_u32(buf, *access);
+            }
+            ReplyBody::ReadLink { attr, target } => {
+                encode_opt_attr(buf, attr.as_ref());
+                xdr::put_opaque(buf, target);
+            }
+            ReplyBody::Read { attr, eof, data } => {
+                encode_opt_attr(buf, attr.as_ref());
+                xdr::put_bool(buf, *eof);
+                xdr::put_opaque(buf, data);
+            }
+            ReplyBody::Write {
+                attr,
+                count,
+                committed,
+                verifier,
+            } => {
+                encode_opt_attr(buf, attr.as_ref());
+                xdr::put_u32(buf, *count);
+                xdr::put_u32(buf, *committed as u32);
+                xdr::put_fixed(buf, verifier);
+            }
+            ReplyBody::Create(o) | ReplyBody::Mkdir(o) | ReplyBody::Symlink(o) => {
+                encode_new(buf, o);
+            }
+            ReplyBody::Remove { dir_attr } | ReplyBody::Rmdir { dir_attr } => {
+                encode_opt_attr(buf, dir_attr.as_ref());
+            }
+            ReplyBody::Rename {
+                from_dir_attr,
+                to_dir_attr,
+            } => {
+                encode_opt_attr(buf, from_dir_attr.as_ref());
+                encode_opt_attr(buf, to_dir_attr.as_ref());
+            }
+            ReplyBody::Link { attr, dir_attr } => {
+                encode_opt_attr(buf, attr.as_ref());
+                encode_opt_attr(buf, dir_attr.as_ref());
+            }
+            ReplyBody::ReadDir(p) => encode_page(buf, p, |b, e| {
+                xdr::put_u64(b, e.fileid);
+                xdr::put_opaque(b, &e.name);
+                xdr::put_u64(b, e.cookie);
+            }),
+            ReplyBody::ReadDirPlus(p) => encode_page(buf, p, |b, e| {
+                xdr::put_u64(b, e.fileid);
+                xdr::put_opaque(b, &e.name);
+                xdr::put_u64(b, e.cookie);
+                encode_opt_attr(b, e.attr.as_ref());
+                xdr::put_option(b, e.fh.as_ref(), put_fh);
+            }),
+            ReplyBody::FsStat(s) => {
+                encode_opt_attr(buf, s.attr.as_ref());
+                for v in [s.tbytes, s.fbytes, s.abytes, s.tfiles, s.ffiles, s.afiles] {
+                    xdr::put_u64(buf, v);
+                }
+                xdr::put_u32(buf, s.invarsec);
+            }
+            ReplyBody::FsInfo(i) => {
+                encode_opt_attr(buf, i.attr.as_ref());
+                for v in [
+                    i.rtmax, i.rtpref, i.rtmult, i.wtmax, i.wtpref, i.wtmult, i.dtpref,
+                ] {
+                    xdr::put_u32(buf, v);
+                }
+                xdr::put_u64(buf, i.maxfilesize);
+                i.time_delta.encode(buf);
+                xdr::put_u32(buf, i.properties);
+            }
+            ReplyBody::PathConf(p) => {
+                encode_opt_attr(buf, p.attr.as_ref());
+                xdr::put_u32(buf, p.linkmax);
+                xdr::put_u32(buf, p.name_max);
+                for v in [
+                    p.no_trunc,
+                    p.chown_restricted,
+                    p.case_insensitive,
+                    p.case_preserving,
+                ] {
+                    xdr::put_bool(buf, v);
+                }
+            }
+            ReplyBody::Commit { attr, verifier } => {
+                encode_opt_attr(buf, attr.as_ref());
+                xdr::put_fixed(buf, verifier);
+            }
+        }
+    }
+
+    /// Reads the procedure number and the body.
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<ReplyBody, DecodeError> {
+        Ok(match Proc::decode(r)? {
+            Proc::Null => ReplyBody::Null,
+            Proc::Mount => ReplyBody::Mount {
+                fh: get_fh(r)?,
+                attr: Attr::decode(r)?,
+            },
+            Proc::Login => ReplyBody::Login {
+                authno: r.u32("authno")?,
+            },
+            Proc::GetAttr => ReplyBody::GetAttr {
+                attr: Attr::decode(r)?,
+            },
+            Proc::SetAttr => ReplyBody::SetAttr {
+                attr: decode_opt_attr(r)?,
+            },
+            Proc::Lookup => ReplyBody::Lookup {
+                fh: get_fh(r)?,
+                attr: decode_opt_attr(r)?,
+                dir_attr: decode_opt_attr(r)?,
+            },
+            Proc::Access => ReplyBody::Access {
+                attr: decode_opt_attr(r)?,
+                access: r.u32("access")?,
+            },
+            Proc::ReadLink => ReplyBody::ReadLink {
+                attr: decode_opt_attr(r)?,
+                target: r.opaque_vec(MAX_PATH_LEN, "symlink target")?,
+            },
+            Proc::Read => ReplyBody::Read {
+                attr: decode_opt_attr(r)?,
+                eof: r.bool("eof")?,
+                data: r.opaque_vec(usize::MAX, "read data")?,
+            },
+            Proc::Write => ReplyBody::Write {
+                attr: decode_opt_attr(r)?,
+                count: r.u32("count")?,
+                committed: StableHow::decode(r)?,
+                verifier: r.fixed::<8>("write verifier")?,
+            },
+            Proc::Create => ReplyBody::Create(decode_new(r)?),
+            Proc::Mkdir => ReplyBody::Mkdir(decode_new(r)?),
+            Proc::Symlink => ReplyBody::Symlink(decode_new(r)?),
+            Proc::Remove => ReplyBody::Remove {
+                dir_attr: decode_opt_attr(r)?,
+            },
+            Proc::Rmdir => ReplyBody::Rmdir {
+                dir_attr: decode_opt_attr(r)?,
+            },
+            Proc::Rename => ReplyBody::Rename {
+                from_dir_attr: decode_opt_attr(r)?,
+                to_dir_attr: decode_opt_attr(r)?,
+            },
+            Proc::Link => ReplyBody::Link {
+                attr: decode_opt_attr(r)?,
+                dir_attr: decode_opt_attr(r)?,
+            },
+            Proc::ReadDir => ReplyBody::ReadDir(decode_page(r, MIN_ENTRY_LEN, |r| {
+                Ok(DirEntry {
+                    fileid: r.u64("fileid")?,
+                    name: get_name(r)?,
+                    cookie: r.u64("cookie")?,
+                })
+            })?),
+            Proc::ReadDirPlus => ReplyBody::ReadDirPlus(decode_page(r, MIN_ENTRY_PLUS_LEN, |r| {
+                Ok(DirEntryPlus {
+                    fileid: r.u64("fileid")?,
+                    name: get_name(r)?,
+                    cookie: r.u64("cookie")?,
+                    attr: decode_opt_attr(r)?,
+                    fh: r.option("handle follows", get_fh)?,
+                })
+            })?),
+            Proc::FsStat => ReplyBody::FsStat(FsStat {
+                attr: decode_opt_attr(r)?,
+                tbytes: r.u64("tbytes")?,
+                fbytes: r.u64("fbytes")?,
+                abytes: r.u64("abytes")?,
+                tfiles: r.u64("tfiles")?,
+                ffiles: r.u64("ffiles")?,
+                afiles: r.u64("afiles")?,
+                invarsec: r.u32("invarsec")?,
+            }),
+            Proc::FsInfo => ReplyBody::FsInfo(FsInfo {
+                attr: decode_opt_attr(r)?,
+                rtmax: r.u32("rtmax")?,
+                rtpref: r.u32("rtpref")?,
+                rtmult: r.u32("rtmult")?,
+                wtmax: r.u32("wtmax")?,
+                wtpref: r.u32("wtpref")?,
+                wtmult: r.u32("wtmult")?,
+                dtpref: r.u32("dtpref")?,
+                maxfilesize: r.u64("maxfilesize")?,
+                time_delta: Time::decode(r)?,
+                properties: r.u32("properties")?,
+            }),
+            Proc::PathConf => ReplyBody::PathConf(PathConf {
+                attr: decode_opt_attr(r)?,
+                linkmax: r.u32("linkmax")?,
+                name_max: r.u32("name_max")?,
+                no_trunc: r.bool("no_trunc")?,
+                chown_restricted: r.bool("chown_restricted")?,
+                case_insensitive: r.bool("case_insensitive")?,
+                case_preserving: r.bool("case_preserving")?,
+            }),
+            Proc::Commit => ReplyBody::Commit {
+                attr: decode_opt_attr(r)?,
+                verifier: r.fixed::<8>("write verifier")?,
+            },
+        })
+    }
+}

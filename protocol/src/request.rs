@@ -1,0 +1,659 @@
+//! Request operations (client to server) and their arguments.
+//!
+//! The operation set is NFSv3's (RFC 1813) minus MKNOD, with the same procedure numbers, plus
+//! two SFS extensions: MOUNT (get the root handle of a path) and LOGIN (user authentication).
+
+use crate::attr::{SetAttr, Time};
+use crate::error::DecodeError;
+use crate::handle::{FileHandle, HANDLE_LEN};
+use crate::keys::UserPublicKey;
+use crate::login::{LoginArgs, MAX_USER_NAME_LEN};
+use crate::xdr::{self, Reader};
+
+/// Longest file name accepted in a message, in bytes (servers may refuse shorter ones with
+/// `NameTooLong`).
+pub const MAX_NAME_LEN: usize = 1024;
+/// Longest path (MOUNT path, symlink target) accepted in a message, in bytes.
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// A procedure number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Proc {
+    /// Do nothing (ping).
+    Null = 0,
+    /// Get attributes.
+    GetAttr = 1,
+    /// Set attributes.
+    SetAttr = 2,
+    /// Look a name up in a directory.
+    Lookup = 3,
+    /// Check access permission.
+    Access = 4,
+    /// Read a symbolic link.
+    ReadLink = 5,
+    /// Read from a file.
+    Read = 6,
+    /// Write to a file.
+    Write = 7,
+    /// Create a file.
+    Create = 8,
+    /// Create a directory.
+    Mkdir = 9,
+    /// Create a symbolic link.
+    Symlink = 10,
+    /// Remove a file.
+    Remove = 12,
+    /// Remove a directory.
+    Rmdir = 13,
+    /// Rename.
+    Rename = 14,
+    /// Create a hard link.
+    Link = 15,
+    /// Read a directory.
+    ReadDir = 16,
+    /// Read a directory with attributes and handles.
+    ReadDirPlus = 17,
+    /// File system statistics.
+    FsStat = 18,
+    /// Static file system information.
+    FsInfo = 19,
+    /// POSIX path configuration.
+    PathConf = 20,
+    /// Commit unstable writes.
+    Commit = 21,
+    /// SFS extension: the root handle of an exported path.
+    Mount = 100,
+    /// SFS extension: user login.
+    Login = 101,
+}
+
+impl Proc {
+    /// Every procedure.
+    pub const ALL: &'static [Proc] = &[
+        Proc::Null,
+        Proc::GetAttr,
+        Proc::SetAttr,
+        Proc::Lookup,
+        Proc::Access,
+        Proc::ReadLink,
+        Proc::Read,
+        Proc::Write,
+        Proc::Create,
+        Proc::Mkdir,
+        Proc::Symlink,
+        Proc::Remove,
+        Proc::Rmdir,
+        Proc::Rename,
+        Proc::Link,
+        Proc::ReadDir,
+        Proc::ReadDirPlus,
+        Proc::FsStat,
+        Proc::FsInfo,
+        Proc::PathConf,
+        Proc::Commit,
+        Proc::Mount,
+        Proc::Login,
+    ];
+
+    /// The wire number.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The procedure of wire number `code`.
+    pub fn from_code(code: u32) -> Option<Proc> {
+        Proc::ALL.iter().copied().find(|p| p.code() == code)
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Proc, DecodeError> {
+        let value = r.u32("procedure")?;
+        Proc::from_code(value).ok_or(DecodeError::BadDiscriminant {
+            what: "procedure",
+            value,
+        })
+    }
+
+    /// Whether repeating the call has the same effect as doing it once, so a client may retry
+    /// it after a reconnect.
+    pub fn is_idempotent(self) -> bool {
+        !matches!(
+            self,
+            Proc::SetAttr
+                | Proc::Create
+                | Proc::Mkdir
+                | Proc::Symlink
+                | Proc::Remove
+                | Proc::Rmdir
+                | Proc::Rename
+                | Proc::Link
+                | Proc::Login
+        )
+    }
+}
+
+/// `ACCESS` bits (NFSv3 `ACCESS3_*`).
+pub mod access {
+    /// Read data or list a directory.
+    pub const READ: u32 = 0x01;
+    /// Look up a name in a directory.
+    pub const LOOKUP: u32 = 0x02;
+    /// Rewrite data or modify a directory.
+    pub const MODIFY: u32 = 0x04;
+    /// Write beyond the end of a file or add a directory entry.
+    pub const EXTEND: u32 = 0x08;
+    /// Delete a directory entry.
+    pub const DELETE: u32 = 0x10;
+    /// Execute a file or search a directory.
+    pub const EXECUTE: u32 = 0x20;
+}
+
+/// How durably WRITE must store data (NFSv3 `stable_how`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum StableHow {
+    /// May stay in the server's cache until COMMIT.
+    Unstable = 0,
+    /// Data on stable storage before the reply.
+    DataSync = 1,
+    /// Data and metadata on stable storage before the reply.
+    FileSync = 2,
+}
+
+impl StableHow {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<StableHow, DecodeError> {
+        Ok(match r.u32("stable how")? {
+            0 => StableHow::Unstable,
+            1 => StableHow::DataSync,
+            2 => StableHow::FileSync,
+            value => {
+                return Err(DecodeError::BadDiscriminant {
+                    what: "stable how",
+                    value,
+                });
+            }
+        })
+    }
+}
+
+/// How CREATE creates (NFSv3 `createhow3`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateHow {
+    /// Create or truncate an existing file.
+    Unchecked(SetAttr),
+    /// Fail with `Exist` if the name exists.
+    Guarded(SetAttr),
+    /// Exclusive create, idempotent under retry thanks to the verifier.
+    Exclusive([u8; 8]),
+}
+
+/// A request operation with its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestOp {
+    /// Do nothing.
+    Null,
+    /// Get the root handle of `path` (`/` for the export's root).
+    Mount {
+        /// Path below the server's root.
+        path: Vec<u8>,
+    },
+    /// Log a user in.
+    Login(LoginArgs),
+    /// Get attributes.
+    GetAttr {
+        /// Object.
+        fh: FileHandle,
+    },
+    /// Set attributes.
+    SetAttr {
+        /// Object.
+        fh: FileHandle,
+        /// What to change.
+        attr: SetAttr,
+        /// Only if the object's ctime is this.
+        guard: Option<Time>,
+    },
+    /// Look `name` up in `dir`.
+    Lookup {
+        /// Directory.
+        dir: FileHandle,
+        /// Name.
+        name: Vec<u8>,
+    },
+    /// Which of the `access` bits the user has on `fh`.
+    Access {
+        /// Object.
+        fh: FileHandle,
+        /// Bits asked about (see [`access`]).
+        access: u32,
+    },
+    /// Read a symbolic link.
+    ReadLink {
+        /// Link.
+        fh: FileHandle,
+    },
+    /// Read `count` bytes at `offset`.
+    Read {
+        /// File.
+        fh: FileHandle,
+        /// Byte offset.
+        offset: u64,
+        /// Bytes wanted (at most the negotiated maximum).
+        count: u32,
+    },
+    /// Write `data` at `offset`.
+    Write {
+        /// File.
+        fh: FileHandle,
+        /// Byte offset.
+        offset: u64,
+        /// Durability wanted.
+        stable: StableHow,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// Create a regular file.
+    Create {
+        /// Directory.
+        dir: FileHandle,
+        /// Name.
+        name: Vec<u8>,
+        /// Mode of creation.
+        how: CreateHow,
+    },
+    /// Create a directory.
+    Mkdir {
+        /// Parent directory.
+        dir: FileHandle,
+        /// Name.
+        name: Vec<u8>,
+        /// Initial attributes.
+        attr: SetAttr,
+    },
+    /// Create a symbolic link.
+    Symlink {
+        /// Directory.
+        dir: FileHandle,
+        /// Name.
+        name: Vec<u8>,
+        /// Initial attributes.
+        attr: SetAttr,
+        /// What the link points to.
+        target: Vec<u8>,
+    },
+    /// Remove a non-directory.
+    Remove {
+        /// Directory.
+        dir: FileHandle,
+        /// Name.
+        name: Vec<u8>,
+    },
+    /// Remove an empty directory.
+    Rmdir {
+        /// Parent directory.
+        dir: FileHandle,
+        /// Name.
+        name: Vec<u8>,
+    },
+    /// Rename.
+    Rename {
+        /// Source directory.
+        from_dir: FileHandle,
+        /// Source name.
+        from_name: Vec<u8>,
+        /// Target directory.
+        to_dir: FileHandle,
+        /// Target name.
+        to_name: Vec<u8>,
+    },
+    /// Make a hard link to `fh` as `dir/name`.
+    Link {
+        /// Existing object.
+        fh: FileHandle,
+        /// Directory of the new link.
+        dir: FileHandle,
+        /// Name of the new link.
+        name: Vec<u8>,
+    },
+    /// Read directory entries.
+    ReadDir {
+        /// Directory.
+        dir: FileHandle,
+        /// Where to continue (0 = start).
+        cookie: u64,
+        /// Verifier returned with `cookie` (zeros at start).
+        verifier: [u8; 8],
+        /// Maximum reply size in bytes.
+        count: u32,
+    },
+    /// Read directory entries with attributes and handles.
+    ReadDirPlus {
+        /// Directory.
+        dir: FileHandle,
+        /// Where to continue (0 = start).
+        cookie: u64,
+        /// Verifier returned with `cookie` (zeros at start).
+        verifier: [u8; 8],
+        /// Maximum bytes of names and cookies.
+        dircount: u32,
+        /// Maximum reply size in bytes.
+        maxcount: u32,
+    },
+    /// File system statistics.
+    FsStat {
+        /// Any object of the file system.
+        fh: FileHandle,
+    },
+    /// Static file system information.
+    FsInfo {
+        /// Any object of the file system.
+        fh: FileHandle,
+    },
+    /// POSIX path configuration.
+    PathConf {
+        /// Any object of the file system.
+        fh: FileHandle,
+    },
+    /// Commit unstable writes of a range (count 0 = to the end).
+    Commit {
+        /// File.
+        fh: FileHandle,
+        /// Start of the range.
+        offset: u64,
+        /// Length of the range.
+        count: u32,
+    },
+}
+
+pub(crate) fn put_fh(buf: &mut Vec<u8>, fh: &FileHandle) {
+    xdr::put_fixed(buf, fh.as_bytes());
+}
+
+pub(crate) fn get_fh(r: &mut Reader<'_>) -> Result<FileHandle, DecodeError> {
+    Ok(FileHandle::from_bytes(
+        r.fixed::<HANDLE_LEN>("file handle")?,
+    ))
+}
+
+pub(crate) fn get_name(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+    r.opaque_vec(MAX_NAME_LEN, "file name")
+}
+
+impl RequestOp {
+    /// The procedure of this operation.
+    pub fn proc(&self) -> Proc {
+        match self {
+            RequestOp::Null => Proc::Null,
+            RequestOp::Mount { .. } => Proc::Mount,
+            RequestOp::Login(_) => Proc::Login,
+            RequestOp::GetAttr { .. } => Proc::GetAttr,
+            RequestOp::SetAttr { .. } => Proc::SetAttr,
+            RequestOp::Lookup { .. } => Proc::Lookup,
+            RequestOp::Access { .. } => Proc::Access,
+            RequestOp::ReadLink { .. } => Proc::ReadLink,
+            RequestOp::Read { .. } => Proc::Read,
+            RequestOp::Write { .. } => Proc::Write,
+            RequestOp::Create { .. } => Proc::Create,
+            RequestOp::Mkdir { .. } => Proc::Mkdir,
+            RequestOp::Symlink { .. } => Proc::Symlink,
+            RequestOp::Remove { .. } => Proc::Remove,
+            RequestOp::Rmdir { .. } => Proc::Rmdir,
+            RequestOp::Rename { .. } => Proc::Rename,
+            RequestOp::Link { .. } => Proc::Link,
+            RequestOp::ReadDir { .. } => Proc::ReadDir,
+            RequestOp::ReadDirPlus { .. } => Proc::ReadDirPlus,
+            RequestOp::FsStat { .. } => Proc::FsStat,
+            RequestOp::FsInfo { .. } => Proc::FsInfo,
+            RequestOp::PathConf { .. } => Proc::PathConf,
+            RequestOp::Commit { .. } => Proc::Commit,
+        }
+    }
+
+    /// Appends the procedure number and the arguments.
+    pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
+        xdr::put_u32(buf, self.proc().code());
+        match self {
+            RequestOp::Null => {}
+            RequestOp::Mount { path } => xdr::put_opaque(buf, path),
+            RequestOp::Login(a) => {
+                xdr::put_opaque(buf, a.user.as_bytes());
+                xdr::put_fixed(buf, &a.public_key.to_bytes());
+                xdr::put_u64(buf, a.seqno);
+                xdr::put_fixed(buf, &a.signature);
+            }
+            RequestOp::GetAttr { fh }
+            | RequestOp::ReadLink { fh }
+            | RequestOp::FsStat { fh }
+            | RequestOp::FsInfo { fh }
+            | RequestOp::PathConf { fh } => put_fh(buf, fh),
+            RequestOp::SetAttr { fh, attr, guard } => {
+                put_fh(buf, fh);
+                attr.encode(buf);
+                xdr::put_option(buf, guard.as_ref(), |b, t| t.encode(b));
+            }
+            RequestOp::Lookup { dir, name }
+            | RequestOp::Remove { dir, name }
+            | RequestOp::Rmdir { dir, name } => {
+                put_fh(buf, dir);
+                xdr::put_opaque(buf, name);
+            }
+            RequestOp::Access { fh, access } => {
+                put_fh(buf, fh);
+                xdr::put_u32(buf, *access);
+            }
+            RequestOp::Read { fh, offset, count } | RequestOp::Commit { fh, offset, count } => {
+                put_fh(buf, fh);
+                xdr::put_u64(buf, *offset);
+                xdr::put_u32(buf, *count);
+            }
+            RequestOp::Write {
+                fh,
+                offset,
+                stable,
+                data,
+            } => encode_write_args(buf, fh, *offset, *stable, data),
+            RequestOp::Create { dir, name, how } => {
+                put_fh(buf, dir);
+                xdr::put_opaque(buf, name);
+                match how {
+                    CreateHow::Unchecked(a) => {
+                        xdr::put_u32(buf, 0);
+                        a.encode(buf);
+                    }
+                    CreateHow::Guarded(a) => {
+                        xdr::put_u32(buf, 1);
+                        a.encode(buf);
+                    }
+                    CreateHow::Exclusive(v) => {
+                        xdr::put_u32(buf, 2);
+                        xdr::put_fixed(buf, v);
+                    }
+                }
+            }
+            RequestOp::Mkdir { dir, name, attr } => {
+                put_fh(buf, dir);
+                xdr::put_opaque(buf, name);
+                attr.encode(buf);
+            }
+            RequestOp::Symlink {
+                dir,
+                name,
+                attr,
+                target,
+            } => {
+                put_fh(buf, dir);
+                xdr::put_opaque(buf, name);
+                attr.encode(buf);
+                xdr::put_opaque(buf, target);
+            }
+            RequestOp::Rename {
+                from_dir,
+                from_name,
+                to_dir,
+                to_name,
+            } => {
+                put_fh(buf, from_dir);
+                xdr::put_opaque(buf, from_name);
+                put_fh(buf, to_dir);
+                xdr::put_opaque(buf, to_name);
+            }
+            RequestOp::Link { fh, dir, name } => {
+                put_fh(buf, fh);
+                put_fh(buf, dir);
+                xdr::put_opaque(buf, name);
+            }
+            RequestOp::ReadDir {
+                dir,
+                cookie,
+                verifier,
+                count,
+            } => {
+                put_fh(buf, dir);
+                xdr::put_u64(buf, *cookie);
+                xdr::put_fixed(buf, verifier);
+                xdr::put_u32(buf, *count);
+            }
+            RequestOp::ReadDirPlus {
+                dir,
+                cookie,
+                verifier,
+                dircount,
+                maxcount,
+            } => {
+                put_fh(buf, dir);
+                xdr::put_u64(buf, *cookie);
+                xdr::put_fixed(buf, verifier);
+                xdr::put_u32(buf, *dircount);
+                xdr::put_u32(buf, *maxcount);
+            }
+        }
+    }
+
+    /// Reads the procedure number and the arguments.
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<RequestOp, DecodeError> {
+        Ok(match Proc::decode(r)? {
+            Proc::Null => RequestOp::Null,
+            Proc::Mount => RequestOp::Mount {
+                path: r.opaque_vec(MAX_PATH_LEN, "mount path")?,
+            },
+            Proc::Login => {
+                let user = r.string(MAX_USER_NAME_LEN, "user name")?;
+                let key = r.fixed::<32>("user public key")?;
+                let public_key = UserPublicKey::from_bytes(&key)
+                    .map_err(|_| DecodeError::BadPublicKey("user public key"))?;
+                RequestOp::Login(LoginArgs {
+                    user,
+                    public_key,
+                    seqno: r.u64("login sequence number")?,
+                    signature: r.fixed::<64>("login signature")?,
+                })
+            }
+            Proc::GetAttr => RequestOp::GetAttr { fh: get_fh(r)? },
+            Proc::ReadLink => RequestOp::ReadLink { fh: get_fh(r)? },
+            Proc::FsStat => RequestOp::FsStat { fh: get_fh(r)? },
+            Proc::FsInfo => RequestOp::FsInfo { fh: get_fh(r)? },
+            Proc::PathConf => RequestOp::PathConf { fh: get_fh(r)? },
+            Proc::SetAttr => RequestOp::SetAttr {
+                fh: get_fh(r)?,
+                attr: SetAttr::decode(r)?,
+                guard: r.option("guard", Time::decode)?,
+            },
+            Proc::Lookup => RequestOp::Lookup {
+                dir: get_fh(r)?,
+                name: get_name(r)?,
+            },
+            Proc::Remove => RequestOp::Remove {
+                dir: get_fh(r)?,
+                name: get_name(r)?,
+            },
+            Proc::Rmdir => RequestOp::Rmdir {
+                dir: get_fh(r)?,
+                name: get_name(r)?,
+            },
+            Proc::Access => RequestOp::Access {
+                fh: get_fh(r)?,
+                access: r.u32("access")?,
+            },
+            Proc::Read => RequestOp::Read {
+                fh: get_fh(r)?,
+                offset: r.u64("offset")?,
+                count: r.u32("count")?,
+            },
+            Proc::Commit => RequestOp::Commit {
+                fh: get_fh(r)?,
+                offset: r.u64("offset")?,
+                count: r.u32("count")?,
+            },
+            Proc::Write => RequestOp::Write {
+                fh: get_fh(r)?,
+                offset: r.u64("offset")?,
+                stable: StableHow::decode(r)?,
+                data: r.opaque_vec(usize::MAX, "write data")?,
+            },
+            Proc::Create => RequestOp::Create {
+                dir: get_fh(r)?,
+                name: get_name(r)?,
+                how: match r.u32("create mode")? {
+                    0 => CreateHow::Unchecked(SetAttr::decode(r)?),
+                    1 => CreateHow::Guarded(SetAttr::decode(r)?),
+                    2 => CreateHow::Exclusive(r.fixed::<8>("create verifier")?),
+                    value => {
+                        return Err(DecodeError::BadDiscriminant {
+                            what: "create mode",
+                            value,
+                        });
+                    }
+                },
+            },
+            Proc::Mkdir => RequestOp::Mkdir {
+                dir: get_fh(r)?,
+                name: get_name(r)?,
+                attr: SetAttr::decode(r)?,
+            },
+            Proc::Symlink => RequestOp::Symlink {
+                dir: get_fh(r)?,
+                name: get_name(r)?,
+                attr: SetAttr::decode(r)?,
+                target: r.opaque_vec(MAX_PATH_LEN, "symlink target")?,
+            },
+            Proc::Rename => RequestOp::Rename {
+                from_dir: get_fh(r)?,
+                from_name: get_name(r)?,
+                to_dir: get_fh(r)?,
+                to_name: get_name(r)?,
+            },
+            Proc::Link => RequestOp::Link {
+                fh: get_fh(r)?,
+                dir: get_fh(r)?,
+                name: get_name(r)?,
+            },
+            Proc::ReadDir => RequestOp::ReadDir {
+                dir: get_fh(r)?,
+                cookie: r.u64("cookie")?,
+                verifier: r.fixed::<8>("cookie verifier")?,
+                count: r.u32("count")?,
+            },
+            Proc::ReadDirPlus => RequestOp::ReadDirPlus {
+                dir: get_fh(r)?,
+                cookie: r.u64("cookie")?,
+                verifier: r.fixed::<8>("cookie verifier")?,
+                dircount: r.u32("dircount")?,
+                maxcount: r.u32("maxcount")?,
+            },
+        })
+    }
+}
+
+/// WRITE arguments; `data` is the tail of the record.
+pub(crate) fn encode_write_args(
+    buf: &mut Vec<u8>,
+    fh: &FileHandle,
+    offset: u64,
+    stable: StableHow,
+    data: &[u8],
+) {
+    put_fh(buf, fh);
+    xdr::put_u64(buf, offset);
+    xdr::put_u32(buf, stable as u32);
+    xdr::put_opaque(buf, data);
+}
