@@ -300,9 +300,11 @@ impl Opener {
     }
 }
 
-/// Smallest read a [`RecordReader`] offers, so small records arriving together are read with
-/// one system call.
+/// Size a [`RecordReader`] grows its free space to, so small records arriving together are
+/// read with one system call.
 const MIN_READ: usize = 64 * 1024;
+/// Free space below which a [`RecordReader`] compacts or grows its buffer.
+const MIN_SPARE: usize = 4096;
 
 /// Accumulates bytes from a stream and opens whole records in place, without copying a payload.
 ///
@@ -369,26 +371,32 @@ impl RecordReader {
         Some(u32::from_be_bytes(*header) as usize + RECORD_OVERHEAD)
     }
 
-    /// Space to read into (initialised memory, at least 64 KiB, and at least enough for the
-    /// rest of the record being received). Follow with [`RecordReader::advance`].
+    /// Space to read into (initialised memory; at least 4 KiB and at least the rest of the
+    /// record being received). Follow with [`RecordReader::advance`].
+    ///
+    /// The buffer is compacted or grown only when the free space runs low, so a stream of small
+    /// records is read with few, large reads and few copies.
     pub fn read_buf(&mut self) -> &mut [u8] {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
         }
-        // Never grow beyond one maximal record plus one read: a bogus header is rejected by
-        // next_record before it could make us allocate more.
-        let record = match self.peek_len() {
-            Some(total) if total <= self.opener.max_payload + RECORD_OVERHEAD => total,
+        // Bytes still missing from the record being received. A header beyond the limit is
+        // not trusted here (next_record rejects it), so a hostile length never makes us
+        // allocate.
+        let missing = match self.peek_len() {
+            Some(total) if total <= self.opener.max_payload + RECORD_OVERHEAD => {
+                total - self.buffered().min(total)
+            }
             _ => 0,
         };
-        let want = record.saturating_sub(self.buffered()).max(MIN_READ);
-        if self.buf.len() - self.end < want {
+        if self.buf.len() - self.end < missing.max(MIN_SPARE) {
             if self.start > 0 {
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
             }
+            let want = missing.max(MIN_READ);
             if self.buf.len() - self.end < want {
                 self.buf.resize(self.end + want, 0);
             }

@@ -1,0 +1,407 @@
+//! Proptest strategies for every protocol message, shared by the integration tests.
+
+#![allow(dead_code)]
+
+use proptest::prelude::*;
+use proptest::strategy::Union;
+use protocol::*;
+
+pub fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 0..=max)
+}
+
+pub fn fh() -> impl Strategy<Value = FileHandle> {
+    prop::collection::vec(any::<u8>(), HANDLE_LEN).prop_map(|v| FileHandle::from_slice(&v).unwrap())
+}
+
+pub fn name() -> impl Strategy<Value = Vec<u8>> {
+    bytes(40)
+}
+
+pub fn verifier() -> impl Strategy<Value = [u8; 8]> {
+    any::<u64>().prop_map(u64::to_be_bytes)
+}
+
+pub fn time() -> impl Strategy<Value = Time> {
+    (any::<i64>(), 0..1_000_000_000u32).prop_map(|(seconds, nanos)| Time { seconds, nanos })
+}
+
+pub fn ftype() -> impl Strategy<Value = FileType> {
+    prop_oneof![
+        Just(FileType::Regular),
+        Just(FileType::Directory),
+        Just(FileType::Block),
+        Just(FileType::Char),
+        Just(FileType::Symlink),
+        Just(FileType::Socket),
+        Just(FileType::Fifo),
+    ]
+}
+
+pub fn attr() -> impl Strategy<Value = Attr> {
+    (
+        (
+            ftype(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+        ),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<(u32, u32)>(),
+            any::<u64>(),
+            any::<u64>(),
+        ),
+        (time(), time(), time(), any::<u32>()),
+    )
+        .prop_map(
+            |(
+                (ftype, mode, nlink, uid, gid),
+                (size, used, rdev, fsid, fileid),
+                (atime, mtime, ctime, lease_ms),
+            )| Attr {
+                ftype,
+                mode,
+                nlink,
+                uid,
+                gid,
+                size,
+                used,
+                rdev,
+                fsid,
+                fileid,
+                atime,
+                mtime,
+                ctime,
+                lease_ms,
+            },
+        )
+}
+
+pub fn opt_attr() -> impl Strategy<Value = Option<Attr>> {
+    prop::option::of(attr())
+}
+
+pub fn set_time() -> impl Strategy<Value = SetTime> {
+    prop_oneof![
+        Just(SetTime::DontChange),
+        Just(SetTime::ServerTime),
+        time().prop_map(SetTime::ClientTime),
+    ]
+}
+
+pub fn set_attr() -> impl Strategy<Value = SetAttr> {
+    (
+        any::<Option<u32>>(),
+        any::<Option<u32>>(),
+        any::<Option<u32>>(),
+        any::<Option<u64>>(),
+        set_time(),
+        set_time(),
+    )
+        .prop_map(|(mode, uid, gid, size, atime, mtime)| SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+        })
+}
+
+pub fn stable() -> impl Strategy<Value = StableHow> {
+    prop_oneof![
+        Just(StableHow::Unstable),
+        Just(StableHow::DataSync),
+        Just(StableHow::FileSync),
+    ]
+}
+
+pub fn login_args() -> impl Strategy<Value = LoginArgs> {
+    (
+        "[a-z][a-z0-9_.-]{0,20}",
+        any::<[u8; 32]>(),
+        any::<u64>(),
+        prop::collection::vec(any::<u8>(), 64),
+    )
+        .prop_map(|(user, seed, seqno, sig)| LoginArgs {
+            user,
+            public_key: UserKeypair::from_seed(seed).public_key(),
+            seqno,
+            signature: sig.try_into().unwrap(),
+        })
+}
+
+pub fn request_op() -> impl Strategy<Value = RequestOp> {
+    Union::new(vec![
+        Just(RequestOp::Null).boxed(),
+        bytes(60).prop_map(|path| RequestOp::Mount { path }).boxed(),
+        login_args().prop_map(RequestOp::Login).boxed(),
+        fh().prop_map(|fh| RequestOp::GetAttr { fh }).boxed(),
+        (fh(), set_attr(), prop::option::of(time()))
+            .prop_map(|(fh, attr, guard)| RequestOp::SetAttr { fh, attr, guard })
+            .boxed(),
+        (fh(), name())
+            .prop_map(|(dir, name)| RequestOp::Lookup { dir, name })
+            .boxed(),
+        (fh(), any::<u32>())
+            .prop_map(|(fh, access)| RequestOp::Access { fh, access })
+            .boxed(),
+        fh().prop_map(|fh| RequestOp::ReadLink { fh }).boxed(),
+        (fh(), any::<u64>(), any::<u32>())
+            .prop_map(|(fh, offset, count)| RequestOp::Read { fh, offset, count })
+            .boxed(),
+        (fh(), any::<u64>(), stable(), bytes(300))
+            .prop_map(|(fh, offset, stable, data)| RequestOp::Write {
+                fh,
+                offset,
+                stable,
+                data,
+            })
+            .boxed(),
+        (
+            fh(),
+            name(),
+            prop_oneof![
+                set_attr().prop_map(CreateHow::Unchecked),
+                set_attr().prop_map(CreateHow::Guarded),
+                verifier().prop_map(CreateHow::Exclusive),
+            ],
+        )
+            .prop_map(|(dir, name, how)| RequestOp::Create { dir, name, how })
+            .boxed(),
+        (fh(), name(), set_attr())
+            .prop_map(|(dir, name, attr)| RequestOp::Mkdir { dir, name, attr })
+            .boxed(),
+        (fh(), name(), set_attr(), bytes(60))
+            .prop_map(|(dir, name, attr, target)| RequestOp::Symlink {
+                dir,
+                name,
+                attr,
+                target,
+            })
+            .boxed(),
+        (fh(), name())
+            .prop_map(|(dir, name)| RequestOp::Remove { dir, name })
+            .boxed(),
+        (fh(), name())
+            .prop_map(|(dir, name)| RequestOp::Rmdir { dir, name })
+            .boxed(),
+        (fh(), name(), fh(), name())
+            .prop_map(|(from_dir, from_name, to_dir, to_name)| RequestOp::Rename {
+                from_dir,
+                from_name,
+                to_dir,
+                to_name,
+            })
+            .boxed(),
+        (fh(), fh(), name())
+            .prop_map(|(fh, dir, name)| RequestOp::Link { fh, dir, name })
+            .boxed(),
+        (fh(), any::<u64>(), verifier(), any::<u32>())
+            .prop_map(|(dir, cookie, verifier, count)| RequestOp::ReadDir {
+                dir,
+                cookie,
+                verifier,
+                count,
+            })
+            .boxed(),
+        (fh(), any::<u64>(), verifier(), any::<u32>(), any::<u32>())
+            .prop_map(
+                |(dir, cookie, verifier, dircount, maxcount)| RequestOp::ReadDirPlus {
+                    dir,
+                    cookie,
+                    verifier,
+                    dircount,
+                    maxcount,
+                },
+            )
+            .boxed(),
+        fh().prop_map(|fh| RequestOp::FsStat { fh }).boxed(),
+        fh().prop_map(|fh| RequestOp::FsInfo { fh }).boxed(),
+        fh().prop_map(|fh| RequestOp::PathConf { fh }).boxed(),
+        (fh(), any::<u64>(), any::<u32>())
+            .prop_map(|(fh, offset, count)| RequestOp::Commit { fh, offset, count })
+            .boxed(),
+    ])
+}
+
+pub fn request() -> impl Strategy<Value = Request> {
+    (any::<u64>(), any::<u32>(), request_op()).prop_map(|(id, authno, op)| Request {
+        id,
+        authno,
+        op,
+    })
+}
+
+fn new_object() -> impl Strategy<Value = NewObject> {
+    (fh(), opt_attr(), opt_attr()).prop_map(|(fh, attr, dir_attr)| NewObject { fh, attr, dir_attr })
+}
+
+fn dir_entry() -> impl Strategy<Value = DirEntry> {
+    (any::<u64>(), name(), any::<u64>()).prop_map(|(fileid, name, cookie)| DirEntry {
+        fileid,
+        name,
+        cookie,
+    })
+}
+
+fn dir_entry_plus() -> impl Strategy<Value = DirEntryPlus> {
+    (
+        any::<u64>(),
+        name(),
+        any::<u64>(),
+        opt_attr(),
+        prop::option::of(fh()),
+    )
+        .prop_map(|(fileid, name, cookie, attr, fh)| DirEntryPlus {
+            fileid,
+            name,
+            cookie,
+            attr,
+            fh,
+        })
+}
+
+fn page<E: std::fmt::Debug>(entry: impl Strategy<Value = E>) -> impl Strategy<Value = DirPage<E>> {
+    (
+        opt_attr(),
+        verifier(),
+        prop::collection::vec(entry, 0..6),
+        any::<bool>(),
+    )
+        .prop_map(|(dir_attr, verifier, entries, eof)| DirPage {
+            dir_attr,
+            verifier,
+            entries,
+            eof,
+        })
+}
+
+pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
+    Union::new(vec![
+        Just(ReplyBody::Null).boxed(),
+        (fh(), attr())
+            .prop_map(|(fh, attr)| ReplyBody::Mount { fh, attr })
+            .boxed(),
+        any::<u32>()
+            .prop_map(|authno| ReplyBody::Login { authno })
+            .boxed(),
+        attr().prop_map(|attr| ReplyBody::GetAttr { attr }).boxed(),
+        opt_attr()
+            .prop_map(|attr| ReplyBody::SetAttr { attr })
+            .boxed(),
+        (fh(), opt_attr(), opt_attr())
+            .prop_map(|(fh, attr, dir_attr)| ReplyBody::Lookup { fh, attr, dir_attr })
+            .boxed(),
+        (opt_attr(), any::<u32>())
+            .prop_map(|(attr, access)| ReplyBody::Access { attr, access })
+            .boxed(),
+        (opt_attr(), bytes(60))
+            .prop_map(|(attr, target)| ReplyBody::ReadLink { attr, target })
+            .boxed(),
+        (opt_attr(), any::<bool>(), bytes(300))
+            .prop_map(|(attr, eof, data)| ReplyBody::Read { attr, eof, data })
+            .boxed(),
+        (opt_attr(), any::<u32>(), stable(), verifier())
+            .prop_map(|(attr, count, committed, verifier)| ReplyBody::Write {
+                attr,
+                count,
+                committed,
+                verifier,
+            })
+            .boxed(),
+        new_object().prop_map(ReplyBody::Create).boxed(),
+        new_object().prop_map(ReplyBody::Mkdir).boxed(),
+        new_object().prop_map(ReplyBody::Symlink).boxed(),
+        opt_attr()
+            .prop_map(|dir_attr| ReplyBody::Remove { dir_attr })
+            .boxed(),
+        opt_attr()
+            .prop_map(|dir_attr| ReplyBody::Rmdir { dir_attr })
+            .boxed(),
+        (opt_attr(), opt_attr())
+            .prop_map(|(from_dir_attr, to_dir_attr)| ReplyBody::Rename {
+                from_dir_attr,
+                to_dir_attr,
+            })
+            .boxed(),
+        (opt_attr(), opt_attr())
+            .prop_map(|(attr, dir_attr)| ReplyBody::Link { attr, dir_attr })
+            .boxed(),
+        page(dir_entry()).prop_map(ReplyBody::ReadDir).boxed(),
+        page(dir_entry_plus())
+            .prop_map(ReplyBody::ReadDirPlus)
+            .boxed(),
+        (opt_attr(), any::<[u64; 6]>(), any::<u32>())
+            .prop_map(|(attr, v, invarsec)| {
+                ReplyBody::FsStat(FsStat {
+                    attr,
+                    tbytes: v[0],
+                    fbytes: v[1],
+                    abytes: v[2],
+                    tfiles: v[3],
+                    ffiles: v[4],
+                    afiles: v[5],
+                    invarsec,
+                })
+            })
+            .boxed(),
+        (
+            opt_attr(),
+            any::<[u32; 7]>(),
+            any::<u64>(),
+            time(),
+            any::<u32>(),
+        )
+            .prop_map(|(attr, v, maxfilesize, time_delta, properties)| {
+                ReplyBody::FsInfo(FsInfo {
+                    attr,
+                    rtmax: v[0],
+                    rtpref: v[1],
+                    rtmult: v[2],
+                    wtmax: v[3],
+                    wtpref: v[4],
+                    wtmult: v[5],
+                    dtpref: v[6],
+                    maxfilesize,
+                    time_delta,
+                    properties,
+                })
+            })
+            .boxed(),
+        (opt_attr(), any::<u32>(), any::<u32>(), any::<[bool; 4]>())
+            .prop_map(|(attr, linkmax, name_max, b)| {
+                ReplyBody::PathConf(PathConf {
+                    attr,
+                    linkmax,
+                    name_max,
+                    no_trunc: b[0],
+                    chown_restricted: b[1],
+                    case_insensitive: b[2],
+                    case_preserving: b[3],
+                })
+            })
+            .boxed(),
+        (opt_attr(), verifier())
+            .prop_map(|(attr, verifier)| ReplyBody::Commit { attr, verifier })
+            .boxed(),
+    ])
+}
+
+pub fn status() -> impl Strategy<Value = NfsStatus> {
+    prop::sample::select(NfsStatus::ALL)
+}
+
+pub fn server_message() -> impl Strategy<Value = ServerMessage> {
+    prop_oneof![
+        3 => (any::<u64>(), reply_body())
+            .prop_map(|(id, body)| ServerMessage::Reply(Reply { id, result: Ok(body) })),
+        1 => (any::<u64>(), status())
+            .prop_map(|(id, s)| ServerMessage::Reply(Reply { id, result: Err(s) })),
+        1 => (fh(), opt_attr())
+            .prop_map(|(fh, attr)| ServerMessage::Invalidate(Invalidate { fh, attr })),
+    ]
+}
