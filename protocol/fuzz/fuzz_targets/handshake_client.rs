@@ -1,0 +1,6 @@
+//! cargo-fuzz target: see `protocol::fuzzing::client_handshake` for what is checked.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| protocol::fuzzing::client_handshake(data));
