@@ -58,7 +58,47 @@ pub struct Time {
     pub nanos: u32,
 }
 
+impl From<std::time::SystemTime> for Time {
+    fn from(t: std::time::SystemTime) -> Time {
+        match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Time {
+                seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                nanos: d.subsec_nanos(),
+            },
+            Err(e) => {
+                // Before 1970: round the seconds down so nanos stays positive.
+                let d = e.duration();
+                let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+                if d.subsec_nanos() == 0 {
+                    Time {
+                        seconds: -secs,
+                        nanos: 0,
+                    }
+                } else {
+                    Time {
+                        seconds: -secs - 1,
+                        nanos: 1_000_000_000 - d.subsec_nanos(),
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl Time {
+    /// The time as a `SystemTime` (saturating at the platform's limits).
+    pub fn to_system_time(self) -> std::time::SystemTime {
+        use std::time::{Duration, UNIX_EPOCH};
+        let nanos = Duration::from_nanos(u64::from(self.nanos));
+        let base = if self.seconds >= 0 {
+            UNIX_EPOCH.checked_add(Duration::from_secs(self.seconds.unsigned_abs()))
+        } else {
+            UNIX_EPOCH.checked_sub(Duration::from_secs(self.seconds.unsigned_abs()))
+        };
+        base.and_then(|b| b.checked_add(nanos))
+            .unwrap_or(UNIX_EPOCH)
+    }
+
     pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
         xdr::put_i64(buf, self.seconds);
         xdr::put_u32(buf, self.nanos);
@@ -146,6 +186,54 @@ impl Attr {
             ctime: Time::decode(r)?,
             lease_ms: r.u32("lease")?,
         })
+    }
+}
+
+#[cfg(unix)]
+impl Attr {
+    /// The attributes of a local file, as a server reports them, with a lease of `lease_ms`.
+    pub fn from_metadata(m: &std::fs::Metadata, lease_ms: u32) -> Attr {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let t = m.file_type();
+        let ftype = if t.is_dir() {
+            FileType::Directory
+        } else if t.is_symlink() {
+            FileType::Symlink
+        } else if t.is_block_device() {
+            FileType::Block
+        } else if t.is_char_device() {
+            FileType::Char
+        } else if t.is_socket() {
+            FileType::Socket
+        } else if t.is_fifo() {
+            FileType::Fifo
+        } else {
+            FileType::Regular
+        };
+        let time = |s: i64, ns: i64| Time {
+            seconds: s,
+            nanos: u32::try_from(ns).unwrap_or(0).min(999_999_999),
+        };
+        // glibc's gnu_dev_major / gnu_dev_minor split of a 64-bit dev_t.
+        let rdev = m.rdev();
+        let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+        let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+        Attr {
+            ftype,
+            mode: m.mode() & 0o7777,
+            nlink: u32::try_from(m.nlink()).unwrap_or(u32::MAX),
+            uid: m.uid(),
+            gid: m.gid(),
+            size: m.size(),
+            used: m.blocks().saturating_mul(512),
+            rdev: (major as u32, minor as u32),
+            fsid: m.dev(),
+            fileid: m.ino(),
+            atime: time(m.atime(), m.atime_nsec()),
+            mtime: time(m.mtime(), m.mtime_nsec()),
+            ctime: time(m.ctime(), m.ctime_nsec()),
+            lease_ms,
+        }
     }
 }
 
@@ -238,6 +326,37 @@ impl SetAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn system_time_round_trips() {
+        use std::time::{Duration, UNIX_EPOCH};
+        for t in [
+            UNIX_EPOCH,
+            UNIX_EPOCH + Duration::new(1_700_000_000, 5),
+            UNIX_EPOCH - Duration::new(3, 250_000_000),
+            UNIX_EPOCH - Duration::from_secs(10),
+        ] {
+            let ours = Time::from(t);
+            assert!(ours.nanos < 1_000_000_000);
+            assert_eq!(ours.to_system_time(), t);
+        }
+        assert_eq!(
+            Time::from(UNIX_EPOCH - Duration::new(3, 250_000_000)),
+            Time {
+                seconds: -4,
+                nanos: 750_000_000
+            }
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn metadata_of_a_directory() {
+        let m = std::fs::metadata(".").unwrap();
+        let a = Attr::from_metadata(&m, 5);
+        assert_eq!(a.ftype, FileType::Directory);
+        assert_eq!(a.lease_ms, 5);
+    }
 
     #[test]
     fn attr_len_matches_encoding() {

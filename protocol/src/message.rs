@@ -158,6 +158,18 @@ pub fn encode_read_reply_into<E>(
 /// a server can size `count` to fit a record.
 pub const READ_REPLY_OVERHEAD: usize = 4 + 8 + 4 + 4 + 4 + crate::attr::ATTR_LEN + 4 + 4 + 3;
 
+/// Bytes of a WRITE request besides its data (at most, with padding).
+pub const WRITE_REQUEST_OVERHEAD: usize = 8 + 4 + 4 + crate::handle::HANDLE_LEN + 8 + 4 + 4 + 3;
+
+/// The largest READ or WRITE data that fits in a record of `max_payload` bytes
+/// (e.g. `session.sealer.max_payload()` on the server for READ, on the client for WRITE).
+pub fn max_io_size(max_payload: usize) -> u32 {
+    let n = max_payload.saturating_sub(READ_REPLY_OVERHEAD.max(WRITE_REQUEST_OVERHEAD));
+    // Keep transfers a multiple of 4 KiB when they can be, as file systems like.
+    let n = if n >= 4096 { n & !4095 } else { n };
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// Server-initiated: the client must drop cached attributes and data of `fh`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invalidate {

@@ -139,6 +139,18 @@ impl Sealer {
         Ok(())
     }
 
+    /// Appends one sealed record whose payload `encode` appends to `out`, sealed in place:
+    /// `sealer.seal_with(&mut out, |b| request.encode_into(b))`.
+    pub fn seal_with(
+        &mut self,
+        out: &mut Vec<u8>,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), RecordError> {
+        let start = self.begin(out);
+        encode(out);
+        self.finish(out, start)
+    }
+
     /// Appends one sealed record carrying `payload` to `out`.
     pub fn seal_into(&mut self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
         if payload.len() > self.max_payload {

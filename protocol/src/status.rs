@@ -126,6 +126,29 @@ impl fmt::Display for NfsStatus {
 
 impl std::error::Error for NfsStatus {}
 
+impl From<crate::error::HandleError> for NfsStatus {
+    /// A handle that does not verify was not issued by this server (or was altered).
+    fn from(_: crate::error::HandleError) -> NfsStatus {
+        NfsStatus::BadHandle
+    }
+}
+
+impl From<crate::error::LoginError> for NfsStatus {
+    /// A refused login is a permission problem, except a malformed user name.
+    fn from(e: crate::error::LoginError) -> NfsStatus {
+        match e {
+            crate::error::LoginError::BadUserName(_) => NfsStatus::Inval,
+            _ => NfsStatus::Acces,
+        }
+    }
+}
+
+impl From<io::Error> for NfsStatus {
+    fn from(e: io::Error) -> NfsStatus {
+        NfsStatus::from_io_error(&e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

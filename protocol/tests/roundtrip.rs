@@ -129,3 +129,54 @@ fn every_status_round_trips_in_a_reply() {
         assert_eq!(ServerMessage::decode(&msg.encode()).unwrap(), msg);
     }
 }
+
+#[test]
+fn max_io_size_fits_a_record() {
+    use protocol::record::DEFAULT_MAX_PAYLOAD;
+    assert_eq!(
+        max_io_size(DEFAULT_MAX_PAYLOAD),
+        1 << 20,
+        "1 MiB transfers with the default record limit"
+    );
+    let attr = Attr {
+        ftype: FileType::Regular,
+        mode: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        used: 0,
+        rdev: (0, 0),
+        fsid: 0,
+        fileid: 0,
+        atime: Time::default(),
+        mtime: Time::default(),
+        ctime: Time::default(),
+        lease_ms: 0,
+    };
+    for max in [4096, 10_001, DEFAULT_MAX_PAYLOAD] {
+        let n = max_io_size(max) as usize;
+        let mut sealer = Sealer::new(&[0; 32], max);
+        let mut out = Vec::new();
+        let start = sealer.begin(&mut out);
+        encode_read_reply_into::<()>(&mut out, u64::MAX, Some(&attr), |b| {
+            b.resize(b.len() + n, 0);
+            Ok(true)
+        })
+        .unwrap();
+        sealer.finish(&mut out, start).unwrap();
+        sealer
+            .seal_with(&mut out, |b| {
+                encode_write_request_into(
+                    b,
+                    u64::MAX,
+                    u32::MAX,
+                    &FileHandle::from_bytes([0; HANDLE_LEN]),
+                    0,
+                    StableHow::FileSync,
+                    &vec![0; n],
+                )
+            })
+            .unwrap();
+    }
+}
