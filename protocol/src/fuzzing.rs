@@ -16,6 +16,13 @@ use crate::record::{Opener, RecordReader, Sealer};
 use crate::request::RequestOp;
 
 const FUZZ_SERVER_SECRET: [u8; 32] = [0x42; 32];
+
+/// The fuzzers' server key, derived once (an X25519 base multiplication per input would
+/// dominate the fuzzers' time).
+fn server_keypair() -> &'static ServerKeypair {
+    static KP: std::sync::OnceLock<ServerKeypair> = std::sync::OnceLock::new();
+    KP.get_or_init(|| ServerKeypair::from_secret(FUZZ_SERVER_SECRET))
+}
 const FUZZ_RECORD_KEY: [u8; 32] = [0x17; 32];
 const FUZZ_MAX_PAYLOAD: usize = 1 << 16;
 
@@ -67,8 +74,7 @@ pub fn open_records(data: &[u8]) {
 
 /// A server handshake fed arbitrary client bytes.
 pub fn server_handshake(data: &[u8]) {
-    let kp = ServerKeypair::from_secret(FUZZ_SERVER_SECRET);
-    let mut hs = ServerHandshake::new(&kp);
+    let mut hs = ServerHandshake::new(server_keypair());
     let _ = hs.take_output();
     match hs.receive(data) {
         Ok(n) => assert!(n <= data.len()),
@@ -83,12 +89,12 @@ pub fn server_handshake(data: &[u8]) {
 /// A client handshake fed arbitrary server bytes. First byte odd: a genuine server key message
 /// is fed first, so the rest reaches the Noise reply parsing.
 pub fn client_handshake(data: &[u8]) {
-    let kp = ServerKeypair::from_secret(FUZZ_SERVER_SECRET);
+    let kp = server_keypair();
     let name = kp.server_name(Location::new("fuzz.example", 4004).expect("valid location"));
     let mut hs = ClientHandshake::with_config(&name, HandshakeConfig::default());
     let rest = match data.split_first() {
         Some((&mode, rest)) if mode & 1 == 1 => {
-            let mut server = ServerHandshake::new(&kp);
+            let mut server = ServerHandshake::new(kp);
             let s0 = server.take_output();
             hs.receive(&s0).expect("genuine server key accepted");
             rest

@@ -102,7 +102,9 @@ impl LoginSigner {
     pub fn sign(&mut self, user: &str, key: &UserKeypair) -> Result<LoginArgs, LoginError> {
         check_user_name(user)?;
         let seqno = self.next_seqno;
-        self.next_seqno += 1;
+        // 2^64 logins will not happen; saturating keeps this panic-free regardless (the
+        // verifier then refuses the repeated number).
+        self.next_seqno = self.next_seqno.saturating_add(1);
         Ok(sign_login(
             &self.session_id,
             &self.host_id,

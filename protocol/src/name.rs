@@ -5,9 +5,11 @@
 //! to the HOSTID. The location is part of the hash, so a key cannot be replayed under another
 //! host name.
 //!
-//! HOSTID = SHA-1( "SFS-HOSTID-1\0" || u32be(len(loc)) || loc || x25519_public_key[32] ), where
-//! `loc` is the *canonical* location `host%port` (port always written, host in lower case),
-//! printed as 32 characters of the SFS base32 alphabet, most significant bit first.
+//! ```text
+//! HOSTID = SHA-1( "SFS-HOSTID-1\0" || u32be(len(loc)) || loc || x25519_public_key[32] )
+//! ```
+//! where `loc` is the *canonical* location `host%port` (port always written, host in lower
+//! case), printed as 32 characters of the SFS base32 alphabet, most significant bit first.
 
 use std::fmt;
 use std::net::Ipv6Addr;
