@@ -113,6 +113,7 @@ pub(crate) fn run_task(
             color,
             message: panic_message(payload.as_ref()),
         });
+        core.wake_all();
     }
     let ended = Instant::now();
     counters.ran(color == Color::DEFAULT, nanos(ended - started));
@@ -133,6 +134,7 @@ pub(crate) fn poll_turn(core: &dyn Core, may_block: bool) {
     };
     if let Err(err) = common.reactor.poll(timeout, core) {
         common.fail(Error::Poll(err));
+        core.wake_all();
         return;
     }
     for (color, callback) in common.timers.take_due(Instant::now()) {

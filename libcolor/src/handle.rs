@@ -132,11 +132,9 @@ impl Handle {
         let core = self.core.clone();
         self.core.common().pool.submit(Box::new(move || {
             match catch_unwind(AssertUnwindSafe(job)) {
-                Ok(value) => core.schedule(Task::call(
-                    color,
-                    Lane::Cpu,
-                    Box::new(move || done(value)),
-                )),
+                Ok(value) => {
+                    core.schedule(Task::call(color, Lane::Cpu, Box::new(move || done(value))))
+                }
                 Err(payload) => {
                     core.common().fail(Error::HelperPanicked {
                         color,
@@ -282,7 +280,11 @@ impl IoRegistration {
     }
 
     /// Changes the readiness the poller reports for this source.
-    pub fn reregister<S: Source + ?Sized>(&self, source: &mut S, interest: Interest) -> io::Result<()> {
+    pub fn reregister<S: Source + ?Sized>(
+        &self,
+        source: &mut S,
+        interest: Interest,
+    ) -> io::Result<()> {
         self.handle
             .core
             .common()

@@ -142,7 +142,7 @@ impl Mp {
                 .name(format!("libcolor-worker-{index}"))
                 .spawn(move || {
                     if let Some(cpu) = cpu
-                        && !core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+                        && !crate::runtime::pin_current_thread(cpu)
                     {
                         mp.common.fail(Error::Pin { worker: index, cpu });
                         mp.wake_all();
@@ -241,8 +241,7 @@ impl Mp {
             self.idle_workers.fetch_add(1, SeqCst);
             // Re-check after announcing the sleep: a task scheduled before the announcement
             // saw us awake and did not wake us.
-            let queue = &self.queues[self.queue_of(index)];
-            if queue.depth.load(SeqCst) > 0 || self.common.is_stopping() {
+            if self.has_eligible_work(index) || self.common.is_stopping() {
                 may_block = false;
             }
         }
@@ -264,17 +263,32 @@ impl Mp {
         let me = &self.workers[index];
         me.sleep.store(PARKED, SeqCst);
         self.idle_workers.fetch_add(1, SeqCst);
-        let queue = &self.queues[self.queue_of(index)];
-        let must_stay_awake = self.common.is_stopping()
-            || queue.depth.load(SeqCst) > 0
-            || self.try_steal(index);
+        let must_stay_awake =
+            self.common.is_stopping() || self.has_eligible_work(index) || self.try_steal(index);
         if !must_stay_awake {
             let started = Instant::now();
             parker.park();
-            self.common.stats.worker(index).idled(nanos(started.elapsed()));
+            self.common
+                .stats
+                .worker(index)
+                .idled(nanos(started.elapsed()));
         }
         me.sleep.store(AWAKE, SeqCst);
         self.idle_workers.fetch_sub(1, SeqCst);
+    }
+
+    /// Whether this worker's queue holds something it could run now. With per-worker queues
+    /// that is any task; with the shared queue, a task whose color is not running elsewhere
+    /// (a worker that finishes a color picks its successor itself, so skipping blocked
+    /// colors cannot strand them).
+    fn has_eligible_work(&self, index: usize) -> bool {
+        let queue = &self.queues[self.queue_of(index)];
+        match self.mode {
+            QueueMode::PerWorker => queue.depth.load(SeqCst) > 0,
+            QueueMode::Shared => {
+                lock(&queue.tasks).has_eligible(|slot| self.running_elsewhere_than(index, slot))
+            }
+        }
     }
 
     /// With a shared queue, whether another worker is running a task of `slot`.
@@ -282,6 +296,13 @@ impl Mp {
         self.workers
             .iter()
             .any(|w| w.running_slot.load(Acquire) == slot)
+    }
+
+    fn running_elsewhere_than(&self, me: usize, slot: usize) -> bool {
+        self.workers
+            .iter()
+            .enumerate()
+            .any(|(i, w)| i != me && w.running_slot.load(Acquire) == slot)
     }
 
     /// Steals every queued task of one color slot that is not running from the busiest other
@@ -320,7 +341,11 @@ impl Mp {
     }
 
     /// Locks two queues in index order (the only place two queue locks are held at once).
-    fn lock_pair(&self, a: usize, b: usize) -> (MutexGuard<'_, RunQueue>, MutexGuard<'_, RunQueue>) {
+    fn lock_pair(
+        &self,
+        a: usize,
+        b: usize,
+    ) -> (MutexGuard<'_, RunQueue>, MutexGuard<'_, RunQueue>) {
         if a < b {
             let first = lock(&self.queues[a].tasks);
             let second = lock(&self.queues[b].tasks);
@@ -383,6 +408,10 @@ impl Core for Mp {
                     }
                 }
                 QueueMode::Shared => {
+                    // A blocked poller holds color 0: only it can run color-0 work.
+                    if slot == Color::DEFAULT.slot() {
+                        self.wake_poller();
+                    }
                     if self.idle_workers.load(SeqCst) > 0 {
                         self.wake_one_idle(usize::MAX);
                     }

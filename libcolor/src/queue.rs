@@ -5,19 +5,28 @@
 //! `priority + (color == last color run here)` (thesis 000, section 3.3), the leftmost on a
 //! tie. Only the first queued task of each color slot is a candidate, so neither priority nor
 //! affinity can reorder tasks of one color.
+//!
+//! Affinity and priority alone could starve a task forever (a color that re-schedules itself
+//! keeps winning on affinity), so after `MAX_BYPASS` consecutive picks that passed over the
+//! leftmost candidate, the leftmost one runs: every task runs within a bounded number of picks.
 
 use std::collections::VecDeque;
 
-use crate::color::{COLOR_SLOTS, Color};
-use crate::task::{Lane, Task};
+use crate::color::Color;
+use crate::task::{Lane, Task, Work};
 
 /// How many eligible tasks the scheduler considers before settling (the paper's "first few").
 pub(crate) const DEFAULT_WINDOW: usize = 4;
+
+/// Consecutive picks that may pass over the leftmost eligible task.
+const MAX_BYPASS: u32 = 8;
 
 #[derive(Default)]
 pub(crate) struct RunQueue {
     cpu: VecDeque<Task>,
     io: VecDeque<Task>,
+    /// Picks in a row that did not take the leftmost candidate.
+    bypassed: u32,
 }
 
 impl RunQueue {
@@ -66,26 +75,30 @@ impl RunQueue {
     ) -> Option<Task> {
         let mut seen_slots = [usize::MAX; 16];
         let window = window.clamp(1, seen_slots.len());
+        let window = if self.bypassed >= MAX_BYPASS {
+            1
+        } else {
+            window
+        };
         let mut seen = 0usize;
         let mut best: Option<(usize, i16)> = None;
         let mut skipped_slots: Vec<usize> = Vec::new();
         for index in 0..self.len() {
             let task = self.get(index);
             let slot = task.color.slot();
-            if seen_slots[..seen].contains(&slot) {
+            if seen_slots[..seen].contains(&slot) || skipped_slots.contains(&slot) {
                 continue;
             }
-            if blocked(slot) || skipped_slots.contains(&slot) {
+            if blocked(slot) {
                 // Remember it so later tasks of the slot are not taken out of order.
-                if skipped_slots.len() < COLOR_SLOTS {
-                    skipped_slots.push(slot);
-                }
+                skipped_slots.push(slot);
                 continue;
             }
             seen_slots[seen] = slot;
             seen += 1;
-            let affinity = i16::from(Some(task.color) == last);
-            let weight = i16::from(task.priority) + affinity;
+            // The poller gets no affinity bonus: it re-queues itself after every turn.
+            let affinity = Some(task.color) == last && !matches!(task.work, Work::Poll);
+            let weight = i16::from(task.priority) + i16::from(affinity);
             if best.is_none_or(|(_, w)| weight > w) {
                 best = Some((index, weight));
             }
@@ -93,7 +106,19 @@ impl RunQueue {
                 break;
             }
         }
-        best.map(|(index, _)| self.remove(index))
+        let (index, _) = best?;
+        // `best` only moves off the first candidate when a later one weighs more.
+        let took_leftmost = self.get(index).color.slot() == seen_slots[0];
+        self.bypassed = if took_leftmost { 0 } else { self.bypassed + 1 };
+        Some(self.remove(index))
+    }
+
+    /// Whether `pick` would find something to run.
+    pub(crate) fn has_eligible(&self, blocked: impl Fn(usize) -> bool) -> bool {
+        self.cpu
+            .iter()
+            .chain(self.io.iter())
+            .any(|task| !blocked(task.color.slot()))
     }
 
     /// Takes every task of `slot`, both lanes, keeping their order.
@@ -203,11 +228,28 @@ mod tests {
     }
 
     #[test]
+    fn a_self_rescheduling_color_cannot_starve_the_leftmost_task() {
+        let mut q = RunQueue::default();
+        q.push(task(1, Lane::Cpu, 0));
+        q.push(task(2, Lane::Cpu, 0));
+        let mut ran_one = false;
+        for _ in 0..=MAX_BYPASS {
+            let t = q.pick(Some(Color(2)), DEFAULT_WINDOW, |_| false).unwrap();
+            if t.color.0 == 1 {
+                ran_one = true;
+                break;
+            }
+            q.push(task(2, Lane::Cpu, 0)); // color 2 chains itself
+        }
+        assert!(ran_one, "color 1 starved");
+    }
+
+    #[test]
     fn take_slot_keeps_order_and_both_lanes() {
         let mut q = RunQueue::default();
         q.push(task(5, Lane::Io, 1));
         q.push(task(6, Lane::Cpu, 0));
-        q.push(task(5 + COLOR_SLOTS as u32, Lane::Cpu, 2));
+        q.push(task(5 + crate::color::COLOR_SLOTS as u32, Lane::Cpu, 2));
         q.push(task(5, Lane::Io, 3));
         let taken: Vec<i8> = q.take_slot(5).iter().map(|t| t.priority).collect();
         // The cpu lane comes first, as `pick` would run them.

@@ -40,7 +40,9 @@ pub(crate) struct Reactor {
 /// Locks a mutex, ignoring poisoning: every critical section in this crate leaves its data
 /// consistent before anything that could panic runs, and user callbacks never run under a lock.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Reactor {

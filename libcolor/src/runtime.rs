@@ -157,6 +157,15 @@ impl Builder {
     }
 }
 
+/// Pins the calling thread to `cpu`; false if the CPU does not exist or is not allowed.
+/// (Checked against the allowed set first: setting an out-of-range CPU is not an error
+/// core_affinity reports gracefully.)
+pub(crate) fn pin_current_thread(cpu: usize) -> bool {
+    let allowed = core_affinity::get_core_ids().unwrap_or_default();
+    allowed.iter().any(|core| core.id == cpu)
+        && core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+}
+
 /// CPUs this process may run on.
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -176,7 +185,9 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime").field("workers", &self.handle().workers()).finish()
+        f.debug_struct("Runtime")
+            .field("workers", &self.handle().workers())
+            .finish()
     }
 }
 

@@ -36,7 +36,14 @@ impl WorkerCounters {
     #[inline]
     pub(crate) fn ran(&self, color0: bool, nanos: u64) {
         bump(&self.callbacks, 1);
-        bump(if color0 { &self.color0_ns } else { &self.other_ns }, nanos);
+        bump(
+            if color0 {
+                &self.color0_ns
+            } else {
+                &self.other_ns
+            },
+            nanos,
+        );
     }
 
     #[inline]
@@ -176,7 +183,12 @@ impl Stats {
         let workers = self
             .workers
             .iter()
-            .zip(earlier.workers.iter().chain(std::iter::repeat(&WorkerStats::default())))
+            .zip(
+                earlier
+                    .workers
+                    .iter()
+                    .chain(std::iter::repeat(&WorkerStats::default())),
+            )
             .map(|(now, then)| WorkerStats {
                 callbacks: now.callbacks - then.callbacks,
                 steals: now.steals - then.steals,

@@ -65,7 +65,7 @@ impl Uni {
     /// Runs the loop on the calling thread until the runtime stops.
     pub(crate) fn run(&self, pin: Option<usize>) -> Result<(), Error> {
         if let Some(cpu) = pin
-            && !core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+            && !crate::runtime::pin_current_thread(cpu)
         {
             return Err(Error::Pin { worker: 0, cpu });
         }
