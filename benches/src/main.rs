@@ -1,1 +1,37 @@
-fn main() {}
+//! sfs-bench: the experiments of "Multiprocessor Support for Event-Driven Programs"
+//! (Zeldovich et al., USENIX 2003) run on this code.
+
+mod cputime;
+mod report;
+mod tasks;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "sfs-bench",
+    version,
+    about = "Reproduce the libasync-smp paper's experiments on libcolor and sfsd",
+    long_about = "Reproduce the libasync-smp paper's experiments on this code base.\n\n\
+        Every subcommand measures its configurations side by side in one run (warm-up, a \
+        measured window, several repetitions, medians) and prints ratios next to absolute \
+        numbers: on a shared, noisy machine only the ratios are comparable across runs."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Task-rate benchmark of paper 001 Table 2: chained callbacks of 16 colors under each
+    /// queue configuration, beside the same workload on tokio.
+    Tasks(tasks::TasksArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Tasks(args) => tasks::run(args),
+    }
+}

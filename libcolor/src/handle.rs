@@ -1,5 +1,6 @@
 //! `Handle`: how a program schedules work on a runtime, from a callback or any thread.
 
+use std::cell::RefCell;
 use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -17,6 +18,48 @@ use crate::reactor::{Direction, IoEntry};
 use crate::stats::Stats;
 use crate::task::{Lane, Task};
 use crate::timer::TimerId;
+
+thread_local! {
+    /// The runtime whose callbacks this thread runs (set on worker threads and on the
+    /// uniprocessor loop's thread), so callbacks can schedule work without owning a `Handle`
+    /// clone: cloning one is an atomic increment on a counter shared by every worker.
+    static CURRENT: RefCell<Option<Handle>> = const { RefCell::new(None) };
+}
+
+/// Makes `handle` this thread's current runtime until the guard is dropped.
+pub(crate) fn enter(handle: Handle) -> EnterGuard {
+    let previous = CURRENT.with(|current| current.replace(Some(handle)));
+    EnterGuard { previous }
+}
+
+pub(crate) struct EnterGuard {
+    previous: Option<Handle>,
+}
+
+impl Drop for EnterGuard {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        CURRENT.with(|current| *current.borrow_mut() = previous);
+    }
+}
+
+/// The runtime running the current callback, if this thread is one of a runtime's workers.
+pub fn current() -> Option<Handle> {
+    CURRENT.with(|current| current.borrow().clone())
+}
+
+/// `cpucb` on the runtime running the current callback: the libasync-style call for code
+/// inside callbacks, cheaper than going through a captured [`Handle`].
+///
+/// # Panics
+/// If called outside a callback (on a thread that is not a runtime's worker): that is a
+/// programming error, like spawning a tokio task outside a tokio runtime.
+pub fn cpucb(color: impl Into<Color>, callback: impl FnOnce() + Send + 'static) {
+    CURRENT.with(|current| match &*current.borrow() {
+        Some(handle) => handle.cpucb(color, callback),
+        None => panic!("libcolor::cpucb called outside a libcolor callback; use Handle::cpucb"),
+    })
+}
 
 /// A cheap, cloneable, thread-safe reference to a runtime.
 ///

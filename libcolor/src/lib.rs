@@ -60,7 +60,7 @@ mod uni;
 
 pub use color::{COLOR_SLOTS, Color};
 pub use error::Error;
-pub use handle::{Handle, IoRegistration};
+pub use handle::{Handle, IoRegistration, cpucb, current};
 pub use mio;
 pub use mp::QueueMode;
 pub use pool::PoolBusy;

@@ -23,6 +23,7 @@ use crossbeam_utils::sync::{Parker, Unparker};
 use crate::color::{COLOR_SLOTS, Color};
 use crate::core::{Common, Core, nanos, poll_turn, run_task};
 use crate::error::Error;
+use crate::handle::Handle;
 use crate::queue::RunQueue;
 use crate::reactor::lock;
 use crate::task::{Task, Work};
@@ -141,6 +142,7 @@ impl Mp {
             let spawned = std::thread::Builder::new()
                 .name(format!("libcolor-worker-{index}"))
                 .spawn(move || {
+                    let _current = crate::handle::enter(Handle { core: mp.clone() });
                     if let Some(cpu) = cpu
                         && !crate::runtime::pin_current_thread(cpu)
                     {

@@ -7,13 +7,14 @@
 //! each process of an N-copy server runs.
 
 use std::cell::RefCell;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::color::Color;
 use crate::core::{Common, Core, nanos, poll_turn, run_task};
 use crate::error::Error;
+use crate::handle::Handle;
 use crate::queue::RunQueue;
 use crate::reactor::lock;
 use crate::task::{Task, Work};
@@ -63,7 +64,8 @@ impl Uni {
     }
 
     /// Runs the loop on the calling thread until the runtime stops.
-    pub(crate) fn run(&self, pin: Option<usize>) -> Result<(), Error> {
+    pub(crate) fn run(self: &Arc<Self>, pin: Option<usize>) -> Result<(), Error> {
+        let _current = crate::handle::enter(Handle { core: self.clone() });
         if let Some(cpu) = pin
             && !crate::runtime::pin_current_thread(cpu)
         {
