@@ -27,8 +27,8 @@ pub struct TasksArgs {
     /// Number of chains, each with its own color (the paper used 16)
     #[arg(long, default_value_t = 16)]
     colors: usize,
-    /// Work per callback, in iterations of a dependent multiply-add (about 1 ns each)
-    #[arg(long, default_value_t = 1000)]
+    /// Work per callback, in iterations of a dependent xorshift step (about 1 ns each)
+    #[arg(long, default_value_t = 400)]
     work: u32,
     /// Seconds of warm-up before each measured window
     #[arg(long, default_value_t = 0.5)]
@@ -43,7 +43,7 @@ pub struct TasksArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "uni,shared,per-worker,per-worker+steal,tokio,tokio-yield"
+        default_value = "uni,shared,per-worker,per-worker+steal,tokio,tokio-spawn"
     )]
     configs: Vec<Config>,
     /// Print one JSON object per configuration and line instead of a table
@@ -65,12 +65,13 @@ pub enum Config {
     /// Per-worker queues with whole-color stealing (Table 2 "+ Work Stealing")
     #[value(name = "per-worker+steal")]
     PerWorkerSteal,
-    /// tokio multi-thread runtime: each step spawns the next step as a new task
+    /// tokio multi-thread runtime: one task per chain, `yield_now` between steps
     #[value(name = "tokio")]
     Tokio,
-    /// tokio multi-thread runtime: one task per chain, `yield_now` between steps
-    #[value(name = "tokio-yield")]
-    TokioYield,
+    /// tokio multi-thread runtime: each step spawns the next step as a new task (closest to
+    /// libcolor's allocation of a fresh callback per step)
+    #[value(name = "tokio-spawn")]
+    TokioSpawn,
 }
 
 impl Config {
@@ -81,7 +82,7 @@ impl Config {
             Config::PerWorker => "per-worker",
             Config::PerWorkerSteal => "per-worker+steal",
             Config::Tokio => "tokio",
-            Config::TokioYield => "tokio-yield",
+            Config::TokioSpawn => "tokio-spawn",
         }
     }
 }
@@ -231,14 +232,15 @@ fn print_table(rows: &[Row]) {
     }
 }
 
-/// The "little work" of each callback.
+/// The "little work" of each callback: a xorshift chain, each step depending on the last, so
+/// the compiler can neither vectorise nor shortcut it (about 1 ns per iteration).
 #[inline]
 fn spin(iterations: u32, seed: u64) -> u64 {
-    let mut x = seed;
+    let mut x = seed | 1;
     for _ in 0..iterations {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
     }
     std::hint::black_box(x)
 }
@@ -296,7 +298,7 @@ fn measure(
     window: &Window,
 ) -> anyhow::Result<Sample> {
     match config {
-        Config::Tokio | Config::TokioYield => {
+        Config::Tokio | Config::TokioSpawn => {
             measure_tokio(config, workers, colors.len(), work, window)
         }
         _ => {
@@ -366,7 +368,7 @@ fn measure_tokio(
     for index in 0..chains {
         let (counts, stop) = (counts.clone(), stop.clone());
         match config {
-            Config::Tokio => {
+            Config::TokioSpawn => {
                 runtime.spawn(async move { tokio_step(index, work, counts, stop) });
             }
             _ => {
@@ -422,7 +424,7 @@ mod tests {
             Config::PerWorker,
             Config::PerWorkerSteal,
             Config::Tokio,
-            Config::TokioYield,
+            Config::TokioSpawn,
         ] {
             let sample = measure(config, 2, &colors, 100, &window).unwrap();
             assert!(sample.tasks_per_sec > 0.0, "{config:?} made no progress");
