@@ -1,0 +1,136 @@
+//! The user's identity: an Ed25519 key file, and the user name it logs in as.
+//!
+//! The key file is the protocol crate's text form (`secret-key ed25519:...`). Where it comes
+//! from: `--identity FILE`, else `SFS_IDENTITY`, else `~/.sfs/identity`; when none of those
+//! exists the client works anonymously (authno 0), which is what an export with anonymous read
+//! allows.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use protocol::UserKeypair;
+
+/// A user who logs in on every session: name and key.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The name the server's users file lists the key under.
+    pub user: String,
+    /// The key that proves it.
+    pub key: std::sync::Arc<UserKeypair>,
+}
+
+/// The default key file: `~/.sfs/identity`.
+pub fn default_path() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|h| Path::new(&h).join(".sfs").join("identity"))
+}
+
+/// The user name to log in as: explicit, else `SFS_USER`, else `USER`, else `root`.
+pub fn user_name(explicit: Option<&str>) -> String {
+    explicit
+        .map(str::to_owned)
+        .or_else(|| std::env::var("SFS_USER").ok())
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "root".to_owned())
+}
+
+/// Loads the identity. An explicitly named file (flag or `SFS_IDENTITY`) must exist; the
+/// default file is optional (anonymous without it).
+pub fn load(explicit: Option<&Path>, user: Option<&str>) -> Result<Option<Identity>> {
+    let (path, required) = match explicit {
+        Some(p) => (p.to_path_buf(), true),
+        None => match std::env::var_os("SFS_IDENTITY").filter(|s| !s.is_empty()) {
+            Some(p) => (PathBuf::from(p), true),
+            None => match default_path() {
+                Some(p) => (p, false),
+                None => return Ok(None),
+            },
+        },
+    };
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading identity {}", path.display())),
+    };
+    let key = UserKeypair::from_text(&text)
+        .with_context(|| format!("parsing identity {}", path.display()))?;
+    Ok(Some(Identity {
+        user: user_name(user),
+        key: std::sync::Arc::new(key),
+    }))
+}
+
+/// Creates a new key file at `path` readable only by its owner; refuses to replace an
+/// existing one unless `force`. Returns the key.
+pub fn keygen(path: &Path, force: bool) -> Result<UserKeypair> {
+    if path.exists() && !force {
+        bail!(
+            "{} already exists (use --force to overwrite it)",
+            path.display()
+        );
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        #[cfg(unix)]
+        if dir.ends_with(".sfs") {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+        }
+    }
+    let key = UserKeypair::generate();
+    // Write a sibling file with owner-only permissions from the start, then rename it over
+    // the target: the secret never exists with wider permissions, nor half written.
+    let tmp = path.with_extension("tmp-keygen");
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    }
+    f.write_all(key.to_text().as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keygen_is_private_and_refuses_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("id");
+        let k = keygen(&p, false).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+        assert!(keygen(&p, false).is_err());
+        let loaded = load(Some(&p), Some("alice")).unwrap().unwrap();
+        assert_eq!(loaded.key.public_key(), k.public_key());
+        assert_eq!(loaded.user, "alice");
+        let k2 = keygen(&p, true).unwrap();
+        assert_ne!(k2.public_key(), k.public_key());
+    }
+
+    #[test]
+    fn explicit_missing_identity_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(load(Some(&dir.path().join("nope")), None).is_err());
+    }
+}
