@@ -1,1 +1,229 @@
-fn main() {}
+//! `sfsd`: the parallel SFS-like file server on libcolor. See `sfsd --help`.
+
+mod cli;
+mod config;
+mod conn;
+mod fs;
+mod leases;
+mod limits;
+mod listener;
+mod server;
+mod state;
+mod users;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use protocol::{HandshakeConfig, Location};
+
+use cli::{Cli, Command, ServeArgs};
+
+fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SFSD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Init { state, location } => init(&state, &location),
+        Command::Serve(args) => serve(args),
+    };
+    if let Err(e) = result {
+        eprintln!("sfsd: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn init(dir: &std::path::Path, location: &str) -> Result<()> {
+    let location = state::parse_location(location)?;
+    let st = state::init(dir, &location)?;
+    println!("{}", st.name());
+    Ok(())
+}
+
+/// The location in the name: `--location`, else the stored one if its port is the one we
+/// listen on, else the listening address.
+fn pick_location(args: &ServeArgs, dir: &std::path::Path, addr: SocketAddr) -> Result<Location> {
+    if let Some(l) = &args.location {
+        return state::parse_location(l);
+    }
+    if let Ok(text) = std::fs::read_to_string(dir.join("location"))
+        && let Ok(l) = state::parse_location(text.trim())
+        && l.port() == addr.port()
+    {
+        return Ok(l);
+    }
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() => "localhost".to_string(),
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+    };
+    Location::new(&host, addr.port()).map_err(|e| anyhow::anyhow!("location: {e}"))
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    let args = match args.config.clone() {
+        Some(path) => config::merge(args, &path)?,
+        None => args,
+    };
+    let Some(dir) = args.state.clone() else {
+        bail!("--state DIR is required (or `state` in the config file)");
+    };
+    let Some(export) = args.export.clone() else {
+        bail!("--export PATH is required (or `export` in the config file)");
+    };
+    let listen: SocketAddr = args
+        .listen
+        .as_deref()
+        .unwrap_or("0.0.0.0:4004")
+        .parse()
+        .context("--listen wants IP:PORT")?;
+    let std_listener =
+        std::net::TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
+    std_listener.set_nonblocking(true)?;
+    let addr = std_listener.local_addr()?;
+    if !state::exists(&dir) {
+        let location = pick_location(&args, &dir, addr)?;
+        let st = state::init(&dir, &location)?;
+        println!("sfsd: initialised {} as {}", dir.display(), st.name());
+    }
+    let location = pick_location(&args, &dir, addr)?;
+    let st = state::load(&dir, Some(&location))?;
+    let name = st.name();
+
+    let mut limits = limits::Limits::default();
+    if let Some(n) = args.max_connections {
+        limits.max_connections = n.max(1);
+    }
+    if let Some(n) = args.max_in_flight {
+        limits.max_in_flight = n.max(1);
+    }
+    if let Some(n) = args.max_output {
+        limits.max_output = n;
+    }
+    if let Some(n) = args.max_record {
+        limits.max_record = n.clamp(4096, 1 << 30);
+    }
+    let max_io = protocol::max_io_size(limits.max_record);
+    let storage = fs::local::LocalFs::open(&export, st.handle_key.clone(), max_io, args.read_only)
+        .with_context(|| format!("opening export {}", export.display()))?;
+    let users = match &args.users {
+        Some(p) => users::Users::load(p)?,
+        None => users::Users::default(),
+    };
+
+    let mut builder = libcolor::Runtime::builder();
+    builder = if args.uniprocessor {
+        builder.uniprocessor()
+    } else if let Some(n) = args.workers {
+        builder.workers(n)
+    } else {
+        builder
+    };
+    if let Some(cpus) = args.cpus.clone() {
+        builder = builder.pin_to(cpus);
+    } else if args.pin {
+        builder = builder.pin(true);
+    }
+    if let Some(n) = args.helpers {
+        builder = builder.helpers(n);
+    }
+    let rt = builder.build().context("starting the runtime")?;
+    let h = rt.handle();
+    let lease = Duration::from_secs(args.lease_secs.unwrap_or(60));
+    let srv = Arc::new(server::Server {
+        h: h.clone(),
+        name: name.clone(),
+        handshake: HandshakeConfig {
+            max_record_payload: limits.max_record,
+            ..HandshakeConfig::default()
+        },
+        keypair: st.keypair,
+        handle_key: st.handle_key,
+        storage: Arc::new(storage),
+        users,
+        read_only: args.read_only,
+        anonymous_read: args.anonymous_read,
+        color0: Mutex::new(server::Color0 {
+            leases: leases::Leases::new(lease, args.max_leases.unwrap_or(100_000)),
+            conns: HashMap::new(),
+        }),
+        in_flight: AtomicUsize::new(0),
+        open_conns: AtomicUsize::new(0),
+        draining: AtomicBool::new(false),
+        limits,
+    });
+    listener::start(
+        &srv,
+        libcolor::mio::net::TcpListener::from_std(std_listener),
+    )?;
+    srv.start_reaper((lease / 2).max(Duration::from_secs(1)));
+    tracing::info!(
+        %name,
+        %addr,
+        export = %export.display(),
+        workers = h.workers(),
+        read_only = args.read_only,
+        anonymous_read = args.anonymous_read,
+        users = srv.users.count(),
+        "serving"
+    );
+    println!("sfsd: serving {name} on {addr}");
+    std::io::stdout().flush()?;
+    let result = rt.run();
+    let stats = h.stats();
+    tracing::info!(
+        serial_fraction = stats.serial_fraction(),
+        callbacks = stats.callbacks(),
+        leases = srv.lease_count(),
+        "stopped"
+    );
+    if args.stats {
+        println!("sfsd-stats: {}", stats_json(&stats));
+        std::io::stdout().flush()?;
+    }
+    result.context("runtime failed")?;
+    Ok(())
+}
+
+/// libcolor's counters as one line of JSON (for the benchmark harness).
+fn stats_json(s: &libcolor::Stats) -> String {
+    let workers: Vec<String> = s
+        .workers
+        .iter()
+        .map(|w| {
+            format!(
+                "{{\"callbacks\":{},\"steals\":{},\"stolen_callbacks\":{},\"idle_ns\":{},\"color0_busy_ns\":{},\"other_busy_ns\":{},\"poll_busy_ns\":{},\"polls\":{},\"shed\":{},\"queue_high_water\":{}}}",
+                w.callbacks,
+                w.steals,
+                w.stolen_callbacks,
+                w.idle.as_nanos(),
+                w.color0_busy.as_nanos(),
+                w.other_busy.as_nanos(),
+                w.poll_busy.as_nanos(),
+                w.polls,
+                w.shed,
+                w.queue_high_water
+            )
+        })
+        .collect();
+    format!(
+        "{{\"workers\":{},\"callbacks\":{},\"steals\":{},\"color0_busy_ns\":{},\"other_busy_ns\":{},\"poll_busy_ns\":{},\"serial_fraction\":{:.6},\"per_worker\":[{}]}}",
+        s.workers.len(),
+        s.callbacks(),
+        s.steals(),
+        s.color0_busy().as_nanos(),
+        s.other_busy().as_nanos(),
+        s.poll_busy().as_nanos(),
+        s.serial_fraction(),
+        workers.join(",")
+    )
+}

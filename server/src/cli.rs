@@ -1,0 +1,105 @@
+//! Command line (clap). Every `serve` setting may also come from a TOML file (`--config`);
+//! flags win over the file.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// sfsd: the parallel SFS-like file server.
+///
+/// Serves a directory over encrypted, authenticated TCP to `sfs` clients. The server is named
+/// by a self-certifying name `@HOST%PORT,HOSTID` (the HOSTID is a hash of its public key), so
+/// clients need no certificate authority. Each connection's cryptography runs in its own
+/// libcolor color, in parallel across CPUs; the shared file-system state runs in color 0.
+#[derive(Parser, Debug)]
+#[command(name = "sfsd", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a state directory (host key, file-handle secret; owner-only files) and print the
+    /// server's self-certifying name `@LOCATION,HOSTID`.
+    Init {
+        /// State directory to create.
+        #[arg(long)]
+        state: PathBuf,
+        /// Where clients reach the server: `HOST` or `HOST%PORT` (part of the name).
+        #[arg(long, default_value = "localhost")]
+        location: String,
+    },
+    /// Serve a directory. Initialises the state directory first if it does not exist.
+    ///
+    /// Prints `sfsd: serving @LOCATION,HOSTID on ADDR` on stdout once listening; with
+    /// `--stats`, prints `sfsd-stats: {json}` on stdout at shutdown. SIGINT/SIGTERM stop
+    /// accepting, let in-flight requests finish (up to 5 s) and exit 0.
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct ServeArgs {
+    /// State directory (created by `sfsd init`, or here if missing).
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// Directory to export.
+    #[arg(long)]
+    pub export: Option<PathBuf>,
+    /// TOML file with the same settings as these flags (`export = "/srv"`, `workers = 4`...).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (port 0: any free port; the name then uses the actual port).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Location in the server name (`HOST` or `HOST%PORT`); default: the stored one when its
+    /// port matches, else the listening address.
+    #[arg(long)]
+    pub location: Option<String>,
+    /// Worker threads of the multiprocessor runtime (default: one per CPU).
+    #[arg(long, conflicts_with = "uniprocessor")]
+    pub workers: Option<usize>,
+    /// Run the single-threaded runtime (the baseline for speedups; one process per CPU for
+    /// N-copy experiments).
+    #[arg(long)]
+    pub uniprocessor: bool,
+    /// Pin worker i to CPU i.
+    #[arg(long)]
+    pub pin: bool,
+    /// Pin workers to these CPUs (comma-separated list, e.g. `2,3`; implies pinning).
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Option<Vec<usize>>,
+    /// Helper threads for blocking file-system calls.
+    #[arg(long)]
+    pub helpers: Option<usize>,
+    /// Refuse every change (ROFS).
+    #[arg(long)]
+    pub read_only: bool,
+    /// Let unauthenticated requests (authno 0) read what "other" may read.
+    #[arg(long)]
+    pub anonymous_read: bool,
+    /// Users file: lines `name ed25519:<hex> uid gid[,gid...]`.
+    #[arg(long)]
+    pub users: Option<PathBuf>,
+    /// Attribute lease length in seconds.
+    #[arg(long)]
+    pub lease_secs: Option<u64>,
+    /// Maximum lease table entries (beyond it, replies carry no lease).
+    #[arg(long)]
+    pub max_leases: Option<usize>,
+    /// Maximum simultaneous connections.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Maximum requests in flight per connection.
+    #[arg(long)]
+    pub max_in_flight: Option<usize>,
+    /// Maximum unsent reply bytes per connection before it is no longer read.
+    #[arg(long)]
+    pub max_output: Option<usize>,
+    /// Maximum record payload in bytes (4096..=1073741824).
+    #[arg(long)]
+    pub max_record: Option<usize>,
+    /// Print libcolor statistics as `sfsd-stats: {json}` on stdout at shutdown.
+    #[arg(long)]
+    pub stats: bool,
+}

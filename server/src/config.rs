@@ -1,0 +1,86 @@
+//! The TOML config file: the same settings as `sfsd serve`'s flags. Flags win.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+use crate::cli::ServeArgs;
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileConfig {
+    pub state: Option<PathBuf>,
+    pub export: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub location: Option<String>,
+    pub workers: Option<usize>,
+    pub uniprocessor: Option<bool>,
+    pub pin: Option<bool>,
+    pub cpus: Option<Vec<usize>>,
+    pub helpers: Option<usize>,
+    pub read_only: Option<bool>,
+    pub anonymous_read: Option<bool>,
+    pub users: Option<PathBuf>,
+    pub lease_secs: Option<u64>,
+    pub max_leases: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub max_in_flight: Option<usize>,
+    pub max_output: Option<usize>,
+    pub max_record: Option<usize>,
+    pub stats: Option<bool>,
+}
+
+/// Fills unset flags from the config file.
+pub fn merge(mut a: ServeArgs, path: &Path) -> Result<ServeArgs> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let f: FileConfig =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    macro_rules! opt {
+        ($($field:ident),*) => { $( if a.$field.is_none() { a.$field = f.$field; } )* };
+    }
+    macro_rules! flag {
+        ($($field:ident),*) => { $( a.$field = a.$field || f.$field.unwrap_or(false); )* };
+    }
+    opt!(
+        state,
+        export,
+        listen,
+        location,
+        workers,
+        cpus,
+        helpers,
+        users,
+        lease_secs,
+        max_leases,
+        max_connections,
+        max_in_flight,
+        max_output,
+        max_record
+    );
+    flag!(uniprocessor, pin, read_only, anonymous_read, stats);
+    Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "export = \"/srv\"\nworkers = 3\nread-only = true\n").unwrap();
+        let a = ServeArgs {
+            workers: Some(5),
+            ..ServeArgs::default()
+        };
+        let m = merge(a, &p).unwrap();
+        assert_eq!(m.workers, Some(5));
+        assert_eq!(m.export, Some(PathBuf::from("/srv")));
+        assert!(m.read_only);
+        std::fs::write(&p, "bogus = 1\n").unwrap();
+        assert!(merge(ServeArgs::default(), &p).is_err());
+    }
+}

@@ -1,0 +1,85 @@
+//! Storage: the small trait the dispatcher calls, and permission checks against the mapped
+//! user's credentials.
+//!
+//! The server process may run with more rights than the user a request acts for (typically as
+//! the export's owner, or root). It therefore never lets the kernel decide access: every
+//! operation first checks the owner/group/other mode bits of the objects involved against the
+//! request's [`Creds`] (as the kernel would for that uid/gids), and only then performs the
+//! operation with the server's own rights. Anonymous credentials can only read.
+
+pub mod local;
+pub mod perm;
+
+use protocol::{Attr, FileHandle, HandleData, NfsStatus, ReplyBody, RequestOp};
+
+use crate::users::Creds;
+
+/// Server-side identity of an object: (device, inode).
+pub type ObjKey = (u64, u64);
+
+/// The key of a verified handle.
+pub fn key_of(h: &HandleData) -> ObjKey {
+    (h.device, h.inode)
+}
+
+/// Per-request context a storage operation runs with.
+#[derive(Debug, Clone)]
+pub struct OpCtx {
+    pub creds: Creds,
+    /// Lease to put in every attribute of the reply (0 when the lease table is full).
+    pub lease_ms: u32,
+}
+
+/// What an operation did, for the dispatcher's lease bookkeeping.
+#[derive(Debug)]
+pub struct Outcome {
+    pub result: Result<ReplyBody, NfsStatus>,
+    /// Objects whose attributes the reply carries: the connection now holds leases on them.
+    pub leased: Vec<(ObjKey, FileHandle)>,
+    /// Objects the operation changed: other holders get INVALIDATE.
+    pub changed: Vec<(ObjKey, FileHandle, Option<Attr>)>,
+}
+
+impl Outcome {
+    pub fn err(status: NfsStatus) -> Outcome {
+        Outcome {
+            result: Err(status),
+            leased: Vec::new(),
+            changed: Vec::new(),
+        }
+    }
+}
+
+/// A file the caller may read: the data path of READ (`read_at` straight into the record).
+#[derive(Debug)]
+pub struct ReadableFile {
+    pub file: std::fs::File,
+    pub attr: Attr,
+}
+
+/// A storage backend. Methods may block (disk I/O): the server calls them on libcolor's helper
+/// pool, never on a worker.
+pub trait Storage: Send + Sync + 'static {
+    /// Runs any request except NULL, LOGIN and READ.
+    fn execute(&self, ctx: &OpCtx, op: RequestOp) -> Outcome;
+    /// Opens `fh` for READ after checking the caller may read it.
+    fn open_read(&self, ctx: &OpCtx, fh: &HandleData) -> Result<ReadableFile, NfsStatus>;
+}
+
+/// Procedures that change the file system (refused on read-only exports and to anonymous
+/// users).
+pub fn is_mutating(op: &RequestOp) -> bool {
+    matches!(
+        op,
+        RequestOp::SetAttr { .. }
+            | RequestOp::Write { .. }
+            | RequestOp::Create { .. }
+            | RequestOp::Mkdir { .. }
+            | RequestOp::Symlink { .. }
+            | RequestOp::Remove { .. }
+            | RequestOp::Rmdir { .. }
+            | RequestOp::Rename { .. }
+            | RequestOp::Link { .. }
+            | RequestOp::Commit { .. }
+    )
+}

@@ -1,0 +1,97 @@
+//! Accepting connections (color 0) and shutting down on SIGINT/SIGTERM.
+
+use std::io::ErrorKind;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use libcolor::mio::Interest;
+use libcolor::mio::net::TcpListener;
+use libcolor::{Color, IoRegistration};
+
+use crate::conn;
+use crate::server::{Server, lock};
+
+/// How long shutdown waits for in-flight requests.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+struct Listening {
+    listener: TcpListener,
+    reg: Option<IoRegistration>,
+}
+
+/// Starts accepting on `listener` (in color 0) and arms the termination signals.
+pub fn start(srv: &Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
+    let state = Arc::new(Mutex::new(Listening {
+        listener,
+        reg: None,
+    }));
+    let reg = {
+        let mut l = lock(&state);
+        srv.h.register(&mut l.listener, Interest::READABLE)?
+    };
+    let mut next: u32 = 0;
+    let (srv2, st2) = (srv.clone(), state.clone());
+    reg.on_readable(Color::DEFAULT, move || {
+        let l = lock(&st2);
+        if l.reg.is_none() {
+            return; // shutting down
+        }
+        loop {
+            match l.listener.accept() {
+                Ok((stream, peer)) => {
+                    if srv2.open_conns.load(Ordering::SeqCst) >= srv2.limits.max_connections {
+                        tracing::warn!(%peer, "connection limit reached; refusing");
+                        drop(stream);
+                        continue;
+                    }
+                    // Colors 1..: never 0, which is the shared state's.
+                    next = next.checked_add(1).unwrap_or(1);
+                    conn::start(&srv2, next, stream, peer);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // EMFILE and friends: log and wait for the next edge.
+                    tracing::warn!(error = %e, "accept failed");
+                    break;
+                }
+            }
+        }
+    });
+    lock(&state).reg = Some(reg);
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let (srv2, st2) = (srv.clone(), state.clone());
+        srv.h.on_signal(signal, Color::DEFAULT, move || {
+            if srv2.draining.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            tracing::info!(signal, "stopping: no new connections, draining requests");
+            let mut l = lock(&st2);
+            if let Some(reg) = l.reg.take() {
+                let _ = reg.deregister(&mut l.listener);
+            }
+            drain(srv2.clone(), Instant::now());
+        })?;
+    }
+    Ok(())
+}
+
+/// Stops the runtime once in-flight requests are answered (or after `DRAIN_LIMIT`).
+fn drain(srv: Arc<Server>, since: Instant) {
+    let pending = srv.drain_pending();
+    if pending == 0 || since.elapsed() > DRAIN_LIMIT {
+        if pending > 0 {
+            tracing::warn!(pending, "stopping with requests still in flight");
+        }
+        // Give the connection colors a moment to write the last replies.
+        let h = srv.h.clone();
+        srv.h.delaycb(Duration::from_millis(50), Color::DEFAULT, move || h.stop());
+        return;
+    }
+    let srv2 = srv.clone();
+    srv.h
+        .delaycb(Duration::from_millis(20), Color::DEFAULT, move || {
+            drain(srv2, since)
+        });
+}
