@@ -340,6 +340,8 @@ pub struct RecordReader {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// A record was skipped unopened: the nonce sequence is broken for good.
+    skipped: bool,
 }
 
 impl RecordReader {
@@ -350,6 +352,7 @@ impl RecordReader {
             buf: Vec::new(),
             start: 0,
             end: 0,
+            skipped: false,
         }
     }
 
@@ -440,6 +443,9 @@ impl RecordReader {
     /// Opens the next complete record and returns its payload (borrowed from the reader until
     /// the next call); `Ok(None)` when more bytes are needed.
     pub fn next_record(&mut self) -> Result<Option<&[u8]>, RecordError> {
+        if self.skipped {
+            return Err(RecordError::Poisoned);
+        }
         let avail = &self.buf[self.start..self.end];
         let Some(need) = self.opener.record_len(avail)? else {
             return Ok(None);
@@ -452,6 +458,25 @@ impl RecordReader {
         self.opener
             .open_in_place(&mut self.buf[at..at + need])
             .map(Some)
+    }
+
+    /// Discards the next complete record *without authenticating it* and returns its payload
+    /// length; `Ok(None)` when more bytes are needed.
+    ///
+    /// Only for load generators that count bytes and must not spend CPU on opening (the
+    /// benchmark's cheap clients). Skipping breaks the nonce sequence, so from the first
+    /// skipped record on `next_record` always fails with `Poisoned`.
+    pub fn skip_record(&mut self) -> Result<Option<usize>, RecordError> {
+        let avail = &self.buf[self.start..self.end];
+        let Some(need) = self.opener.record_len(avail)? else {
+            return Ok(None);
+        };
+        if avail.len() < need {
+            return Ok(None);
+        }
+        self.start += need;
+        self.skipped = true;
+        Ok(Some(need - RECORD_OVERHEAD))
     }
 
     /// Call at end of stream: fails if a partial record is buffered (a truncated stream).
@@ -473,6 +498,27 @@ impl RecordReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skipping_counts_payload_and_poisons_later_opens() {
+        let key = [3u8; 32];
+        let mut s = Sealer::new(&key, 1000);
+        let mut wire = Vec::new();
+        s.seal_into(b"first", &mut wire).unwrap();
+        s.seal_into(&[7u8; 300], &mut wire).unwrap();
+        s.seal_into(b"third", &mut wire).unwrap();
+        let mut r = RecordReader::new(Opener::new(&key, 1000));
+        r.extend_from_slice(&wire[..wire.len() - 1]);
+        assert_eq!(r.next_record().unwrap(), Some(&b"first"[..]));
+        assert_eq!(r.skip_record().unwrap(), Some(300));
+        assert_eq!(r.skip_record().unwrap(), None, "last record is incomplete");
+        r.extend_from_slice(&wire[wire.len() - 1..]);
+        assert!(matches!(r.next_record(), Err(RecordError::Poisoned)));
+        assert_eq!(r.skip_record().unwrap(), Some(5));
+        // Oversized headers are still refused while skipping.
+        r.extend_from_slice(&u32::MAX.to_be_bytes());
+        assert!(r.skip_record().is_err());
+    }
 
     #[test]
     fn seal_then_open() {
