@@ -1,0 +1,400 @@
+//! Test-side harness: starts the real `sfsd` binary and talks to it with the protocol crate
+//! over a blocking std `TcpStream` (timeouts everywhere, child killed on drop).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use protocol::*;
+
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct Sfsd {
+    pub child: Option<Child>,
+    pub name: ServerName,
+    pub addr: SocketAddr,
+    pub stdout: Arc<Mutex<Vec<String>>>,
+    pub dir: PathBuf,
+}
+
+/// A temp area: `state/`, `export/`, `users`, `log`.
+pub struct Area {
+    pub tmp: tempfile::TempDir,
+}
+
+impl Area {
+    pub fn new() -> Area {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("export")).unwrap();
+        Area { tmp }
+    }
+    pub fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+    pub fn export(&self) -> PathBuf {
+        self.tmp.path().join("export")
+    }
+    pub fn state(&self) -> PathBuf {
+        self.tmp.path().join("state")
+    }
+    /// Writes a users file for `(name, seed, uid, gids)` and returns its path.
+    pub fn users(&self, users: &[(&str, u8, u32, &str)]) -> PathBuf {
+        let mut text = String::new();
+        for (name, seed, uid, gids) in users {
+            let k = UserKeypair::from_seed([*seed; 32]).public_key();
+            text.push_str(&format!("{name} {k} {uid} {gids}\n"));
+        }
+        let p = self.tmp.path().join("users");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+    pub fn start(&self, extra: &[&str]) -> Sfsd {
+        Sfsd::start(self.tmp.path(), extra)
+    }
+}
+
+impl Sfsd {
+    pub fn start(dir: &Path, extra: &[&str]) -> Sfsd {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("log"))
+            .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sfsd"))
+            .arg("serve")
+            .arg("--state")
+            .arg(dir.join("state"))
+            .arg("--export")
+            .arg(dir.join("export"))
+            .args(["--listen", "127.0.0.1:0", "--workers", "2", "--stats"])
+            .args(extra)
+            .env("SFSD_LOG", "debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines2 = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if line.starts_with("sfsd: serving ") {
+                    let _ = tx.send(line.clone());
+                }
+                lines2.lock().unwrap().push(line);
+            }
+        });
+        let line = match rx.recv_timeout(TIMEOUT) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "sfsd did not start: {}",
+                    std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+                );
+            }
+        };
+        // sfsd: serving @NAME on ADDR
+        let mut words = line.split_whitespace().skip(2);
+        let name: ServerName = words.next().unwrap().parse().unwrap();
+        let addr: SocketAddr = words.nth(1).unwrap().parse().unwrap();
+        Sfsd {
+            child: Some(child),
+            name,
+            addr,
+            stdout: lines,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    pub fn connect(&self) -> Client {
+        Client::connect(&self.name, self.addr)
+    }
+
+    /// SIGTERM, wait (bounded); returns whether it exited 0.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn alive(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => c.try_wait().unwrap().is_none(),
+            None => false,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Sfsd {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub struct Client {
+    pub stream: TcpStream,
+    pub sealer: Sealer,
+    pub reader: RecordReader,
+    pub signer: LoginSigner,
+    pub next_id: u64,
+    pub invalidations: Vec<Invalidate>,
+    pub max_io: u32,
+}
+
+impl Client {
+    pub fn connect(name: &ServerName, addr: SocketAddr) -> Client {
+        let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).unwrap();
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut hs = ClientHandshake::new(name);
+        let mut leftover = Vec::new();
+        loop {
+            if hs.has_output() {
+                stream.write_all(&hs.take_output()).unwrap();
+            }
+            if hs.is_done() {
+                break;
+            }
+            let mut buf = [0u8; 4096];
+            let n = stream.read(&mut buf).unwrap();
+            assert!(n > 0, "server closed during handshake");
+            let used = hs.receive(&buf[..n]).unwrap();
+            leftover.extend_from_slice(&buf[used..n]);
+        }
+        if hs.has_output() {
+            stream.write_all(&hs.take_output()).unwrap();
+        }
+        let s = hs.into_session().unwrap();
+        let mut reader = RecordReader::new(s.opener);
+        reader.extend_from_slice(&leftover);
+        let max_io = max_io_size(s.sealer.max_payload().min(reader.opener().max_payload()));
+        Client {
+            stream,
+            sealer: s.sealer,
+            reader,
+            signer: LoginSigner::new(s.session_id, name.host_id()),
+            next_id: 1,
+            invalidations: Vec::new(),
+            max_io,
+        }
+    }
+
+    pub fn send(&mut self, authno: u32, op: RequestOp) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut wire = Vec::new();
+        self.sealer
+            .seal_with(&mut wire, |b| Request { id, authno, op }.encode_into(b))
+            .unwrap();
+        self.stream.write_all(&wire).unwrap();
+        id
+    }
+
+    /// The next server message (None at EOF or error).
+    pub fn next_message(&mut self) -> Option<ServerMessage> {
+        loop {
+            match self.reader.next_record() {
+                Ok(Some(p)) => return Some(ServerMessage::decode(p).unwrap()),
+                Ok(None) => {}
+                Err(_) => return None,
+            }
+            let buf = self.reader.read_buf();
+            match self.stream.read(buf) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.reader.advance(n),
+            }
+        }
+    }
+
+    pub fn wait_reply(&mut self, id: u64) -> Result<ReplyBody, NfsStatus> {
+        loop {
+            match self.next_message().expect("connection closed") {
+                ServerMessage::Reply(r) if r.id == id => return r.result,
+                ServerMessage::Reply(r) => panic!("unexpected reply id {}", r.id),
+                ServerMessage::Invalidate(i) => self.invalidations.push(i),
+            }
+        }
+    }
+
+    pub fn call(&mut self, authno: u32, op: RequestOp) -> Result<ReplyBody, NfsStatus> {
+        let id = self.send(authno, op);
+        self.wait_reply(id)
+    }
+
+    pub fn login(&mut self, user: &str, seed: u8) -> Result<u32, NfsStatus> {
+        let key = UserKeypair::from_seed([seed; 32]);
+        let args = self.signer.sign(user, &key).unwrap();
+        match self.call(ANONYMOUS, RequestOp::Login(args))? {
+            ReplyBody::Login { authno } => Ok(authno),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    pub fn mount(&mut self, authno: u32) -> FileHandle {
+        match self
+            .call(authno, RequestOp::Mount { path: b"/".to_vec() })
+            .unwrap()
+        {
+            ReplyBody::Mount { fh, .. } => fh,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    pub fn lookup(&mut self, a: u32, dir: FileHandle, name: &str) -> Result<FileHandle, NfsStatus> {
+        match self.call(
+            a,
+            RequestOp::Lookup {
+                dir,
+                name: name.as_bytes().to_vec(),
+            },
+        )? {
+            ReplyBody::Lookup { fh, .. } => Ok(fh),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    pub fn getattr(&mut self, a: u32, fh: FileHandle) -> Result<Attr, NfsStatus> {
+        match self.call(a, RequestOp::GetAttr { fh })? {
+            ReplyBody::GetAttr { attr } => Ok(attr),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    pub fn create(&mut self, a: u32, dir: FileHandle, name: &str, mode: u32) -> Result<FileHandle, NfsStatus> {
+        let how = CreateHow::Guarded(SetAttr {
+            mode: Some(mode),
+            ..SetAttr::default()
+        });
+        match self.call(
+            a,
+            RequestOp::Create {
+                dir,
+                name: name.as_bytes().to_vec(),
+                how,
+            },
+        )? {
+            ReplyBody::Create(o) => Ok(o.fh),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    pub fn mkdir(&mut self, a: u32, dir: FileHandle, name: &str, mode: u32) -> Result<FileHandle, NfsStatus> {
+        match self.call(
+            a,
+            RequestOp::Mkdir {
+                dir,
+                name: name.as_bytes().to_vec(),
+                attr: SetAttr {
+                    mode: Some(mode),
+                    ..SetAttr::default()
+                },
+            },
+        )? {
+            ReplyBody::Mkdir(o) => Ok(o.fh),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    pub fn write(&mut self, a: u32, fh: FileHandle, offset: u64, data: &[u8]) -> Result<u32, NfsStatus> {
+        match self.call(
+            a,
+            RequestOp::Write {
+                fh,
+                offset,
+                stable: StableHow::FileSync,
+                data: data.to_vec(),
+            },
+        )? {
+            ReplyBody::Write { count, .. } => Ok(count),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    pub fn read(&mut self, a: u32, fh: FileHandle, offset: u64, count: u32) -> Result<(Vec<u8>, bool), NfsStatus> {
+        match self.call(a, RequestOp::Read { fh, offset, count })? {
+            ReplyBody::Read { data, eof, .. } => Ok((data, eof)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// Reads a whole file in `max_io` chunks.
+    pub fn read_all(&mut self, a: u32, fh: FileHandle) -> Result<Vec<u8>, NfsStatus> {
+        let mut out = Vec::new();
+        loop {
+            let (data, eof) = self.read(a, fh, out.len() as u64, self.max_io)?;
+            out.extend_from_slice(&data);
+            if eof {
+                return Ok(out);
+            }
+            assert!(!data.is_empty(), "short read without eof");
+        }
+    }
+
+    pub fn readdir_names(&mut self, a: u32, dir: FileHandle) -> Result<Vec<String>, NfsStatus> {
+        let mut names = Vec::new();
+        let mut cookie = 0;
+        loop {
+            match self.call(
+                a,
+                RequestOp::ReadDir {
+                    dir,
+                    cookie,
+                    verifier: [0; 8],
+                    count: 4096,
+                },
+            )? {
+                ReplyBody::ReadDir(page) => {
+                    for e in &page.entries {
+                        names.push(String::from_utf8(e.name.clone()).unwrap());
+                        cookie = e.cookie;
+                    }
+                    if page.eof {
+                        names.sort();
+                        return Ok(names);
+                    }
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    /// Whether the server has closed this connection (reads EOF or an error soon).
+    pub fn is_closed(&mut self) -> bool {
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        matches!(self.stream.read(&mut b), Ok(0) | Err(_))
+    }
+}

@@ -1,0 +1,301 @@
+//! Every operation against a real sfsd, with NFS semantics checked.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::*;
+use protocol::*;
+
+const ALICE: (&str, u8, u32, &str) = ("alice", 1, 1000, "1000");
+
+fn setup() -> (Area, Sfsd, Client, u32, FileHandle) {
+    let area = Area::new();
+    std::os::unix::fs::chown(area.export(), Some(1000), Some(1000)).unwrap();
+    let users = area.users(&[ALICE]);
+    let s = area.start(&["--users", users.to_str().unwrap()]);
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    let root = c.mount(a);
+    (area, s, c, a, root)
+}
+
+#[test]
+fn null_mount_getattr_fsinfo() {
+    let (_area, _s, mut c, a, root) = setup();
+    assert_eq!(c.call(0, RequestOp::Null), Ok(ReplyBody::Null));
+    let attr = c.getattr(a, root).unwrap();
+    assert_eq!(attr.ftype, FileType::Directory);
+    assert_eq!(attr.lease_ms, 60_000);
+    match c.call(a, RequestOp::FsInfo { fh: root }).unwrap() {
+        ReplyBody::FsInfo(i) => {
+            assert_eq!(i.rtmax, c.max_io);
+            assert!(i.properties & 0x3 == 0x3);
+        }
+        o => panic!("{o:?}"),
+    }
+    assert!(matches!(
+        c.call(a, RequestOp::FsStat { fh: root }),
+        Ok(ReplyBody::FsStat(_))
+    ));
+    assert!(matches!(
+        c.call(a, RequestOp::PathConf { fh: root }),
+        Ok(ReplyBody::PathConf(_))
+    ));
+    // A forged handle.
+    let mut bytes = *root.as_bytes();
+    bytes[10] ^= 1;
+    let bad = FileHandle::from_bytes(bytes);
+    assert_eq!(c.getattr(a, bad), Err(NfsStatus::BadHandle));
+    assert_eq!(c.read(a, bad, 0, 10), Err(NfsStatus::BadHandle));
+    // Unknown authno.
+    assert_eq!(c.getattr(77, root), Err(NfsStatus::Acces));
+}
+
+#[test]
+fn create_write_read_eof_setattr_commit() {
+    let (area, _s, mut c, a, root) = setup();
+    let f = c.create(a, root, "f.txt", 0o640).unwrap();
+    assert_eq!(c.create(a, root, "f.txt", 0o640), Err(NfsStatus::Exist));
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+    assert_eq!(c.write(a, f, 0, &data).unwrap(), data.len() as u32);
+    let on_disk = std::fs::read(area.export().join("f.txt")).unwrap();
+    assert_eq!(on_disk, data);
+    let meta = std::fs::metadata(area.export().join("f.txt")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.uid(), meta.gid()), (1000, 1000), "created as the mapped user");
+    assert_eq!(c.read_all(a, f).unwrap(), data);
+    // EOF exactly at the end, and past it.
+    let (d, eof) = c.read(a, f, 299_990, 100).unwrap();
+    assert_eq!((d.len(), eof), (10, true));
+    let (d, eof) = c.read(a, f, 1_000_000, 100).unwrap();
+    assert_eq!((d.len(), eof), (0, true));
+    let (d, eof) = c.read(a, f, 0, 100).unwrap();
+    assert_eq!((d.len(), eof), (100, false));
+    // SETATTR: truncate, mode, times.
+    let sa = SetAttr {
+        size: Some(10),
+        mode: Some(0o600),
+        mtime: SetTime::ClientTime(Time {
+            seconds: 1_000_000,
+            nanos: 5,
+        }),
+        ..SetAttr::default()
+    };
+    match c
+        .call(a, RequestOp::SetAttr { fh: f, attr: sa, guard: None })
+        .unwrap()
+    {
+        ReplyBody::SetAttr { attr: Some(at) } => {
+            assert_eq!(at.size, 10);
+            assert_eq!(at.mode, 0o600);
+            assert_eq!(at.mtime.seconds, 1_000_000);
+        }
+        o => panic!("{o:?}"),
+    }
+    // Guard mismatch.
+    let guard = Some(Time {
+        seconds: 1,
+        nanos: 0,
+    });
+    assert_eq!(
+        c.call(
+            a,
+            RequestOp::SetAttr {
+                fh: f,
+                attr: SetAttr::default(),
+                guard
+            }
+        ),
+        Err(NfsStatus::NotSync)
+    );
+    assert!(matches!(
+        c.call(a, RequestOp::Commit { fh: f, offset: 0, count: 0 }),
+        Ok(ReplyBody::Commit { .. })
+    ));
+    // READ of a directory.
+    assert_eq!(c.read(a, root, 0, 10), Err(NfsStatus::IsDir));
+    // ACCESS as owner.
+    match c
+        .call(a, RequestOp::Access { fh: f, access: 0x3f })
+        .unwrap()
+    {
+        ReplyBody::Access { access, .. } => {
+            assert_eq!(access & (access::READ | access::MODIFY), access::READ | access::MODIFY);
+            assert_eq!(access & access::EXECUTE, 0);
+        }
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn namespace_ops() {
+    let (area, _s, mut c, a, root) = setup();
+    let d = c.mkdir(a, root, "d", 0o755).unwrap();
+    assert_eq!(c.mkdir(a, root, "d", 0o755), Err(NfsStatus::Exist));
+    let f = c.create(a, d, "x", 0o644).unwrap();
+    c.write(a, f, 0, b"xx").unwrap();
+    let g = c.create(a, d, "y", 0o644).unwrap();
+    c.write(a, g, 0, b"yyyy").unwrap();
+    // LOOKUP, `.` and `..`.
+    assert_eq!(c.lookup(a, d, "x").unwrap(), f);
+    assert_eq!(c.lookup(a, d, ".").unwrap(), d);
+    assert_eq!(c.lookup(a, d, "..").unwrap(), root);
+    assert_eq!(c.lookup(a, root, "..").unwrap(), root, ".. stops at the root");
+    assert_eq!(c.lookup(a, d, "nope"), Err(NfsStatus::NoEnt));
+    assert_eq!(c.lookup(a, f, "x"), Err(NfsStatus::NotDir));
+    // RENAME over an existing file replaces it.
+    let r = c.call(
+        a,
+        RequestOp::Rename {
+            from_dir: d,
+            from_name: b"x".to_vec(),
+            to_dir: d,
+            to_name: b"y".to_vec(),
+        },
+    );
+    assert!(matches!(r, Ok(ReplyBody::Rename { .. })), "{r:?}");
+    assert_eq!(c.lookup(a, d, "y").unwrap(), f);
+    assert_eq!(c.read_all(a, f).unwrap(), b"xx");
+    assert_eq!(c.getattr(a, g), Err(NfsStatus::Stale), "replaced file is gone");
+    // The renamed file keeps its handle, even across directories.
+    let e = c.mkdir(a, root, "e", 0o755).unwrap();
+    c.call(
+        a,
+        RequestOp::Rename {
+            from_dir: d,
+            from_name: b"y".to_vec(),
+            to_dir: e,
+            to_name: b"z".to_vec(),
+        },
+    )
+    .unwrap();
+    assert_eq!(c.read_all(a, f).unwrap(), b"xx");
+    // LINK.
+    assert!(matches!(
+        c.call(a, RequestOp::Link { fh: f, dir: d, name: b"hard".to_vec() }),
+        Ok(ReplyBody::Link { .. })
+    ));
+    assert_eq!(c.getattr(a, f).unwrap().nlink, 2);
+    // SYMLINK / READLINK.
+    let target = b"../e/z".to_vec();
+    let s = match c
+        .call(
+            a,
+            RequestOp::Symlink {
+                dir: d,
+                name: b"sl".to_vec(),
+                attr: SetAttr::default(),
+                target: target.clone(),
+            },
+        )
+        .unwrap()
+    {
+        ReplyBody::Symlink(o) => o.fh,
+        o => panic!("{o:?}"),
+    };
+    assert_eq!(c.getattr(a, s).unwrap().ftype, FileType::Symlink);
+    match c.call(a, RequestOp::ReadLink { fh: s }).unwrap() {
+        ReplyBody::ReadLink { target: t, .. } => assert_eq!(t, target),
+        o => panic!("{o:?}"),
+    }
+    assert_eq!(c.read(a, s, 0, 10), Err(NfsStatus::Inval), "READ never follows a symlink");
+    // REMOVE vs RMDIR.
+    let rm = |c: &mut Client, dir, name: &str| {
+        c.call(a, RequestOp::Remove { dir, name: name.as_bytes().to_vec() })
+    };
+    let rmdir = |c: &mut Client, dir, name: &str| {
+        c.call(a, RequestOp::Rmdir { dir, name: name.as_bytes().to_vec() })
+    };
+    assert_eq!(rm(&mut c, root, "d"), Err(NfsStatus::IsDir));
+    assert_eq!(rmdir(&mut c, d, "hard"), Err(NfsStatus::NotDir));
+    assert_eq!(rmdir(&mut c, root, "d"), Err(NfsStatus::NotEmpty));
+    assert!(rm(&mut c, d, "hard").is_ok());
+    assert!(rm(&mut c, d, "sl").is_ok());
+    assert_eq!(rm(&mut c, d, "sl"), Err(NfsStatus::NoEnt));
+    assert!(rmdir(&mut c, root, "d").is_ok());
+    assert_eq!(c.getattr(a, d), Err(NfsStatus::Stale));
+    assert!(!area.export().join("d").exists());
+    // Bad names.
+    assert_eq!(c.create(a, root, "a/b", 0o644), Err(NfsStatus::Inval));
+    assert_eq!(c.create(a, root, "..", 0o644), Err(NfsStatus::Exist));
+    assert_eq!(c.create(a, root, &"n".repeat(300), 0o644), Err(NfsStatus::NameTooLong));
+}
+
+#[test]
+fn readdir_cookies_survive_changes() {
+    let (area, _s, mut c, a, root) = setup();
+    let names: Vec<String> = (0..200).map(|i| format!("file-with-a-longish-name-{i:03}")).collect();
+    for n in &names {
+        std::fs::write(area.export().join(n), b"").unwrap();
+    }
+    assert_eq!(c.readdir_names(a, root).unwrap(), names);
+    // Page through, deleting and adding entries between pages: every entry present the
+    // whole time is seen exactly once.
+    let mut seen = Vec::new();
+    let mut cookie = 0;
+    let mut round = 0;
+    loop {
+        let page = match c
+            .call(a, RequestOp::ReadDir { dir: root, cookie, verifier: [0; 8], count: 1024 })
+            .unwrap()
+        {
+            ReplyBody::ReadDir(p) => p,
+            o => panic!("{o:?}"),
+        };
+        for e in &page.entries {
+            seen.push(String::from_utf8(e.name.clone()).unwrap());
+            cookie = e.cookie;
+        }
+        if page.eof {
+            break;
+        }
+        // Churn: remove one entry we have not seen yet, add new ones.
+        std::fs::write(area.export().join(format!("new-{round}")), b"").unwrap();
+        round += 1;
+    }
+    assert!(round > 3, "several pages");
+    for n in &names {
+        assert_eq!(seen.iter().filter(|s| *s == n).count(), 1, "{n}");
+    }
+    // READDIRPLUS carries handles that work.
+    match c
+        .call(
+            a,
+            RequestOp::ReadDirPlus { dir: root, cookie: 0, verifier: [0; 8], dircount: 4096, maxcount: 65536 },
+        )
+        .unwrap()
+    {
+        ReplyBody::ReadDirPlus(p) => {
+            let e = &p.entries[0];
+            let fh = e.fh.unwrap();
+            assert_eq!(c.getattr(a, fh).unwrap().fileid, e.fileid);
+            assert!(e.attr.is_some());
+        }
+        o => panic!("{o:?}"),
+    }
+    // Too small a buffer.
+    assert_eq!(
+        c.call(a, RequestOp::ReadDir { dir: root, cookie: 0, verifier: [0; 8], count: 10 }),
+        Err(NfsStatus::TooSmall)
+    );
+}
+
+#[test]
+fn exclusive_create_is_idempotent() {
+    let (_area, _s, mut c, a, root) = setup();
+    let how = CreateHow::Exclusive(*b"\x01\x02\x03\x04\x05\x06\x07\x08");
+    let op = RequestOp::Create { dir: root, name: b"ex".to_vec(), how: how.clone() };
+    let first = c.call(a, op.clone()).unwrap();
+    let again = c.call(a, op).unwrap();
+    match (first, again) {
+        (ReplyBody::Create(x), ReplyBody::Create(y)) => assert_eq!(x.fh, y.fh),
+        o => panic!("{o:?}"),
+    }
+    let other = CreateHow::Exclusive([9; 8]);
+    assert_eq!(
+        c.call(a, RequestOp::Create { dir: root, name: b"ex".to_vec(), how: other }),
+        Err(NfsStatus::Exist)
+    );
+}
