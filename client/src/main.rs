@@ -1,7 +1,118 @@
 //! `sfs`: the client of the self-certifying file system.
+//!
+//! One encrypted session per server ([`session`]), mount-free commands ([`commands`]) and a
+//! loopback NFSv3 server ([`nfs`]) so the kernel can mount a remote tree.
 
 mod cache;
+mod cli;
+mod commands;
 mod identity;
+mod nfs;
+mod progress;
 mod session;
 
-fn main() {}
+use clap::Parser;
+
+use cli::{Cli, Command};
+use commands::{CmdError, Ctx};
+
+fn main() {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SFS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("sfs={level},{level}")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+    let name = command_name(&cli.command);
+    let code = match run(cli) {
+        Ok(()) => 0,
+        Err(CmdError::Reported) => 1,
+        Err(e) => {
+            eprintln!("sfs: {name}: {e}");
+            e.exit_code()
+        }
+    };
+    std::process::exit(code);
+}
+
+fn command_name(c: &Command) -> &'static str {
+    match c {
+        Command::Keygen { .. } => "keygen",
+        Command::Ls { .. } => "ls",
+        Command::Stat { .. } => "stat",
+        Command::Cat { .. } => "cat",
+        Command::Get { .. } => "get",
+        Command::Put { .. } => "put",
+        Command::Rm { .. } => "rm",
+        Command::Mkdir { .. } => "mkdir",
+        Command::Mv { .. } => "mv",
+        Command::Nfs { .. } => "nfs",
+        Command::Mount { .. } => "mount",
+        Command::Umount { .. } => "umount",
+    }
+}
+
+fn run(cli: Cli) -> Result<(), CmdError> {
+    if let Command::Keygen { out, force } = &cli.command {
+        let path = match out.clone().or_else(identity::default_path) {
+            Some(p) => p,
+            None => return Err(CmdError::Usage("no --out and no HOME".into())),
+        };
+        let key = identity::keygen(&path, *force)?;
+        println!("wrote {} (keep it secret)", path.display());
+        println!("add this line to the server's users file:");
+        println!("  {} {} UID GID", identity::user_name(cli.user.as_deref()), key.public_key());
+        println!("{}", key.public_key());
+        return Ok(());
+    }
+    if let Command::Umount { dir } = &cli.command {
+        return commands::mount::umount(dir);
+    }
+    let id = identity::load(cli.identity.as_deref(), cli.user.as_deref())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let mut ctx = Ctx::new(id);
+        match cli.command {
+            Command::Ls {
+                long,
+                json,
+                targets,
+            } => commands::list::ls(&mut ctx, &targets, long, json).await,
+            Command::Stat { json, targets } => commands::list::stat(&mut ctx, &targets, json).await,
+            Command::Cat { targets } => commands::transfer::cat(&mut ctx, &targets).await,
+            Command::Get {
+                recursive,
+                remote,
+                local,
+            } => commands::transfer::get(&mut ctx, &remote, local.as_deref(), recursive).await,
+            Command::Put {
+                recursive,
+                local,
+                remote,
+            } => commands::transfer::put(&mut ctx, &local, &remote, recursive).await,
+            Command::Rm { recursive, targets } => {
+                commands::edit::rm(&mut ctx, &targets, recursive).await
+            }
+            Command::Mkdir { parents, targets } => {
+                commands::edit::mkdir(&mut ctx, &targets, parents).await
+            }
+            Command::Mv { from, to } => commands::edit::mv(&mut ctx, &from, &to).await,
+            Command::Nfs { name, listen } => commands::mount::nfs(&mut ctx, &name, listen).await,
+            Command::Mount { name, dir, listen } => {
+                commands::mount::mount(&mut ctx, &name, &dir, listen).await
+            }
+            Command::Keygen { .. } | Command::Umount { .. } => Ok(()),
+        }
+    })
+}

@@ -1,0 +1,176 @@
+//! Mount-free commands: each resolves a self-certifying path over a session and does one
+//! thing, with the messages and exit codes a shell user expects.
+
+pub mod edit;
+pub mod list;
+pub mod mount;
+pub mod transfer;
+
+use std::collections::HashMap;
+use std::fmt;
+
+use protocol::{Attr, FileHandle, FileType, ServerName};
+
+use crate::identity::Identity;
+use crate::session::{Client, Options, SessionError};
+
+/// A remote path: the server and the path below its root.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The server (without path).
+    pub server: ServerName,
+    /// The path below the root, `/`-separated, without empty components.
+    pub components: Vec<String>,
+    /// What the user typed, for messages.
+    pub text: String,
+}
+
+impl Target {
+    /// Parses `@HOST%PORT,HOSTID/path`.
+    pub fn parse(text: &str) -> Result<Target, CmdError> {
+        let name: ServerName = text.parse().map_err(|e| CmdError::Usage(format!("{text}: {e}")))?;
+        let components = name
+            .path()
+            .unwrap_or("/")
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .map(str::to_owned)
+            .collect();
+        Ok(Target {
+            server: name.without_path(),
+            components,
+            text: text.to_owned(),
+        })
+    }
+
+    /// The last component (the file's own name), if any.
+    pub fn file_name(&self) -> Option<&str> {
+        self.components.last().map(String::as_str)
+    }
+
+    /// The same server with `child` appended.
+    pub fn join(&self, child: &str) -> Target {
+        let mut t = self.clone();
+        t.components.push(child.to_owned());
+        t.text = format!("{}/{}", self.text.trim_end_matches('/'), child);
+        t
+    }
+}
+
+/// A command's failure, with what to print.
+#[derive(Debug)]
+pub enum CmdError {
+    /// Bad arguments (exit 2).
+    Usage(String),
+    /// A failure about one path: `sfs: CMD: PATH: message` (exit 1).
+    Path(String, String),
+    /// Anything else (exit 1).
+    Other(anyhow::Error),
+    /// Already reported on stderr (exit 1, print nothing more).
+    Reported,
+}
+
+impl fmt::Display for CmdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CmdError::Usage(m) => write!(f, "{m}"),
+            CmdError::Path(p, m) => write!(f, "{p}: {m}"),
+            CmdError::Other(e) => write!(f, "{e:#}"),
+            CmdError::Reported => write!(f, "failed"),
+        }
+    }
+}
+
+impl CmdError {
+    /// The process exit status.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CmdError::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// A session error about `path`.
+    pub fn at(path: &str, e: SessionError) -> CmdError {
+        match e {
+            SessionError::Nfs(_) => CmdError::Path(path.to_owned(), e.to_string()),
+            other => CmdError::Other(other.into()),
+        }
+    }
+}
+
+impl From<anyhow::Error> for CmdError {
+    fn from(e: anyhow::Error) -> Self {
+        CmdError::Other(e)
+    }
+}
+
+impl From<std::io::Error> for CmdError {
+    fn from(e: std::io::Error) -> Self {
+        CmdError::Other(e.into())
+    }
+}
+
+/// Sessions by server, shared by the paths of one command.
+pub struct Ctx {
+    identity: Option<Identity>,
+    clients: HashMap<String, (Client, FileHandle)>,
+}
+
+impl Ctx {
+    /// A context logging in as `identity` (anonymous when `None`).
+    pub fn new(identity: Option<Identity>) -> Ctx {
+        Ctx {
+            identity,
+            clients: HashMap::new(),
+        }
+    }
+
+    /// The session with `server` and its root handle.
+    pub async fn client(&mut self, server: &ServerName) -> Result<(Client, FileHandle), CmdError> {
+        let key = server.to_string();
+        if let Some((c, r)) = self.clients.get(&key) {
+            return Ok((c.clone(), *r));
+        }
+        let c = Client::new(server, self.identity.clone(), Options::default());
+        let (root, _) = c.mount("/").await.map_err(|e| CmdError::at(&key, e))?;
+        self.clients.insert(key, (c.clone(), root));
+        Ok((c, root))
+    }
+
+    /// Resolves a target to its handle and attributes.
+    pub async fn resolve(&mut self, t: &Target) -> Result<(Client, FileHandle, Attr), CmdError> {
+        let (c, mut fh) = self.client(&t.server).await?;
+        let mut attr = c.getattr(&fh).await.map_err(|e| CmdError::at(&t.text, e))?;
+        for comp in &t.components {
+            if attr.ftype != FileType::Directory {
+                return Err(CmdError::Path(t.text.clone(), "Not a directory".into()));
+            }
+            let (f, a) = c
+                .lookup(&fh, comp.as_bytes())
+                .await
+                .map_err(|e| CmdError::at(&t.text, e))?;
+            fh = f;
+            attr = a;
+        }
+        Ok((c, fh, attr))
+    }
+
+    /// Resolves the parent directory of a target: (client, parent handle, own name).
+    pub async fn parent(&mut self, t: &Target) -> Result<(Client, FileHandle, String), CmdError> {
+        let Some(name) = t.file_name() else {
+            return Err(CmdError::Path(
+                t.text.clone(),
+                "is the root of the server".into(),
+            ));
+        };
+        let name = name.to_owned();
+        let mut p = t.clone();
+        p.components.pop();
+        let (c, fh, attr) = self.resolve(&p).await?;
+        if attr.ftype != FileType::Directory {
+            return Err(CmdError::Path(p.text, "Not a directory".into()));
+        }
+        Ok((c, fh, name))
+    }
+}

@@ -1,0 +1,304 @@
+//! `cat`, `get` and `put`: bulk transfers with a window of outstanding requests.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime};
+
+use super::{CmdError, Ctx, Target};
+use crate::progress::Progress;
+use crate::session::{Client, SessionError};
+
+/// `sfs cat`.
+pub async fn cat(ctx: &mut Ctx, targets: &[String]) -> Result<(), CmdError> {
+    let mut failed = false;
+    for text in targets {
+        let t = Target::parse(text)?;
+        let r = async {
+            let (c, fh, attr) = ctx.resolve(&t).await?;
+            if attr.ftype == FileType::Directory {
+                return Err(CmdError::Path(t.text.clone(), "Is a directory".into()));
+            }
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            c.read_all(&fh, 0, |d| out.write_all(d)).await?;
+            out.flush()?;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = r {
+            eprintln!("sfs: cat: {e}");
+            failed = true;
+        }
+    }
+    if failed {
+        Err(CmdError::Reported)
+    } else {
+        Ok(())
+    }
+}
+
+/// `sfs get`.
+pub async fn get(
+    ctx: &mut Ctx,
+    remote: &str,
+    local: Option<&Path>,
+    recursive: bool,
+) -> Result<(), CmdError> {
+    let t = Target::parse(remote)?;
+    let (c, fh, attr) = ctx.resolve(&t).await?;
+    let name = t.file_name().unwrap_or("root").to_owned();
+    let dest = match local {
+        Some(p) if p.is_dir() => p.join(&name),
+        Some(p) => p.to_path_buf(),
+        None => PathBuf::from(&name),
+    };
+    if attr.ftype == FileType::Directory {
+        if !recursive {
+            return Err(CmdError::Path(
+                t.text,
+                "Is a directory (use -r to copy it)".into(),
+            ));
+        }
+        return get_tree(&c, fh, &t.text, &dest).await;
+    }
+    get_file(&c, &fh, &attr, &t.text, &dest).await
+}
+
+async fn get_file(
+    c: &Client,
+    fh: &FileHandle,
+    attr: &Attr,
+    label: &str,
+    dest: &Path,
+) -> Result<(), CmdError> {
+    let mut f = fs::File::create(dest)
+        .map_err(|e| CmdError::Path(dest.display().to_string(), io_message(&e)))?;
+    let mut bar = Progress::new(label, Some(attr.size));
+    c.read_all(fh, 0, |d| {
+        bar.inc(d.len() as u64);
+        f.write_all(d)
+    })
+    .await
+    .map_err(|e| path_error(label, e))?;
+    f.flush()?;
+    bar.finish();
+    Ok(())
+}
+
+fn get_tree<'a>(
+    c: &'a Client,
+    dir: FileHandle,
+    label: &'a str,
+    dest: &'a Path,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), CmdError>> + 'a>> {
+    Box::pin(async move {
+        match fs::create_dir(dest) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
+            Err(e) => return Err(CmdError::Path(dest.display().to_string(), io_message(&e))),
+        }
+        let entries = c
+            .readdir_all(&dir)
+            .await
+            .map_err(|e| CmdError::at(label, e))?;
+        for e in entries {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let name = String::from_utf8_lossy(&e.name).into_owned();
+            if name.contains('/') {
+                continue;
+            }
+            let child_label = format!("{}/{}", label.trim_end_matches('/'), name);
+            let (fh, attr) = match (e.fh, e.attr) {
+                (Some(fh), Some(a)) => (fh, a),
+                _ => c
+                    .lookup(&dir, &e.name)
+                    .await
+                    .map_err(|err| CmdError::at(&child_label, err))?,
+            };
+            let child = dest.join(&name);
+            match attr.ftype {
+                FileType::Directory => get_tree(c, fh, &child_label, &child).await?,
+                FileType::Regular => get_file(c, &fh, &attr, &child_label, &child).await?,
+                FileType::Symlink => {
+                    let target = c
+                        .readlink(&fh)
+                        .await
+                        .map_err(|err| CmdError::at(&child_label, err))?;
+                    #[cfg(unix)]
+                    {
+                        use std::os::unix::ffi::OsStrExt;
+                        let _ = fs::remove_file(&child);
+                        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &child)?;
+                    }
+                }
+                _ => eprintln!("sfs: get: {child_label}: skipping special file"),
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `sfs put`.
+pub async fn put(
+    ctx: &mut Ctx,
+    local: &Path,
+    remote: &str,
+    recursive: bool,
+) -> Result<(), CmdError> {
+    let meta = fs::metadata(local)
+        .map_err(|e| CmdError::Path(local.display().to_string(), io_message(&e)))?;
+    let local_name = local
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "upload".into());
+    let mut t = Target::parse(remote)?;
+    // An existing directory receives the file under its own name.
+    if let Ok((_, _, a)) = ctx.resolve(&t).await {
+        if a.ftype == FileType::Directory {
+            t = t.join(&local_name);
+        }
+    }
+    let (c, dir, name) = ctx.parent(&t).await?;
+    if meta.is_dir() {
+        if !recursive {
+            return Err(CmdError::Path(
+                local.display().to_string(),
+                "Is a directory (use -r to copy it)".into(),
+            ));
+        }
+        return put_tree(&c, dir, &name, local, &t.text).await;
+    }
+    put_file(&c, &dir, &name, local, &t.text).await
+}
+
+async fn put_file(
+    c: &Client,
+    dir: &FileHandle,
+    name: &str,
+    local: &Path,
+    label: &str,
+) -> Result<(), CmdError> {
+    let mut f = fs::File::open(local)
+        .map_err(|e| CmdError::Path(local.display().to_string(), io_message(&e)))?;
+    let size = f.metadata().map(|m| m.len()).ok();
+    let mode = local_mode(local);
+    // UNCHECKED create with size 0: creates, or truncates an existing file.
+    let (fh, _) = c
+        .create(
+            dir,
+            name.as_bytes(),
+            CreateHow::Unchecked(SetAttr {
+                mode: Some(mode),
+                size: Some(0),
+                ..set_nothing()
+            }),
+        )
+        .await
+        .map_err(|e| CmdError::at(label, e))?;
+    let mut bar = Progress::new(label, size);
+    c.write_all(&fh, |buf| f.read(buf), |n| bar.inc(n))
+        .await
+        .map_err(|e| path_error(label, e))?;
+    bar.finish();
+    Ok(())
+}
+
+fn put_tree<'a>(
+    c: &'a Client,
+    parent: FileHandle,
+    name: &'a str,
+    local: &'a Path,
+    label: &'a str,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), CmdError>> + 'a>> {
+    Box::pin(async move {
+        let dir = match c
+            .mkdir(
+                &parent,
+                name.as_bytes(),
+                SetAttr {
+                    mode: Some(local_mode(local)),
+                    ..set_nothing()
+                },
+            )
+            .await
+        {
+            Ok((fh, _)) => fh,
+            Err(SessionError::Nfs(NfsStatus::Exist)) => {
+                let (fh, a) = c
+                    .lookup(&parent, name.as_bytes())
+                    .await
+                    .map_err(|e| CmdError::at(label, e))?;
+                if a.ftype != FileType::Directory {
+                    return Err(CmdError::Path(label.into(), "File exists".into()));
+                }
+                fh
+            }
+            Err(e) => return Err(CmdError::at(label, e)),
+        };
+        let mut entries: Vec<_> = fs::read_dir(local)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let child_label = format!("{}/{}", label.trim_end_matches('/'), n);
+            let ft = e.file_type()?;
+            if ft.is_dir() {
+                put_tree(c, dir, &n, &e.path(), &child_label).await?;
+            } else if ft.is_file() {
+                put_file(c, &dir, &n, &e.path(), &child_label).await?;
+            } else if ft.is_symlink() {
+                let target = fs::read_link(e.path())?;
+                #[cfg(unix)]
+                {
+                    use std::os::unix::ffi::OsStrExt;
+                    c.symlink(&dir, n.as_bytes(), target.as_os_str().as_bytes(), set_nothing())
+                        .await
+                        .map_err(|err| CmdError::at(&child_label, err))?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A SETATTR that changes nothing.
+pub fn set_nothing() -> SetAttr {
+    SetAttr {
+        mode: None,
+        uid: None,
+        gid: None,
+        size: None,
+        atime: SetTime::DontChange,
+        mtime: SetTime::DontChange,
+    }
+}
+
+fn local_mode(p: &Path) -> u32 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = fs::metadata(p) {
+            return m.permissions().mode() & 0o7777;
+        }
+    }
+    let _ = p;
+    0o644
+}
+
+fn io_message(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "No such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "Permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+fn path_error(label: &str, e: anyhow::Error) -> CmdError {
+    match e.downcast::<SessionError>() {
+        Ok(se) => CmdError::at(label, se),
+        Err(e) => CmdError::Other(e),
+    }
+}
