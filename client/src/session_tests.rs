@@ -1,1 +1,430 @@
+//! Session tests against an in-process server driven with the protocol crate.
 
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use protocol::{
+    FileType, Invalidate, Location, Reply, ServerHandshake, ServerKeypair, Time, UserKeypair,
+};
+use tokio::net::TcpListener;
+
+use super::*;
+
+/// What the fake server does with a request.
+enum Out {
+    Send(ServerMessage),
+    Close,
+}
+
+type Behaviour = Box<dyn FnMut(usize, Request) -> Vec<Out> + Send>;
+
+struct Fake {
+    name: ServerName,
+    key: Arc<ServerKeypair>,
+    conns: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn reply(id: u64, r: Result<ReplyBody, NfsStatus>) -> Out {
+    Out::Send(ServerMessage::Reply(Reply { id, result: r }))
+}
+
+fn attr(size: u64, lease_ms: u32) -> Attr {
+    let t = Time {
+        seconds: 1,
+        nanos: 0,
+    };
+    Attr {
+        ftype: FileType::Regular,
+        mode: 0o644,
+        nlink: 1,
+        uid: 0,
+        gid: 0,
+        size,
+        used: size,
+        rdev: (0, 0),
+        fsid: 1,
+        fileid: 7,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        lease_ms,
+    }
+}
+
+const FH: FileHandle = FileHandle::from_bytes([7; 48]);
+
+async fn fake(behaviour: Behaviour) -> Fake {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let key = Arc::new(ServerKeypair::generate());
+    let name = key.server_name(Location::new("127.0.0.1", port).unwrap());
+    let conns = Arc::new(AtomicUsize::new(0));
+    let behaviour = Arc::new(Mutex::new(behaviour));
+    let (k, c, hid) = (key.clone(), conns.clone(), name.host_id());
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                return;
+            };
+            let n = c.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(serve(s, k.clone(), hid, n, behaviour.clone()));
+        }
+    });
+    Fake {
+        name,
+        key,
+        conns,
+        task,
+    }
+}
+
+async fn serve(
+    mut s: TcpStream,
+    key: Arc<ServerKeypair>,
+    host_id: protocol::HostId,
+    conn: usize,
+    behaviour: Arc<Mutex<Behaviour>>,
+) {
+    let mut hs = ServerHandshake::new(&key);
+    let mut buf = vec![0u8; 65536];
+    let mut left = Vec::new();
+    while !hs.is_done() {
+        if hs.has_output() {
+            s.write_all(&hs.take_output()).await.unwrap();
+        }
+        if !hs.wants_input() {
+            break;
+        }
+        let n = s.read(&mut buf).await.unwrap();
+        if n == 0 {
+            return;
+        }
+        let Ok(used) = hs.receive(&buf[..n]) else {
+            return;
+        };
+        left.extend_from_slice(&buf[used..n]);
+    }
+    if hs.has_output() {
+        s.write_all(&hs.take_output()).await.unwrap();
+    }
+    let session = hs.into_session().unwrap();
+    let mut verifier = protocol::LoginVerifier::new(session.session_id, host_id);
+    let mut sealer = session.sealer;
+    let mut reader = RecordReader::new(session.opener);
+    reader.extend_from_slice(&left);
+    loop {
+        let mut outs = Vec::new();
+        while let Ok(Some(rec)) = reader.next_record() {
+            let req = Request::decode(rec).unwrap();
+            if let RequestOp::Login(args) = &req.op {
+                // Logins are checked for real: a bad signature would fail here.
+                let ok = verifier.verify(args).is_ok() && args.user == "alice";
+                outs.push(reply(
+                    req.id,
+                    if ok {
+                        Ok(ReplyBody::Login { authno: 7 })
+                    } else {
+                        Err(NfsStatus::Acces)
+                    },
+                ));
+                continue;
+            }
+            outs.extend((lock(&behaviour))(conn, req));
+        }
+        let mut wire = Vec::new();
+        for o in outs {
+            match o {
+                Out::Send(m) => sealer.seal_into(&m.encode(), &mut wire).unwrap(),
+                Out::Close => {
+                    let _ = s.write_all(&wire).await;
+                    return;
+                }
+            }
+        }
+        if !wire.is_empty() && s.write_all(&wire).await.is_err() {
+            return;
+        }
+        let b = reader.read_buf();
+        match s.read(b).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => reader.advance(n),
+        }
+    }
+}
+
+fn quick() -> Options {
+    Options {
+        connect_attempts: 3,
+        initial_backoff: Duration::from_millis(20),
+        connect_timeout: Duration::from_secs(5),
+        ..Options::default()
+    }
+}
+
+/// Data of the fake file: byte `i` is `i % 251`.
+fn content(offset: u64, len: usize) -> Vec<u8> {
+    (0..len as u64).map(|i| ((offset + i) % 251) as u8).collect()
+}
+
+fn serve_read(id: u64, offset: u64, count: u32, size: u64) -> Out {
+    let end = (offset + u64::from(count)).min(size);
+    let data = if offset >= size {
+        vec![]
+    } else {
+        content(offset, (end - offset) as usize)
+    };
+    reply(
+        id,
+        Ok(ReplyBody::Read {
+            attr: None,
+            eof: end >= size,
+            data,
+        }),
+    )
+}
+
+#[tokio::test]
+async fn replies_out_of_order_reach_their_callers() {
+    let mut held: Vec<Request> = Vec::new();
+    let f = fake(Box::new(move |_, req| {
+        held.push(req);
+        if held.len() < 4 {
+            return vec![];
+        }
+        // Answer all four at once, last first.
+        held.drain(..)
+            .rev()
+            .map(|r| match r.op {
+                RequestOp::Read { offset, count, .. } => serve_read(r.id, offset, count, 1 << 20),
+                _ => reply(r.id, Err(NfsStatus::NotSupp)),
+            })
+            .collect()
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let mut tasks = Vec::new();
+    for i in 0..4u64 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(
+            async move { c.read(&FH, i * 1000, 100).await },
+        ));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        let (data, _) = tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(data, content(i as u64 * 1000, 100));
+    }
+}
+
+#[tokio::test]
+async fn invalidate_drops_cached_attributes() {
+    let getattrs = Arc::new(AtomicUsize::new(0));
+    let g = getattrs.clone();
+    let f = fake(Box::new(move |_, req| match req.op {
+        RequestOp::GetAttr { .. } => {
+            g.fetch_add(1, Ordering::SeqCst);
+            vec![reply(
+                req.id,
+                Ok(ReplyBody::GetAttr {
+                    attr: attr(5, 60_000),
+                }),
+            )]
+        }
+        RequestOp::Null => vec![
+            Out::Send(ServerMessage::Invalidate(Invalidate { fh: FH, attr: None })),
+            reply(req.id, Ok(ReplyBody::Null)),
+        ],
+        _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    c.getattr(&FH).await.unwrap();
+    c.getattr(&FH).await.unwrap();
+    assert_eq!(getattrs.load(Ordering::SeqCst), 1, "second one from the lease");
+    c.call(RequestOp::Null).await.unwrap();
+    assert!(c.cache().get(&FH).is_none());
+    c.getattr(&FH).await.unwrap();
+    assert_eq!(getattrs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn expired_lease_goes_back_to_the_server() {
+    let getattrs = Arc::new(AtomicUsize::new(0));
+    let g = getattrs.clone();
+    let f = fake(Box::new(move |_, req| {
+        g.fetch_add(1, Ordering::SeqCst);
+        vec![reply(req.id, Ok(ReplyBody::GetAttr { attr: attr(5, 50) }))]
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    c.getattr(&FH).await.unwrap();
+    c.getattr(&FH).await.unwrap();
+    assert_eq!(getattrs.load(Ordering::SeqCst), 1);
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    c.getattr(&FH).await.unwrap();
+    assert_eq!(getattrs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn broken_stream_retries_idempotent_and_refuses_the_rest() {
+    let f = fake(Box::new(move |conn, req| match req.op {
+        // The first connection dies on its first request.
+        _ if conn == 0 => vec![Out::Close],
+        RequestOp::Read { offset, count, .. } => vec![serve_read(req.id, offset, count, 10)],
+        RequestOp::Remove { .. } if conn == 1 => vec![Out::Close],
+        _ => vec![reply(req.id, Ok(ReplyBody::Remove { dir_attr: None }))],
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let (data, eof) = c.read(&FH, 0, 100).await.unwrap();
+    assert_eq!((data, eof), (content(0, 10), true));
+    assert_eq!(f.conns.load(Ordering::SeqCst), 2, "reconnected once");
+    let e = c.remove(&FH, b"x", false).await.unwrap_err();
+    assert!(matches!(e, SessionError::NotRetried { .. }), "{e}");
+    assert!(e.to_string().contains("not idempotent"), "{e}");
+    // The next request reconnects and works.
+    c.remove(&FH, b"x", false).await.unwrap();
+    assert_eq!(f.conns.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn wrong_hostid_is_refused_clearly() {
+    let f = fake(Box::new(|_, req| vec![reply(req.id, Ok(ReplyBody::Null))])).await;
+    let other = ServerKeypair::generate().server_name(f.name.location().clone());
+    let c = Client::new(&other, None, quick());
+    let e = c.call(RequestOp::Null).await.unwrap_err();
+    assert!(matches!(e, SessionError::Handshake { .. }), "{e}");
+    assert!(e.to_string().to_lowercase().contains("hostid"), "{e}");
+    assert_eq!(f.conns.load(Ordering::SeqCst), 1, "no retry of a wrong key");
+    let _ = &f.key;
+}
+
+#[tokio::test]
+async fn unreachable_server_gives_up_after_backoff() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let name = ServerKeypair::generate().server_name(Location::new("127.0.0.1", port).unwrap());
+    let c = Client::new(&name, None, quick());
+    let e = c.call(RequestOp::Null).await.unwrap_err();
+    assert!(matches!(e, SessionError::Connect { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn login_sets_authno_and_refusal_falls_back_to_anonymous() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let f = fake(Box::new(move |_, req| {
+        lock(&s).push(req.authno);
+        vec![reply(req.id, Ok(ReplyBody::Null))]
+    }))
+    .await;
+    let key = Arc::new(UserKeypair::generate());
+    for (user, want) in [("alice", 7), ("mallory", 0)] {
+        let id = Identity {
+            user: user.into(),
+            key: key.clone(),
+        };
+        let c = Client::new(&f.name, Some(id), quick());
+        c.call(RequestOp::Null).await.unwrap();
+        assert_eq!(lock(&seen).pop(), Some(want), "{user}");
+    }
+}
+
+#[tokio::test]
+async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
+    const SIZE: u64 = 3 * 1024 * 1024 + 123;
+    let written = Arc::new(Mutex::new(vec![0u8; SIZE as usize]));
+    let inflight_max = Arc::new(AtomicUsize::new(0));
+    let w = written.clone();
+    let mut held = Vec::new();
+    let im = inflight_max.clone();
+    let f = fake(Box::new(move |_, req| match req.op {
+        // Reads of odd chunks come back short, to exercise the restart path.
+        RequestOp::Read { offset, count, .. } => {
+            let short = (offset / 65536) % 3 == 1;
+            vec![serve_read(req.id, offset, if short { count / 2 } else { count }, SIZE)]
+        }
+        RequestOp::Write { offset, data, .. } => {
+            let mut g = lock(&w);
+            let end = (offset as usize + data.len()).min(g.len());
+            g[offset as usize..end].copy_from_slice(&data[..end - offset as usize]);
+            held.push(reply(
+                req.id,
+                Ok(ReplyBody::Write {
+                    attr: None,
+                    count: data.len() as u32,
+                    committed: StableHow::Unstable,
+                    verifier: [1; 8],
+                }),
+            ));
+            im.fetch_max(held.len(), Ordering::SeqCst);
+            // Hold two writes before answering so the window shows.
+            if held.len() >= 2 {
+                held.drain(..).collect()
+            } else {
+                vec![]
+            }
+        }
+        RequestOp::Commit { .. } => {
+            let mut out: Vec<Out> = held.drain(..).collect();
+            out.push(reply(
+                req.id,
+                Ok(ReplyBody::Commit {
+                    attr: None,
+                    verifier: [1; 8],
+                }),
+            ));
+            out
+        }
+        _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+    }))
+    .await;
+    let opts = Options {
+        window: 4,
+        ..quick()
+    };
+    let c = Client::new(&f.name, None, opts);
+    let mut got = Vec::new();
+    let n = tokio::time::timeout(
+        Duration::from_secs(60),
+        c.read_all(&FH, 0, |d| {
+            got.extend_from_slice(d);
+            Ok(())
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(n, SIZE);
+    assert!(got == content(0, SIZE as usize), "read content differs");
+
+    let src = content(0, SIZE as usize);
+    let mut pos = 0;
+    let wrote = c
+        .write_all(
+            &FH,
+            |buf| {
+                let n = buf.len().min(src.len() - pos).min(100_000);
+                buf[..n].copy_from_slice(&src[pos..pos + n]);
+                pos += n;
+                Ok(n)
+            },
+            |_| {},
+        )
+        .await
+        .unwrap();
+    assert_eq!(wrote, SIZE);
+    assert!(*lock(&written) == src, "written content differs");
+    assert!(inflight_max.load(Ordering::SeqCst) >= 2, "writes were pipelined");
+}
