@@ -2,6 +2,7 @@
 //! (Zeldovich et al., USENIX 2003) run on this code.
 
 mod cputime;
+mod read;
 mod report;
 mod tasks;
 
@@ -27,11 +28,15 @@ enum Command {
     /// Task-rate benchmark of paper 001 Table 2: chained callbacks of 16 colors under each
     /// queue configuration, beside the same workload on tokio.
     Tasks(tasks::TasksArgs),
+    /// Read throughput of paper 001 Figure 10: K clients reading a cached file from sfsd with
+    /// 1..N CPUs, as one multiprocessor server, the uniprocessor baseline, and N copies.
+    Read(read::ReadArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Tasks(args) => tasks::run(args),
+        Command::Read(args) => read::run(args),
     }
 }

@@ -1,0 +1,236 @@
+//! The load client of `sfs-bench read`: a real protocol client (handshake, LOGIN, MOUNT,
+//! LOOKUP, pipelined READs) that, by default, does not open the READ replies: it only frames
+//! them, so its CPU cost per byte stays far below the server's (which seals every byte). With
+//! `verify` it opens, decodes and checks every reply against the file's known contents.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use protocol::{
+    ClientHandshake, FileHandle, LoginSigner, RecordReader, ReplyBody, Request, RequestOp, Sealer,
+    ServerMessage, ServerName, UserKeypair,
+};
+
+/// Byte `i` of every benchmark file, so `--verify` can check any range without the file.
+pub fn pattern_byte(offset: u64) -> u8 {
+    (offset.wrapping_mul(2_654_435_761) >> 13) as u8
+}
+
+/// What one load client reads, from where.
+#[derive(Clone)]
+pub struct Target {
+    pub name: ServerName,
+    pub file: String,
+    pub file_size: u64,
+}
+
+#[derive(Clone)]
+pub struct LoadConfig {
+    pub user: String,
+    pub identity: Arc<UserKeypair>,
+    /// READ size (clamped to what the server's records allow).
+    pub chunk: u32,
+    /// Outstanding READs per connection.
+    pub window: usize,
+    pub verify: bool,
+}
+
+/// Counters shared with the orchestrator.
+#[derive(Default)]
+pub struct Progress {
+    pub bytes: AtomicU64,
+    pub stop: AtomicBool,
+}
+
+struct Conn {
+    stream: TcpStream,
+    sealer: Sealer,
+    reader: RecordReader,
+    next_id: u64,
+    authno: u32,
+}
+
+impl Conn {
+    fn send(&mut self, op: RequestOp) -> anyhow::Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut wire = Vec::with_capacity(128);
+        let request = Request {
+            id,
+            authno: self.authno,
+            op,
+        };
+        self.sealer
+            .seal_with(&mut wire, |buf| request.encode_into(buf))
+            .context("sealing a request")?;
+        self.stream.write_all(&wire).context("sending a request")?;
+        Ok(id)
+    }
+
+    /// Reads until one whole record is buffered; returns its payload length.
+    fn fill_record(&mut self) -> anyhow::Result<()> {
+        while self.reader.needed() > 0 {
+            let buf = self.reader.read_buf();
+            let n = self.stream.read(buf).context("reading from the server")?;
+            if n == 0 {
+                bail!("the server closed the connection");
+            }
+            self.reader.advance(n);
+        }
+        Ok(())
+    }
+
+    fn call(&mut self, op: RequestOp) -> anyhow::Result<ReplyBody> {
+        let id = self.send(op)?;
+        loop {
+            let message = loop {
+                if let Some(payload) = self.reader.next_record()? {
+                    break ServerMessage::decode(payload)?;
+                }
+                self.fill_record()?;
+            };
+            match message {
+                ServerMessage::Reply(reply) if reply.id == id => {
+                    return reply
+                        .result
+                        .map_err(|status| anyhow::anyhow!("server answered {status:?}"));
+                }
+                _ => continue, // an INVALIDATE, irrelevant here
+            }
+        }
+    }
+}
+
+fn connect(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHandle, u32)> {
+    let addr = target.name.location().socket_addr_string();
+    let mut stream = TcpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut handshake = ClientHandshake::new(&target.name);
+    let mut buf = [0u8; 4096];
+    while !handshake.is_done() {
+        if handshake.has_output() {
+            stream.write_all(&handshake.take_output())?;
+        }
+        if handshake.is_done() {
+            break;
+        }
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            bail!("the server closed the connection during the handshake");
+        }
+        let used = handshake.receive(&buf[..n])?;
+        if used < n {
+            bail!("the server sent records before the handshake ended");
+        }
+    }
+    if handshake.has_output() {
+        stream.write_all(&handshake.take_output())?;
+    }
+    let session = handshake.into_session()?;
+    let max_io = protocol::max_io_size(session.opener.max_payload());
+    let mut conn = Conn {
+        stream,
+        sealer: session.sealer,
+        reader: RecordReader::new(session.opener),
+        next_id: 1,
+        authno: 0,
+    };
+    let login = LoginSigner::new(session.session_id, target.name.host_id())
+        .sign(&config.user, &config.identity)?;
+    match conn.call(RequestOp::Login(login))? {
+        ReplyBody::Login { authno } => conn.authno = authno,
+        other => bail!("unexpected LOGIN reply {other:?}"),
+    }
+    let root = match conn.call(RequestOp::Mount {
+        path: b"/".to_vec(),
+    })? {
+        ReplyBody::Mount { fh, .. } => fh,
+        other => bail!("unexpected MOUNT reply {other:?}"),
+    };
+    let file = match conn.call(RequestOp::Lookup {
+        dir: root,
+        name: target.file.as_bytes().to_vec(),
+    })? {
+        ReplyBody::Lookup { fh, .. } => fh,
+        other => bail!("unexpected LOOKUP reply {other:?}"),
+    };
+    Ok((conn, file, max_io))
+}
+
+/// Reads the target file round and round until `progress.stop`, adding payload bytes to
+/// `progress.bytes`.
+pub fn run(target: &Target, config: &LoadConfig, progress: &Progress) -> anyhow::Result<()> {
+    let (mut conn, fh, max_io) = connect(target, config)?;
+    let chunk = u64::from(config.chunk.min(max_io).max(1));
+    let mut next_offset = 0u64;
+    let mut in_flight = std::collections::VecDeque::with_capacity(config.window);
+    let mut issue = |conn: &mut Conn, in_flight: &mut std::collections::VecDeque<u64>| {
+        let offset = next_offset;
+        next_offset += chunk;
+        if next_offset >= target.file_size {
+            next_offset = 0;
+        }
+        in_flight.push_back(offset);
+        conn.send(RequestOp::Read {
+            fh,
+            offset,
+            count: chunk as u32,
+        })
+    };
+    for _ in 0..config.window.max(1) {
+        issue(&mut conn, &mut in_flight)?;
+    }
+    while !progress.stop.load(Relaxed) {
+        conn.fill_record()?;
+        let offset = in_flight.pop_front().unwrap_or(0);
+        let bytes = if config.verify {
+            let payload = conn
+                .reader
+                .next_record()?
+                .context("a whole record was buffered")?;
+            match ServerMessage::decode(payload)? {
+                ServerMessage::Reply(reply) => match reply.result {
+                    Ok(ReplyBody::Read { data, .. }) => {
+                        let want = chunk.min(target.file_size - offset) as usize;
+                        if data.len() != want {
+                            bail!("short READ at {offset}: {} of {want} bytes", data.len());
+                        }
+                        if let Some(bad) =
+                            (0..data.len()).find(|&i| data[i] != pattern_byte(offset + i as u64))
+                        {
+                            bail!("wrong byte at offset {}", offset + bad as u64);
+                        }
+                        data.len() as u64
+                    }
+                    other => bail!("READ failed: {other:?}"),
+                },
+                ServerMessage::Invalidate(_) => {
+                    in_flight.push_front(offset);
+                    continue;
+                }
+            }
+        } else {
+            // Frame only: the record length is all the cheap client needs.
+            skip_record(&mut conn.reader)? as u64
+        };
+        progress.bytes.fetch_add(bytes, Relaxed);
+        issue(&mut conn, &mut in_flight)?;
+    }
+    Ok(())
+}
+
+/// Drops the buffered record without opening it; returns its payload length.
+///
+/// The opener's nonce counter is not advanced, so after the first skipped record this
+/// connection can never open a record again: skip mode is for the measurement phase only.
+fn skip_record(reader: &mut RecordReader) -> anyhow::Result<usize> {
+    reader
+        .skip_record()
+        .context("skipping a record")?
+        .context("a whole record was buffered")
+}

@@ -1,0 +1,509 @@
+//! `sfs-bench read`: paper 001 Figure 10 on sfsd. K clients read a large, page-cached file
+//! over one stream each; the server runs with 1..N pinned CPUs as one multiprocessor process
+//! (`mp`), as the uniprocessor baseline (`uni`, 1 CPU), or as N independent uniprocessor
+//! copies each exporting its own copy of the data (`ncopy`: the speedup the OS allows).
+
+mod load;
+mod plot;
+mod servers;
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use protocol::UserKeypair;
+use serde::Serialize;
+
+use crate::report::{median, spread};
+use load::{LoadConfig, Progress, Target};
+use servers::Server;
+
+const DATA_FILE: &str = "data.bin";
+const BENCH_USER: &str = "bench";
+
+#[derive(clap::Args, Debug)]
+pub struct ReadArgs {
+    /// CPU counts to give the server; counts above this machine's CPUs are skipped
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4")]
+    cpus: Vec<usize>,
+    /// Server arrangements to measure
+    #[arg(long, value_delimiter = ',', default_value = "mp,uni,ncopy")]
+    modes: Vec<Mode>,
+    /// Load clients (one TCP stream each)
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Seconds of warm-up before each measured window
+    #[arg(long, default_value_t = 5.0)]
+    warmup: f64,
+    /// Seconds in each measured window
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Repetitions; all configurations run once per repetition, interleaved
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Size of the file each export holds, e.g. 200MiB, 1GiB, 64MB
+    #[arg(long, default_value = "200MiB", value_parser = parse_size)]
+    file_size: u64,
+    /// Bytes per READ (clamped to what the server's records allow)
+    #[arg(long, default_value_t = 65536)]
+    chunk: u32,
+    /// Outstanding READs per client
+    #[arg(long, default_value_t = 8)]
+    window: usize,
+    /// Open, decode and check every reply (costs the clients far more CPU)
+    #[arg(long)]
+    verify: bool,
+    /// Write one JSON object per configuration and line to FILE
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw the Figure 10 bar chart to FILE (.svg)
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// The sfsd binary [default: next to sfs-bench]
+    #[arg(long)]
+    sfsd: Option<PathBuf>,
+    /// Directory for exports and server state [default: a temporary directory]
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// One sfsd with one worker per CPU
+    Mp,
+    /// One sfsd --uniprocessor on one CPU: the baseline
+    Uni,
+    /// N sfsd --uniprocessor processes, one per CPU, each with its own copy of the data
+    Ncopy,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Mp => "mp",
+            Mode::Uni => "uni",
+            Mode::Ncopy => "ncopy",
+        }
+    }
+}
+
+/// One configuration to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Config {
+    mode: Mode,
+    cpus: usize,
+}
+
+struct Sample {
+    mb_per_s: f64,
+    server_cpu_s_per_gb: f64,
+    serial_fraction: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Row {
+    mode: Mode,
+    cpus: usize,
+    clients: usize,
+    reps: usize,
+    mb_per_s: f64,
+    mb_per_s_min: f64,
+    mb_per_s_max: f64,
+    speedup_vs_uni1: Option<f64>,
+    mp_over_ncopy: Option<f64>,
+    server_cpu_s_per_gb: f64,
+    serial_fraction: Option<f64>,
+    amdahl_bound: Option<f64>,
+    clients_share_server_cpus: bool,
+}
+
+/// Parses sizes such as `200MiB`, `1GiB`, `64MB`, `4096`.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size like 200MiB"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` (use KiB, MiB, GiB, KB, MB, GB)"
+            ));
+        }
+    };
+    n.checked_mul(scale)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("`{text}` is not a usable size"))
+}
+
+pub fn run(args: ReadArgs) -> anyhow::Result<()> {
+    if args.clients == 0 || args.reps == 0 || args.window == 0 {
+        bail!("--clients, --reps and --window must be at least 1");
+    }
+    let sfsd = servers::locate_sfsd(args.sfsd.as_deref())?;
+    let machine_cpus = libcolor::available_cpus();
+    let mut cpu_counts: Vec<usize> = Vec::new();
+    for &c in &args.cpus {
+        if c == 0 || c > machine_cpus {
+            eprintln!("note: skipping {c} CPU(s): this machine has {machine_cpus}");
+        } else if !cpu_counts.contains(&c) {
+            cpu_counts.push(c);
+        }
+    }
+    let mut configs = Vec::new();
+    if args.modes.contains(&Mode::Uni) {
+        configs.push(Config {
+            mode: Mode::Uni,
+            cpus: 1,
+        });
+    }
+    for &cpus in &cpu_counts {
+        for mode in [Mode::Mp, Mode::Ncopy] {
+            if args.modes.contains(&mode) {
+                configs.push(Config { mode, cpus });
+            }
+        }
+    }
+    if configs.is_empty() {
+        bail!("nothing to measure: no CPU count fits this machine");
+    }
+
+    let scratch;
+    let workdir = match &args.workdir {
+        Some(dir) => dir.clone(),
+        None => {
+            scratch = tempfile::tempdir().context("creating a work directory")?;
+            scratch.path().to_path_buf()
+        }
+    };
+    let copies = configs
+        .iter()
+        .map(|c| if c.mode == Mode::Ncopy { c.cpus } else { 1 })
+        .max()
+        .unwrap_or(1);
+    eprintln!(
+        "read: {} client(s), {} of data per export, {} copies; {} rep(s) of {:.0}s (+{:.0}s warm-up)",
+        args.clients,
+        human_bytes(args.file_size),
+        copies,
+        args.reps,
+        args.duration,
+        args.warmup
+    );
+    let exports = prepare_exports(&workdir, copies, args.file_size)?;
+    let identity = Arc::new(UserKeypair::generate());
+    let users = workdir.join("users");
+    let owner = std::fs::metadata(&exports[0])?;
+    std::fs::write(
+        &users,
+        format!(
+            "{BENCH_USER} {} {} {}\n",
+            identity.public_key(),
+            owner.uid(),
+            owner.gid()
+        ),
+    )?;
+    let load = LoadConfig {
+        user: BENCH_USER.to_string(),
+        identity,
+        chunk: args.chunk,
+        window: args.window,
+        verify: args.verify,
+    };
+    let ctx = Bench {
+        sfsd,
+        workdir: workdir.clone(),
+        exports,
+        users,
+        load,
+        clients: args.clients,
+        machine_cpus,
+        file_size: args.file_size,
+        warmup: Duration::from_secs_f64(args.warmup),
+        duration: Duration::from_secs_f64(args.duration),
+    };
+
+    let mut samples: Vec<Vec<Sample>> = configs.iter().map(|_| Vec::new()).collect();
+    for rep in 0..args.reps {
+        for (i, config) in configs.iter().enumerate() {
+            eprint!(
+                "  rep {}/{}: {} on {} CPU(s) ... ",
+                rep + 1,
+                args.reps,
+                config.mode.name(),
+                config.cpus
+            );
+            let sample = measure(&ctx, *config)
+                .with_context(|| format!("{} on {} CPU(s)", config.mode.name(), config.cpus))?;
+            eprintln!("{:.0} MB/s", sample.mb_per_s);
+            samples[i].push(sample);
+        }
+    }
+
+    let rows = summarise(&configs, &samples, &ctx);
+    print_table(&rows);
+    if let Some(path) = &args.json {
+        let mut out = BufWriter::new(File::create(path)?);
+        for row in &rows {
+            writeln!(out, "{}", serde_json::to_string(row)?)?;
+        }
+        out.flush()?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        plot::figure10(path, &rows.iter().map(plot::Bar::from).collect::<Vec<_>>())?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Everything a measurement needs.
+struct Bench {
+    sfsd: PathBuf,
+    workdir: PathBuf,
+    exports: Vec<PathBuf>,
+    users: PathBuf,
+    load: LoadConfig,
+    clients: usize,
+    machine_cpus: usize,
+    file_size: u64,
+    warmup: Duration,
+    duration: Duration,
+}
+
+/// Creates `copies` export directories, each with its own copy of the data file, and reads
+/// each once so it sits in the page cache.
+fn prepare_exports(workdir: &Path, copies: usize, size: u64) -> anyhow::Result<Vec<PathBuf>> {
+    let mut exports = Vec::new();
+    for i in 0..copies {
+        let dir = workdir.join(format!("export-{i}"));
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join(DATA_FILE);
+        let current = std::fs::metadata(&file).map(|m| m.len()).ok();
+        if current != Some(size) {
+            let mut out = BufWriter::with_capacity(1 << 20, File::create(&file)?);
+            let mut block = vec![0u8; 1 << 20];
+            let mut offset = 0u64;
+            while offset < size {
+                let n = (size - offset).min(block.len() as u64) as usize;
+                for (i, b) in block[..n].iter_mut().enumerate() {
+                    *b = load::pattern_byte(offset + i as u64);
+                }
+                out.write_all(&block[..n])?;
+                offset += n as u64;
+            }
+            out.flush()?;
+        }
+        // Warm the page cache.
+        let mut f = File::open(&file)?;
+        let mut buf = vec![0u8; 1 << 20];
+        while f.read(&mut buf)? > 0 {}
+        exports.push(dir);
+    }
+    Ok(exports)
+}
+
+fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
+    let server_cpus: Vec<usize> = (0..config.cpus).collect();
+    let mut servers = Vec::new();
+    let processes = if config.mode == Mode::Ncopy {
+        config.cpus
+    } else {
+        1
+    };
+    for p in 0..processes {
+        let (cpus, flags): (Vec<usize>, Vec<String>) = match config.mode {
+            Mode::Mp => (
+                server_cpus.clone(),
+                vec!["--workers".into(), config.cpus.to_string()],
+            ),
+            Mode::Uni | Mode::Ncopy => (vec![p], vec!["--uniprocessor".into()]),
+        };
+        let state = ctx.workdir.join(format!("state-{p}"));
+        servers.push(Server::start(
+            &ctx.sfsd,
+            &cpus,
+            &flags,
+            &state,
+            &ctx.exports[p],
+            &ctx.users,
+        )?);
+    }
+    // Clients go on the CPUs the server does not use, if there are any.
+    let mut client_cpus: Vec<usize> = (config.cpus..ctx.machine_cpus).collect();
+    if client_cpus.is_empty() {
+        client_cpus = (0..ctx.machine_cpus).collect();
+    }
+    let progress = Arc::new(Progress::default());
+    let mut clients = Vec::new();
+    for i in 0..ctx.clients {
+        let server = &servers[i % servers.len()];
+        let target = Target {
+            name: server.name.clone(),
+            file: DATA_FILE.to_string(),
+            file_size: ctx.file_size,
+        };
+        let (load, progress) = (ctx.load.clone(), progress.clone());
+        let cpu = client_cpus[i % client_cpus.len()];
+        clients.push(std::thread::spawn(move || {
+            core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+            let result = load::run(&target, &load, &progress);
+            if result.is_err() {
+                progress.stop.store(true, Relaxed);
+            }
+            result
+        }));
+    }
+    std::thread::sleep(ctx.warmup);
+    let cpu = |servers: &[Server]| servers.iter().map(|s| s.cpu_time()).sum::<Duration>();
+    let (b0, t0, c0) = (progress.bytes.load(Relaxed), Instant::now(), cpu(&servers));
+    std::thread::sleep(ctx.duration);
+    let (b1, t1, c1) = (progress.bytes.load(Relaxed), Instant::now(), cpu(&servers));
+    progress.stop.store(true, Relaxed);
+    let mut failure = None;
+    for client in clients {
+        match client.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failure = Some(e),
+            Err(_) => failure = Some(anyhow::anyhow!("a load client panicked")),
+        }
+    }
+    let stats: Vec<_> = servers.into_iter().map(Server::stop).collect();
+    if let Some(e) = failure {
+        return Err(e.context("a load client failed"));
+    }
+    let bytes = (b1 - b0) as f64;
+    let fractions: Vec<f64> = stats.iter().filter_map(|s| s.serial_fraction).collect();
+    Ok(Sample {
+        mb_per_s: bytes / 1e6 / (t1 - t0).as_secs_f64(),
+        server_cpu_s_per_gb: (c1 - c0).as_secs_f64() / (bytes / 1e9).max(1e-9),
+        serial_fraction: (!fractions.is_empty())
+            .then(|| fractions.iter().sum::<f64>() / fractions.len() as f64),
+    })
+}
+
+fn summarise(configs: &[Config], samples: &[Vec<Sample>], ctx: &Bench) -> Vec<Row> {
+    let med = |i: usize| median(&samples[i].iter().map(|s| s.mb_per_s).collect::<Vec<_>>());
+    let find = |mode: Mode, cpus: usize| {
+        configs
+            .iter()
+            .position(|c| c.mode == mode && c.cpus == cpus)
+    };
+    let uni1 = find(Mode::Uni, 1).map(med);
+    configs
+        .iter()
+        .enumerate()
+        .map(|(i, config)| {
+            let rates: Vec<f64> = samples[i].iter().map(|s| s.mb_per_s).collect();
+            let (lo, hi) = spread(&rates);
+            let mb = median(&rates);
+            let serial: Vec<f64> = samples[i]
+                .iter()
+                .filter_map(|s| s.serial_fraction)
+                .collect();
+            let serial = (!serial.is_empty()).then(|| median(&serial));
+            Row {
+                mode: config.mode,
+                cpus: config.cpus,
+                clients: ctx.clients,
+                reps: samples[i].len(),
+                mb_per_s: mb,
+                mb_per_s_min: lo,
+                mb_per_s_max: hi,
+                speedup_vs_uni1: uni1.map(|u| mb / u),
+                mp_over_ncopy: (config.mode == Mode::Mp)
+                    .then(|| find(Mode::Ncopy, config.cpus).map(|j| mb / med(j)))
+                    .flatten(),
+                server_cpu_s_per_gb: median(
+                    &samples[i]
+                        .iter()
+                        .map(|s| s.server_cpu_s_per_gb)
+                        .collect::<Vec<_>>(),
+                ),
+                serial_fraction: serial,
+                amdahl_bound: serial.map(|s| libcolor::amdahl_bound(s, config.cpus)),
+                clients_share_server_cpus: config.cpus >= ctx.machine_cpus,
+            }
+        })
+        .collect()
+}
+
+fn print_table(rows: &[Row]) {
+    let opt =
+        |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    println!(
+        "{:<6} {:>4} {:>7} {:>10} {:>21} {:>9} {:>9} {:>11} {:>7} {:>7}  note",
+        "mode",
+        "cpus",
+        "clients",
+        "MB/s",
+        "spread (min-max)",
+        "vs uni1",
+        "mp/ncopy",
+        "cpu-s/GB",
+        "serial",
+        "amdahl"
+    );
+    for r in rows {
+        println!(
+            "{:<6} {:>4} {:>7} {:>10.0} {:>10.0} - {:<8.0} {:>9} {:>9} {:>11.2} {:>7} {:>7}  {}",
+            r.mode.name(),
+            r.cpus,
+            r.clients,
+            r.mb_per_s,
+            r.mb_per_s_min,
+            r.mb_per_s_max,
+            opt(r.speedup_vs_uni1, 2),
+            opt(r.mp_over_ncopy, 3),
+            r.server_cpu_s_per_gb,
+            opt(r.serial_fraction.map(|s| s * 100.0), 1),
+            opt(r.amdahl_bound, 2),
+            if r.clients_share_server_cpus {
+                "clients share the server's CPUs"
+            } else {
+                ""
+            }
+        );
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    if n >= 1 << 30 {
+        format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.0} MiB", n as f64 / (1u64 << 20) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size("200MiB"), Ok(200 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("64MB"), Ok(64_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12furlongs").is_err());
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("99999999999GiB").is_err());
+    }
+}

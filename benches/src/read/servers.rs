@@ -1,0 +1,179 @@
+//! Starting, measuring and stopping `sfsd` processes for the read experiment.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use protocol::ServerName;
+
+/// How long a server may take to print its name.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server may take to exit after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Where the `sfsd` binary is: `--sfsd`, else next to this executable (`cargo build --release`
+/// puts both in `target/release`).
+pub fn locate_sfsd(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = explicit {
+        return Ok(path.to_path_buf());
+    }
+    let me = std::env::current_exe().context("locating sfs-bench")?;
+    let candidate = me.with_file_name("sfsd");
+    if candidate.is_file() {
+        return Ok(candidate);
+    }
+    bail!(
+        "cannot find sfsd next to {} (build it with `cargo build --release -p sfsd`, or pass --sfsd PATH)",
+        me.display()
+    )
+}
+
+/// A running `sfsd serve`.
+pub struct Server {
+    child: Child,
+    pub name: ServerName,
+    lines: Receiver<String>,
+}
+
+/// What the server reported about itself at shutdown (`--stats`).
+#[derive(Debug, Default, Clone)]
+pub struct ServerStats {
+    pub serial_fraction: Option<f64>,
+}
+
+impl Server {
+    /// Starts `sfsd serve` pinned (with taskset) to `cpus`, with `mode` flags such as
+    /// `--workers 2` or `--uniprocessor`.
+    pub fn start(
+        sfsd: &Path,
+        cpus: &[usize],
+        mode: &[String],
+        state: &Path,
+        export: &Path,
+        users: &Path,
+    ) -> anyhow::Result<Server> {
+        let cpu_list = cpus
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut child = Command::new("taskset")
+            .arg("-c")
+            .arg(&cpu_list)
+            .arg(sfsd)
+            .arg("serve")
+            .arg("--state")
+            .arg(state)
+            .arg("--export")
+            .arg(export)
+            .arg("--users")
+            .arg(users)
+            .args(["--listen", "127.0.0.1:0", "--stats"])
+            .args(mode)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting taskset -c {cpu_list} {}", sfsd.display()))?;
+        let stdout = child.stdout.take().context("sfsd stdout")?;
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(name) = line
+                        .split_whitespace()
+                        .find(|word| word.starts_with('@'))
+                        .and_then(|word| word.parse::<ServerName>().ok())
+                    {
+                        return Ok(Server { child, name, lines });
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    bail!("sfsd did not print its name within {START_TIMEOUT:?}");
+                }
+            }
+        }
+    }
+
+    /// User + system CPU time of the server process (all threads), from /proc.
+    pub fn cpu_time(&self) -> Duration {
+        process_cpu_time(self.child.id()).unwrap_or_default()
+    }
+
+    /// SIGTERM, wait (kill after a timeout), and parse the `sfsd-stats:` line if printed.
+    pub fn stop(mut self) -> ServerStats {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let mut stats = ServerStats::default();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            if let Some(json) = line.strip_prefix("sfsd-stats:")
+                && let Ok(value) = serde_json::from_str::<serde_json::Value>(json.trim())
+            {
+                stats.serial_fraction = value.get("serial_fraction").and_then(|v| v.as_f64());
+            }
+        }
+        stats
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// utime + stime of a process (fields 14 and 15 of /proc/PID/stat, in USER_HZ = 100 ticks).
+pub fn process_cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces.
+    let after = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process_cpu_time() {
+        let until = Instant::now() + Duration::from_millis(50);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        let t = process_cpu_time(std::process::id()).unwrap();
+        assert!(t > Duration::ZERO);
+    }
+}
