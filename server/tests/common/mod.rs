@@ -169,6 +169,8 @@ pub struct Client {
     pub next_id: u64,
     pub invalidations: Vec<Invalidate>,
     pub max_io: u32,
+    /// Replies that arrived while waiting for another id (replies may come out of order).
+    pub early: std::collections::HashMap<u64, Result<ReplyBody, NfsStatus>>,
 }
 
 impl Client {
@@ -207,6 +209,7 @@ impl Client {
             next_id: 1,
             invalidations: Vec::new(),
             max_io,
+            early: std::collections::HashMap::new(),
         }
     }
 
@@ -238,10 +241,15 @@ impl Client {
     }
 
     pub fn wait_reply(&mut self, id: u64) -> Result<ReplyBody, NfsStatus> {
+        if let Some(r) = self.early.remove(&id) {
+            return r;
+        }
         loop {
             match self.next_message().expect("connection closed") {
                 ServerMessage::Reply(r) if r.id == id => return r.result,
-                ServerMessage::Reply(r) => panic!("unexpected reply id {}", r.id),
+                ServerMessage::Reply(r) => {
+                    self.early.insert(r.id, r.result);
+                }
                 ServerMessage::Invalidate(i) => self.invalidations.push(i),
             }
         }
@@ -396,5 +404,15 @@ impl Client {
             .unwrap();
         let mut b = [0u8; 1];
         matches!(self.stream.read(&mut b), Ok(0) | Err(_))
+    }
+}
+
+impl Client {
+    /// The next message within `t` (None on timeout or EOF).
+    pub fn next_message_timeout(&mut self, t: Duration) -> Option<ServerMessage> {
+        self.stream.set_read_timeout(Some(t)).unwrap();
+        let m = self.next_message();
+        self.stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        m
     }
 }

@@ -1,0 +1,180 @@
+//! Leases between connections, many concurrent clients, restart, shutdown.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use protocol::*;
+
+const USERS: &[(&str, u8, u32, &str)] = &[("alice", 1, 0, "0")];
+
+fn start(area: &Area, extra: &[&str]) -> Sfsd {
+    let users = area.users(USERS);
+    let mut args = vec!["--users", users.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    area.start(&args)
+}
+
+#[test]
+fn lease_invalidation_between_connections() {
+    let area = Area::new();
+    std::fs::write(area.export().join("f"), b"v1").unwrap();
+    let s = start(&area, &["--lease-secs", "30"]);
+    let mut c1 = s.connect();
+    let mut c2 = s.connect();
+    let a1 = c1.login("alice", 1).unwrap();
+    let a2 = c2.login("alice", 1).unwrap();
+    let root = c1.mount(a1);
+    let f = c1.lookup(a1, root, "f").unwrap();
+    let attr = c1.getattr(a1, f).unwrap();
+    assert_eq!(attr.lease_ms, 30_000);
+    // c2 changes the file: c1 (a lease holder) gets INVALIDATE, c2 does not.
+    c2.write(a2, f, 0, b"v2-longer").unwrap();
+    let msg = c1.next_message().unwrap();
+    match msg {
+        ServerMessage::Invalidate(i) => {
+            assert_eq!(i.fh, f);
+            assert_eq!(i.attr.unwrap().size, 9);
+        }
+        o => panic!("{o:?}"),
+    }
+    // c1 no longer holds a lease: a second change sends nothing until c1 asks again.
+    c2.write(a2, f, 0, b"v3").unwrap();
+    assert!(c2.invalidations.is_empty());
+    c1.getattr(a1, f).unwrap();
+    assert!(c1.invalidations.is_empty());
+    // Directory changes invalidate the directory.
+    c1.getattr(a1, root).unwrap();
+    c2.create(a2, root, "new", 0o644).unwrap();
+    // The INVALIDATE is sent before c2's reply; c1 sees it by the time its NULL returns.
+    std::thread::sleep(Duration::from_millis(100));
+    c1.call(a1, RequestOp::Null).unwrap();
+    assert!(c1.invalidations.iter().any(|i| i.fh == root), "{:?}", c1.invalidations);
+}
+
+#[test]
+fn many_clients_read_and_write_concurrently() {
+    let area = Area::new();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(area.export().join("big"), &big).unwrap();
+    std::fs::write(area.export().join("shared"), vec![0u8; 64 * 16]).unwrap();
+    let s = start(&area, &[]);
+    let big = std::sync::Arc::new(big);
+    let threads: Vec<_> = (0..12u8)
+        .map(|i| {
+            let (name, addr, big) = (s.name.clone(), s.addr, big.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&name, addr);
+                let a = c.login("alice", 1).unwrap();
+                let root = c.mount(a);
+                // Everyone reads the same big file, pipelining several READs.
+                let f = c.lookup(a, root, "big").unwrap();
+                let chunk = 256 * 1024u32;
+                let mut ids = Vec::new();
+                for k in 0..(big.len() as u32).div_ceil(chunk) {
+                    ids.push((k, c.send(a, RequestOp::Read { fh: f, offset: (k * chunk) as u64, count: chunk })));
+                }
+                for (k, id) in ids {
+                    match c.wait_reply(id).unwrap() {
+                        ReplyBody::Read { data, .. } => {
+                            let off = (k * chunk) as usize;
+                            assert!(data[..] == big[off..(off + chunk as usize).min(big.len())]);
+                        }
+                        o => panic!("{o:?}"),
+                    }
+                }
+                // Each writes its own file and a slice of a shared one.
+                let mine = c.create(a, root, &format!("own-{i}"), 0o644).unwrap();
+                let data: Vec<u8> = (0..200_000u32).map(|x| (x as u8) ^ i).collect();
+                for (n, part) in data.chunks(65536).enumerate() {
+                    c.write(a, mine, (n * 65536) as u64, part).unwrap();
+                }
+                assert_eq!(c.read_all(a, mine).unwrap(), data);
+                let shared = c.lookup(a, root, "shared").unwrap();
+                c.write(a, shared, i as u64 * 64, &[i + 1; 64]).unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let shared = std::fs::read(area.export().join("shared")).unwrap();
+    for i in 0..12u8 {
+        assert!(shared[i as usize * 64..(i as usize + 1) * 64].iter().all(|&b| b == i + 1));
+        let own = std::fs::read(area.export().join(format!("own-{i}"))).unwrap();
+        assert_eq!(own.len(), 200_000);
+    }
+}
+
+#[test]
+fn handles_survive_a_restart_and_sigterm_exits_cleanly() {
+    let area = Area::new();
+    std::fs::create_dir_all(area.export().join("a/b/c")).unwrap();
+    std::fs::write(area.export().join("a/b/c/deep"), b"deep data").unwrap();
+    let mut s = start(&area, &[]);
+    let (root, deep, dir_b) = {
+        let mut c = s.connect();
+        let a = c.login("alice", 1).unwrap();
+        let root = c.mount(a);
+        let da = c.lookup(a, root, "a").unwrap();
+        let db = c.lookup(a, da, "b").unwrap();
+        let dc = c.lookup(a, db, "c").unwrap();
+        let deep = c.lookup(a, dc, "deep").unwrap();
+        (root, deep, db)
+    };
+    assert!(s.terminate(), "SIGTERM exits 0");
+    let stats = s.stdout.lock().unwrap().iter().find(|l| l.starts_with("sfsd-stats: {")).cloned();
+    let stats = stats.expect("--stats prints a line at shutdown");
+    assert!(stats.contains("\"serial_fraction\":"));
+    assert!(stats.contains("\"color0_busy_ns\":"));
+    // Same state dir, new process (and a new port, so a new name; same key).
+    let s2 = start(&area, &[]);
+    let mut c = s2.connect();
+    let a = c.login("alice", 1).unwrap();
+    assert_eq!(c.mount(a), root);
+    assert_eq!(c.read_all(a, deep).unwrap(), b"deep data", "handle from before the restart");
+    assert_eq!(c.lookup(a, dir_b, "c").is_ok(), true);
+    // Moved while the server was down: still found.
+    drop(c);
+    std::fs::rename(area.export().join("a/b/c/deep"), area.export().join("a/moved")).unwrap();
+    let mut c = s2.connect();
+    let a = c.login("alice", 1).unwrap();
+    assert_eq!(c.read_all(a, deep).unwrap(), b"deep data");
+    std::fs::remove_file(area.export().join("a/moved")).unwrap();
+    assert_eq!(c.getattr(a, deep), Err(NfsStatus::Stale));
+}
+
+#[test]
+fn slow_reader_does_not_make_the_server_buffer_without_bound() {
+    let area = Area::new();
+    std::fs::write(area.export().join("big"), vec![7u8; 4 << 20]).unwrap();
+    let s = start(&area, &["--max-output", "262144", "--max-in-flight", "4"]);
+    let mut slow = s.connect();
+    let a = slow.login("alice", 1).unwrap();
+    let root = slow.mount(a);
+    let f = slow.lookup(a, root, "big").unwrap();
+    // Ask for far more than the limits without reading replies.
+    // (Debug builds seal slowly, so the volume stays modest: 8 MiB.)
+    for k in 0..32u64 {
+        slow.send(a, RequestOp::Read { fh: f, offset: (k % 16) << 18, count: 1 << 18 });
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Others are served meanwhile.
+    let mut fast = s.connect();
+    let b = fast.login("alice", 1).unwrap();
+    let r = fast.mount(b);
+    assert_eq!(r, root);
+    // The slow client eventually gets all its replies.
+    slow.stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let mut n = 0;
+    while n < 32 {
+        match slow.next_message().unwrap() {
+            ServerMessage::Reply(r) => {
+                assert!(matches!(r.result, Ok(ReplyBody::Read { .. })));
+                n += 1;
+            }
+            ServerMessage::Invalidate(_) => {}
+        }
+    }
+}
