@@ -234,8 +234,7 @@ impl Client {
                 return Ok(c.clone());
             }
         }
-        *slot = None;
-        let reconnect = slot.is_none();
+        let reconnect = slot.take().is_some();
         let opts = &self.inner.opts;
         let mut delay = opts.initial_backoff;
         let mut last = None;
@@ -795,7 +794,8 @@ impl Client {
     ) -> Result<u64, anyhow::Error> {
         let (_, wmax) = self.io_sizes().await?;
         let window = self.inner.opts.window.max(1);
-        let mut inflight: VecDeque<JoinHandle<Result<[u8; 8], SessionError>>> = VecDeque::new();
+        let mut inflight: VecDeque<JoinHandle<Result<([u8; 8], u64), SessionError>>> =
+            VecDeque::new();
         let mut offset = 0u64;
         let mut done = false;
         let mut verifier = None;
@@ -833,14 +833,14 @@ impl Client {
                         pos += n as usize;
                         verf = v;
                     }
-                    Ok(verf)
+                    Ok((verf, buf.len() as u64))
                 }));
             }
             let Some(h) = inflight.pop_front() else {
                 break;
             };
-            let v = match h.await {
-                Ok(Ok(v)) => v,
+            let (v, len) = match h.await {
+                Ok(Ok(r)) => r,
                 Ok(Err(e)) => {
                     for h in inflight.drain(..) {
                         h.abort();
@@ -853,7 +853,7 @@ impl Client {
                 restarted = true;
             }
             verifier = Some(v);
-            progress(wmax as u64);
+            progress(len);
         }
         let committed = self.commit(fh).await?;
         if restarted || verifier.is_some_and(|v| v != committed) {

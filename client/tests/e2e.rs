@@ -1,0 +1,223 @@
+//! End to end against the real `sfsd`: transfers, permissions, HOSTID checks, restarts.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    home: std::path::PathBuf,
+    export: std::path::PathBuf,
+    identity: std::path::PathBuf,
+    server: Server,
+}
+
+/// A server exporting a fresh directory, with `alice` (key in `identity`) in its users file.
+fn setup(extra: &[&str]) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let export = dir.path().join("export");
+    let state = dir.path().join("state");
+    fs::create_dir_all(&home).unwrap();
+    fs::create_dir_all(&export).unwrap();
+    let identity = dir.path().join("alice.key");
+    let mut c = sfs_cmd(&home);
+    c.args(["keygen", "--out"]).arg(&identity);
+    let out = run(c, LIMIT);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let public = stdout.lines().last().unwrap().trim().to_owned();
+    assert!(public.starts_with("ed25519:"), "{public}");
+    // SAFETY-free uid lookup: the tests run as the owner of the temp dir.
+    let (uid, gid) = owner(dir.path());
+    let users = dir.path().join("users");
+    fs::write(&users, format!("alice {public} {uid} {gid}\n")).unwrap();
+    let users_s = users.to_string_lossy().into_owned();
+    let mut args = vec!["--users", users_s.as_str()];
+    args.extend_from_slice(extra);
+    let server = Server::start(&state, &export, 0, &args);
+    Setup {
+        _dir: dir,
+        home,
+        export,
+        identity,
+        server,
+    }
+}
+
+fn owner(p: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(p).unwrap();
+    (m.uid(), m.gid())
+}
+
+impl Setup {
+    fn sfs(&self, args: &[&str]) -> std::process::Output {
+        let mut c = sfs_cmd(&self.home);
+        c.arg("--identity").arg(&self.identity).args(args);
+        run(c, LIMIT)
+    }
+
+    fn path(&self, p: &str) -> String {
+        format!("{}{}", self.server.name, p)
+    }
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn put_then_get_large_file_keeps_its_sha256() {
+    let s = setup(&[]);
+    let local = s.home.join("big.bin");
+    fs::write(&local, data(48 << 20, 1)).unwrap();
+    let t = Instant::now();
+    ok(&s.sfs(&["put", local.to_str().unwrap(), &s.path("/big.bin")]));
+    let put = t.elapsed();
+    assert_eq!(sha256_file(&local), sha256_file(&s.export.join("big.bin")));
+    let back = s.home.join("back.bin");
+    let t = Instant::now();
+    ok(&s.sfs(&["get", &s.path("/big.bin"), back.to_str().unwrap()]));
+    let get = t.elapsed();
+    assert_eq!(sha256_file(&local), sha256_file(&back));
+    eprintln!(
+        "48 MiB: put {:.1} MiB/s, get {:.1} MiB/s (debug client, 2 shared cores)",
+        48.0 / put.as_secs_f64(),
+        48.0 / get.as_secs_f64()
+    );
+}
+
+#[test]
+fn commands_behave_like_shell_tools() {
+    let s = setup(&[]);
+    fs::write(s.export.join("hello.txt"), b"hello\n").unwrap();
+    assert_eq!(ok(&s.sfs(&["cat", &s.path("/hello.txt")])), "hello\n");
+    ok(&s.sfs(&["mkdir", "-p", &s.path("/a/b")]));
+    assert!(s.export.join("a/b").is_dir());
+    ok(&s.sfs(&["mv", &s.path("/hello.txt"), &s.path("/a/b/")]));
+    assert!(s.export.join("a/b/hello.txt").is_file());
+    let ls = ok(&s.sfs(&["ls", &s.path("/a/b")]));
+    assert_eq!(ls.trim(), "hello.txt");
+    let js = ok(&s.sfs(&["stat", "--json", &s.path("/a/b/hello.txt")]));
+    let v: serde_json::Value = serde_json::from_str(&js).unwrap();
+    assert_eq!(v["size"], 6);
+    assert_eq!(v["type"], "file");
+    let js = ok(&s.sfs(&["ls", "--json", &s.path("/a")]));
+    let v: serde_json::Value = serde_json::from_str(&js).unwrap();
+    assert_eq!(v[0]["name"], "b");
+    assert_eq!(v[0]["type"], "dir");
+
+    let missing = s.sfs(&["cat", &s.path("/nope")]);
+    assert_eq!(missing.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("No such file or directory"), "{err}");
+
+    // -r both ways.
+    let tree = s.home.join("tree");
+    fs::create_dir_all(tree.join("sub")).unwrap();
+    fs::write(tree.join("sub/f"), data(100_000, 2)).unwrap();
+    ok(&s.sfs(&["put", "-r", tree.to_str().unwrap(), &s.path("/")]));
+    assert_eq!(fs::read(s.export.join("tree/sub/f")).unwrap(), data(100_000, 2));
+    let back = s.home.join("back");
+    ok(&s.sfs(&["get", "-r", &s.path("/tree"), back.to_str().unwrap()]));
+    assert_eq!(fs::read(back.join("sub/f")).unwrap(), data(100_000, 2));
+    ok(&s.sfs(&["rm", "-r", &s.path("/tree")]));
+    assert!(!s.export.join("tree").exists());
+    let rm = s.sfs(&["rm", &s.path("/tree")]);
+    assert_eq!(rm.status.code(), Some(1));
+}
+
+#[test]
+fn wrong_hostid_is_refused_with_a_clear_message() {
+    let s = setup(&[]);
+    // Same location, another server's HOSTID.
+    let (loc, _) = s.server.name.split_once(',').unwrap();
+    let bad = format!("{loc},{}", "a".repeat(32));
+    let out = s.sfs(&["ls", &format!("{bad}/")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.to_lowercase().contains("hostid"), "{err}");
+}
+
+#[test]
+fn user_not_in_users_file_gets_permission_errors() {
+    let s = setup(&[]);
+    fs::write(s.export.join("secret"), b"x").unwrap();
+    let other = s.home.join("mallory.key");
+    let mut c = sfs_cmd(&s.home);
+    c.args(["keygen", "--out"]).arg(&other);
+    ok(&run(c, LIMIT));
+    for args in [
+        vec!["ls", "/"],
+        vec!["cat", "/secret"],
+        vec!["mkdir", "/m"],
+    ] {
+        let mut c = sfs_cmd(&s.home);
+        c.arg("--identity")
+            .arg(&other)
+            .args(["--user", "mallory", args[0]])
+            .arg(s.path(args[1]));
+        let out = run(c, LIMIT);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Permission denied"), "{args:?}: {err}");
+    }
+    assert!(!s.export.join("m").exists());
+    // Alice, in the users file, may.
+    ok(&s.sfs(&["mkdir", &s.path("/m")]));
+}
+
+#[test]
+fn server_restart_mid_read_resumes_with_content_intact() {
+    let mut s = setup(&[]);
+    const SIZE: usize = 160 << 20;
+    let src = s.export.join("big");
+    fs::write(&src, data(SIZE, 3)).unwrap();
+    let back = s.home.join("big");
+    let mut c = sfs_cmd(&s.home);
+    c.arg("--identity")
+        .arg(&s.identity)
+        .args(["get", &s.path("/big")])
+        .arg(&back)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = Guard(c.spawn().unwrap());
+    let deadline = Instant::now() + LIMIT;
+    // Wait until part of the file arrived, then kill and restart the server.
+    loop {
+        let n = fs::metadata(&back).map(|m| m.len()).unwrap_or(0);
+        if n > 2 << 20 {
+            assert!(n < SIZE as u64, "transfer finished before the restart");
+            break;
+        }
+        assert!(Instant::now() < deadline, "transfer did not start");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    s.server.restart();
+    let status = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "get did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    let _ = child.0.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(status.success(), "{err}");
+    assert_eq!(sha256_file(&src), sha256_file(&back));
+}
