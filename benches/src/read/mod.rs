@@ -6,6 +6,7 @@
 mod load;
 mod plot;
 mod servers;
+mod sftp;
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -70,6 +71,16 @@ pub struct ReadArgs {
     /// Directory for exports and server state [default: a temporary directory]
     #[arg(long)]
     workdir: Option<PathBuf>,
+    /// Also measure what a user would pick instead, in the same run: `sftp` (OpenSSH sshd on
+    /// loopback, pinned like sfsd, with chacha20-poly1305 and aes128-gcm)
+    #[arg(long, value_delimiter = ',')]
+    peer: Vec<Peer>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Peer {
+    /// OpenSSH SFTP, one connection per client
+    Sftp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
@@ -81,6 +92,14 @@ pub enum Mode {
     Uni,
     /// N sfsd --uniprocessor processes, one per CPU, each with its own copy of the data
     Ncopy,
+    /// OpenSSH SFTP with chacha20-poly1305@openssh.com (selected with --peer sftp)
+    #[value(skip)]
+    #[serde(rename = "sftp-chacha20-poly1305")]
+    SftpChacha20,
+    /// OpenSSH SFTP with aes128-gcm@openssh.com (selected with --peer sftp)
+    #[value(skip)]
+    #[serde(rename = "sftp-aes128-gcm")]
+    SftpAes128Gcm,
 }
 
 impl Mode {
@@ -89,6 +108,16 @@ impl Mode {
             Mode::Mp => "mp",
             Mode::Uni => "uni",
             Mode::Ncopy => "ncopy",
+            Mode::SftpChacha20 => "sftp-chacha20-poly1305",
+            Mode::SftpAes128Gcm => "sftp-aes128-gcm",
+        }
+    }
+
+    fn cipher(self) -> Option<&'static str> {
+        match self {
+            Mode::SftpChacha20 => Some(sftp::CIPHERS[0]),
+            Mode::SftpAes128Gcm => Some(sftp::CIPHERS[1]),
+            _ => None,
         }
     }
 }
@@ -117,6 +146,8 @@ struct Row {
     mb_per_s_max: f64,
     speedup_vs_uni1: Option<f64>,
     mp_over_ncopy: Option<f64>,
+    /// For peer rows: sfsd `mp` throughput divided by this row's, at the same CPU count.
+    mp_over_this: Option<f64>,
     server_cpu_s_per_gb: f64,
     serial_fraction: Option<f64>,
     amdahl_bound: Option<f64>,
@@ -173,9 +204,19 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
             cpus: 1,
         });
     }
+    let mut sftp = args.peer.contains(&Peer::Sftp);
+    if sftp && let Err(e) = sftp::check_available() {
+        eprintln!("note: skipping the sftp peer: {e}");
+        sftp = false;
+    }
     for &cpus in &cpu_counts {
         for mode in [Mode::Mp, Mode::Ncopy] {
             if args.modes.contains(&mode) {
+                configs.push(Config { mode, cpus });
+            }
+        }
+        if sftp {
+            for mode in [Mode::SftpChacha20, Mode::SftpAes128Gcm] {
                 configs.push(Config { mode, cpus });
             }
         }
@@ -206,7 +247,10 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         args.duration,
         args.warmup
     );
-    let exports = prepare_exports(&workdir, copies, args.file_size)?;
+    let exports = prepare_exports(&workdir, copies, DATA_FILE, args.file_size)?;
+    if sftp {
+        prepare_exports(&workdir, 1, sftp::SFTP_FILE, sftp::SFTP_FILE_SIZE)?;
+    }
     let identity = Arc::new(UserKeypair::generate());
     let users = workdir.join("users");
     let owner = std::fs::metadata(&exports[0])?;
@@ -289,12 +333,17 @@ struct Bench {
 
 /// Creates `copies` export directories, each with its own copy of the data file, and reads
 /// each once so it sits in the page cache.
-fn prepare_exports(workdir: &Path, copies: usize, size: u64) -> anyhow::Result<Vec<PathBuf>> {
+fn prepare_exports(
+    workdir: &Path,
+    copies: usize,
+    name: &str,
+    size: u64,
+) -> anyhow::Result<Vec<PathBuf>> {
     let mut exports = Vec::new();
     for i in 0..copies {
         let dir = workdir.join(format!("export-{i}"));
         std::fs::create_dir_all(&dir)?;
-        let file = dir.join(DATA_FILE);
+        let file = dir.join(name);
         let current = std::fs::metadata(&file).map(|m| m.len()).ok();
         if current != Some(size) {
             let mut out = BufWriter::with_capacity(1 << 20, File::create(&file)?);
@@ -319,7 +368,52 @@ fn prepare_exports(workdir: &Path, copies: usize, size: u64) -> anyhow::Result<V
     Ok(exports)
 }
 
+/// The CPUs the clients run on: those the server does not use, if there are any.
+fn client_cpus(server_cpus: usize, machine_cpus: usize) -> Vec<usize> {
+    let spare: Vec<usize> = (server_cpus..machine_cpus).collect();
+    if spare.is_empty() {
+        (0..machine_cpus).collect()
+    } else {
+        spare
+    }
+}
+
+fn measure_sftp(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sample> {
+    let server_cpus: Vec<usize> = (0..config.cpus).collect();
+    let sshd = sftp::Sshd::start(&ctx.workdir.join("sshd"), &server_cpus, cipher)?;
+    let cpus = client_cpus(config.cpus, ctx.machine_cpus);
+    let file = ctx.exports[0].join(sftp::SFTP_FILE);
+    let counters: Vec<Arc<std::sync::atomic::AtomicU64>> =
+        (0..ctx.clients).map(|_| Arc::default()).collect();
+    let clients = counters
+        .iter()
+        .enumerate()
+        .map(|(i, done)| {
+            sftp::SftpClient::start(&sshd, cpus[i % cpus.len()], cipher, &file, done.clone())
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let bytes = || counters.iter().map(|c| c.load(Relaxed)).sum::<u64>() * sftp::SFTP_FILE_SIZE;
+    std::thread::sleep(ctx.warmup);
+    let (b0, t0, c0) = (bytes(), Instant::now(), sshd.cpu_time());
+    std::thread::sleep(ctx.duration);
+    let (b1, t1, c1) = (bytes(), Instant::now(), sshd.cpu_time());
+    drop(clients);
+    drop(sshd);
+    if b1 == b0 {
+        bail!("no sftp transfer completed during the window (is sshd working?)");
+    }
+    let moved = (b1 - b0) as f64;
+    Ok(Sample {
+        mb_per_s: moved / 1e6 / (t1 - t0).as_secs_f64(),
+        server_cpu_s_per_gb: c1.saturating_sub(c0).as_secs_f64() / (moved / 1e9),
+        serial_fraction: None,
+    })
+}
+
 fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
+    if let Some(cipher) = config.mode.cipher() {
+        return measure_sftp(ctx, config, cipher);
+    }
     let server_cpus: Vec<usize> = (0..config.cpus).collect();
     let mut servers = Vec::new();
     let processes = if config.mode == Mode::Ncopy {
@@ -333,7 +427,7 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
                 server_cpus.clone(),
                 vec!["--workers".into(), config.cpus.to_string()],
             ),
-            Mode::Uni | Mode::Ncopy => (vec![p], vec!["--uniprocessor".into()]),
+            _ => (vec![p], vec!["--uniprocessor".into()]),
         };
         let state = ctx.workdir.join(format!("state-{p}"));
         servers.push(Server::start(
@@ -345,11 +439,7 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
             &ctx.users,
         )?);
     }
-    // Clients go on the CPUs the server does not use, if there are any.
-    let mut client_cpus: Vec<usize> = (config.cpus..ctx.machine_cpus).collect();
-    if client_cpus.is_empty() {
-        client_cpus = (0..ctx.machine_cpus).collect();
-    }
+    let client_cpus = client_cpus(config.cpus, ctx.machine_cpus);
     let progress = Arc::new(Progress::default());
     let mut clients = Vec::new();
     for i in 0..ctx.clients {
@@ -430,6 +520,11 @@ fn summarise(configs: &[Config], samples: &[Vec<Sample>], ctx: &Bench) -> Vec<Ro
                 mp_over_ncopy: (config.mode == Mode::Mp)
                     .then(|| find(Mode::Ncopy, config.cpus).map(|j| mb / med(j)))
                     .flatten(),
+                mp_over_this: config
+                    .mode
+                    .cipher()
+                    .and_then(|_| find(Mode::Mp, config.cpus))
+                    .map(|j| med(j) / mb),
                 server_cpu_s_per_gb: median(
                     &samples[i]
                         .iter()
@@ -448,7 +543,7 @@ fn print_table(rows: &[Row]) {
     let opt =
         |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
-        "{:<6} {:>4} {:>7} {:>10} {:>21} {:>9} {:>9} {:>11} {:>7} {:>7}  note",
+        "{:<23} {:>4} {:>7} {:>10} {:>21} {:>9} {:>9} {:>9} {:>11} {:>7} {:>7}  note",
         "mode",
         "cpus",
         "clients",
@@ -456,13 +551,14 @@ fn print_table(rows: &[Row]) {
         "spread (min-max)",
         "vs uni1",
         "mp/ncopy",
+        "mp/this",
         "cpu-s/GB",
-        "serial",
+        "serial%",
         "amdahl"
     );
     for r in rows {
         println!(
-            "{:<6} {:>4} {:>7} {:>10.0} {:>10.0} - {:<8.0} {:>9} {:>9} {:>11.2} {:>7} {:>7}  {}",
+            "{:<23} {:>4} {:>7} {:>10.0} {:>10.0} - {:<8.0} {:>9} {:>9} {:>9} {:>11.2} {:>7} {:>7}  {}",
             r.mode.name(),
             r.cpus,
             r.clients,
@@ -471,6 +567,7 @@ fn print_table(rows: &[Row]) {
             r.mb_per_s_max,
             opt(r.speedup_vs_uni1, 2),
             opt(r.mp_over_ncopy, 3),
+            opt(r.mp_over_this, 2),
             r.server_cpu_s_per_gb,
             opt(r.serial_fraction.map(|s| s * 100.0), 1),
             opt(r.amdahl_bound, 2),

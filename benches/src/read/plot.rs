@@ -28,10 +28,12 @@ impl From<&Row> for Bar {
     }
 }
 
-const MODES: [(Mode, RGBColor); 3] = [
+const MODES: [(Mode, RGBColor); 5] = [
     (Mode::Uni, RGBColor(150, 150, 150)),
     (Mode::Mp, RGBColor(31, 119, 180)),
     (Mode::Ncopy, RGBColor(255, 127, 14)),
+    (Mode::SftpChacha20, RGBColor(44, 160, 44)),
+    (Mode::SftpAes128Gcm, RGBColor(148, 103, 189)),
 ];
 
 /// Writes the chart as SVG.
@@ -63,9 +65,17 @@ pub fn figure10(path: &Path, bars: &[Bar]) -> anyhow::Result<()> {
             .x_desc("CPUs given to the server")
             .y_desc("MB/s (median; whiskers: min-max)")
             .draw()?;
-        let width = 0.8 / MODES.len() as f64;
+        let shown = MODES
+            .iter()
+            .filter(|(m, _)| bars.iter().any(|b| b.mode == *m))
+            .count();
+        let width = 0.8 / shown.max(1) as f64;
         for (slot, (mode, color)) in MODES.iter().enumerate() {
             let mine: Vec<&Bar> = bars.iter().filter(|b| b.mode == *mode).collect();
+            let slot = MODES[..slot]
+                .iter()
+                .filter(|(m, _)| bars.iter().any(|b| b.mode == *m))
+                .count();
             if mine.is_empty() {
                 continue;
             }
@@ -105,6 +115,8 @@ fn mode_label(mode: Mode) -> &'static str {
         Mode::Uni => "uni: sfsd --uniprocessor (baseline)",
         Mode::Mp => "mp: one sfsd, one worker per CPU",
         Mode::Ncopy => "ncopy: N uniprocessor sfsd copies",
+        Mode::SftpChacha20 => "OpenSSH sftp, chacha20-poly1305",
+        Mode::SftpAes128Gcm => "OpenSSH sftp, aes128-gcm",
     }
 }
 
