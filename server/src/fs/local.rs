@@ -27,7 +27,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use protocol::{
     Attr, CreateHow, DirEntry, DirEntryPlus, DirPage, FileHandle, FileType, FsInfo, FsStat,
@@ -47,6 +47,8 @@ pub const EXPORT_ID: u32 = 1;
 pub const NAME_MAX: usize = 255;
 /// Bound on the objects the restart walk indexes.
 const MAX_INDEX: usize = 1 << 20;
+/// Minimum time between two walks of the export.
+const WALK_INTERVAL: Duration = Duration::from_secs(1);
 
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
@@ -126,6 +128,10 @@ pub struct LocalFs {
     root_key: ObjKey,
     key: HandleKey,
     paths: Mutex<HashMap<ObjKey, PathBuf>>,
+    /// Serialises walks and remembers when the last one finished: a burst of unknown handles
+    /// (after a restart, or a hostile client replaying handles of deleted files) costs one
+    /// walk, not one per request.
+    last_walk: Mutex<Option<Instant>>,
     /// Largest READ/WRITE (FSINFO).
     max_io: u32,
     /// WRITE/COMMIT verifier: changes on restart, so clients resend unstable writes.
@@ -158,6 +164,7 @@ impl LocalFs {
             root_key,
             key,
             paths: Mutex::new(paths),
+            last_walk: Mutex::new(None),
             max_io,
             write_verifier: rand::random(),
             // /proc/self belongs to the process's effective uid.
@@ -247,6 +254,7 @@ impl LocalFs {
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
             .cloned();
+        let was_known = known.is_some();
         if let Some(path) = known {
             match self.open_at_path(key, &path, flags) {
                 Ok(o) => return Ok(o),
@@ -254,8 +262,29 @@ impl LocalFs {
                 Err(e) => return Err(e),
             }
         }
-        // Unknown (restart) or moved: index the export again.
-        match self.walk(key) {
+        // Unknown (restart) or moved: index the export again, once per burst.
+        let found = {
+            let mut last = self.last_walk.lock().unwrap_or_else(|p| p.into_inner());
+            let known = self
+                .paths
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+                .cloned();
+            match known {
+                // Another request's walk found it while we waited.
+                Some(p) if self.open_at_path(key, &p, OFlags::PATH).is_ok() => Some(p),
+                // A handle we never saw this run (or whose object is gone): rate-limited.
+                // A known object that moved always gets a walk.
+                _ if !was_known && last.is_some_and(|t| t.elapsed() < WALK_INTERVAL) => None,
+                _ => {
+                    let found = self.walk(key);
+                    *last = Some(Instant::now());
+                    found
+                }
+            }
+        };
+        match found {
             Some(path) => self.open_at_path(key, &path, flags).map_err(|e| match e {
                 NfsStatus::NoEnt => NfsStatus::Stale,
                 e => e,
