@@ -49,7 +49,7 @@ impl AttrCache {
     pub fn get(&self, fh: &FileHandle) -> Option<Attr> {
         let mut g = self.lock();
         match g.attrs.get(fh) {
-            Some((a, e)) if *e > Instant::now() => Some(a.clone()),
+            Some((a, e)) if *e > Instant::now() => Some(*a),
             Some(_) => {
                 g.attrs.remove(fh);
                 None
@@ -120,9 +120,18 @@ mod tests {
             rdev: (0, 0),
             fsid: 1,
             fileid: 7,
-            atime: Time { seconds: 0, nanos: 0 },
-            mtime: Time { seconds: 0, nanos: 0 },
-            ctime: Time { seconds: 0, nanos: 0 },
+            atime: Time {
+                seconds: 0,
+                nanos: 0,
+            },
+            mtime: Time {
+                seconds: 0,
+                nanos: 0,
+            },
+            ctime: Time {
+                seconds: 0,
+                nanos: 0,
+            },
             lease_ms,
         }
     }

@@ -74,7 +74,7 @@ pub fn keygen(path: &Path, force: bool) -> Result<UserKeypair> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         #[cfg(unix)]
-        if dir.ends_with(".sfs") {
+        if dir.file_name().is_some_and(|n| n == ".sfs") {
             use std::os::unix::fs::PermissionsExt;
             let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
         }

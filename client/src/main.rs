@@ -69,7 +69,11 @@ fn run(cli: Cli) -> Result<(), CmdError> {
         let key = identity::keygen(&path, *force)?;
         println!("wrote {} (keep it secret)", path.display());
         println!("add this line to the server's users file:");
-        println!("  {} {} UID GID", identity::user_name(cli.user.as_deref()), key.public_key());
+        println!(
+            "  {} {} UID GID",
+            identity::user_name(cli.user.as_deref()),
+            key.public_key()
+        );
         println!("{}", key.public_key());
         return Ok(());
     }

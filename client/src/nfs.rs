@@ -23,8 +23,8 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use nfsserve::nfs::{
-    fattr3, fileid3, filename3, ftype3, nfspath3, nfsstat3, nfstime3, sattr3, set_atime,
-    set_gid3, set_mode3, set_mtime, set_size3, set_uid3, specdata3,
+    fattr3, fileid3, filename3, ftype3, nfspath3, nfsstat3, nfstime3, sattr3, set_atime, set_gid3,
+    set_mode3, set_mtime, set_size3, set_uid3, specdata3,
 };
 use nfsserve::vfs::{DirEntry, NFSFileSystem, ReadDirResult, VFSCapabilities};
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
@@ -299,7 +299,12 @@ impl NFSFileSystem for SfsNfs {
             let end = (pos + wmax as usize).min(data.len());
             let (n, _) = self
                 .client
-                .write(&fh, offset + pos as u64, StableHow::DataSync, &data[pos..end])
+                .write(
+                    &fh,
+                    offset + pos as u64,
+                    StableHow::DataSync,
+                    &data[pos..end],
+                )
                 .await
                 .map_err(nfs_err)?;
             if n == 0 {

@@ -121,6 +121,12 @@ impl Default for Options {
 
 type Waiter = oneshot::Sender<Result<ReplyBody, NfsStatus>>;
 
+/// An outstanding READ of a bulk transfer: its offset and the task doing it.
+type ReadTask = (u64, JoinHandle<Result<(Vec<u8>, bool), SessionError>>);
+
+/// An outstanding WRITE of a bulk transfer: (write verifier, bytes) when done.
+type WriteTask = JoinHandle<Result<([u8; 8], u64), SessionError>>;
+
 /// Requests waiting for replies on one connection.
 #[derive(Default)]
 struct Pending {
@@ -229,10 +235,10 @@ impl Client {
     /// The live connection, making one (with backoff) when there is none or it broke.
     async fn connection(&self) -> Result<Arc<Conn>, SessionError> {
         let mut slot = self.inner.conn.lock().await;
-        if let Some(c) = slot.as_ref() {
-            if !c.is_dead() {
-                return Ok(c.clone());
-            }
+        if let Some(c) = slot.as_ref()
+            && !c.is_dead()
+        {
+            return Ok(c.clone());
         }
         let reconnect = slot.take().is_some();
         let opts = &self.inner.opts;
@@ -515,7 +521,7 @@ impl Client {
     /// Remembers attributes that came with a reply.
     fn note(&self, fh: &FileHandle, attr: &Option<Attr>) {
         match attr {
-            Some(a) => self.inner.cache.put(*fh, a.clone()),
+            Some(a) => self.inner.cache.put(*fh, *a),
             None => self.inner.cache.invalidate(fh),
         }
     }
@@ -530,7 +536,7 @@ impl Client {
             .await?
         {
             ReplyBody::Mount { fh, attr } => {
-                self.inner.cache.put(fh, attr.clone());
+                self.inner.cache.put(fh, attr);
                 Ok((fh, attr))
             }
             other => Err(self.unexpected(&other)),
@@ -549,7 +555,7 @@ impl Client {
     pub async fn getattr_fresh(&self, fh: &FileHandle) -> Result<Attr, SessionError> {
         match self.call(RequestOp::GetAttr { fh: *fh }).await? {
             ReplyBody::GetAttr { attr } => {
-                self.inner.cache.put(*fh, attr.clone());
+                self.inner.cache.put(*fh, attr);
                 Ok(attr)
             }
             other => Err(self.unexpected(&other)),
@@ -569,17 +575,13 @@ impl Client {
             })
             .await?
         {
-            ReplyBody::Lookup {
-                fh,
-                attr,
-                dir_attr,
-            } => {
+            ReplyBody::Lookup { fh, attr, dir_attr } => {
                 if let Some(d) = dir_attr {
                     self.inner.cache.put(*dir, d);
                 }
                 let attr = match attr {
                     Some(a) => {
-                        self.inner.cache.put(fh, a.clone());
+                        self.inner.cache.put(fh, a);
                         a
                     }
                     None => self.getattr(&fh).await?,
@@ -634,7 +636,7 @@ impl Client {
             .await?
         {
             ReplyBody::SetAttr { attr: Some(a) } => {
-                self.inner.cache.put(*fh, a.clone());
+                self.inner.cache.put(*fh, a);
                 Ok(a)
             }
             ReplyBody::SetAttr { attr: None } => self.getattr_fresh(fh).await,
@@ -730,8 +732,7 @@ impl Client {
         let (rmax, _) = self.io_sizes().await?;
         let chunk = u64::from(rmax.max(1));
         let window = self.inner.opts.window.max(1);
-        let mut inflight: VecDeque<(u64, JoinHandle<Result<(Vec<u8>, bool), SessionError>>)> =
-            VecDeque::new();
+        let mut inflight: VecDeque<ReadTask> = VecDeque::new();
         let mut next = offset;
         let mut total = 0u64;
         let spawn = |at: u64| {
@@ -794,8 +795,7 @@ impl Client {
     ) -> Result<u64, anyhow::Error> {
         let (_, wmax) = self.io_sizes().await?;
         let window = self.inner.opts.window.max(1);
-        let mut inflight: VecDeque<JoinHandle<Result<([u8; 8], u64), SessionError>>> =
-            VecDeque::new();
+        let mut inflight: VecDeque<WriteTask> = VecDeque::new();
         let mut offset = 0u64;
         let mut done = false;
         let mut verifier = None;
@@ -895,7 +895,7 @@ impl Client {
             for e in page.entries {
                 cookie = e.cookie;
                 if let (Some(fh), Some(a)) = (&e.fh, &e.attr) {
-                    self.inner.cache.put(*fh, a.clone());
+                    self.inner.cache.put(*fh, *a);
                 }
                 out.push(e);
             }
@@ -970,13 +970,10 @@ impl Client {
         }
     }
 
-    async fn new_object(
-        &self,
-        o: protocol::NewObject,
-    ) -> Result<(FileHandle, Attr), SessionError> {
+    async fn new_object(&self, o: protocol::NewObject) -> Result<(FileHandle, Attr), SessionError> {
         match o.attr {
             Some(a) => {
-                self.inner.cache.put(o.fh, a.clone());
+                self.inner.cache.put(o.fh, a);
                 Ok((o.fh, a))
             }
             None => Ok((o.fh, self.getattr_fresh(&o.fh).await?)),
@@ -1024,7 +1021,6 @@ impl Client {
         .await
         .map(|_| ())
     }
-
 }
 
 #[cfg(test)]

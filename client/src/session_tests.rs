@@ -12,7 +12,7 @@ use super::*;
 
 /// What the fake server does with a request.
 enum Out {
-    Send(ServerMessage),
+    Send(Box<ServerMessage>),
     Close,
 }
 
@@ -32,7 +32,7 @@ impl Drop for Fake {
 }
 
 fn reply(id: u64, r: Result<ReplyBody, NfsStatus>) -> Out {
-    Out::Send(ServerMessage::Reply(Reply { id, result: r }))
+    Out::Send(Box::new(ServerMessage::Reply(Reply { id, result: r })))
 }
 
 fn attr(size: u64, lease_ms: u32) -> Attr {
@@ -170,7 +170,9 @@ fn quick() -> Options {
 
 /// Data of the fake file: byte `i` is `i % 251`.
 fn content(offset: u64, len: usize) -> Vec<u8> {
-    (0..len as u64).map(|i| ((offset + i) % 251) as u8).collect()
+    (0..len as u64)
+        .map(|i| ((offset + i) % 251) as u8)
+        .collect()
 }
 
 fn serve_read(id: u64, offset: u64, count: u32, size: u64) -> Out {
@@ -241,7 +243,10 @@ async fn invalidate_drops_cached_attributes() {
             )]
         }
         RequestOp::Null => vec![
-            Out::Send(ServerMessage::Invalidate(Invalidate { fh: FH, attr: None })),
+            Out::Send(Box::new(ServerMessage::Invalidate(Invalidate {
+                fh: FH,
+                attr: None,
+            }))),
             reply(req.id, Ok(ReplyBody::Null)),
         ],
         _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
@@ -250,7 +255,11 @@ async fn invalidate_drops_cached_attributes() {
     let c = Client::new(&f.name, None, quick());
     c.getattr(&FH).await.unwrap();
     c.getattr(&FH).await.unwrap();
-    assert_eq!(getattrs.load(Ordering::SeqCst), 1, "second one from the lease");
+    assert_eq!(
+        getattrs.load(Ordering::SeqCst),
+        1,
+        "second one from the lease"
+    );
     c.call(RequestOp::Null).await.unwrap();
     assert!(c.cache().get(&FH).is_none());
     c.getattr(&FH).await.unwrap();
@@ -353,7 +362,12 @@ async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
         // Reads of odd chunks come back short, to exercise the restart path.
         RequestOp::Read { offset, count, .. } => {
             let short = (offset / 65536) % 3 == 1;
-            vec![serve_read(req.id, offset, if short { count / 2 } else { count }, SIZE)]
+            vec![serve_read(
+                req.id,
+                offset,
+                if short { count / 2 } else { count },
+                SIZE,
+            )]
         }
         RequestOp::Write { offset, data, .. } => {
             let mut g = lock(&w);
@@ -371,13 +385,13 @@ async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
             im.fetch_max(held.len(), Ordering::SeqCst);
             // Hold two writes before answering so the window shows.
             if held.len() >= 2 {
-                held.drain(..).collect()
+                std::mem::take(&mut held)
             } else {
                 vec![]
             }
         }
         RequestOp::Commit { .. } => {
-            let mut out: Vec<Out> = held.drain(..).collect();
+            let mut out: Vec<Out> = std::mem::take(&mut held);
             out.push(reply(
                 req.id,
                 Ok(ReplyBody::Commit {
@@ -426,5 +440,8 @@ async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
         .unwrap();
     assert_eq!(wrote, SIZE);
     assert!(*lock(&written) == src, "written content differs");
-    assert!(inflight_max.load(Ordering::SeqCst) >= 2, "writes were pipelined");
+    assert!(
+        inflight_max.load(Ordering::SeqCst) >= 2,
+        "writes were pipelined"
+    );
 }

@@ -31,7 +31,11 @@ fn setup(extra: &[&str]) -> Setup {
     let mut c = sfs_cmd(&home);
     c.args(["keygen", "--out"]).arg(&identity);
     let out = run(c, LIMIT);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8(out.stdout).unwrap();
     let public = stdout.lines().last().unwrap().trim().to_owned();
     assert!(public.starts_with("ed25519:"), "{public}");
@@ -131,7 +135,10 @@ fn commands_behave_like_shell_tools() {
     fs::create_dir_all(tree.join("sub")).unwrap();
     fs::write(tree.join("sub/f"), data(100_000, 2)).unwrap();
     ok(&s.sfs(&["put", "-r", tree.to_str().unwrap(), &s.path("/")]));
-    assert_eq!(fs::read(s.export.join("tree/sub/f")).unwrap(), data(100_000, 2));
+    assert_eq!(
+        fs::read(s.export.join("tree/sub/f")).unwrap(),
+        data(100_000, 2)
+    );
     let back = s.home.join("back");
     ok(&s.sfs(&["get", "-r", &s.path("/tree"), back.to_str().unwrap()]));
     assert_eq!(fs::read(back.join("sub/f")).unwrap(), data(100_000, 2));
@@ -161,11 +168,7 @@ fn user_not_in_users_file_gets_permission_errors() {
     let mut c = sfs_cmd(&s.home);
     c.args(["keygen", "--out"]).arg(&other);
     ok(&run(c, LIMIT));
-    for args in [
-        vec!["ls", "/"],
-        vec!["cat", "/secret"],
-        vec!["mkdir", "/m"],
-    ] {
+    for args in [vec!["ls", "/"], vec!["cat", "/secret"], vec!["mkdir", "/m"]] {
         let mut c = sfs_cmd(&s.home);
         c.arg("--identity")
             .arg(&other)

@@ -34,7 +34,12 @@ async fn nfs_walk_read_write_create_rename_remove_and_lease_invalidation() {
     c.args(["keygen", "--out"]).arg(&key);
     let out = run(c, Duration::from_secs(60));
     assert!(out.status.success());
-    let public = String::from_utf8(out.stdout).unwrap().lines().last().unwrap().to_owned();
+    let public = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .to_owned();
     use std::os::unix::fs::MetadataExt;
     let m = fs::metadata(dir.path()).unwrap();
     let users = dir.path().join("users");
@@ -60,8 +65,16 @@ async fn nfs_walk_read_write_create_rename_remove_and_lease_invalidation() {
             let _ = tx.send(line);
         }
     });
-    let line = rx.recv_timeout(Duration::from_secs(30)).expect("sfs nfs prints its port");
-    let port: u16 = line.rsplit(':').next().unwrap().trim().parse().expect(&line);
+    let line = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("sfs nfs prints its port");
+    let port: u16 = line
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .expect(&line);
 
     let mut conn = tokio::time::timeout(
         Duration::from_secs(30),
@@ -144,7 +157,11 @@ async fn nfs_walk_read_write_create_rename_remove_and_lease_invalidation() {
         .arg(&newer)
         .arg(format!("{}/dir/a.txt", server.name));
     let out = run(c, Duration::from_secs(60));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut size = 0;
     for _ in 0..50 {
         size = conn

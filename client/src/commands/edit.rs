@@ -128,12 +128,11 @@ pub async fn mv(ctx: &mut Ctx, from: &str, to: &str) -> Result<(), CmdError> {
             "{from} and {to} are on different servers (use get and put)"
         )));
     }
-    if let Ok((_, _, a)) = ctx.resolve(&t).await {
-        if a.ftype == FileType::Directory {
-            if let Some(n) = f.file_name() {
-                t = t.join(n);
-            }
-        }
+    if let Ok((_, _, a)) = ctx.resolve(&t).await
+        && a.ftype == FileType::Directory
+        && let Some(n) = f.file_name()
+    {
+        t = t.join(n);
     }
     let (c, fdir, fname) = ctx.parent(&f).await?;
     let (_, tdir, tname) = ctx.parent(&t).await?;

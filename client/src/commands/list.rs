@@ -160,7 +160,7 @@ async fn ls_one(
     for e in entries {
         let name = String::from_utf8_lossy(&e.name).into_owned();
         let attr = match (&e.attr, &e.fh) {
-            (Some(a), _) => Some(a.clone()),
+            (Some(a), _) => Some(*a),
             (None, Some(fh)) if long || json => c.getattr(fh).await.ok(),
             _ => None,
         };

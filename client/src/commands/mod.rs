@@ -28,7 +28,9 @@ pub struct Target {
 impl Target {
     /// Parses `@HOST%PORT,HOSTID/path`.
     pub fn parse(text: &str) -> Result<Target, CmdError> {
-        let name: ServerName = text.parse().map_err(|e| CmdError::Usage(format!("{text}: {e}")))?;
+        let name: ServerName = text
+            .parse()
+            .map_err(|e| CmdError::Usage(format!("{text}: {e}")))?;
         let components = name
             .path()
             .unwrap_or("/")

@@ -57,7 +57,10 @@ pub async fn nfs(ctx: &mut Ctx, name: &str, listen: SocketAddr) -> Result<(), Cm
 /// Whether this kernel has an NFS client (`/proc/filesystems` lists `nfs`).
 fn kernel_has_nfs() -> bool {
     std::fs::read_to_string("/proc/filesystems")
-        .map(|s| s.lines().any(|l| l.split_whitespace().last() == Some("nfs")))
+        .map(|s| {
+            s.lines()
+                .any(|l| l.split_whitespace().last() == Some("nfs"))
+        })
         .unwrap_or(false)
 }
 
@@ -88,7 +91,10 @@ pub async fn mount(
     match status {
         Some(s) if s.success() => {
             println!("sfs: {name} mounted on {}", dir.display());
-            println!("sfs: serving until `sfs umount {}` or interrupt", dir.display());
+            println!(
+                "sfs: serving until `sfs umount {}` or interrupt",
+                dir.display()
+            );
             tokio::select! {
                 r = serve => match r {
                     Ok(Ok(())) => Ok(()),
@@ -110,7 +116,10 @@ pub async fn mount(
             };
             eprintln!("sfs: mount: {why}.");
             eprintln!("sfs: on a machine with an NFS client, run `sfs nfs {name}` and then:");
-            eprintln!("  {}", mount_command(port, dir).replace(&port.to_string(), "PORT"));
+            eprintln!(
+                "  {}",
+                mount_command(port, dir).replace(&port.to_string(), "PORT")
+            );
             eprintln!("sfs: where PORT is the port `sfs nfs` prints, e.g.:");
             eprintln!("  {cmd}");
             Err(CmdError::Reported)

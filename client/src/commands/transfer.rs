@@ -157,10 +157,10 @@ pub async fn put(
         .unwrap_or_else(|| "upload".into());
     let mut t = Target::parse(remote)?;
     // An existing directory receives the file under its own name.
-    if let Ok((_, _, a)) = ctx.resolve(&t).await {
-        if a.ftype == FileType::Directory {
-            t = t.join(&local_name);
-        }
+    if let Ok((_, _, a)) = ctx.resolve(&t).await
+        && a.ftype == FileType::Directory
+    {
+        t = t.join(&local_name);
     }
     let (c, dir, name) = ctx.parent(&t).await?;
     if meta.is_dir() {
@@ -254,9 +254,14 @@ fn put_tree<'a>(
                 #[cfg(unix)]
                 {
                     use std::os::unix::ffi::OsStrExt;
-                    c.symlink(&dir, n.as_bytes(), target.as_os_str().as_bytes(), set_nothing())
-                        .await
-                        .map_err(|err| CmdError::at(&child_label, err))?;
+                    c.symlink(
+                        &dir,
+                        n.as_bytes(),
+                        target.as_os_str().as_bytes(),
+                        set_nothing(),
+                    )
+                    .await
+                    .map_err(|err| CmdError::at(&child_label, err))?;
                 }
             }
         }

@@ -16,7 +16,12 @@ pub fn sfsd() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         let out = Command::new(env!("CARGO"))
-            .args(["build", "-p", "sfsd", "--message-format=json-render-diagnostics"])
+            .args([
+                "build",
+                "-p",
+                "sfsd",
+                "--message-format=json-render-diagnostics",
+            ])
             .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
             .stderr(Stdio::inherit())
             .output()
@@ -27,10 +32,11 @@ pub fn sfsd() -> PathBuf {
             let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
                 continue;
             };
-            if v["reason"] == "compiler-artifact" && v["target"]["name"] == "sfsd" {
-                if let Some(p) = v["executable"].as_str() {
-                    exe = Some(PathBuf::from(p));
-                }
+            if v["reason"] == "compiler-artifact"
+                && v["target"]["name"] == "sfsd"
+                && let Some(p) = v["executable"].as_str()
+            {
+                exe = Some(PathBuf::from(p));
             }
         }
         exe.expect("cargo did not report the sfsd executable")
@@ -119,7 +125,9 @@ impl Server {
                     std::mem::forget(s);
                     return;
                 }
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
                 Err(e) => std::panic::resume_unwind(e),
             }
         }
