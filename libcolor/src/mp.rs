@@ -43,6 +43,12 @@ const POLLING: u8 = 2;
 const NOT_RUNNING: usize = usize::MAX;
 /// An idle worker is woken to steal when a queue has at least this many tasks waiting.
 const STEAL_WAKE_DEPTH: usize = 2;
+/// An idle worker only steals from a queue at least this deep. A queue holding one task will
+/// run it as soon as its worker is free; moving that color (often the poller's color 0, whose
+/// task is always queued) to another CPU costs its cache state and, in a server, makes colors
+/// ping-pong between idle workers (cohort scheduling's argument for stealing thresholds,
+/// paper 004).
+const STEAL_MIN_DEPTH: usize = 2;
 
 struct WorkerQueue {
     tasks: Mutex<RunQueue>,
@@ -316,7 +322,7 @@ impl Mp {
         let victim = (0..self.queues.len())
             .filter(|&v| v != thief)
             .map(|v| (self.queues[v].depth.load(Relaxed), v))
-            .filter(|&(depth, _)| depth > 0)
+            .filter(|&(depth, _)| depth >= STEAL_MIN_DEPTH)
             .max()
             .map(|(_, v)| v);
         let Some(victim) = victim else {

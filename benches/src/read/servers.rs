@@ -133,6 +133,9 @@ impl Server {
         }
         let mut stats = ServerStats::default();
         while let Ok(line) = self.lines.recv_timeout(Duration::from_millis(500)) {
+            if std::env::var_os("SFS_BENCH_DEBUG").is_some() {
+                eprintln!("[sfsd] {line}");
+            }
             if let Some(json) = line.strip_prefix("sfsd-stats:")
                 && let Ok(value) = serde_json::from_str::<serde_json::Value>(json.trim())
             {
