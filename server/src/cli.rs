@@ -35,7 +35,7 @@ pub enum Command {
     /// Prints `sfsd: serving @LOCATION,HOSTID on ADDR` on stdout once listening; with
     /// `--stats`, prints `sfsd-stats: {json}` on stdout at shutdown. SIGINT/SIGTERM stop
     /// accepting, let in-flight requests finish (up to 5 s) and exit 0.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 }
 
 #[derive(Args, Debug, Default, Clone)]

@@ -411,11 +411,7 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
                 srv2.dispatch_read(conn2, conn_id, id, creds, fh, hd, offset, count)
             });
         }
-        op => {
-            srv.h.cpucb(Color::DEFAULT, move || {
-                srv2.dispatch(conn2, conn_id, id, creds, op)
-            });
-        }
+        op => srv2.dispatch(conn2, conn_id, id, creds, op),
     }
 }
 
@@ -438,12 +434,7 @@ fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reply: Reply) {
 
 /// Connection color: a READ reply whose payload the helper already wrote after a 4-byte
 /// header gap; seal it in place (no copy of the data).
-pub fn complete_read(
-    srv: &Arc<Server>,
-    conn: &ConnRef,
-    id: u64,
-    res: Result<Vec<u8>, NfsStatus>,
-) {
+pub fn complete_read(srv: &Arc<Server>, conn: &ConnRef, id: u64, res: Result<Vec<u8>, NfsStatus>) {
     let mut c = lock(conn);
     match res {
         Err(status) => complete_locked(

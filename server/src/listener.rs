@@ -86,7 +86,8 @@ fn drain(srv: Arc<Server>, since: Instant) {
         }
         // Give the connection colors a moment to write the last replies.
         let h = srv.h.clone();
-        srv.h.delaycb(Duration::from_millis(50), Color::DEFAULT, move || h.stop());
+        srv.h
+            .delaycb(Duration::from_millis(50), Color::DEFAULT, move || h.stop());
         return;
     }
     let srv2 = srv.clone();

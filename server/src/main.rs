@@ -14,7 +14,7 @@ mod users;
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Init { state, location } => init(&state, &location),
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
     };
     if let Err(e) = result {
         eprintln!("sfsd: error: {e:#}");
@@ -158,6 +158,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             conns: HashMap::new(),
         }),
         in_flight: AtomicUsize::new(0),
+        lease_ms_now: AtomicU32::new(u32::try_from(lease.as_millis()).unwrap_or(u32::MAX)),
         open_conns: AtomicUsize::new(0),
         draining: AtomicBool::new(false),
         limits,

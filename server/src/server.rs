@@ -1,15 +1,19 @@
-//! The shared server state and the color-0 dispatcher.
+//! The shared server state and the color-0 bookkeeping.
 //!
 //! ```text
-//! conn color c: read, open, decode, auth, verify READ handle --cpucb--> color 0: leases,
-//!   issue storage job --helper pool--> color 0 (metadata: leases, INVALIDATEs) --cpucb--> c
-//!                                  \--> c directly for READ data (sealed in place)
+//! READ:   conn color c: read, open record, decode, auth, verify handle
+//!           --cpucb--> color 0: grant lease --cpucb--> c: submit to helper pool
+//!           --helper: open, check permission, pread straight into the record buffer--> c: seal
+//!           in place, write when writable
+//! others: c: decode, auth, submit to helper pool --helper: the file operation--> color 0:
+//!           record leases, send INVALIDATEs to other holders --cpucb--> c: seal, write
 //! ```
 //! Only the short bookkeeping (lease table, connection registry) runs in color 0; sealing,
-//! opening and copying file data run in connection colors or on helper threads.
+//! opening and copying file data run in connection colors or on helper threads. Submissions
+//! to the helper pool are made from connection colors, never color 0 (see `dispatch_read`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -47,6 +51,9 @@ pub struct Server {
     pub color0: Mutex<Color0>,
     /// Requests admitted and not yet answered (for shutdown).
     pub in_flight: AtomicUsize,
+    /// The lease color 0 currently grants (milliseconds; 0 when the table is full), readable
+    /// from any color.
+    pub lease_ms_now: AtomicU32,
     pub open_conns: AtomicUsize,
     pub draining: AtomicBool,
 }
@@ -64,6 +71,7 @@ impl Server {
 
     /// Color 0: a READ. Records the lease, then reads on a helper straight into a record
     /// buffer; the connection's color seals and sends it.
+    #[allow(clippy::too_many_arguments)]
     pub fn dispatch_read(
         self: &Arc<Self>,
         conn: Arc<Mutex<Conn>>,
@@ -96,15 +104,31 @@ impl Server {
             .map_err(|e| NfsStatus::from_io_error(&e))?;
             Ok(buf)
         };
-        let submitted = self.h.blocking(Color(id), job, move |res| {
-            conn::complete_read(&srv, &conn2, req_id, res)
+        // Submitting to the helper pool wakes a helper thread, and on a busy machine the
+        // kernel often runs the woken thread at once on the waker's CPU: that time would be
+        // charged to the submitting callback. Submit from the connection's color, so color 0
+        // only pays for the lease bookkeeping and one cpucb.
+        self.h.cpucb(Color(id), move || {
+            let srv3 = srv.clone();
+            let submitted = srv.h.blocking(Color(id), job, move |res| {
+                conn::complete_read(&srv3, &conn2, req_id, res)
+            });
+            if submitted.is_err() {
+                conn::complete(
+                    &srv,
+                    &conn,
+                    Reply {
+                        id: req_id,
+                        result: Err(NfsStatus::Jukebox),
+                    },
+                );
+            }
         });
-        if submitted.is_err() {
-            self.answer_busy(conn, id, req_id);
-        }
     }
 
-    /// Color 0: any other storage operation.
+    /// Connection color: any other storage operation goes straight to the helper pool (see
+    /// `dispatch_read` for why not from color 0); its completion runs in color 0, which owns
+    /// the lease table, then the reply goes back to the connection's color.
     pub fn dispatch(
         self: &Arc<Self>,
         conn: Arc<Mutex<Conn>>,
@@ -113,7 +137,8 @@ impl Server {
         creds: Creds,
         op: RequestOp,
     ) {
-        let lease_ms = self.color0().leases.lease_ms();
+        // Published by color 0 whenever the table changes (0 when it is full).
+        let lease_ms = self.lease_ms_now.load(Ordering::Relaxed);
         let storage = self.storage.clone();
         let ctx = OpCtx { creds, lease_ms };
         let srv = self.clone();
@@ -129,6 +154,8 @@ impl Server {
                     for (key, fh) in &outcome.leased {
                         c0.leases.grant(id, *key, *fh, lease_ms);
                     }
+                    srv.lease_ms_now
+                        .store(c0.leases.lease_ms(), Ordering::Relaxed);
                     for (key, fh, attr) in &outcome.changed {
                         let (who, _) = c0.leases.changed(*key, id);
                         for other in who {
@@ -188,13 +215,21 @@ impl Server {
         let mut c0 = self.color0();
         c0.conns.remove(&id);
         c0.leases.drop_conn(id);
+        self.lease_ms_now
+            .store(c0.leases.lease_ms(), Ordering::Relaxed);
     }
 
     /// Color 0, periodically: reap expired leases.
     pub fn start_reaper(self: &Arc<Self>, every: Duration) {
         let srv = self.clone();
         self.h.delaycb(every, Color::DEFAULT, move || {
-            let reaped = srv.color0().leases.reap();
+            let reaped = {
+                let mut c0 = srv.color0();
+                let reaped = c0.leases.reap();
+                srv.lease_ms_now
+                    .store(c0.leases.lease_ms(), Ordering::Relaxed);
+                reaped
+            };
             if reaped > 0 {
                 tracing::debug!(reaped, "expired leases reaped");
             }

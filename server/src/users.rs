@@ -73,7 +73,9 @@ impl Users {
             let key: UserPublicKey = key
                 .parse()
                 .map_err(|e| anyhow::anyhow!("line {}: bad key: {e}", n + 1))?;
-            let uid: u32 = uid.parse().with_context(|| format!("line {}: uid", n + 1))?;
+            let uid: u32 = uid
+                .parse()
+                .with_context(|| format!("line {}: uid", n + 1))?;
             let gids = gids
                 .split(',')
                 .map(|g| g.parse::<u32>())

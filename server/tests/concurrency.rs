@@ -50,18 +50,23 @@ fn lease_invalidation_between_connections() {
     // The INVALIDATE is sent before c2's reply; c1 sees it by the time its NULL returns.
     std::thread::sleep(Duration::from_millis(100));
     c1.call(a1, RequestOp::Null).unwrap();
-    assert!(c1.invalidations.iter().any(|i| i.fh == root), "{:?}", c1.invalidations);
+    assert!(
+        c1.invalidations.iter().any(|i| i.fh == root),
+        "{:?}",
+        c1.invalidations
+    );
 }
 
 #[test]
 fn many_clients_read_and_write_concurrently() {
     let area = Area::new();
-    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    // Modest volumes: debug builds seal slowly (the protocol crate is not optimised there).
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(area.export().join("big"), &big).unwrap();
     std::fs::write(area.export().join("shared"), vec![0u8; 64 * 16]).unwrap();
     let s = start(&area, &[]);
     let big = std::sync::Arc::new(big);
-    let threads: Vec<_> = (0..12u8)
+    let threads: Vec<_> = (0..10u8)
         .map(|i| {
             let (name, addr, big) = (s.name.clone(), s.addr, big.clone());
             std::thread::spawn(move || {
@@ -73,7 +78,17 @@ fn many_clients_read_and_write_concurrently() {
                 let chunk = 256 * 1024u32;
                 let mut ids = Vec::new();
                 for k in 0..(big.len() as u32).div_ceil(chunk) {
-                    ids.push((k, c.send(a, RequestOp::Read { fh: f, offset: (k * chunk) as u64, count: chunk })));
+                    ids.push((
+                        k,
+                        c.send(
+                            a,
+                            RequestOp::Read {
+                                fh: f,
+                                offset: (k * chunk) as u64,
+                                count: chunk,
+                            },
+                        ),
+                    ));
                 }
                 for (k, id) in ids {
                     match c.wait_reply(id).unwrap() {
@@ -86,7 +101,7 @@ fn many_clients_read_and_write_concurrently() {
                 }
                 // Each writes its own file and a slice of a shared one.
                 let mine = c.create(a, root, &format!("own-{i}"), 0o644).unwrap();
-                let data: Vec<u8> = (0..200_000u32).map(|x| (x as u8) ^ i).collect();
+                let data: Vec<u8> = (0..100_000u32).map(|x| (x as u8) ^ i).collect();
                 for (n, part) in data.chunks(65536).enumerate() {
                     c.write(a, mine, (n * 65536) as u64, part).unwrap();
                 }
@@ -100,10 +115,14 @@ fn many_clients_read_and_write_concurrently() {
         t.join().unwrap();
     }
     let shared = std::fs::read(area.export().join("shared")).unwrap();
-    for i in 0..12u8 {
-        assert!(shared[i as usize * 64..(i as usize + 1) * 64].iter().all(|&b| b == i + 1));
+    for i in 0..10u8 {
+        assert!(
+            shared[i as usize * 64..(i as usize + 1) * 64]
+                .iter()
+                .all(|&b| b == i + 1)
+        );
         let own = std::fs::read(area.export().join(format!("own-{i}"))).unwrap();
-        assert_eq!(own.len(), 200_000);
+        assert_eq!(own.len(), 100_000);
     }
 }
 
@@ -124,7 +143,13 @@ fn handles_survive_a_restart_and_sigterm_exits_cleanly() {
         (root, deep, db)
     };
     assert!(s.terminate(), "SIGTERM exits 0");
-    let stats = s.stdout.lock().unwrap().iter().find(|l| l.starts_with("sfsd-stats: {")).cloned();
+    let stats = s
+        .stdout
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|l| l.starts_with("sfsd-stats: {"))
+        .cloned();
     let stats = stats.expect("--stats prints a line at shutdown");
     assert!(stats.contains("\"serial_fraction\":"));
     assert!(stats.contains("\"color0_busy_ns\":"));
@@ -133,11 +158,19 @@ fn handles_survive_a_restart_and_sigterm_exits_cleanly() {
     let mut c = s2.connect();
     let a = c.login("alice", 1).unwrap();
     assert_eq!(c.mount(a), root);
-    assert_eq!(c.read_all(a, deep).unwrap(), b"deep data", "handle from before the restart");
-    assert_eq!(c.lookup(a, dir_b, "c").is_ok(), true);
+    assert_eq!(
+        c.read_all(a, deep).unwrap(),
+        b"deep data",
+        "handle from before the restart"
+    );
+    assert!(c.lookup(a, dir_b, "c").is_ok());
     // Moved while the server was down: still found.
     drop(c);
-    std::fs::rename(area.export().join("a/b/c/deep"), area.export().join("a/moved")).unwrap();
+    std::fs::rename(
+        area.export().join("a/b/c/deep"),
+        area.export().join("a/moved"),
+    )
+    .unwrap();
     let mut c = s2.connect();
     let a = c.login("alice", 1).unwrap();
     assert_eq!(c.read_all(a, deep).unwrap(), b"deep data");
@@ -157,7 +190,14 @@ fn slow_reader_does_not_make_the_server_buffer_without_bound() {
     // Ask for far more than the limits without reading replies.
     // (Debug builds seal slowly, so the volume stays modest: 8 MiB.)
     for k in 0..32u64 {
-        slow.send(a, RequestOp::Read { fh: f, offset: (k % 16) << 18, count: 1 << 18 });
+        slow.send(
+            a,
+            RequestOp::Read {
+                fh: f,
+                offset: (k % 16) << 18,
+                count: 1 << 18,
+            },
+        );
     }
     std::thread::sleep(Duration::from_millis(300));
     // Others are served meanwhile.

@@ -15,7 +15,10 @@ use common::*;
 use protocol::*;
 
 fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 #[test]
@@ -47,7 +50,14 @@ fn serial_fraction_of_a_bulk_read() {
                 let mut pending = std::collections::VecDeque::new();
                 while Instant::now() < deadline {
                     while pending.len() < 4 {
-                        pending.push_back(c.send(0, RequestOp::Read { fh: f, offset: off, count: chunk as u32 }));
+                        pending.push_back(c.send(
+                            0,
+                            RequestOp::Read {
+                                fh: f,
+                                offset: off,
+                                count: chunk as u32,
+                            },
+                        ));
                         off = (off + chunk) % size as u64;
                     }
                     let id = pending.pop_front().unwrap();

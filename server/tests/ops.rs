@@ -64,7 +64,11 @@ fn create_write_read_eof_setattr_commit() {
     let meta = std::fs::metadata(area.export().join("f.txt")).unwrap();
     assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
     use std::os::unix::fs::MetadataExt;
-    assert_eq!((meta.uid(), meta.gid()), (1000, 1000), "created as the mapped user");
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (1000, 1000),
+        "created as the mapped user"
+    );
     assert_eq!(c.read_all(a, f).unwrap(), data);
     // EOF exactly at the end, and past it.
     let (d, eof) = c.read(a, f, 299_990, 100).unwrap();
@@ -84,7 +88,14 @@ fn create_write_read_eof_setattr_commit() {
         ..SetAttr::default()
     };
     match c
-        .call(a, RequestOp::SetAttr { fh: f, attr: sa, guard: None })
+        .call(
+            a,
+            RequestOp::SetAttr {
+                fh: f,
+                attr: sa,
+                guard: None,
+            },
+        )
         .unwrap()
     {
         ReplyBody::SetAttr { attr: Some(at) } => {
@@ -111,18 +122,34 @@ fn create_write_read_eof_setattr_commit() {
         Err(NfsStatus::NotSync)
     );
     assert!(matches!(
-        c.call(a, RequestOp::Commit { fh: f, offset: 0, count: 0 }),
+        c.call(
+            a,
+            RequestOp::Commit {
+                fh: f,
+                offset: 0,
+                count: 0
+            }
+        ),
         Ok(ReplyBody::Commit { .. })
     ));
     // READ of a directory.
     assert_eq!(c.read(a, root, 0, 10), Err(NfsStatus::IsDir));
     // ACCESS as owner.
     match c
-        .call(a, RequestOp::Access { fh: f, access: 0x3f })
+        .call(
+            a,
+            RequestOp::Access {
+                fh: f,
+                access: 0x3f,
+            },
+        )
         .unwrap()
     {
         ReplyBody::Access { access, .. } => {
-            assert_eq!(access & (access::READ | access::MODIFY), access::READ | access::MODIFY);
+            assert_eq!(
+                access & (access::READ | access::MODIFY),
+                access::READ | access::MODIFY
+            );
             assert_eq!(access & access::EXECUTE, 0);
         }
         o => panic!("{o:?}"),
@@ -142,7 +169,11 @@ fn namespace_ops() {
     assert_eq!(c.lookup(a, d, "x").unwrap(), f);
     assert_eq!(c.lookup(a, d, ".").unwrap(), d);
     assert_eq!(c.lookup(a, d, "..").unwrap(), root);
-    assert_eq!(c.lookup(a, root, "..").unwrap(), root, ".. stops at the root");
+    assert_eq!(
+        c.lookup(a, root, "..").unwrap(),
+        root,
+        ".. stops at the root"
+    );
     assert_eq!(c.lookup(a, d, "nope"), Err(NfsStatus::NoEnt));
     assert_eq!(c.lookup(a, f, "x"), Err(NfsStatus::NotDir));
     // RENAME over an existing file replaces it.
@@ -158,7 +189,11 @@ fn namespace_ops() {
     assert!(matches!(r, Ok(ReplyBody::Rename { .. })), "{r:?}");
     assert_eq!(c.lookup(a, d, "y").unwrap(), f);
     assert_eq!(c.read_all(a, f).unwrap(), b"xx");
-    assert_eq!(c.getattr(a, g), Err(NfsStatus::Stale), "replaced file is gone");
+    assert_eq!(
+        c.getattr(a, g),
+        Err(NfsStatus::Stale),
+        "replaced file is gone"
+    );
     // The renamed file keeps its handle, even across directories.
     let e = c.mkdir(a, root, "e", 0o755).unwrap();
     c.call(
@@ -174,7 +209,14 @@ fn namespace_ops() {
     assert_eq!(c.read_all(a, f).unwrap(), b"xx");
     // LINK.
     assert!(matches!(
-        c.call(a, RequestOp::Link { fh: f, dir: d, name: b"hard".to_vec() }),
+        c.call(
+            a,
+            RequestOp::Link {
+                fh: f,
+                dir: d,
+                name: b"hard".to_vec()
+            }
+        ),
         Ok(ReplyBody::Link { .. })
     ));
     assert_eq!(c.getattr(a, f).unwrap().nlink, 2);
@@ -200,13 +242,29 @@ fn namespace_ops() {
         ReplyBody::ReadLink { target: t, .. } => assert_eq!(t, target),
         o => panic!("{o:?}"),
     }
-    assert_eq!(c.read(a, s, 0, 10), Err(NfsStatus::Inval), "READ never follows a symlink");
+    assert_eq!(
+        c.read(a, s, 0, 10),
+        Err(NfsStatus::Inval),
+        "READ never follows a symlink"
+    );
     // REMOVE vs RMDIR.
     let rm = |c: &mut Client, dir, name: &str| {
-        c.call(a, RequestOp::Remove { dir, name: name.as_bytes().to_vec() })
+        c.call(
+            a,
+            RequestOp::Remove {
+                dir,
+                name: name.as_bytes().to_vec(),
+            },
+        )
     };
     let rmdir = |c: &mut Client, dir, name: &str| {
-        c.call(a, RequestOp::Rmdir { dir, name: name.as_bytes().to_vec() })
+        c.call(
+            a,
+            RequestOp::Rmdir {
+                dir,
+                name: name.as_bytes().to_vec(),
+            },
+        )
     };
     assert_eq!(rm(&mut c, root, "d"), Err(NfsStatus::IsDir));
     assert_eq!(rmdir(&mut c, d, "hard"), Err(NfsStatus::NotDir));
@@ -220,13 +278,18 @@ fn namespace_ops() {
     // Bad names.
     assert_eq!(c.create(a, root, "a/b", 0o644), Err(NfsStatus::Inval));
     assert_eq!(c.create(a, root, "..", 0o644), Err(NfsStatus::Exist));
-    assert_eq!(c.create(a, root, &"n".repeat(300), 0o644), Err(NfsStatus::NameTooLong));
+    assert_eq!(
+        c.create(a, root, &"n".repeat(300), 0o644),
+        Err(NfsStatus::NameTooLong)
+    );
 }
 
 #[test]
 fn readdir_cookies_survive_changes() {
     let (area, _s, mut c, a, root) = setup();
-    let names: Vec<String> = (0..200).map(|i| format!("file-with-a-longish-name-{i:03}")).collect();
+    let names: Vec<String> = (0..200)
+        .map(|i| format!("file-with-a-longish-name-{i:03}"))
+        .collect();
     for n in &names {
         std::fs::write(area.export().join(n), b"").unwrap();
     }
@@ -238,7 +301,15 @@ fn readdir_cookies_survive_changes() {
     let mut round = 0;
     loop {
         let page = match c
-            .call(a, RequestOp::ReadDir { dir: root, cookie, verifier: [0; 8], count: 1024 })
+            .call(
+                a,
+                RequestOp::ReadDir {
+                    dir: root,
+                    cookie,
+                    verifier: [0; 8],
+                    count: 1024,
+                },
+            )
             .unwrap()
         {
             ReplyBody::ReadDir(p) => p,
@@ -263,7 +334,13 @@ fn readdir_cookies_survive_changes() {
     match c
         .call(
             a,
-            RequestOp::ReadDirPlus { dir: root, cookie: 0, verifier: [0; 8], dircount: 4096, maxcount: 65536 },
+            RequestOp::ReadDirPlus {
+                dir: root,
+                cookie: 0,
+                verifier: [0; 8],
+                dircount: 4096,
+                maxcount: 65536,
+            },
         )
         .unwrap()
     {
@@ -277,7 +354,15 @@ fn readdir_cookies_survive_changes() {
     }
     // Too small a buffer.
     assert_eq!(
-        c.call(a, RequestOp::ReadDir { dir: root, cookie: 0, verifier: [0; 8], count: 10 }),
+        c.call(
+            a,
+            RequestOp::ReadDir {
+                dir: root,
+                cookie: 0,
+                verifier: [0; 8],
+                count: 10
+            }
+        ),
         Err(NfsStatus::TooSmall)
     );
 }
@@ -286,7 +371,11 @@ fn readdir_cookies_survive_changes() {
 fn exclusive_create_is_idempotent() {
     let (_area, _s, mut c, a, root) = setup();
     let how = CreateHow::Exclusive(*b"\x01\x02\x03\x04\x05\x06\x07\x08");
-    let op = RequestOp::Create { dir: root, name: b"ex".to_vec(), how: how.clone() };
+    let op = RequestOp::Create {
+        dir: root,
+        name: b"ex".to_vec(),
+        how: how.clone(),
+    };
     let first = c.call(a, op.clone()).unwrap();
     let again = c.call(a, op).unwrap();
     match (first, again) {
@@ -295,7 +384,14 @@ fn exclusive_create_is_idempotent() {
     }
     let other = CreateHow::Exclusive([9; 8]);
     assert_eq!(
-        c.call(a, RequestOp::Create { dir: root, name: b"ex".to_vec(), how: other }),
+        c.call(
+            a,
+            RequestOp::Create {
+                dir: root,
+                name: b"ex".to_vec(),
+                how: other
+            }
+        ),
         Err(NfsStatus::Exist)
     );
 }

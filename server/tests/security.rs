@@ -34,14 +34,23 @@ fn permissions_follow_the_mapped_user() {
     let alice = c.login("alice", 1).unwrap();
     let bob = c.login("bob", 2).unwrap();
     let carol = c.login("carol", 3).unwrap();
-    assert_eq!(c.login("alice", 1).unwrap(), alice, "same user, same authno");
+    assert_eq!(
+        c.login("alice", 1).unwrap(),
+        alice,
+        "same user, same authno"
+    );
     assert_ne!(alice, bob);
     // A key not in the users file, and a known key under another name.
     assert_eq!(c.login("mallory", 9), Err(NfsStatus::Acces));
     assert_eq!(c.login("bob", 1), Err(NfsStatus::Acces));
     // Unauthenticated requests without --anonymous-read get nothing.
     assert_eq!(
-        c.call(0, RequestOp::Mount { path: b"/".to_vec() }),
+        c.call(
+            0,
+            RequestOp::Mount {
+                path: b"/".to_vec()
+            }
+        ),
         Err(NfsStatus::Acces)
     );
     let root = c.mount(alice);
@@ -50,20 +59,33 @@ fn permissions_follow_the_mapped_user() {
     assert_eq!(c.read_all(alice, private).unwrap(), b"alice only");
     assert_eq!(c.read(bob, private, 0, 10), Err(NfsStatus::Acces));
     assert_eq!(c.read(carol, private, 0, 10), Err(NfsStatus::Acces));
-    assert_eq!(c.read_all(carol, group).unwrap(), b"group read", "via group 500");
+    assert_eq!(
+        c.read_all(carol, group).unwrap(),
+        b"group read",
+        "via group 500"
+    );
     assert_eq!(c.read(bob, group, 0, 10), Err(NfsStatus::Acces));
     assert_eq!(c.write(carol, group, 0, b"x"), Err(NfsStatus::Acces));
     assert_eq!(c.write(bob, private, 0, b"x"), Err(NfsStatus::Acces));
     // Only alice may add to her 0755 directory.
     assert_eq!(c.create(bob, root, "b", 0o644), Err(NfsStatus::Acces));
     assert_eq!(
-        c.call(bob, RequestOp::Remove { dir: root, name: b"private".to_vec() }),
+        c.call(
+            bob,
+            RequestOp::Remove {
+                dir: root,
+                name: b"private".to_vec()
+            }
+        ),
         Err(NfsStatus::Acces)
     );
     // chmod is for the owner.
     let chmod = RequestOp::SetAttr {
         fh: group,
-        attr: SetAttr { mode: Some(0o666), ..SetAttr::default() },
+        attr: SetAttr {
+            mode: Some(0o666),
+            ..SetAttr::default()
+        },
         guard: None,
     };
     assert_eq!(c.call(carol, chmod.clone()), Err(NfsStatus::Perm));
@@ -71,12 +93,21 @@ fn permissions_follow_the_mapped_user() {
     // Chown to someone else is refused to non-root users.
     let chown_op = RequestOp::SetAttr {
         fh: group,
-        attr: SetAttr { uid: Some(1001), ..SetAttr::default() },
+        attr: SetAttr {
+            uid: Some(1001),
+            ..SetAttr::default()
+        },
         guard: None,
     };
     assert_eq!(c.call(alice, chown_op), Err(NfsStatus::Perm));
     // ACCESS reflects the user.
-    let bits = |c: &mut Client, a| match c.call(a, RequestOp::Access { fh: private, access: 0x3f }) {
+    let bits = |c: &mut Client, a| match c.call(
+        a,
+        RequestOp::Access {
+            fh: private,
+            access: 0x3f,
+        },
+    ) {
         Ok(ReplyBody::Access { access, .. }) => access,
         o => panic!("{o:?}"),
     };
@@ -96,7 +127,12 @@ fn anonymous_read_only_and_read_only_export() {
     std::fs::write(ex.join("secret"), b"no").unwrap();
     chown(&ex.join("secret"), 1000, 1000, 0o640);
     let users = area.users(USERS);
-    let s = area.start(&["--users", users.to_str().unwrap(), "--anonymous-read", "--read-only"]);
+    let s = area.start(&[
+        "--users",
+        users.to_str().unwrap(),
+        "--anonymous-read",
+        "--read-only",
+    ]);
     let mut c = s.connect();
     let root = c.mount(0);
     let public = c.lookup(0, root, "public").unwrap();
@@ -160,7 +196,13 @@ fn nothing_resolves_outside_the_export() {
     // MOUNT paths cannot climb out or go through symlinks.
     for p in ["/..", "/../", "/sub/../..", "/up", "/abs", "/rel"] {
         assert!(
-            c.call(r, RequestOp::Mount { path: p.as_bytes().to_vec() }).is_err(),
+            c.call(
+                r,
+                RequestOp::Mount {
+                    path: p.as_bytes().to_vec()
+                }
+            )
+            .is_err(),
             "{p}"
         );
     }
@@ -171,7 +213,10 @@ fn nothing_resolves_outside_the_export() {
     assert!(c.lookup(r, victim, "passwd").is_err());
     assert!(c.create(r, victim, "evil", 0o644).is_err());
     assert!(!std::path::Path::new("/etc/evil").exists());
-    assert_eq!(std::fs::read(area.path().join("outside")).unwrap(), b"SECRET");
+    assert_eq!(
+        std::fs::read(area.path().join("outside")).unwrap(),
+        b"SECRET"
+    );
 }
 
 #[test]
@@ -191,7 +236,14 @@ fn garbage_and_tampered_records_close_only_that_connection() {
     let mut bad = s.connect();
     let mut wire = Vec::new();
     bad.sealer
-        .seal_with(&mut wire, |b| Request { id: 1, authno: 0, op: RequestOp::Null }.encode_into(b))
+        .seal_with(&mut wire, |b| {
+            Request {
+                id: 1,
+                authno: 0,
+                op: RequestOp::Null,
+            }
+            .encode_into(b)
+        })
         .unwrap();
     let last = wire.len() - 1;
     wire[last] ^= 0x80;
@@ -205,13 +257,22 @@ fn garbage_and_tampered_records_close_only_that_connection() {
     assert!(bad2.is_closed());
     // An oversized record header.
     let mut bad3 = s.connect();
-    bad3.stream.write_all(&[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0]).unwrap();
+    bad3.stream
+        .write_all(&[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0])
+        .unwrap();
     assert!(bad3.is_closed());
     // Vanishing mid-record.
     let mut bad4 = s.connect();
     let mut wire = Vec::new();
     bad4.sealer
-        .seal_with(&mut wire, |b| Request { id: 1, authno: 0, op: RequestOp::Null }.encode_into(b))
+        .seal_with(&mut wire, |b| {
+            Request {
+                id: 1,
+                authno: 0,
+                op: RequestOp::Null,
+            }
+            .encode_into(b)
+        })
         .unwrap();
     bad4.stream.write_all(&wire[..wire.len() / 2]).unwrap();
     drop(bad4);

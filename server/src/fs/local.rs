@@ -31,8 +31,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use protocol::{
     Attr, CreateHow, DirEntry, DirEntryPlus, DirPage, FileHandle, FileType, FsInfo, FsStat,
-    HandleData, HandleKey, NewObject, NfsStatus, PathConf, ReplyBody, RequestOp, SetAttr,
-    SetTime, StableHow, Time,
+    HandleData, HandleKey, NewObject, NfsStatus, PathConf, ReplyBody, RequestOp, SetAttr, SetTime,
+    StableHow, Time,
 };
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
@@ -428,7 +428,7 @@ impl LocalFs {
         }
         if let Some(uid) = sa.uid
             && uid != a.uid
-            && !(c.uid == 0 && !c.anonymous)
+            && (c.uid != 0 || c.anonymous)
         {
             return Err(NfsStatus::Perm);
         }
@@ -668,7 +668,11 @@ impl LocalFs {
                     StableHow::DataSync => o.file.sync_data().map_err(|e| io_status(&e))?,
                     StableHow::FileSync => o.file.sync_all().map_err(|e| io_status(&e))?,
                 }
-                let a = o.file.metadata().ok().map(|m| Attr::from_metadata(&m, lease));
+                let a = o
+                    .file
+                    .metadata()
+                    .ok()
+                    .map(|m| Attr::from_metadata(&m, lease));
                 out.leased.push((o.key, fh));
                 out.changed.push((o.key, fh, a));
                 Ok(ReplyBody::Write {
@@ -694,7 +698,7 @@ impl LocalFs {
                 self.check_dir_write(&d, c)?;
                 let n = new_component(&name)?;
                 let (sattr, exclusive) = match &how {
-                    CreateHow::Unchecked(s) | CreateHow::Guarded(s) => (s.clone(), None),
+                    CreateHow::Unchecked(s) | CreateHow::Guarded(s) => (*s, None),
                     CreateHow::Exclusive(v) => (SetAttr::default(), Some(*v)),
                 };
                 let excl = OFlags::CREATE | OFlags::EXCL | OFlags::RDONLY;
@@ -713,9 +717,8 @@ impl LocalFs {
                         if let Some(v) = exclusive {
                             // NFS convention: the verifier lives in atime/mtime until the
                             // client's follow-up SETATTR.
-                            let secs = |b: &[u8]| {
-                                u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as u64
-                            };
+                            let secs =
+                                |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as u64;
                             let f = self.open_at_path(o.key, &o.path, OFlags::RDONLY)?.file;
                             let times = std::fs::FileTimes::new()
                                 .set_accessed(UNIX_EPOCH + Duration::from_secs(secs(&v[..4])))
@@ -1048,7 +1051,8 @@ impl LocalFs {
             self.forget(victim.key);
         }
         let dir_attr = Self::with_lease(self.refresh(&d), ctx.lease_ms);
-        out.changed.push((victim.key, self.handle(victim.key), None));
+        out.changed
+            .push((victim.key, self.handle(victim.key), None));
         out.changed.push((d.key, *dir, dir_attr));
         out.leased.push((d.key, *dir));
         Ok(dir_attr)

@@ -20,6 +20,7 @@ pub struct Sfsd {
     pub addr: SocketAddr,
     pub stdout: Arc<Mutex<Vec<String>>>,
     pub dir: PathBuf,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 /// A temp area: `state/`, `export/`, `users`, `log`.
@@ -71,7 +72,14 @@ impl Sfsd {
             .arg(dir.join("state"))
             .arg("--export")
             .arg(dir.join("export"))
-            .args(["--listen", "127.0.0.1:0", "--workers", "2", "--stats"])
+            .args(["--listen", "127.0.0.1:0", "--stats"])
+            .args(
+                if extra.contains(&"--workers") || extra.contains(&"--uniprocessor") {
+                    &[][..]
+                } else {
+                    &["--workers", "2"][..]
+                },
+            )
             .args(extra)
             .env("SFSD_LOG", "debug")
             .stdout(Stdio::piped())
@@ -82,7 +90,7 @@ impl Sfsd {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let lines2 = lines.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines() {
                 let Ok(line) = line else { break };
                 if line.starts_with("sfsd: serving ") {
@@ -111,6 +119,7 @@ impl Sfsd {
             addr,
             stdout: lines,
             dir: dir.to_path_buf(),
+            reader: Some(reader),
         }
     }
 
@@ -129,6 +138,10 @@ impl Sfsd {
         let deadline = Instant::now() + TIMEOUT;
         loop {
             if let Some(status) = child.try_wait().unwrap() {
+                // Everything it printed has been collected once its stdout reaches EOF.
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
                 return status.success();
             }
             if Instant::now() > deadline {
@@ -154,6 +167,14 @@ impl Sfsd {
 
 impl Drop for Sfsd {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- sfsd log (last lines) ---");
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -271,7 +292,12 @@ impl Client {
 
     pub fn mount(&mut self, authno: u32) -> FileHandle {
         match self
-            .call(authno, RequestOp::Mount { path: b"/".to_vec() })
+            .call(
+                authno,
+                RequestOp::Mount {
+                    path: b"/".to_vec(),
+                },
+            )
             .unwrap()
         {
             ReplyBody::Mount { fh, .. } => fh,
@@ -299,7 +325,13 @@ impl Client {
         }
     }
 
-    pub fn create(&mut self, a: u32, dir: FileHandle, name: &str, mode: u32) -> Result<FileHandle, NfsStatus> {
+    pub fn create(
+        &mut self,
+        a: u32,
+        dir: FileHandle,
+        name: &str,
+        mode: u32,
+    ) -> Result<FileHandle, NfsStatus> {
         let how = CreateHow::Guarded(SetAttr {
             mode: Some(mode),
             ..SetAttr::default()
@@ -317,7 +349,13 @@ impl Client {
         }
     }
 
-    pub fn mkdir(&mut self, a: u32, dir: FileHandle, name: &str, mode: u32) -> Result<FileHandle, NfsStatus> {
+    pub fn mkdir(
+        &mut self,
+        a: u32,
+        dir: FileHandle,
+        name: &str,
+        mode: u32,
+    ) -> Result<FileHandle, NfsStatus> {
         match self.call(
             a,
             RequestOp::Mkdir {
@@ -334,7 +372,13 @@ impl Client {
         }
     }
 
-    pub fn write(&mut self, a: u32, fh: FileHandle, offset: u64, data: &[u8]) -> Result<u32, NfsStatus> {
+    pub fn write(
+        &mut self,
+        a: u32,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u32, NfsStatus> {
         match self.call(
             a,
             RequestOp::Write {
@@ -349,7 +393,13 @@ impl Client {
         }
     }
 
-    pub fn read(&mut self, a: u32, fh: FileHandle, offset: u64, count: u32) -> Result<(Vec<u8>, bool), NfsStatus> {
+    pub fn read(
+        &mut self,
+        a: u32,
+        fh: FileHandle,
+        offset: u64,
+        count: u32,
+    ) -> Result<(Vec<u8>, bool), NfsStatus> {
         match self.call(a, RequestOp::Read { fh, offset, count })? {
             ReplyBody::Read { data, eof, .. } => Ok((data, eof)),
             other => panic!("unexpected {other:?}"),
