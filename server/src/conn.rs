@@ -56,6 +56,9 @@ pub struct Conn {
 
 pub type ConnRef = Arc<Mutex<Conn>>;
 
+/// Time a client has to complete the handshake.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Conn {
     fn closed(&self) -> bool {
         matches!(self.phase, Phase::Closed)
@@ -183,6 +186,16 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             pump_locked(&srv2, &c2, &mut c);
         });
     }
+    // A peer that never finishes the handshake must not hold a connection slot forever.
+    let (srv2, c2) = (srv.clone(), Arc::downgrade(&conn));
+    srv.h.delaycb(HANDSHAKE_TIMEOUT, color, move || {
+        if let Some(conn) = c2.upgrade() {
+            let mut c = lock(&conn);
+            if matches!(c.phase, Phase::Handshake(_)) {
+                c.close(&srv2, "handshake timeout");
+            }
+        }
+    });
     let mut c = lock(&conn);
     c.reg = Some(reg);
     c.push(s0);
