@@ -1,0 +1,107 @@
+//! The command line: init, help, config file, limits.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use common::*;
+
+fn sfsd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sfsd"))
+}
+
+#[test]
+fn init_prints_the_name_and_keeps_secrets_private() {
+    let area = Area::new();
+    let out = sfsd()
+        .args(["init", "--state"])
+        .arg(area.state())
+        .args(["--location", "files.example.org%4010"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let name = String::from_utf8(out.stdout).unwrap();
+    let name: protocol::ServerName = name.trim().parse().unwrap();
+    assert_eq!((name.host(), name.port()), ("files.example.org", 4010));
+    for f in ["host.key", "handle.secret"] {
+        let mode = std::fs::metadata(area.state().join(f))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{f} is private");
+    }
+    let dir_mode = std::fs::metadata(area.state())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(dir_mode & 0o077, 0);
+    // A second init refuses to overwrite the key.
+    let again = sfsd()
+        .args(["init", "--state"])
+        .arg(area.state())
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    let help = sfsd().arg("--help").output().unwrap();
+    assert!(String::from_utf8(help.stdout).unwrap().contains("serve"));
+    let help = sfsd().args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    for flag in [
+        "--workers",
+        "--uniprocessor",
+        "--anonymous-read",
+        "--users",
+        "--lease-secs",
+        "--stats",
+        "--cpus",
+    ] {
+        assert!(help.contains(flag), "{flag}");
+    }
+}
+
+#[test]
+fn config_file_and_connection_limit() {
+    let area = Area::new();
+    std::fs::write(area.export().join("f"), b"x").unwrap();
+    let cfg = area.path().join("sfsd.toml");
+    std::fs::write(
+        &cfg,
+        "anonymous-read = true\nlease-secs = 7\nmax-connections = 2\n",
+    )
+    .unwrap();
+    let s = area.start(&["--config", cfg.to_str().unwrap()]);
+    let mut c1 = s.connect();
+    let root = c1.mount(0);
+    assert_eq!(c1.getattr(0, root).unwrap().lease_ms, 7000);
+    let _c2 = s.connect();
+    // The third connection is refused (closed at once).
+    let mut third = std::net::TcpStream::connect(s.addr).unwrap();
+    third.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let mut buf = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut third, &mut buf);
+    assert!(
+        buf.is_empty(),
+        "no handshake for a connection over the limit"
+    );
+    drop(c1);
+    // A slot frees when a connection closes.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut c3 = s.connect();
+    assert_eq!(c3.mount(0), root);
+}
+
+#[test]
+fn many_idle_connections_cost_little() {
+    let area = Area::new();
+    std::fs::write(area.export().join("f"), b"still here").unwrap();
+    let s = area.start(&["--anonymous-read"]);
+    let idle: Vec<Client> = (0..300).map(|_| s.connect()).collect();
+    let mut c = s.connect();
+    let root = c.mount(0);
+    let f = c.lookup(0, root, "f").unwrap();
+    assert_eq!(c.read_all(0, f).unwrap(), b"still here");
+    drop(idle);
+    let mut c2 = s.connect();
+    assert_eq!(c2.mount(0), root);
+}
