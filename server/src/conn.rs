@@ -39,6 +39,10 @@ struct Open {
     auth: AuthTable<Creds>,
     /// Largest READ this peer can receive in one record.
     max_read: usize,
+    /// A record larger than the reader's usual 64 KiB buffer was received: once the
+    /// connection goes idle, the reader is replaced so an idle connection does not keep a
+    /// megabyte-sized buffer.
+    grown: bool,
 }
 
 pub struct Conn {
@@ -55,6 +59,9 @@ pub struct Conn {
 }
 
 pub type ConnRef = Arc<Mutex<Conn>>;
+
+/// Receive buffer an idle connection may keep (the record reader's usual size).
+const IDLE_BUFFER: usize = 64 * 1024;
 
 /// Time a client has to complete the handshake.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -256,11 +263,31 @@ fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
                 return c.close(srv, why);
             }
             Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return release_idle_buffer(c),
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(_) => return c.close(srv, "read failed"),
         }
     }
+}
+
+/// Drops a grown receive buffer once everything received has been processed.
+fn release_idle_buffer(c: &mut Conn) {
+    let Phase::Open(open) = &mut c.phase else {
+        return;
+    };
+    if !open.grown || open.reader.buffered() != 0 {
+        return;
+    }
+    let Phase::Open(mut open) = std::mem::replace(&mut c.phase, Phase::Closed) else {
+        return;
+    };
+    // Swap in a throwaway reader to take the real one out, then rebuild it around the same
+    // opener (its record counter continues).
+    let placeholder = RecordReader::new(protocol::Opener::new(&[0u8; 32], 4096));
+    let reader = std::mem::replace(&mut open.reader, placeholder);
+    open.reader = RecordReader::new(reader.into_opener());
+    open.grown = false;
+    c.phase = Phase::Open(open);
 }
 
 fn handshake_input(srv: &Arc<Server>, c: &mut Conn, mut input: &[u8]) {
@@ -295,6 +322,7 @@ fn handshake_input(srv: &Arc<Server>, c: &mut Conn, mut input: &[u8]) {
                     sealer: session.sealer,
                     auth: AuthTable::new(),
                     max_read,
+                    grown: false,
                 }));
                 tracing::debug!(conn = c.id, "session established");
             }
@@ -321,7 +349,12 @@ fn process_records(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
         };
         let decoded = match open.reader.next_record() {
             Ok(None) => return,
-            Ok(Some(payload)) => Request::decode(payload),
+            Ok(Some(payload)) => {
+                let big = payload.len() > IDLE_BUFFER;
+                let decoded = Request::decode(payload);
+                open.grown |= big;
+                decoded
+            }
             Err(e) => {
                 tracing::warn!(conn = c.id, error = %e, "bad record; closing");
                 return c.close(srv, "bad record");
