@@ -459,3 +459,60 @@ impl NFSFileSystem for SfsNfs {
         Ok(t.into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_keeps_its_code() {
+        for s in NfsStatus::ALL {
+            assert_eq!(status3(*s) as u32, s.code(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn setattr_truncation_and_times_carry_over() {
+        let s = sattr3 {
+            mode: set_mode3::mode(0o600),
+            uid: set_uid3::Void,
+            gid: set_gid3::gid(5),
+            size: set_size3::size(0),
+            atime: set_atime::SET_TO_SERVER_TIME,
+            mtime: set_mtime::SET_TO_CLIENT_TIME(nfstime3 {
+                seconds: 10,
+                nseconds: 20,
+            }),
+        };
+        let p = setattr_from(&s);
+        assert_eq!(p.mode, Some(0o600));
+        assert_eq!(p.uid, None);
+        assert_eq!(p.gid, Some(5));
+        assert_eq!(p.size, Some(0));
+        assert_eq!(p.atime, SetTime::ServerTime);
+        assert_eq!(
+            p.mtime,
+            SetTime::ClientTime(protocol::Time {
+                seconds: 10,
+                nanos: 20
+            })
+        );
+    }
+
+    #[test]
+    fn ids_are_stable_and_unknown_ids_are_stale() {
+        let name: protocol::ServerName = "@127.0.0.1%9,aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            .parse()
+            .unwrap();
+        let c = Client::new(&name, None, crate::session::Options::default());
+        let root = FileHandle::from_bytes([1; 48]);
+        let fs = SfsNfs::new(c, root);
+        assert_eq!(fs.fh(ROOT_ID).unwrap(), root);
+        let a = FileHandle::from_bytes([2; 48]);
+        let id = fs.id(a);
+        assert_ne!(id, ROOT_ID);
+        assert_eq!(fs.id(a), id);
+        assert_eq!(fs.fh(id).unwrap(), a);
+        assert!(matches!(fs.fh(999), Err(nfsstat3::NFS3ERR_STALE)));
+    }
+}

@@ -224,3 +224,58 @@ fn server_restart_mid_read_resumes_with_content_intact() {
     assert!(status.success(), "{err}");
     assert_eq!(sha256_file(&src), sha256_file(&back));
 }
+
+#[test]
+fn mount_without_kernel_nfs_prints_the_command() {
+    let s = setup(&[]);
+    let mnt = s.home.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let has_nfs = fs::read_to_string("/proc/filesystems")
+        .map(|t| {
+            t.lines()
+                .any(|l| l.split_whitespace().last() == Some("nfs"))
+        })
+        .unwrap_or(false);
+    if has_nfs {
+        eprintln!("kernel has NFS: not mounting from a test");
+        return;
+    }
+    let out = s.sfs(&["mount", &s.server.name, mnt.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no NFS client"), "{err}");
+    assert!(
+        err.contains("mount -t nfs -o vers=3,tcp,nolock,port="),
+        "{err}"
+    );
+    assert!(err.contains(&format!("sfs nfs {}", s.server.name)), "{err}");
+}
+
+#[test]
+fn keygen_refuses_to_overwrite_and_prints_the_key_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    let mut c = sfs_cmd(dir.path());
+    c.args(["keygen", "--out"]).arg(&key);
+    let out = run(c, LIMIT);
+    let first = ok(&out);
+    let public = first.lines().last().unwrap();
+    assert!(
+        public.starts_with("ed25519:") && public.len() == 8 + 64,
+        "{public}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let mut c = sfs_cmd(dir.path());
+    c.args(["keygen", "--out"]).arg(&key);
+    let out = run(c, LIMIT);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    let mut c = sfs_cmd(dir.path());
+    c.args(["keygen", "--force", "--out"]).arg(&key);
+    let second = ok(&run(c, LIMIT));
+    assert_ne!(second.lines().last(), Some(public));
+}
