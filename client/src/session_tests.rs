@@ -61,9 +61,14 @@ fn attr(size: u64, lease_ms: u32) -> Attr {
 const FH: FileHandle = FileHandle::from_bytes([7; 48]);
 
 async fn fake(behaviour: Behaviour) -> Fake {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    fake_on(0, ServerKeypair::generate(), behaviour).await
+}
+
+/// A fake server with `key` on `port` (0: any free port).
+async fn fake_on(port: u16, key: ServerKeypair, behaviour: Behaviour) -> Fake {
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let key = Arc::new(ServerKeypair::generate());
+    let key = Arc::new(key);
     let name = key.server_name(Location::new("127.0.0.1", port).unwrap());
     let conns = Arc::new(AtomicUsize::new(0));
     let behaviour = Arc::new(Mutex::new(behaviour));
@@ -444,4 +449,36 @@ async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
         inflight_max.load(Ordering::SeqCst) >= 2,
         "writes were pipelined"
     );
+}
+
+#[tokio::test]
+async fn reconnect_insists_on_the_same_hostid() {
+    let mut served = 0;
+    let f = fake(Box::new(move |_, req| {
+        served += 1;
+        // The genuine server answers once, then its connection breaks.
+        if served == 1 {
+            vec![reply(req.id, Ok(ReplyBody::Null))]
+        } else {
+            vec![Out::Close]
+        }
+    }))
+    .await;
+    let port = f.name.port();
+    let c = Client::new(&f.name, None, quick());
+    c.call(RequestOp::Null).await.unwrap();
+    // The server goes away and an impostor with another key takes its port.
+    drop(f);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let impostor = fake_on(
+        port,
+        ServerKeypair::generate(),
+        Box::new(|_, req| vec![reply(req.id, Ok(ReplyBody::Null))]),
+    )
+    .await;
+    // The next request finds the stream broken, reconnects, meets the impostor and stops.
+    let last = c.call(RequestOp::Null).await.err();
+    let e = last.expect("the impostor was never refused");
+    assert!(matches!(e, SessionError::Handshake { .. }), "{e}");
+    assert!(impostor.conns.load(Ordering::SeqCst) >= 1);
 }
