@@ -99,6 +99,9 @@ pub struct ServeArgs {
     /// Maximum record payload in bytes (4096..=1073741824).
     #[arg(long)]
     pub max_record: Option<usize>,
+    /// Seconds a client has to complete the handshake (default 10; mainly for tests).
+    #[arg(long, hide = true)]
+    pub handshake_timeout_secs: Option<u64>,
     /// Print libcolor statistics as `sfsd-stats: {json}` on stdout at shutdown.
     #[arg(long)]
     pub stats: bool,

@@ -28,6 +28,7 @@ pub struct FileConfig {
     pub max_in_flight: Option<usize>,
     pub max_output: Option<usize>,
     pub max_record: Option<usize>,
+    pub handshake_timeout_secs: Option<u64>,
     pub stats: Option<bool>,
 }
 
@@ -57,7 +58,8 @@ pub fn merge(mut a: ServeArgs, path: &Path) -> Result<ServeArgs> {
         max_connections,
         max_in_flight,
         max_output,
-        max_record
+        max_record,
+        handshake_timeout_secs
     );
     flag!(uniprocessor, pin, read_only, anonymous_read, stats);
     Ok(a)

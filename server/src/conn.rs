@@ -63,9 +63,6 @@ pub type ConnRef = Arc<Mutex<Conn>>;
 /// Receive buffer an idle connection may keep (the record reader's usual size).
 const IDLE_BUFFER: usize = 64 * 1024;
 
-/// Time a client has to complete the handshake.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 impl Conn {
     fn closed(&self) -> bool {
         matches!(self.phase, Phase::Closed)
@@ -195,7 +192,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     }
     // A peer that never finishes the handshake must not hold a connection slot forever.
     let (srv2, c2) = (srv.clone(), Arc::downgrade(&conn));
-    srv.h.delaycb(HANDSHAKE_TIMEOUT, color, move || {
+    srv.h.delaycb(srv.limits.handshake_timeout, color, move || {
         if let Some(conn) = c2.upgrade() {
             let mut c = lock(&conn);
             if matches!(c.phase, Phase::Handshake(_)) {

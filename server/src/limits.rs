@@ -11,6 +11,8 @@ pub struct Limits {
     pub max_output: usize,
     /// Largest record payload accepted (advertised in the handshake).
     pub max_record: usize,
+    /// Time a client has to complete the handshake before the connection is closed.
+    pub handshake_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -20,6 +22,7 @@ impl Default for Limits {
             max_in_flight: 32,
             max_output: 4 << 20,
             max_record: protocol::record::DEFAULT_MAX_PAYLOAD,
+            handshake_timeout: std::time::Duration::from_secs(10),
         }
     }
 }

@@ -113,6 +113,9 @@ fn serve(args: ServeArgs) -> Result<()> {
     if let Some(n) = args.max_record {
         limits.max_record = n.clamp(4096, 1 << 30);
     }
+    if let Some(s) = args.handshake_timeout_secs {
+        limits.handshake_timeout = Duration::from_secs(s.max(1));
+    }
     let max_io = protocol::max_io_size(limits.max_record);
     let storage = fs::local::LocalFs::open(&export, st.handle_key.clone(), max_io, args.read_only)
         .with_context(|| format!("opening export {}", export.display()))?;

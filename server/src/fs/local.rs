@@ -13,9 +13,16 @@
 //! MAC; the MAC secret is persisted. To get from an inode back to the object the backend keeps
 //! an in-memory map inode -> path below the root, filled by every LOOKUP, CREATE, READDIRPLUS...
 //! On a miss (after a restart, or when a rename made the remembered path stale) it walks the
-//! export once (bounded) and rebuilds the map. Generation is 0: Linux does not expose inode
-//! generations portably, so a handle to a deleted file whose inode number was reused resolves
-//! to the new file (known limitation, as with NFS servers on file systems without generations).
+//! export once (bounded) and rebuilds the map.
+//!
+//! **Generation.** Linux does not expose inode generation numbers portably, so the handle's
+//! generation is the object's birth time (`statx` `STATX_BTIME`, read through std's
+//! `Metadata::created()`) in nanoseconds since the epoch. A deleted file whose inode number is
+//! reused by a new file gets a new birth time, so the old handle resolves to STALE instead of
+//! the new file. Birth time is stored on disk, so handles stay valid across a server restart.
+//! Fallback: on a file system that records no birth time (`created()` fails) the generation is
+//! 0 for every object, and there a reused inode number still revives an old handle (the
+//! limitation NFS servers have on file systems without generations).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
@@ -118,6 +125,19 @@ fn cookie_of(name: &[u8]) -> u64 {
     (h.finish() >> 1).max(3)
 }
 
+/// Handle generation of an object: its birth time in nanoseconds since the epoch, or 0 where
+/// the file system records no birth time (see the module docs).
+fn generation(meta: &std::fs::Metadata) -> u64 {
+    let Ok(born) = meta.created() else {
+        return 0;
+    };
+    let nanos: i128 = match born.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    };
+    nanos as u64
+}
+
 fn to_system_time(t: Time) -> SystemTime {
     t.to_system_time()
 }
@@ -173,13 +193,18 @@ impl LocalFs {
         })
     }
 
-    fn handle(&self, key: ObjKey) -> FileHandle {
+    fn handle(&self, key: ObjKey, generation: u64) -> FileHandle {
         self.key.seal(&HandleData {
             export_id: EXPORT_ID,
             device: key.0,
             inode: key.1,
-            generation: 0,
+            generation,
         })
+    }
+
+    /// The handle of a resolved object.
+    fn fh(&self, o: &Obj) -> FileHandle {
+        self.handle(o.key, generation(&o.meta))
     }
 
     fn attr(&self, o: &Obj, lease_ms: u32) -> Attr {
@@ -228,10 +253,17 @@ impl LocalFs {
             .remove(&key);
     }
 
-    fn open_at_path(&self, key: ObjKey, path: &Path, flags: OFlags) -> Result<Obj, NfsStatus> {
+    /// Opens `path` and checks it is still the object `key` born at `birth` (else STALE).
+    fn open_at_path(
+        &self,
+        key: ObjKey,
+        birth: u64,
+        path: &Path,
+        flags: OFlags,
+    ) -> Result<Obj, NfsStatus> {
         let file = self.open_beneath(path, flags)?;
         let meta = file.metadata().map_err(|e| io_status(&e))?;
-        if (meta.dev(), meta.ino()) != key {
+        if (meta.dev(), meta.ino()) != key || generation(&meta) != birth {
             return Err(NfsStatus::Stale);
         }
         Ok(Obj {
@@ -244,10 +276,11 @@ impl LocalFs {
 
     /// From a verified handle to the object, opened with `flags`.
     fn resolve(&self, h: &HandleData, flags: OFlags) -> Result<Obj, NfsStatus> {
-        if h.export_id != EXPORT_ID || h.generation != 0 {
+        if h.export_id != EXPORT_ID {
             return Err(NfsStatus::Stale);
         }
         let key = (h.device, h.inode);
+        let birth = h.generation;
         let known = self
             .paths
             .lock()
@@ -256,7 +289,7 @@ impl LocalFs {
             .cloned();
         let was_known = known.is_some();
         if let Some(path) = known {
-            match self.open_at_path(key, &path, flags) {
+            match self.open_at_path(key, birth, &path, flags) {
                 Ok(o) => return Ok(o),
                 Err(NfsStatus::Stale | NfsStatus::NoEnt | NfsStatus::NotDir) => {}
                 Err(e) => return Err(e),
@@ -273,7 +306,7 @@ impl LocalFs {
                 .cloned();
             match known {
                 // Another request's walk found it while we waited.
-                Some(p) if self.open_at_path(key, &p, OFlags::PATH).is_ok() => Some(p),
+                Some(p) if self.open_at_path(key, birth, &p, OFlags::PATH).is_ok() => Some(p),
                 // A handle we never saw this run (or whose object is gone): rate-limited.
                 // A known object that moved always gets a walk.
                 _ if !was_known && last.is_some_and(|t| t.elapsed() < WALK_INTERVAL) => None,
@@ -285,10 +318,12 @@ impl LocalFs {
             }
         };
         match found {
-            Some(path) => self.open_at_path(key, &path, flags).map_err(|e| match e {
-                NfsStatus::NoEnt => NfsStatus::Stale,
-                e => e,
-            }),
+            Some(path) => self
+                .open_at_path(key, birth, &path, flags)
+                .map_err(|e| match e {
+                    NfsStatus::NoEnt => NfsStatus::Stale,
+                    e => e,
+                }),
             None => {
                 self.forget(key);
                 Err(NfsStatus::Stale)
@@ -359,7 +394,7 @@ impl LocalFs {
     /// LOOKUP semantics including `.` and `..` (which stops at the root).
     fn lookup_child(&self, dir: &Obj, name: &[u8]) -> Result<Obj, NfsStatus> {
         match name {
-            b"." => self.open_at_path(dir.key, &dir.path, OFlags::PATH),
+            b"." => self.open_at_path(dir.key, generation(&dir.meta), &dir.path, OFlags::PATH),
             b".." => {
                 let parent = dir.path.parent().unwrap_or(Path::new("")).to_path_buf();
                 let file = self.open_beneath(&parent, OFlags::PATH | OFlags::DIRECTORY)?;
@@ -396,7 +431,8 @@ impl LocalFs {
         };
         let st = self.open_beneath(p, OFlags::PATH).ok()?;
         let meta = st.metadata().ok()?;
-        ((meta.dev(), meta.ino()) == o.key).then(|| Attr::from_metadata(&meta, 0))
+        ((meta.dev(), meta.ino()) == o.key && generation(&meta) == generation(&o.meta))
+            .then(|| Attr::from_metadata(&meta, 0))
     }
 
     fn with_lease(a: Option<Attr>, lease_ms: u32) -> Option<Attr> {
@@ -466,7 +502,9 @@ impl LocalFs {
         } else {
             OFlags::RDONLY | OFlags::NONBLOCK
         };
-        let f = self.open_at_path(o.key, &o.path, flags)?.file;
+        let f = self
+            .open_at_path(o.key, generation(&o.meta), &o.path, flags)?
+            .file;
         if let Some(size) = sa.size {
             f.set_len(size).map_err(|e| io_status(&e))?;
         }
@@ -528,8 +566,8 @@ impl LocalFs {
         obj: &Obj,
         out: &mut Outcome,
     ) -> (FileHandle, NewObject) {
-        let fh = self.handle(obj.key);
-        let dir_fh = self.handle(dir.key);
+        let fh = self.fh(obj);
+        let dir_fh = self.fh(dir);
         let dir_attr = Self::with_lease(self.refresh(dir), ctx.lease_ms);
         out.leased.push((obj.key, fh));
         out.leased.push((dir.key, dir_fh));
@@ -576,7 +614,7 @@ impl LocalFs {
                 }
                 let key = (meta.dev(), meta.ino());
                 self.remember(key, rel);
-                let fh = self.handle(key);
+                let fh = self.handle(key, generation(&meta));
                 out.leased.push((key, fh));
                 Ok(ReplyBody::Mount {
                     fh,
@@ -612,7 +650,7 @@ impl LocalFs {
                     return Err(NfsStatus::Acces);
                 }
                 let o = self.lookup_child(&d, &name)?;
-                let fh = self.handle(o.key);
+                let fh = self.fh(&o);
                 out.leased.push((o.key, fh));
                 out.leased.push((d.key, dir));
                 Ok(ReplyBody::Lookup {
@@ -719,7 +757,9 @@ impl LocalFs {
                             // client's follow-up SETATTR.
                             let secs =
                                 |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as u64;
-                            let f = self.open_at_path(o.key, &o.path, OFlags::RDONLY)?.file;
+                            let f = self
+                                .open_at_path(o.key, generation(&o.meta), &o.path, OFlags::RDONLY)?
+                                .file;
                             let times = std::fs::FileTimes::new()
                                 .set_accessed(UNIX_EPOCH + Duration::from_secs(secs(&v[..4])))
                                 .set_modified(UNIX_EPOCH + Duration::from_secs(secs(&v[4..])));
@@ -844,12 +884,12 @@ impl LocalFs {
                     }
                 })?;
                 self.remember(moving.key, td.path.join(tname));
-                let mfh = self.handle(moving.key);
+                let mfh = self.fh(&moving);
                 out.changed.push((moving.key, mfh, None));
                 if let Some(r) = replaced
                     && r.key != moving.key
                 {
-                    out.changed.push((r.key, self.handle(r.key), None));
+                    out.changed.push((r.key, self.fh(&r), None));
                 }
                 let from_dir_attr = Self::with_lease(self.refresh(&fd), lease);
                 let to_dir_attr = Self::with_lease(self.refresh(&td), lease);
@@ -1051,8 +1091,7 @@ impl LocalFs {
             self.forget(victim.key);
         }
         let dir_attr = Self::with_lease(self.refresh(&d), ctx.lease_ms);
-        out.changed
-            .push((victim.key, self.handle(victim.key), None));
+        out.changed.push((victim.key, self.fh(&victim), None));
         out.changed.push((d.key, *dir, dir_attr));
         out.leased.push((d.key, *dir));
         Ok(dir_attr)
@@ -1106,7 +1145,7 @@ impl LocalFs {
                 match self.child(&d, OsStr::from_bytes(&name)) {
                     Ok(o) => (
                         Some(self.attr(&o, ctx.lease_ms)),
-                        Some(self.handle(o.key)),
+                        Some(self.fh(&o)),
                         o.key.1,
                     ),
                     Err(_) => (None, None, ino),
