@@ -18,6 +18,10 @@ pub struct Cli {
     /// User name to log in as (else SFS_USER, else USER).
     #[arg(long, global = true, value_name = "NAME")]
     pub user: Option<String>,
+    /// Seconds to wait for each reply before treating the connection as broken (reconnect,
+    /// retry idempotent requests, fail the rest).
+    #[arg(long, global = true, value_name = "SECS", default_value_t = 30.0, value_parser = parse_timeout)]
+    pub timeout: f64,
     /// More log output (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -133,4 +137,28 @@ pub enum Command {
         /// Mount point.
         dir: PathBuf,
     },
+}
+
+/// A positive, finite number of seconds.
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e9 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_is_a_global_option_with_a_default() {
+        let c = Cli::try_parse_from(["sfs", "ls", "@h,x"]).unwrap();
+        assert_eq!(c.timeout, 30.0);
+        let c = Cli::try_parse_from(["sfs", "cat", "--timeout", "0.5", "@h,x"]).unwrap();
+        assert_eq!(c.timeout, 0.5);
+        for bad in ["0", "-1", "soon", "inf"] {
+            assert!(Cli::try_parse_from(["sfs", "--timeout", bad, "ls", "@h,x"]).is_err());
+        }
+    }
 }

@@ -86,7 +86,11 @@ fn run(cli: Cli) -> Result<(), CmdError> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let mut ctx = Ctx::new(id);
+        let opts = session::Options {
+            request_timeout: std::time::Duration::from_secs_f64(cli.timeout),
+            ..session::Options::default()
+        };
+        let mut ctx = Ctx::new(id, opts);
         match cli.command {
             Command::Ls {
                 long,

@@ -143,7 +143,9 @@ fn nfs_err(e: SessionError) -> nfsstat3 {
         SessionError::Handshake { .. } | SessionError::Protocol { .. } => {
             nfsstat3::NFS3ERR_SERVERFAULT
         }
-        SessionError::Connect { .. } | SessionError::NotRetried { .. } => nfsstat3::NFS3ERR_IO,
+        SessionError::Connect { .. }
+        | SessionError::NotRetried { .. }
+        | SessionError::Timeout { .. } => nfsstat3::NFS3ERR_IO,
     }
 }
 

@@ -9,6 +9,10 @@
 //! reconnects (exponential backoff, the same HOSTID verified by the handshake since it comes
 //! from the name), logs in again and retries the request if it is idempotent. File handles are
 //! server-issued and survive server restarts, so they stay valid across reconnects.
+//!
+//! A server that stays connected but stops answering is treated the same way: each request
+//! waits at most [`Options::request_timeout`] for its reply, after which the connection is
+//! declared broken and the request takes the reconnect path above.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +65,20 @@ pub enum SessionError {
         /// The request.
         proc: Proc,
     },
+    /// The server stayed connected but did not answer within the request timeout, and the
+    /// request could not be completed on a new connection either (or was not repeated
+    /// because it is not idempotent).
+    #[error("server {name} did not answer {proc:?} within {} s; {detail}", secs(*.timeout))]
+    Timeout {
+        /// The server.
+        name: String,
+        /// The request.
+        proc: Proc,
+        /// The per-request timeout that expired.
+        timeout: Duration,
+        /// What happened next.
+        detail: String,
+    },
     /// The server sent something this client cannot make sense of.
     #[error("protocol error with {name}: {reason}")]
     Protocol {
@@ -69,6 +87,11 @@ pub enum SessionError {
         /// Why.
         reason: String,
     },
+}
+
+/// A duration in seconds as a user reads it ("30", "0.3").
+fn secs(d: Duration) -> String {
+    format!("{}", (d.as_secs_f64() * 1000.0).round() / 1000.0)
 }
 
 /// The message a shell user expects for a status (`ls` says "No such file or directory").
@@ -104,7 +127,17 @@ pub struct Options {
     pub window: usize,
     /// Times an idempotent request is retried after the stream broke.
     pub retries: u32,
+    /// How long a request waits for its reply. When it expires the stream is treated as
+    /// broken: the connection is dropped (failing everything outstanding on it) and the
+    /// request goes through the reconnect path like any other lost request.
+    pub request_timeout: Duration,
 }
+
+/// Times an idempotent request that timed out is retried (each on a fresh connection).
+const MAX_TIMEOUT_RETRIES: u32 = 1;
+
+/// Default per-request timeout.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for Options {
     fn default() -> Self {
@@ -115,6 +148,7 @@ impl Default for Options {
             connect_timeout: Duration::from_secs(10),
             window: 8,
             retries: 8,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -172,6 +206,24 @@ impl Conn {
             return None;
         }
         rx.await.ok()
+    }
+
+    /// [`Conn::roundtrip`] bounded by `timeout`: `Err(())` when no reply came in time, in
+    /// which case the connection is marked broken (its outstanding requests fail too, and the
+    /// next call reconnects).
+    async fn roundtrip_within(
+        &self,
+        timeout: Duration,
+        id: u64,
+        payload: Vec<u8>,
+    ) -> Result<Option<Result<ReplyBody, NfsStatus>>, ()> {
+        match tokio::time::timeout(timeout, self.roundtrip(id, payload)).await {
+            Ok(r) => Ok(r),
+            Err(_) => {
+                fail_all(&self.pending);
+                Err(())
+            }
+        }
     }
 }
 
@@ -480,26 +532,71 @@ impl Client {
     ) -> Result<ReplyBody, SessionError> {
         let mut lost = 0;
         let mut busy = 0u32;
+        // Whether the last attempt ended with the server not answering in time, and how many
+        // did: a timed-out idempotent request is retried once on a fresh connection, so a
+        // server that accepts connections but never answers costs at most two timeouts.
+        let mut timed_out = false;
+        let mut timeouts = 0u32;
+        let timeout = self.inner.opts.request_timeout;
         loop {
-            let conn = self.connection().await?;
+            let conn = match self.connection().await {
+                Ok(c) => c,
+                Err(e) if timed_out => {
+                    return Err(self.timeout_error(proc, format!("reconnecting failed: {e}")));
+                }
+                Err(e) => return Err(e),
+            };
             let id = self.next_id();
             let mut payload = Vec::new();
             encode(id, conn.authno, &mut payload);
-            match conn.roundtrip(id, payload).await {
+            let reply = match conn.roundtrip_within(timeout, id, payload).await {
+                Ok(r) => {
+                    timed_out = false;
+                    r
+                }
+                Err(()) => {
+                    tracing::warn!(
+                        server = %self.inner.name,
+                        ?proc,
+                        "no reply within {} s; dropping the connection",
+                        secs(timeout)
+                    );
+                    timed_out = true;
+                    timeouts += 1;
+                    None
+                }
+            };
+            match reply {
                 Some(Err(NfsStatus::Jukebox)) if proc.is_idempotent() && busy < 10 => {
                     busy += 1;
                     tokio::time::sleep(Duration::from_millis(50 << busy.min(6))).await;
                 }
                 Some(r) => return r.map_err(SessionError::Nfs),
-                None if proc.is_idempotent() && lost < self.inner.opts.retries => {
+                None if proc.is_idempotent()
+                    && lost < self.inner.opts.retries
+                    && timeouts <= MAX_TIMEOUT_RETRIES =>
+                {
                     lost += 1;
                     tracing::info!(server = %self.inner.name, ?proc, "connection lost; retrying");
+                }
+                None if proc.is_idempotent() && timed_out => {
+                    return Err(
+                        self.timeout_error(proc, format!("gave up after {timeouts} attempts"))
+                    );
                 }
                 None if proc.is_idempotent() => {
                     return Err(SessionError::Connect {
                         name: self.inner.name.to_string(),
                         reason: "connection keeps breaking".into(),
                     });
+                }
+                None if timed_out => {
+                    return Err(self.timeout_error(
+                        proc,
+                        "not retried because it is not idempotent (check the result and repeat \
+                         if needed)"
+                            .into(),
+                    ));
                 }
                 None => {
                     return Err(SessionError::NotRetried {
@@ -508,6 +605,15 @@ impl Client {
                     });
                 }
             }
+        }
+    }
+
+    fn timeout_error(&self, proc: Proc, detail: String) -> SessionError {
+        SessionError::Timeout {
+            name: self.inner.name.to_string(),
+            proc,
+            timeout: self.inner.opts.request_timeout,
+            detail,
         }
     }
 

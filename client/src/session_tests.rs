@@ -482,3 +482,111 @@ async fn reconnect_insists_on_the_same_hostid() {
     assert!(matches!(e, SessionError::Handshake { .. }), "{e}");
     assert!(impostor.conns.load(Ordering::SeqCst) >= 1);
 }
+
+/// Options for the timeout tests: replies are due within 300 ms.
+fn impatient() -> Options {
+    Options {
+        request_timeout: Duration::from_millis(300),
+        ..quick()
+    }
+}
+
+fn alice() -> Identity {
+    Identity {
+        user: "alice".into(),
+        key: Arc::new(UserKeypair::generate()),
+    }
+}
+
+#[tokio::test]
+async fn silent_server_times_out_instead_of_hanging() {
+    // Handshake and LOGIN are answered (by the fake itself); nothing else ever is.
+    let f = fake(Box::new(|_, _| vec![])).await;
+    let c = Client::new(&f.name, Some(alice()), impatient());
+    assert_eq!(c.authno().await.unwrap(), 7, "logged in");
+    let start = std::time::Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(10), c.getattr(&FH))
+        .await
+        .expect("the request hung")
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(e, SessionError::Timeout { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("did not answer"), "{msg}");
+    assert!(msg.contains("within 0.3 s"), "{msg}");
+    assert!(msg.contains(&f.name.to_string()), "{msg}");
+    // Retried once on a fresh connection, then given up: two timeouts, not eight.
+    assert_eq!(f.conns.load(Ordering::SeqCst), 2);
+    assert!(took >= Duration::from_millis(600), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+#[tokio::test]
+async fn timed_out_request_is_retried_on_an_answering_connection() {
+    let f = fake(Box::new(|conn, req| match req.op {
+        // The first connection goes silent; the second one answers.
+        _ if conn == 0 => vec![],
+        RequestOp::Read { offset, count, .. } => vec![serve_read(req.id, offset, count, 10)],
+        _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+    }))
+    .await;
+    let c = Client::new(&f.name, Some(alice()), impatient());
+    let (data, eof) = tokio::time::timeout(Duration::from_secs(10), c.read(&FH, 0, 100))
+        .await
+        .expect("the request hung")
+        .unwrap();
+    assert_eq!((data, eof), (content(0, 10), true));
+    assert_eq!(f.conns.load(Ordering::SeqCst), 2, "reconnected once");
+    assert_eq!(c.authno().await.unwrap(), 7, "logged in again");
+}
+
+#[tokio::test]
+async fn timed_out_non_idempotent_request_is_not_repeated() {
+    let removes = Arc::new(AtomicUsize::new(0));
+    let r = removes.clone();
+    let f = fake(Box::new(move |_, req| {
+        if let RequestOp::Remove { .. } = req.op {
+            r.fetch_add(1, Ordering::SeqCst);
+        }
+        vec![]
+    }))
+    .await;
+    let c = Client::new(&f.name, None, impatient());
+    let e = tokio::time::timeout(Duration::from_secs(10), c.remove(&FH, b"x", false))
+        .await
+        .expect("the request hung")
+        .unwrap_err();
+    assert!(matches!(e, SessionError::Timeout { .. }), "{e}");
+    assert!(e.to_string().contains("not idempotent"), "{e}");
+    assert_eq!(removes.load(Ordering::SeqCst), 1, "sent once");
+    assert_eq!(f.conns.load(Ordering::SeqCst), 1, "no reconnect for it");
+}
+
+#[tokio::test]
+async fn timeout_then_failed_reconnect_says_the_server_did_not_answer() {
+    let f = fake(Box::new(|_, _| vec![])).await;
+    let c = Client::new(&f.name, None, impatient());
+    c.authno().await.unwrap();
+    let call = {
+        let c = c.clone();
+        tokio::spawn(async move { c.call(RequestOp::Null).await })
+    };
+    // While the request waits, the server stops accepting connections (the silent stream
+    // stays open), so the reconnect after the timeout fails.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(f);
+    let e = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the request hung")
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(e, SessionError::Timeout { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("did not answer Null within 0.3 s"), "{msg}");
+    assert!(msg.contains("reconnecting failed"), "{msg}");
+}
+
+#[test]
+fn default_request_timeout_is_thirty_seconds() {
+    assert_eq!(Options::default().request_timeout, Duration::from_secs(30));
+}

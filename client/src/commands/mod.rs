@@ -116,14 +116,16 @@ impl From<std::io::Error> for CmdError {
 /// Sessions by server, shared by the paths of one command.
 pub struct Ctx {
     identity: Option<Identity>,
+    opts: Options,
     clients: HashMap<String, (Client, FileHandle)>,
 }
 
 impl Ctx {
-    /// A context logging in as `identity` (anonymous when `None`).
-    pub fn new(identity: Option<Identity>) -> Ctx {
+    /// A context logging in as `identity` (anonymous when `None`), with session options `opts`.
+    pub fn new(identity: Option<Identity>, opts: Options) -> Ctx {
         Ctx {
             identity,
+            opts,
             clients: HashMap::new(),
         }
     }
@@ -134,7 +136,7 @@ impl Ctx {
         if let Some((c, r)) = self.clients.get(&key) {
             return Ok((c.clone(), *r));
         }
-        let c = Client::new(server, self.identity.clone(), Options::default());
+        let c = Client::new(server, self.identity.clone(), self.opts.clone());
         let (root, _) = c.mount("/").await.map_err(|e| CmdError::at(&key, e))?;
         self.clients.insert(key, (c.clone(), root));
         Ok((c, root))
