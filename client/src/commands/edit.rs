@@ -1,10 +1,10 @@
 //! `rm`, `mkdir` and `mv`.
 
-use protocol::{FileHandle, FileType, NfsStatus};
+use protocol::{FileHandle, FileType};
 
 use super::transfer::set_nothing;
 use super::{CmdError, Ctx, Target};
-use crate::session::{Client, SessionError};
+use crate::session::Client;
 
 /// `sfs rm`.
 pub async fn rm(ctx: &mut Ctx, targets: &[String], recursive: bool) -> Result<(), CmdError> {
@@ -83,20 +83,7 @@ pub async fn mkdir(ctx: &mut Ctx, targets: &[String], parents: bool) -> Result<(
             if parents {
                 let (c, mut fh) = ctx.client(&t.server).await?;
                 for comp in &t.components {
-                    fh = match c.mkdir(&fh, comp.as_bytes(), set_nothing()).await {
-                        Ok((f, _)) => f,
-                        Err(SessionError::Nfs(NfsStatus::Exist)) => {
-                            let (f, a) = c
-                                .lookup(&fh, comp.as_bytes())
-                                .await
-                                .map_err(|e| CmdError::at(text, e))?;
-                            if a.ftype != FileType::Directory {
-                                return Err(CmdError::Path(text.clone(), "File exists".into()));
-                            }
-                            f
-                        }
-                        Err(e) => return Err(CmdError::at(text, e)),
-                    };
+                    fh = super::mkdir_or_existing(&c, &fh, comp, set_nothing(), text).await?;
                 }
                 return Ok(());
             }

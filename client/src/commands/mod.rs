@@ -9,7 +9,7 @@ pub mod transfer;
 use std::collections::HashMap;
 use std::fmt;
 
-use protocol::{Attr, FileHandle, FileType, ServerName};
+use protocol::{Attr, FileHandle, FileType, NfsStatus, ServerName, SetAttr};
 
 use crate::identity::Identity;
 use crate::session::{Client, Options, SessionError};
@@ -176,5 +176,30 @@ impl Ctx {
             return Err(CmdError::Path(p.text, "Not a directory".into()));
         }
         Ok((c, fh, name))
+    }
+}
+
+/// Makes directory `name` in `parent`, or reuses it if a directory of that name already exists
+/// (`mkdir -p`, `put -r`); anything else already there is "File exists".
+pub async fn mkdir_or_existing(
+    c: &Client,
+    parent: &FileHandle,
+    name: &str,
+    attr: SetAttr,
+    label: &str,
+) -> Result<FileHandle, CmdError> {
+    match c.mkdir(parent, name.as_bytes(), attr).await {
+        Ok((fh, _)) => Ok(fh),
+        Err(SessionError::Nfs(NfsStatus::Exist)) => {
+            let (fh, attr) = c
+                .lookup(parent, name.as_bytes())
+                .await
+                .map_err(|e| CmdError::at(label, e))?;
+            if attr.ftype != FileType::Directory {
+                return Err(CmdError::Path(label.into(), "File exists".into()));
+            }
+            Ok(fh)
+        }
+        Err(e) => Err(CmdError::at(label, e)),
     }
 }

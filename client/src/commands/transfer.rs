@@ -4,7 +4,7 @@ use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime};
+use protocol::{Attr, CreateHow, FileHandle, FileType, SetAttr, SetTime};
 
 use super::{CmdError, Ctx, Target};
 use crate::progress::Progress;
@@ -215,30 +215,17 @@ fn put_tree<'a>(
     label: &'a str,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), CmdError>> + 'a>> {
     Box::pin(async move {
-        let dir = match c
-            .mkdir(
-                &parent,
-                name.as_bytes(),
-                SetAttr {
-                    mode: Some(local_mode(local)),
-                    ..set_nothing()
-                },
-            )
-            .await
-        {
-            Ok((fh, _)) => fh,
-            Err(SessionError::Nfs(NfsStatus::Exist)) => {
-                let (fh, a) = c
-                    .lookup(&parent, name.as_bytes())
-                    .await
-                    .map_err(|e| CmdError::at(label, e))?;
-                if a.ftype != FileType::Directory {
-                    return Err(CmdError::Path(label.into(), "File exists".into()));
-                }
-                fh
-            }
-            Err(e) => return Err(CmdError::at(label, e)),
-        };
+        let dir = super::mkdir_or_existing(
+            c,
+            &parent,
+            name,
+            SetAttr {
+                mode: Some(local_mode(local)),
+                ..set_nothing()
+            },
+            label,
+        )
+        .await?;
         let mut entries: Vec<_> = fs::read_dir(local)?.collect::<Result<_, _>>()?;
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
