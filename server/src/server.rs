@@ -114,14 +114,7 @@ impl Server {
                 conn::complete_read(&srv3, &conn2, req_id, res)
             });
             if submitted.is_err() {
-                conn::complete(
-                    &srv,
-                    &conn,
-                    Reply {
-                        id: req_id,
-                        result: Err(NfsStatus::Jukebox),
-                    },
-                );
+                srv.answer_busy(conn, id, req_id);
             }
         });
     }

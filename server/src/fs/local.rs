@@ -45,6 +45,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 use super::perm::{self, R, W, X};
 use super::{ObjKey, OpCtx, Outcome, ReadableFile, Storage};
+use crate::server::lock;
 use crate::users::Creds;
 
 /// The only export this server has (handles carry it so a future multi-export server can tell
@@ -240,17 +241,19 @@ impl LocalFs {
     }
 
     fn remember(&self, key: ObjKey, path: PathBuf) {
-        let mut map = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = lock(&self.paths);
         if map.len() < MAX_INDEX || map.contains_key(&key) {
             map.insert(key, path);
         }
     }
 
     fn forget(&self, key: ObjKey) {
-        self.paths
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
+        lock(&self.paths).remove(&key);
+    }
+
+    /// The path last seen for `key`, if any.
+    fn known_path(&self, key: ObjKey) -> Option<PathBuf> {
+        lock(&self.paths).get(&key).cloned()
     }
 
     /// Opens `path` and checks it is still the object `key` born at `birth` (else STALE).
@@ -281,12 +284,7 @@ impl LocalFs {
         }
         let key = (h.device, h.inode);
         let birth = h.generation;
-        let known = self
-            .paths
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .cloned();
+        let known = self.known_path(key);
         let was_known = known.is_some();
         if let Some(path) = known {
             match self.open_at_path(key, birth, &path, flags) {
@@ -297,13 +295,8 @@ impl LocalFs {
         }
         // Unknown (restart) or moved: index the export again, once per burst.
         let found = {
-            let mut last = self.last_walk.lock().unwrap_or_else(|p| p.into_inner());
-            let known = self
-                .paths
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&key)
-                .cloned();
+            let mut last = lock(&self.last_walk);
+            let known = self.known_path(key);
             match known {
                 // Another request's walk found it while we waited.
                 Some(p) if self.open_at_path(key, birth, &p, OFlags::PATH).is_ok() => Some(p),
@@ -372,7 +365,7 @@ impl LocalFs {
                 }
             }
         }
-        *self.paths.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+        *lock(&self.paths) = fresh;
         found
     }
 
