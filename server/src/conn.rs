@@ -69,10 +69,12 @@ pub type ConnRef = Arc<Mutex<Conn>>;
 /// reply (READLINK with a 4 KiB target, attributes) with room to spare.
 const SMALL_REPLY: usize = 8 * 1024;
 
-/// The largest reply `op` can produce, reserved against the output limit when it is admitted.
+/// The memory `op` holds until it is answered, reserved against the output limit when it is
+/// admitted: its largest reply, and a WRITE's data, which waits for a storage thread.
 fn reply_reservation(op: &RequestOp, read_count: usize) -> usize {
     match op {
         RequestOp::Read { .. } => read_count + 512,
+        RequestOp::Write { data, .. } => data.len() + SMALL_REPLY,
         RequestOp::ReadDir { .. } | RequestOp::ReadDirPlus { .. } => {
             crate::fs::local::MAX_DIR_REPLY + 512
         }

@@ -267,6 +267,12 @@ impl LocalFs {
             ));
         }
         let root_key = (meta.dev(), meta.ino());
+        // Data is only ever opened by re-opening a checked descriptor through /proc.
+        if !Path::new("/proc/self/fd").is_dir() {
+            return Err(io::Error::other(
+                "/proc is not mounted: sfsd re-opens checked descriptors through /proc/self/fd",
+            ));
+        }
         Ok(LocalFs {
             root,
             root_key,
