@@ -249,8 +249,8 @@ fn create_race_never_takes_over_victim_files() {
         );
         let r3 = c.send(a, op);
         for id in [r1, r2, r3] {
-            c.wait_reply_within(id, Duration::from_secs(10))
-                .expect("no reply to a CREATE/REMOVE within 10 s");
+            let r = c.wait_reply_within(id, Duration::from_secs(10));
+            assert!(r.is_some(), "no reply to a CREATE/REMOVE within 10 s");
         }
         iterations += 1;
         if iterations % 64 == 0 {
@@ -329,14 +329,15 @@ fn link_of_unreadable_foreign_file_refused() {
         } else {
             eprintln!("NOTE: protected_hardlinks=0 here; LINK of {victim} not asserted");
         }
+        let owner = if victim == "roots" { 0 } else { UID_B };
+        assert_eq!(ident(&ex.join(victim)).0, owner, "{victim} owner");
         assert_eq!(
-            ident(&ex.join(victim)).0,
-            if victim == "bobs" { UID_B } else { 0 }
+            ident(&ex.join(victim)).2 & 0o7777 & !0o044,
+            0o600,
+            "{victim} mode"
         );
     }
-    // Control: a file alice may read can be linked when protected_hardlinks allows it... only
-    // if she owns it; a plain 0644 file of bob's is still refused by protected_hardlinks
-    // (needs read AND write). Her own file links fine.
+    // Control: her own file links fine.
     file_owned(&ex.join("a/mine"), b"m", UID_A, UID_A, 0o600);
     let mine = c.lookup(a, adir, "mine").unwrap();
     let r = c.call(
@@ -686,7 +687,10 @@ fn setattr_on_fifo_and_device_never_blocks() {
     mknod_chr(&ex.join("a/null"), 0o666, 1, 3);
     own(&ex.join("a/null"), UID_A, UID_A, 0o666);
     file_owned(&ex.join("a/reg"), b"regular", UID_A, UID_A, 0o644);
-    std::fs::hard_link(ex.join("a/reg"), ex.join("a/reg-keep")).unwrap();
+    // A second name of the regular file, outside the export (same file system), so that the
+    // server only ever knows it as a/reg.
+    let keep = st.area.path().join("reg-keep");
+    std::fs::hard_link(ex.join("a/reg"), &keep).unwrap();
     let s = st.start(&["--helpers", "4"]);
     let quick = Duration::from_secs(3);
     let (mut c, a, root) = user(&s, "alice");
@@ -758,12 +762,12 @@ fn setattr_on_fifo_and_device_never_blocks() {
         let _ = std::fs::remove_file(&tmp);
         mkfifo(&tmp, 0o666);
         std::fs::rename(&tmp, ex.join("a/reg")).unwrap();
-        std::thread::sleep(Duration::from_micros(200));
+        std::thread::sleep(Duration::from_micros(100));
         let tmp = ex.join("a/tmp-reg");
         let _ = std::fs::remove_file(&tmp);
-        std::fs::hard_link(ex.join("a/reg-keep"), &tmp).unwrap();
+        std::fs::hard_link(&keep, &tmp).unwrap();
         std::fs::rename(&tmp, ex.join("a/reg")).unwrap();
-        std::thread::sleep(Duration::from_micros(200));
+        std::thread::sleep(Duration::from_micros(100));
         swaps += 1;
     }
     for t in threads {
@@ -837,8 +841,17 @@ fn memory_huge_read_counts_bounded() {
     assert_eq!(probe.read_all(0, small).unwrap(), b"0123456789");
     let base = s.rss().max(s.hwm());
     let bound = 64 * MIB;
+    // Reserved-but-untouched buffers do not show in RSS, yet they are what made the old server
+    // abort on a failed 1 GiB allocation: bound the address space too. Each of these READs
+    // reserved the client's advertised maximum (1 GiB here): 256 GiB for all of them.
+    let vbase = s.status_kb("VmSize") * 1024;
+    let vbound = 4096 * MIB;
+    let huge = HandshakeConfig {
+        max_record_payload: 1 << 30,
+        ..HandshakeConfig::default()
+    };
     for _ in 0..32 {
-        let mut c = s.connect_with(big_client_config());
+        let mut c = s.connect_with(huge.clone());
         for _ in 0..8 {
             if c.try_send(
                 0,
@@ -859,6 +872,15 @@ fn memory_huge_read_counts_bounded() {
     }
     std::thread::sleep(Duration::from_millis(500));
     check_memory(&mut s, base, bound, "READ count=u32::MAX, replies unread");
+    let vsize = s.status_kb("VmSize") * 1024;
+    assert!(
+        vsize < vbase + vbound,
+        "READ count=u32::MAX of a 10-byte file, replies unread: sfsd address space grew from \
+         {} MiB to {} MiB (bound +{} MiB): buffers sized by the client's maximum, not the file",
+        vbase / MIB,
+        vsize / MIB,
+        vbound / MIB
+    );
     // The server still serves, and reads are clamped to the file.
     let (data, eof) = probe.read(0, small, 0, u32::MAX).unwrap();
     assert_eq!((data.as_slice(), eof), (&b"0123456789"[..], true));
@@ -935,7 +957,7 @@ fn memory_readdirplus_huge_maxcount_bounded() {
     let st = setup(0o755);
     let big = st.ex().join("big");
     std::fs::create_dir(&big).unwrap();
-    for i in 0..20_000 {
+    for i in 0..40_000 {
         std::fs::File::create(big.join(format!("entry-with-a-longish-name-{i:06}"))).unwrap();
     }
     let mut s = st.start(&["--anonymous-read"]);
@@ -943,9 +965,11 @@ fn memory_readdirplus_huge_maxcount_bounded() {
     let root = probe.mount(0);
     let dir = probe.lookup(0, root, "big").unwrap();
     let base = s.rss().max(s.hwm());
-    let bound = 160 * MIB;
+    // The old server held every reply whole: ~8 MiB each, 4 x 32 of them, over 1 GiB. A
+    // server bounding replies by its own maximum (~1 MiB) stays far below.
+    let bound = 384 * MIB;
     let mut conns = Vec::new();
-    for _ in 0..6 {
+    for _ in 0..4 {
         let mut c = s.connect_with(big_client_config());
         for _ in 0..32 {
             if c.try_send(
@@ -1100,19 +1124,24 @@ fn idle_connections_cannot_exhaust_file_descriptors() {
     let n = 1100.min(limit.saturating_sub(100) as usize);
     let mut idle = Vec::new();
     let t0 = Instant::now();
+    let mut refused_conns = 0;
     for _ in 0..n {
-        let Ok(mut x) = s.try_connect() else { continue };
+        // A server at its connection cap closes new ones at once; an overwhelmed one leaves
+        // them hanging: give up on those quickly and stop trying after a few.
+        if refused_conns > 50 || t0.elapsed() > Duration::from_secs(40) {
+            break;
+        }
+        let Ok(mut x) = s.try_connect_within(Duration::from_secs(2)) else {
+            refused_conns += 1;
+            continue;
+        };
         let login = x
             .signer
             .sign("carol", &UserKeypair::from_seed([13; 32]))
             .unwrap();
-        if x.call_within(0, RequestOp::Login(login), Duration::from_secs(5))
-            .is_some()
-        {
-            idle.push(x);
-        }
-        if t0.elapsed() > Duration::from_secs(60) {
-            break;
+        match x.call_within(0, RequestOp::Login(login), Duration::from_secs(2)) {
+            Some(Ok(_)) => idle.push(x),
+            _ => refused_conns += 1,
         }
     }
     eprintln!(
@@ -1232,7 +1261,14 @@ fn readdir_crowd_does_not_starve_lookup() {
     std::thread::sleep(Duration::from_secs(1));
     let (mut c, a, root) = user(&s, "alice");
     let mut lat = Vec::new();
+    let t0 = Instant::now();
+    // 15 samples, but at most ~12 s of measuring: a starved LOOKUP counts as "too slow".
+    let too_slow = Duration::from_secs(3600);
     for _ in 0..15 {
+        if t0.elapsed() > Duration::from_secs(12) {
+            lat.push(too_slow);
+            continue;
+        }
         let t = Instant::now();
         let r = c.call_within(
             a,
@@ -1240,31 +1276,36 @@ fn readdir_crowd_does_not_starve_lookup() {
                 dir: root,
                 name: name("mine"),
             },
-            Duration::from_secs(30),
+            Duration::from_secs(8),
         );
-        lat.push(t.elapsed());
-        assert!(matches!(r, Some(Ok(_))), "alice's LOOKUP failed: {r:?}");
+        match r {
+            None => lat.push(too_slow),
+            Some(r) => {
+                lat.push(t.elapsed());
+                assert!(r.is_ok(), "alice's LOOKUP failed: {r:?}");
+            }
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     stop.store(true, Ordering::Relaxed);
+    let pages = pages.load(Ordering::Relaxed);
+    // Stopping the server ends the crowd's pending waits at once.
+    drop(c);
+    drop(s);
     for t in threads {
         t.join().unwrap();
     }
     lat.sort();
     let median = lat[lat.len() / 2];
     eprintln!(
-        "LOOKUP latency under 30 READDIR connections: median {median:?}, max {:?}, {} pages",
+        "LOOKUP latency under 30 READDIR connections: median {median:?}, max {:?}, {pages} pages",
         lat[lat.len() - 1],
-        pages.load(Ordering::Relaxed)
     );
-    assert!(
-        pages.load(Ordering::Relaxed) > 30,
-        "the READDIR crowd made no progress"
-    );
+    assert!(pages > 30, "the READDIR crowd made no progress");
     assert!(
         median < Duration::from_millis(500),
-        "alice's LOOKUP median latency {median:?} under a READDIR crowd (bound 500 ms): \
-         latencies {lat:?}"
+        "alice's LOOKUP median latency {median:?} under a READDIR crowd (bound 500 ms; \
+         3600 s = no reply in 8 s): latencies {lat:?}"
     );
 }
 
@@ -1400,8 +1441,8 @@ fn export_walks_rate_limited() {
             .map(|fh| c.send(0, RequestOp::GetAttr { fh: *fh }))
             .collect();
         for id in ids {
-            c.wait_reply_within(id, Duration::from_secs(10))
-                .expect("GETATTR got no reply within 10 s");
+            let r = c.wait_reply_within(id, Duration::from_secs(10));
+            assert!(r.is_some(), "GETATTR got no reply within 10 s");
         }
     }
     let secs = t0.elapsed().as_secs_f64();
@@ -1479,8 +1520,7 @@ fn forged_handles_and_hostile_names() {
     std::fs::write(ex.join("gone"), b"n").unwrap();
     let r = cc.getattr(cz, gone);
     assert!(
-        matches!(&r, Err(NfsStatus::Stale | NfsStatus::BadHandle))
-            || matches!(&r, Ok(at) if at.fileid == 0),
+        matches!(&r, Err(NfsStatus::Stale | NfsStatus::BadHandle)),
         "a replayed handle of a removed file resolved to a new object: {r:?}"
     );
     // Hostile names: never an object outside, never a slash, never a NUL.
@@ -1578,12 +1618,12 @@ fn oversized_replayed_and_garbage_records_close_only_that_connection() {
     let root = good.mount(0);
     // A header one byte over --max-record.
     let mut bad = s.connect();
-    assert_eq!(
-        bad.sealer.max_payload(),
-        65536,
-        "server advertises --max-record"
+    let over = bad.sealer.max_payload() as u32 + 1;
+    assert!(
+        over <= 65536 + 4096,
+        "server advertises about --max-record, not {over}"
     );
-    bad.stream.write_all(&(65537u32).to_be_bytes()).unwrap();
+    bad.stream.write_all(&over.to_be_bytes()).unwrap();
     bad.stream.write_all(&[0u8; 64]).unwrap();
     assert!(
         bad.is_closed(),

@@ -572,27 +572,33 @@ impl Sfsd {
 
     /// A connection, or why not (the server may refuse or close it).
     pub fn try_connect(&self) -> Result<Client, String> {
-        Client::try_connect_with(&self.name, self.addr, HandshakeConfig::default())
+        Client::try_connect_with(&self.name, self.addr, HandshakeConfig::default(), TIMEOUT)
+    }
+
+    /// [`Sfsd::try_connect`] giving up on the connect and handshake after `t`.
+    pub fn try_connect_within(&self, t: Duration) -> Result<Client, String> {
+        Client::try_connect_with(&self.name, self.addr, HandshakeConfig::default(), t)
     }
 
     /// A connection offering `config` in the handshake (e.g. a huge maximum record).
     pub fn connect_with(&self, config: HandshakeConfig) -> Client {
-        Client::try_connect_with(&self.name, self.addr, config).unwrap()
+        Client::try_connect_with(&self.name, self.addr, config, TIMEOUT).unwrap()
     }
 }
 
 impl Client {
-    /// Like [`Client::connect`] with a chosen handshake configuration; errors instead of panics.
+    /// Like [`Client::connect`] with a chosen handshake configuration and a bound `t` on the
+    /// connect and each handshake read; errors instead of panics.
     pub fn try_connect_with(
         name: &ServerName,
         addr: SocketAddr,
         config: HandshakeConfig,
+        t: Duration,
     ) -> Result<Client, String> {
         let e = |what: &str, err: &dyn std::fmt::Debug| format!("{what}: {err:?}");
-        let mut stream =
-            TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|x| e("connect", &x))?;
-        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-        stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+        let mut stream = TcpStream::connect_timeout(&addr, t).map_err(|x| e("connect", &x))?;
+        stream.set_read_timeout(Some(t)).unwrap();
+        stream.set_write_timeout(Some(t)).unwrap();
         stream.set_nodelay(true).unwrap();
         let mut hs = ClientHandshake::with_config(name, config);
         let mut leftover = Vec::new();
@@ -619,6 +625,8 @@ impl Client {
                 .map_err(|x| e("write", &x))?;
         }
         let s = hs.into_session().map_err(|x| e("session", &x))?;
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(TIMEOUT)).unwrap();
         let mut reader = RecordReader::new(s.opener);
         reader.extend_from_slice(&leftover);
         let max_io = max_io_size(s.sealer.max_payload().min(reader.opener().max_payload()));
