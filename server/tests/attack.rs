@@ -735,22 +735,42 @@ fn setattr_on_fifo_and_device_never_blocks() {
 
     // The race: SETATTR(size) on the regular file's handle while root swaps a FIFO in.
     let reg = c.lookup(a, dir, "reg").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(4);
+    let deadline = Instant::now() + Duration::from_secs(5);
     let stuck = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
+    let outcomes = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
     for _ in 0..4 {
         let (mut c2, a2, _) = user(&s, "alice");
         let stuck = stuck.clone();
+        let outcomes = outcomes.clone();
         threads.push(std::thread::spawn(move || {
             while Instant::now() < deadline {
-                // Several in flight at once on each connection.
-                let ids: Vec<u64> = (0..3)
-                    .filter_map(|_| c2.try_send(a2, setattr_size(reg, 7)))
+                // A LOOKUP keeps the server's idea of where the file is fresh; then several
+                // SETATTRs in flight at once on each connection.
+                let mut ids: Vec<u64> = c2
+                    .try_send(
+                        a2,
+                        RequestOp::Lookup {
+                            dir,
+                            name: name("reg"),
+                        },
+                    )
+                    .into_iter()
                     .collect();
+                ids.extend((0..3).filter_map(|_| c2.try_send(a2, setattr_size(reg, 7))));
                 for id in ids {
-                    if c2.wait_reply_within(id, Duration::from_secs(3)).is_none() {
-                        stuck.fetch_add(1, Ordering::Relaxed);
-                        return;
+                    match c2.wait_reply_within(id, Duration::from_secs(3)) {
+                        None => {
+                            stuck.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                        Some(r) => {
+                            let k = match r {
+                                Ok(_) => "ok".to_string(),
+                                Err(e) => format!("{e:?}"),
+                            };
+                            *outcomes.lock().unwrap().entry(k).or_insert(0usize) += 1;
+                        }
                     }
                 }
             }
@@ -762,18 +782,21 @@ fn setattr_on_fifo_and_device_never_blocks() {
         let _ = std::fs::remove_file(&tmp);
         mkfifo(&tmp, 0o666);
         std::fs::rename(&tmp, ex.join("a/reg")).unwrap();
-        std::thread::sleep(Duration::from_micros(100));
+        // The FIFO only briefly: requests mostly find the regular file, then some reopen...
         let tmp = ex.join("a/tmp-reg");
         let _ = std::fs::remove_file(&tmp);
         std::fs::hard_link(&keep, &tmp).unwrap();
         std::fs::rename(&tmp, ex.join("a/reg")).unwrap();
-        std::thread::sleep(Duration::from_micros(100));
+        std::thread::sleep(Duration::from_micros(300));
         swaps += 1;
     }
     for t in threads {
         t.join().unwrap();
     }
-    eprintln!("fifo race: {swaps} swaps");
+    eprintln!(
+        "fifo race: {swaps} swaps; replies {:?}",
+        outcomes.lock().unwrap()
+    );
     assert_eq!(
         stuck.load(Ordering::Relaxed),
         0,
@@ -1243,10 +1266,17 @@ fn readdir_crowd_does_not_starve_lookup() {
     let stop = Arc::new(AtomicBool::new(false));
     let pages = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::new();
-    for _ in 0..40 {
-        let mut c = s.connect();
-        let root = c.mount(0);
-        let dir = c.lookup(0, root, "big").unwrap();
+    // Every connection is set up before the crowd starts (else the last ones wait behind it).
+    let crowd: Vec<(Client, FileHandle)> = (0..40)
+        .map(|_| {
+            let mut c = s.connect();
+            let root = c.mount(0);
+            let dir = c.lookup(0, root, "big").unwrap();
+            (c, dir)
+        })
+        .collect();
+    let (mut c, a, root) = user(&s, "alice");
+    for (mut c, dir) in crowd {
         let stop = stop.clone();
         let pages = pages.clone();
         threads.push(std::thread::spawn(move || {
@@ -1290,7 +1320,6 @@ fn readdir_crowd_does_not_starve_lookup() {
         }));
     }
     std::thread::sleep(Duration::from_secs(1));
-    let (mut c, a, root) = user(&s, "alice");
     let mut lat = Vec::new();
     let t0 = Instant::now();
     // 15 samples, but at most ~12 s of measuring: a starved LOOKUP counts as "too slow".
