@@ -253,7 +253,7 @@ fn create_race_never_takes_over_victim_files() {
             assert!(r.is_some(), "no reply to a CREATE/REMOVE within 10 s");
         }
         iterations += 1;
-        if iterations % 64 == 0 {
+        if iterations.is_multiple_of(64) {
             let now: Vec<_> = victims.iter().map(|v| ident(v)).collect();
             if now != before {
                 broken = Some(now);
