@@ -417,6 +417,62 @@ fn mount_and_lookup_need_search_permission() {
     assert!(cb.lookup(b, bnox, "f").is_ok());
 }
 
+#[test]
+fn anonymous_runs_as_configured_unprivileged_user_and_never_modifies() {
+    require_root!("anonymous_runs_as_configured_unprivileged_user_and_never_modifies");
+    let st = setup(0o777);
+    let ex = st.ex();
+    file_owned(&ex.join("carol-only"), b"carol", UID_C, UID_C, 0o600);
+    file_owned(&ex.join("nobody-only"), b"nobody", 65534, 65534, 0o600);
+    mkdir_owned(&ex.join("carol-dir"), UID_C, UID_C, 0o700);
+    let s = st.start(&[
+        "--anonymous-read",
+        "--anonymous-uid",
+        &UID_C.to_string(),
+        "--anonymous-gid",
+        &UID_C.to_string(),
+    ]);
+    let mut c = s.connect();
+    let root = c.mount(0);
+    // The kernel decides as uid 2003: carol's 0600 file is readable, nobody's is not.
+    let f = c.lookup(0, root, "carol-only").unwrap();
+    assert_eq!(
+        c.read_all(0, f).unwrap(),
+        b"carol",
+        "anonymous must act as --anonymous-uid 2003"
+    );
+    let g = c.lookup(0, root, "nobody-only").unwrap();
+    assert!(
+        refused(&c.read(0, g, 0, 10)),
+        "anonymous read nobody's 0600 file"
+    );
+    // ...but can never modify, not even what uid 2003 owns.
+    assert!(c.write(0, f, 0, b"x").is_err(), "anonymous WRITE succeeded");
+    assert!(
+        c.create(0, root, "anon-new", 0o644).is_err(),
+        "anonymous CREATE"
+    );
+    let cd = c.lookup(0, root, "carol-dir").unwrap();
+    assert!(
+        c.mkdir(0, cd, "anon-dir", 0o755).is_err(),
+        "anonymous MKDIR"
+    );
+    let r = c.call(
+        0,
+        RequestOp::SetAttr {
+            fh: f,
+            attr: SetAttr {
+                mode: Some(0o666),
+                ..SetAttr::default()
+            },
+            guard: None,
+        },
+    );
+    assert!(r.is_err(), "anonymous SETATTR succeeded: {r:?}");
+    assert_eq!(ident(&ex.join("carol-only")).2 & 0o7777, 0o600);
+    assert!(!ex.join("anon-new").exists() && !ex.join("carol-dir/anon-dir").exists());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. READDIRPLUS on a directory with r but not x gives no usable handles.
 
