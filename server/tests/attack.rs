@@ -1435,11 +1435,16 @@ fn leases_bounded_per_connection() {
     require_root!("leases_bounded_per_connection");
     let st = setup(0o755);
     let ex = st.ex();
-    std::fs::create_dir(ex.join("many")).unwrap();
-    for i in 0..1000 {
-        std::fs::File::create(ex.join(format!("many/f{i:04}"))).unwrap();
+    const DIRS: usize = 4;
+    const PER_DIR: usize = 500;
+    for d in 0..DIRS {
+        std::fs::create_dir(ex.join(format!("many{d}"))).unwrap();
+        for i in 0..PER_DIR {
+            std::fs::File::create(ex.join(format!("many{d}/f{i:04}"))).unwrap();
+        }
     }
     std::fs::write(ex.join("other"), b"o").unwrap();
+    // A global table of 600 that X alone could fill four times over without a share.
     let s = st.start(&[
         "--anonymous-read",
         "--max-leases-per-conn",
@@ -1449,68 +1454,78 @@ fn leases_bounded_per_connection() {
     ]);
     let mut x = s.connect();
     let root = x.mount(0);
-    let dir = x.lookup(0, root, "many").unwrap();
-    let mut cookie = 0;
-    let mut verifier = [0; 8];
+    let dirs: Vec<FileHandle> = (0..DIRS)
+        .map(|d| x.lookup(0, root, &format!("many{d}")).unwrap())
+        .collect();
+    // X lists all four directories at once (pipelined), as large pages as the server allows.
+    let mut cursors: Vec<(u64, [u8; 8], bool)> = vec![(0, [0; 8], false); DIRS];
     let mut leased = 0;
-    let mut unleased_fh = Vec::new();
+    let mut unleased = Vec::new();
     let mut total = 0;
-    for _ in 0..10 {
-        // Several hungry connections would fill a global table of 600 without a per-connection
-        // cap; X alone lists 1000 entries.
-        loop {
-            let r = x.call(
-                0,
-                RequestOp::ReadDirPlus {
-                    dir,
-                    cookie,
-                    verifier,
-                    dircount: 8192,
-                    maxcount: 65536,
-                },
-            );
+    while cursors.iter().any(|c| !c.2) {
+        let ids: Vec<(usize, u64)> = (0..DIRS)
+            .filter(|&d| !cursors[d].2)
+            .map(|d| {
+                let op = RequestOp::ReadDirPlus {
+                    dir: dirs[d],
+                    cookie: cursors[d].0,
+                    verifier: cursors[d].1,
+                    dircount: u32::MAX,
+                    maxcount: 1 << 20,
+                };
+                (d, x.send(0, op))
+            })
+            .collect();
+        for (d, id) in ids {
+            let r = x.wait_reply(id);
             let Ok(ReplyBody::ReadDirPlus(p)) = r else {
                 panic!("READDIRPLUS: {r:?}")
             };
             for e in &p.entries {
+                cursors[d].0 = e.cookie;
                 if e.name == b"." || e.name == b".." {
                     continue;
                 }
                 total += 1;
                 match (&e.attr, e.fh) {
                     (Some(at), _) if at.lease_ms > 0 => leased += 1,
-                    (_, Some(fh)) => unleased_fh.push(fh),
-                    (_, None) => {
-                        let n = String::from_utf8(e.name.clone()).unwrap();
-                        unleased_fh.push(x.lookup(0, dir, &n).unwrap());
-                    }
+                    (_, fh) => unleased.push((d, e.name.clone(), fh)),
                 }
-                cookie = e.cookie;
             }
-            verifier = p.verifier;
-            if p.eof {
-                break;
-            }
-        }
-        if total >= 1000 {
-            break;
+            cursors[d].1 = p.verifier;
+            cursors[d].2 = p.eof || p.entries.is_empty();
         }
     }
-    assert_eq!(total, 1000, "READDIRPLUS listed {total} entries");
+    assert_eq!(total, DIRS * PER_DIR, "READDIRPLUS listed {total} entries");
+    // Another connection is unaffected.
+    let (mut y, b, yroot) = user(&s, "bob");
+    let other = y.lookup(b, yroot, "other").unwrap();
+    let at = y.getattr(b, other).unwrap();
+    assert!(
+        at.lease_ms > 0,
+        "connection Y got lease 0 after X's READDIRPLUS of {total} entries: one client filled \
+         the lease table (X got {leased} leases with --max-leases-per-conn 100)"
+    );
     assert!(
         leased <= 110,
-        "connection X got {leased} leases from one READDIRPLUS with --max-leases-per-conn 100"
+        "connection X got {leased} leases from READDIRPLUS with --max-leases-per-conn 100"
     );
     // Whether or not READDIRPLUS itself grants leases, X asking for more objects than its
     // share must get lease 0 beyond it.
     let mut getattr_leased = 0;
     let mut later = None;
-    for fh in unleased_fh.iter().take(300) {
-        let at = x.getattr(0, *fh).unwrap();
+    for (d, n, fh) in unleased.iter().take(300) {
+        let fh = match fh {
+            Some(fh) => *fh,
+            None => x
+                .lookup(0, dirs[*d], std::str::from_utf8(n).unwrap())
+                .unwrap(),
+        };
+        let at = x.getattr(0, fh).unwrap();
         if at.lease_ms > 0 {
             getattr_leased += 1;
         } else {
-            later = Some(*fh);
+            later = Some(fh);
         }
     }
     assert!(
@@ -1518,14 +1533,7 @@ fn leases_bounded_per_connection() {
         "connection X holds {leased} + {getattr_leased} leases with --max-leases-per-conn 100"
     );
     let later = later.expect("connection X never got lease 0 beyond its share");
-    // Another connection is unaffected, even for objects X touched.
-    let (mut y, b, yroot) = user(&s, "bob");
-    let other = y.lookup(b, yroot, "other").unwrap();
-    let at = y.getattr(b, other).unwrap();
-    assert!(
-        at.lease_ms > 0,
-        "connection Y got lease 0 after X's READDIRPLUS: one client filled the lease table"
-    );
+    // Y still gets leases, even for an object X was refused one on.
     let at = y.getattr(b, later).unwrap();
     assert!(
         at.lease_ms > 0,
