@@ -1607,6 +1607,12 @@ fn export_walks_rate_limited() {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The count above means something only if walks are logged under that name at all.
+    assert!(
+        walk_lines(&s) > before,
+        "no \"walking the export\" line in the debug log although moved handles were found \
+         again: the log line this test counts has changed"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
