@@ -63,13 +63,29 @@ impl Leases {
         self.by_conn.get(&conn).map_or(0, HashSet::len)
     }
 
+    /// Grants `conn` a lease of `lease_ms` on `key` if the table and the connection's share
+    /// allow it (renewing a lease it holds always does); returns whether it did. A reply must
+    /// carry lease 0 for every object this refuses.
+    pub fn try_grant(&mut self, conn: ConnId, key: ObjKey, fh: FileHandle, lease_ms: u32) -> bool {
+        if lease_ms == 0 {
+            return false;
+        }
+        let holds = self
+            .objects
+            .get(&key)
+            .is_some_and(|e| e.holders.contains_key(&conn));
+        if !holds && (self.len >= self.max || self.over_share(conn)) {
+            return false;
+        }
+        self.grant(conn, key, fh, lease_ms);
+        true
+    }
+
     /// Records that `conn` holds a lease on `key` (granted `lease_ms` ago at most).
-    pub fn grant(&mut self, conn: ConnId, key: ObjKey, fh: FileHandle, lease_ms: u32) {
+    fn grant(&mut self, conn: ConnId, key: ObjKey, fh: FileHandle, lease_ms: u32) {
         if lease_ms == 0 {
             return;
         }
-        // A small overshoot (grants decided before the table or the share filled) is bounded
-        // by the requests in flight and the size of a reply.
         let expiry = Instant::now() + Duration::from_millis(lease_ms as u64);
         let e = self.objects.entry(key).or_insert_with(|| Entry {
             fh,
@@ -173,16 +189,21 @@ mod tests {
     #[test]
     fn grant_change_reap_bound() {
         let mut l = Leases::new(Duration::from_secs(60), 2, 10);
-        l.grant(1, (1, 1), fh(), l.lease_ms());
-        l.grant(2, (1, 1), fh(), l.lease_ms());
+        assert!(l.try_grant(1, (1, 1), fh(), l.lease_ms()));
+        assert!(l.try_grant(2, (1, 1), fh(), 60_000));
         assert_eq!(l.lease_ms(), 0, "full table grants no lease");
+        assert!(!l.try_grant(3, (1, 1), fh(), 60_000), "full: refused");
+        assert!(
+            l.try_grant(2, (1, 1), fh(), 60_000),
+            "a renewal is not a new entry"
+        );
         let (who, _) = l.changed((1, 1), 1);
         assert_eq!(who, vec![2]);
         assert_eq!(l.count(), 1);
         assert_eq!(l.held_by(2), 0);
         l.drop_conn(1);
         assert_eq!(l.count(), 0);
-        l.grant(3, (2, 2), fh(), 1);
+        assert!(l.try_grant(3, (2, 2), fh(), 1));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(l.reap(), 1);
         assert_eq!((l.count(), l.held_by(3)), (0, 0));
@@ -192,14 +213,23 @@ mod tests {
     fn share_per_connection() {
         let mut l = Leases::new(Duration::from_secs(60), 1000, 3);
         for i in 0..3 {
-            l.grant(1, (1, i), fh(), l.lease_ms());
+            assert!(l.try_grant(1, (1, i), fh(), l.lease_ms()));
         }
         assert!(l.over_share(1), "connection 1 holds its whole share");
+        assert!(
+            !l.try_grant(1, (1, 9), fh(), 60_000),
+            "over its share: refused"
+        );
+        assert!(
+            l.try_grant(2, (1, 9), fh(), 60_000),
+            "others are unaffected"
+        );
         assert!(!l.over_share(2), "others are unaffected");
         assert_ne!(l.lease_ms(), 0);
-        l.changed((1, 0), 2);
+        l.changed((1, 0), 3);
         assert!(!l.over_share(1), "a lease ended: below the share again");
         l.drop_conn(1);
+        l.drop_conn(2);
         assert_eq!(l.count(), 0);
     }
 }

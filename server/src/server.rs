@@ -26,7 +26,7 @@ use protocol::{
 
 use crate::conn::{self, Conn};
 use crate::fs::pool::FsPool;
-use crate::fs::{OpCtx, Storage, key_of};
+use crate::fs::{ObjKey, OpCtx, Storage, key_of};
 use crate::leases::{ConnId, Leases};
 use crate::limits::Limits;
 use crate::users::{Creds, Users};
@@ -107,15 +107,17 @@ impl Server {
         offset: u64,
         count: usize,
     ) {
-        {
+        // Decided here, before the reply is built: the reply carries exactly what was granted.
+        let lease_ms = {
             let mut c0 = self.color0();
-            c0.leases.grant(d.id, key_of(&hd), fh, d.lease_ms);
+            let granted = c0.leases.try_grant(d.id, key_of(&hd), fh, d.lease_ms);
             self.publish_share(&mut c0, d.id);
-        }
+            if granted { d.lease_ms } else { 0 }
+        };
         let storage = self.storage.clone();
         let ctx = OpCtx {
             creds: d.creds,
-            lease_ms: d.lease_ms,
+            lease_ms,
         };
         let req_id = d.req_id;
         let job = move || -> Result<Vec<u8>, NfsStatus> {
@@ -186,10 +188,22 @@ impl Server {
         outcome: crate::fs::Outcome,
     ) {
         let mut invalidations = Vec::new();
+        let mut result = outcome.result;
         {
             let mut c0 = self.color0();
-            for (key, fh) in &outcome.leased {
-                c0.leases.grant(id, *key, *fh, lease_ms);
+            // Every attribute in the reply keeps its lease only if the table and this
+            // connection's share allow the grant; the others are sent with lease 0.
+            if let Ok(body) = &mut result {
+                let handles: HashMap<ObjKey, FileHandle> = outcome.leased.iter().copied().collect();
+                for attr in body.attrs_mut() {
+                    let key = (attr.fsid, attr.fileid);
+                    let granted = handles
+                        .get(&key)
+                        .is_some_and(|fh| c0.leases.try_grant(id, key, *fh, lease_ms));
+                    if !granted {
+                        attr.lease_ms = 0;
+                    }
+                }
             }
             for (key, fh, attr) in &outcome.changed {
                 let (who, _) = c0.leases.changed(*key, id);
@@ -215,10 +229,7 @@ impl Server {
                 )
             });
         }
-        let reply = Reply {
-            id: req_id,
-            result: outcome.result,
-        };
+        let reply = Reply { id: req_id, result };
         let srv = self.clone();
         self.h.cpucb(Color(id), move || {
             conn::complete(&srv, &conn, reserved, reply)
