@@ -378,7 +378,10 @@ fn mount_and_lookup_need_search_permission() {
         let r = mount(&mut anon, 0, p);
         // Mounting /bdir itself only needs x on the export; anonymous may get it or not,
         // but it must not get below it.
-        if p != "/bdir" {
+        if let (true, Ok(ReplyBody::Mount { fh, .. })) = (p == "/bdir", &r) {
+            let below = anon.lookup(0, *fh, "sub");
+            assert!(refused(&below), "anonymous LOOKUP below /bdir: {below:?}");
+        } else if p != "/bdir" {
             assert!(
                 matches!(r, Err(NfsStatus::Acces | NfsStatus::Perm)),
                 "anonymous MOUNT {p} below bob's 0700 dir must be refused, got {r:?}"
