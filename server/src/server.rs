@@ -135,17 +135,23 @@ impl Server {
         };
         let srv = self.clone();
         let (id, conn, reserved) = (d.id, d.conn, d.reserved);
-        let conn2 = conn.clone();
-        let submitted = self.fs_pool.submit(id, move || {
-            let res = job();
+        // Waking a storage thread often runs it at once on the waker's CPU, and that time
+        // would be charged to the waking callback: submit from the connection's color, so
+        // color 0 pays only for the lease bookkeeping and one cpucb.
+        self.h.cpucb(Color(id), move || {
+            let conn2 = conn.clone();
             let srv2 = srv.clone();
-            srv.h.cpucb(Color(id), move || {
-                conn::complete_read(&srv2, &conn2, req_id, reserved, res)
+            let submitted = srv.fs_pool.submit(id, move || {
+                let res = job();
+                let srv3 = srv2.clone();
+                srv2.h.cpucb(Color(id), move || {
+                    conn::complete_read(&srv3, &conn2, req_id, reserved, res)
+                });
             });
+            if submitted.is_err() {
+                srv.answer_busy(conn, id, req_id, reserved);
+            }
         });
-        if submitted.is_err() {
-            self.answer_busy(conn, id, req_id, reserved);
-        }
     }
 
     /// Connection color: any other storage operation goes to a storage thread; its completion
