@@ -44,6 +44,7 @@
 //! rt.run().unwrap();
 //! ```
 
+mod cell;
 mod color;
 mod core;
 mod error;
@@ -53,11 +54,13 @@ mod pool;
 mod queue;
 mod reactor;
 mod runtime;
+mod state;
 mod stats;
 mod task;
 mod timer;
 mod uni;
 
+pub use cell::{ColorCell, RunningColor, WrongColor};
 pub use color::{COLOR_SLOTS, Color};
 pub use error::Error;
 pub use handle::{Handle, IoRegistration, cpucb, current};
