@@ -168,7 +168,11 @@ pub(crate) fn poll_timeout(common: &Common, may_block: bool) -> Option<Duration>
 
 /// One poll with the poller held: polls, releases the poller, then schedules ready I/O
 /// callbacks and due timers. Returns how many tasks it scheduled.
-pub(crate) fn poll_once(core: &dyn Core, mut held: PollerGuard<'_>, timeout: Option<Duration>) -> usize {
+pub(crate) fn poll_once(
+    core: &dyn Core,
+    mut held: PollerGuard<'_>,
+    timeout: Option<Duration>,
+) -> usize {
     let common = core.common();
     let ready = common.reactor.poll_held(&mut held, timeout);
     drop(held);

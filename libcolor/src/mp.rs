@@ -432,15 +432,23 @@ impl Mp {
                     return true;
                 }
                 self.steal
-                    && self.workers.iter().enumerate().any(|(i, w)| {
-                        i != index && (!w.inbox.is_empty() || !w.stealer.is_empty())
-                    })
+                    && self
+                        .workers
+                        .iter()
+                        .enumerate()
+                        .any(|(i, w)| i != index && (!w.inbox.is_empty() || !w.stealer.is_empty()))
             }
         }
     }
 
     /// Nothing to run: become the poller if the reactor is free, else park.
-    fn idle(&self, index: usize, deque: &Worker<usize>, parker: &Parker, clock: &mut WorkerClock<'_>) {
+    fn idle(
+        &self,
+        index: usize,
+        deque: &Worker<usize>,
+        parker: &Parker,
+        clock: &mut WorkerClock<'_>,
+    ) {
         let me = &self.workers[index];
         if let Some(held) = self.common.reactor.try_begin() {
             me.sleep.store(POLLING, SeqCst);
@@ -519,11 +527,7 @@ impl Mp {
         if self.idle.load(SeqCst) == 0 {
             return;
         }
-        if self
-            .workers
-            .iter()
-            .any(|w| w.sleep.load(SeqCst) == POLLING)
-        {
+        if self.workers.iter().any(|w| w.sleep.load(SeqCst) == POLLING) {
             return;
         }
         for w in 0..self.workers.len() {

@@ -103,7 +103,10 @@ mod tests {
         assert!(!s.notify());
         s.start();
         assert!(s.is_running());
-        assert!(!s.notify(), "a post to a running slot must not queue it again");
+        assert!(
+            !s.notify(),
+            "a post to a running slot must not queue it again"
+        );
         assert!(!s.try_idle(), "a notified slot must be looked at again");
         assert!(s.try_idle());
         assert!(s.notify(), "an idle slot is queued by the next post");

@@ -126,7 +126,10 @@ pub(crate) fn thread_cpu_time() -> Duration {
     if rc != 0 {
         return Duration::ZERO;
     }
-    Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
+    Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 /// How long a worker may run without a boundary before its slot times are flushed anyway.
@@ -403,9 +406,7 @@ impl Stats {
             .slot_busy
             .iter()
             .enumerate()
-            .map(|(i, d)| {
-                d.saturating_sub(earlier.slot_busy.get(i).copied().unwrap_or_default())
-            })
+            .map(|(i, d)| d.saturating_sub(earlier.slot_busy.get(i).copied().unwrap_or_default()))
             .collect();
         Stats { workers, slot_busy }
     }

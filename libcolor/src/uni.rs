@@ -149,8 +149,7 @@ impl Uni {
         });
         let mut ran = 0;
         loop {
-            let Some(task) = self.with_queue(|q| q.pop(slot, std::mem::take(&mut io_first)))
-            else {
+            let Some(task) = self.with_queue(|q| q.pop(slot, std::mem::take(&mut io_first))) else {
                 self.with_queue(|q| q.end_turn(slot, false));
                 return true;
             };
@@ -197,7 +196,11 @@ impl Uni {
         }
     }
 
-    fn sleep_poll(&self, held: crate::reactor::PollerGuard<'_>, timeout: Option<std::time::Duration>) {
+    fn sleep_poll(
+        &self,
+        held: crate::reactor::PollerGuard<'_>,
+        timeout: Option<std::time::Duration>,
+    ) {
         // `poll_once` releases the poller after polling, before dispatching.
         let sleep = &self.sleep;
         struct Awake<'a>(&'a AtomicU8);
