@@ -143,10 +143,13 @@ pub(crate) struct WorkerSeat {
     deque: Worker<usize>,
 }
 
+/// (runtime id, worker index, local deque).
+type LocalSeat = (u64, usize, Rc<Worker<usize>>);
+
 thread_local! {
     /// The local run queue of the worker running on this thread: (runtime id, worker index,
     /// deque). Lets a post from a callback push onto its own worker's deque without a lock.
-    static LOCAL: RefCell<Option<(u64, usize, Rc<Worker<usize>>)>> = const { RefCell::new(None) };
+    static LOCAL: RefCell<Option<LocalSeat>> = const { RefCell::new(None) };
 }
 
 pub(crate) struct Mp {
@@ -321,7 +324,7 @@ impl Mp {
             QueueMode::Shared => take(|| self.shared.steal()),
             QueueMode::PerWorker => {
                 let inbox = &self.workers[index].inbox;
-                if tick % INBOX_EVERY == 0
+                if tick.is_multiple_of(INBOX_EVERY)
                     && let Some(slot) = take(|| inbox.steal_batch_and_pop(deque))
                 {
                     return Some(slot);
