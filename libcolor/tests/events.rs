@@ -149,9 +149,11 @@ fn timers_fire_in_deadline_order_and_cancel() {
         let fired2 = fired.clone();
         let started = Instant::now();
         common::run_bounded(name, builder, LIMIT, |h| {
+            // Absolute deadlines from one instant: a setup thread preempted between two
+            // `delaycb` calls would otherwise shift the later deadlines past the earlier ones.
             for (ms, tag) in [(60u64, 3u32), (20, 1), (40, 2), (40, 22)] {
                 let fired = fired2.clone();
-                h.delaycb(Duration::from_millis(ms), Color(tag), move || {
+                h.timecb(started + Duration::from_millis(ms), Color(tag), move || {
                     fired.lock().unwrap().push((tag, started.elapsed()));
                 });
             }
