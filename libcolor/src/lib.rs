@@ -49,6 +49,8 @@ mod color;
 mod core;
 mod error;
 mod handle;
+#[cfg(all(test, loom))]
+mod loom_model;
 mod mp;
 mod pool;
 mod queue;
