@@ -125,8 +125,8 @@ pub(crate) trait Core: Send + Sync + 'static {
     fn workers(&self) -> usize;
 }
 
-/// Runs one task with panic containment, in its color, and accounts its time (from
-/// `clock.now`, the end of the previous task, to now).
+/// Runs one task with panic containment, in its color. Its time is accounted by the caller,
+/// per turn (one clock read per few callbacks, not one per callback).
 #[inline]
 pub(crate) fn run_task(core: &dyn Core, clock: &mut WorkerClock<'_>, task: Task) {
     let color = task.color;
@@ -151,8 +151,11 @@ pub(crate) fn run_task(core: &dyn Core, clock: &mut WorkerClock<'_>, task: Task)
         });
         core.wake_all();
     }
-    clock.ran(color, Instant::now());
 }
+
+/// How many callbacks a turn runs between two clock reads (the turn's time budget and the
+/// statistics are checked at that granularity).
+pub(crate) const CLOCK_EVERY: u32 = 8;
 
 /// How long a poll may block: until the next timer if `may_block`, else not at all.
 pub(crate) fn poll_timeout(common: &Common, may_block: bool) -> Option<Duration> {

@@ -19,7 +19,8 @@
 //!   local deque when the poster is that worker, the home's inbox otherwise. Posting to a busy
 //!   color costs that one atomic: no lock, no wake;
 //! * a worker takes a slot off a run queue, `start`s it (it is then the slot's only owner),
-//!   and runs its callbacks in FIFO order for a budget (64 callbacks or 500 µs: cohort
+//!   and runs its callbacks in FIFO order for a budget (64 callbacks or 500 µs, the time read
+//!   every 8 callbacks: cohort
 //!   batching, paper 004), then yields the slot to the back of its own deque, so no color, and
 //!   nothing queued behind it, starves; a yielded turn begins with an I/O callback if one
 //!   waits, so a color that keeps re-posting `cpucb`s cannot starve its own I/O either;
@@ -64,7 +65,7 @@ use crossbeam_utils::CachePadded;
 use crossbeam_utils::sync::{Parker, Unparker};
 
 use crate::color::{COLOR_SLOTS, Color};
-use crate::core::{Common, Core, poll_once, poll_timeout, run_task};
+use crate::core::{CLOCK_EVERY, Common, Core, poll_once, poll_timeout, run_task};
 use crate::error::Error;
 use crate::handle::Handle;
 use crate::state::SlotState;
@@ -375,6 +376,7 @@ impl Mp {
         clock.counters().saw_depth(slot.len());
         let turn_start = clock.now;
         let mut ran = 0u32;
+        let mut unclocked = 0u32;
         let mut io_first = slot.io_first.swap(false, Relaxed);
         loop {
             let task = if io_first {
@@ -384,17 +386,31 @@ impl Mp {
                 slot.cpu.pop().or_else(|| slot.io.pop())
             };
             let Some(task) = task else {
+                if unclocked > 0 {
+                    clock.ran(s, unclocked, Instant::now());
+                }
                 if slot.state.try_idle() {
                     return;
                 }
+                unclocked = 0;
                 continue; // a post slipped in: look again
             };
             run_task(self, clock, task);
             ran += 1;
+            unclocked += 1;
             if self.common.is_stopping() {
+                clock.ran(s, unclocked, Instant::now());
                 return; // the slot stays owned; teardown drops what is queued
             }
+            if unclocked == CLOCK_EVERY {
+                clock.ran(s, unclocked, Instant::now());
+                unclocked = 0;
+            }
             if ran >= BUDGET || clock.now.saturating_duration_since(turn_start) >= TURN_TIME {
+                if unclocked > 0 {
+                    clock.ran(s, unclocked, Instant::now());
+                    unclocked = 0;
+                }
                 if slot.is_empty() {
                     if slot.state.try_idle() {
                         return;
@@ -639,6 +655,12 @@ impl Core for Mp {
         match task.lane {
             Lane::Cpu => slot.cpu.push(task),
             Lane::Io => slot.io.push(task),
+        }
+        // A post to the slot this very thread is running (a color re-posting itself) needs
+        // no notification: the owner pops its FIFO again before it may go idle, and it is this
+        // thread. That saves the one atomic read-modify-write of the common chain pattern.
+        if crate::core::running().is_some_and(|(rt, c)| rt == self.common.id && c.slot() == s) {
+            return;
         }
         if slot.state.notify() {
             self.enqueue(s, urgent);

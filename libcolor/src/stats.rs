@@ -5,8 +5,9 @@
 //! is counted by the worker that runs it (shed callbacks, queue depth high water), never by
 //! the poster. Anyone may read a snapshot at any time.
 //!
-//! Callback time is wall-clock, one clock read per callback (the end of one callback is the
-//! start of the next), kept per color slot in a worker-private scratch array. At the worker's
+//! Callback time is wall-clock, one clock read per few callbacks of a turn (a turn runs one
+//! slot, so the time between two reads belongs to that slot; the end of one read interval is
+//! the start of the next), kept per color slot in a worker-private scratch array. At the worker's
 //! park and poll boundaries (and every few milliseconds of uninterrupted running) the scratch
 //! is flushed into the shared per-slot counters scaled by the thread's CPU time over its wall
 //! time for that interval (`CLOCK_THREAD_CPUTIME_ID`), so time the thread was preempted, or
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use crate::color::{COLOR_SLOTS, Color};
+use crate::color::COLOR_SLOTS;
 use crate::core::nanos;
 
 pub(crate) struct WorkerCounters {
@@ -164,22 +165,15 @@ impl<'a> WorkerClock<'a> {
         self.counters
     }
 
-    /// Accounts a callback of `color` that ran until `ended` (it started at `self.now`).
+    /// Accounts `n` callbacks of slot `slot` (one turn, or part of one) that ran from
+    /// `self.now` until `ended`. Slot 0's time counts as color 0's.
     #[inline]
-    pub(crate) fn ran(&mut self, color: Color, ended: Instant) {
+    pub(crate) fn ran(&mut self, slot: usize, n: u32, ended: Instant) {
         let spent = nanos(ended.saturating_duration_since(self.now));
         self.now = ended;
         let c = self.counters;
-        bump(&c.callbacks, 1);
-        bump(
-            if color == Color::DEFAULT {
-                &c.color0_ns
-            } else {
-                &c.other_ns
-            },
-            spent,
-        );
-        let slot = color.slot();
+        bump(&c.callbacks, u64::from(n));
+        bump(if slot == 0 { &c.color0_ns } else { &c.other_ns }, spent);
         if self.pending[slot] == 0 {
             self.touched.push(slot);
         }
@@ -291,7 +285,8 @@ pub struct WorkerStats {
     pub stolen_callbacks: u64,
     /// Wall time spent with nothing to run (parked or in a blocking poll).
     pub idle: Duration,
-    /// Wall time spent running callbacks of color 0.
+    /// Wall time spent running callbacks of color 0 (and of the colors that share its slot,
+    /// 1024, 2048, ...).
     pub color0_busy: Duration,
     /// Wall time spent running callbacks of every other color.
     pub other_busy: Duration,
@@ -480,8 +475,8 @@ mod tests {
             while Instant::now() < until {
                 std::hint::spin_loop();
             }
-            a.ran(Color(0), until);
-            a.ran(Color(9), until + Duration::from_micros(1));
+            a.ran(0, 1, until);
+            a.ran(9, 1, until + Duration::from_micros(1));
         }
         let s = board.snapshot();
         assert_eq!(s.callbacks(), 2);
@@ -501,7 +496,7 @@ mod tests {
             let t = a.now;
             // 40 ms of wall time of which almost none on the CPU (as if preempted).
             std::thread::sleep(Duration::from_millis(40));
-            a.ran(Color(3), Instant::now());
+            a.ran(3, 1, Instant::now());
             let _ = t;
         }
         let s = board.snapshot();
@@ -520,7 +515,7 @@ mod tests {
         {
             let mut c = WorkerClock::new(board.worker(0));
             let t = c.now;
-            c.ran(Color(1), t + Duration::from_micros(10));
+            c.ran(1, 1, t + Duration::from_micros(10));
         }
         board.worker(0).saw_depth(5);
         board.worker(0).saw_depth(3);

@@ -12,11 +12,12 @@
 //! remains, until the next timer otherwise. Nothing can starve the poller, timers or signals.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::*, fence};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::color::Color;
-use crate::core::{Common, Core, poll_once, poll_timeout, run_task};
+use crate::core::{CLOCK_EVERY, Common, Core, poll_once, poll_timeout, run_task};
 use crate::error::Error;
 use crate::handle::Handle;
 use crate::mp::{BUDGET, TURN_TIME};
@@ -56,6 +57,7 @@ impl Uni {
     fn post_remote(&self, task: Task) {
         lock(&self.inbox).push(task);
         self.inbox_full.store(true, SeqCst);
+        fence(SeqCst);
         if self.sleep.load(SeqCst) == POLLING {
             self.common.reactor.wake();
         }
@@ -148,17 +150,30 @@ impl Uni {
             q.take_io_first(slot)
         });
         let mut ran = 0;
+        let mut unclocked = 0;
         loop {
             let Some(task) = self.with_queue(|q| q.pop(slot, std::mem::take(&mut io_first))) else {
+                if unclocked > 0 {
+                    clock.ran(slot, unclocked, Instant::now());
+                }
                 self.with_queue(|q| q.end_turn(slot, false));
                 return true;
             };
             run_task(self, clock, task);
             ran += 1;
+            unclocked += 1;
             if self.common.is_stopping() {
+                clock.ran(slot, unclocked, Instant::now());
                 return false;
             }
+            if unclocked == CLOCK_EVERY {
+                clock.ran(slot, unclocked, Instant::now());
+                unclocked = 0;
+            }
             if ran >= BUDGET || clock.now.saturating_duration_since(turn_start) >= TURN_TIME {
+                if unclocked > 0 {
+                    clock.ran(slot, unclocked, Instant::now());
+                }
                 self.with_queue(|q| q.end_turn(slot, true));
                 return true;
             }
@@ -177,6 +192,7 @@ impl Uni {
         let mut may_block = !busy;
         if may_block {
             self.sleep.store(POLLING, SeqCst);
+            fence(SeqCst);
             if self.inbox_full.load(SeqCst) || self.common.is_stopping() {
                 may_block = false;
             }
