@@ -14,19 +14,19 @@
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use libcolor::mio::net::TcpStream;
-use libcolor::{Color, IoRegistration};
+use libcolor::{Color, ColorCell, IoRegistration};
 use protocol::{
     AuthTable, LoginVerifier, NfsStatus, RecordReader, Reply, ReplyBody, Request, RequestOp,
     Sealer, ServerHandshake, ServerMessage,
 };
 
 use crate::leases::ConnId;
-use crate::server::{Dispatch, Server, lock};
+use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
 enum Phase {
@@ -63,7 +63,9 @@ pub struct Conn {
     lease_capped: Arc<AtomicBool>,
 }
 
-pub type ConnRef = Arc<Mutex<Conn>>;
+/// A connection's state belongs to its color: every callback that touches it runs there, so
+/// it needs no lock (libcolor checks the running color on every access).
+pub type ConnRef = Arc<ColorCell<Conn>>;
 
 /// Reply bytes reserved for a request other than READ and READDIR: the largest fixed-size
 /// reply (READLINK with a 4 KiB target, attributes) with room to spare.
@@ -185,52 +187,66 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     let mut hs = ServerHandshake::with_config(&srv.keypair, srv.handshake.clone());
     let s0 = hs.take_output();
     let lease_capped = Arc::new(AtomicBool::new(false));
-    let conn = Arc::new(Mutex::new(Conn {
-        id,
-        peer,
-        stream,
-        reg: None,
-        phase: Phase::Handshake(Box::new(hs)),
-        out: VecDeque::new(),
-        out_off: 0,
-        out_bytes: 0,
-        in_flight: 0,
-        reserved: 0,
-        requests: 0,
-        last_active: Instant::now(),
-        lease_capped: lease_capped.clone(),
-    }));
+    let color = Color(id);
+    let out_bytes = s0.len();
+    let conn = Arc::new(ColorCell::new(
+        &srv.h,
+        color,
+        Conn {
+            id,
+            peer,
+            stream,
+            reg: None,
+            phase: Phase::Handshake(Box::new(hs)),
+            // The server's first handshake message goes out before anything else.
+            out: VecDeque::from([s0]),
+            out_off: 0,
+            out_bytes,
+            in_flight: 0,
+            reserved: 0,
+            requests: 0,
+            last_active: Instant::now(),
+            lease_capped: lease_capped.clone(),
+        },
+    ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
     srv.register_conn(id, &conn, lease_capped);
     tracing::info!(conn = id, %peer, "connection opened");
-    let color = Color(id);
     {
         let (srv2, c2) = (srv.clone(), conn.clone());
         reg.on_readable(color, move || pump(&srv2, &c2));
         let (srv2, c2) = (srv.clone(), conn.clone());
         reg.on_writable(color, move || {
-            let mut c = lock(&c2);
-            c.flush(&srv2);
-            pump_locked(&srv2, &c2, &mut c);
+            c2.with(|c| {
+                c.flush(&srv2);
+                pump_locked(&srv2, &c2, c);
+            })
         });
     }
     // A peer that never finishes the handshake must not hold a connection slot forever.
     let (srv2, c2) = (srv.clone(), Arc::downgrade(&conn));
     srv.h.delaycb(srv.limits.handshake_timeout, color, move || {
         if let Some(conn) = c2.upgrade() {
-            let mut c = lock(&conn);
-            if matches!(c.phase, Phase::Handshake(_)) {
-                c.close(&srv2, "handshake timeout");
-            }
+            conn.with(|c| {
+                if matches!(c.phase, Phase::Handshake(_)) {
+                    c.close(&srv2, "handshake timeout");
+                }
+            });
         }
     });
-    let mut c = lock(&conn);
-    c.reg = Some(reg);
-    c.push(s0);
-    // The first flush runs in the connection's color like everything else.
-    drop(c);
+    // The registration moves into the state, and the first flush runs, in the connection's
+    // color like everything else.
     let (srv2, c2) = (srv.clone(), conn);
-    srv.h.cpucb(color, move || lock(&c2).flush(&srv2));
+    srv.h.cpucb(color, move || {
+        c2.with(|c| {
+            if c.closed() {
+                let _ = reg.deregister(&mut c.stream);
+                return;
+            }
+            c.reg = Some(reg);
+            c.flush(&srv2);
+        })
+    });
 }
 
 /// Connection color, every `idle_timeout` at most: closes a connection that sent nothing for
@@ -241,24 +257,27 @@ fn arm_idle_timer(srv: &Arc<Server>, conn: &ConnRef, id: ConnId, after: std::tim
         let Some(conn) = weak.upgrade() else {
             return;
         };
-        let mut c = lock(&conn);
-        if c.closed() {
-            return;
-        }
         let limit = srv2.limits.idle_timeout;
-        let idle = c.last_active.elapsed();
-        if idle >= limit && c.in_flight == 0 {
-            return c.close(&srv2, "idle timeout");
+        let again = conn.with(|c| {
+            if c.closed() {
+                return None;
+            }
+            let idle = c.last_active.elapsed();
+            if idle >= limit && c.in_flight == 0 {
+                c.close(&srv2, "idle timeout");
+                return None;
+            }
+            Some(limit.saturating_sub(idle).max(limit / 8))
+        });
+        if let Some(after) = again {
+            arm_idle_timer(&srv2, &conn, id, after);
         }
-        drop(c);
-        arm_idle_timer(&srv2, &conn, id, limit.saturating_sub(idle).max(limit / 8));
     });
 }
 
 /// Readable: read and process until the socket is drained or the connection must pause.
 fn pump(srv: &Arc<Server>, conn: &ConnRef) {
-    let mut c = lock(conn);
-    pump_locked(srv, conn, &mut c);
+    conn.with(|c| pump_locked(srv, conn, c));
 }
 
 fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
@@ -510,9 +529,10 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
 
 /// Connection color: a reply from the dispatcher.
 pub fn complete(srv: &Arc<Server>, conn: &ConnRef, reserved: usize, reply: Reply) {
-    let mut c = lock(conn);
-    complete_locked(srv, &mut c, reserved, reply);
-    pump_locked(srv, conn, &mut c);
+    conn.with(|c| {
+        complete_locked(srv, c, reserved, reply);
+        pump_locked(srv, conn, c);
+    });
 }
 
 /// A request is answered: its slot and its reservation are released.
@@ -540,11 +560,21 @@ pub fn complete_read(
     reserved: usize,
     res: Result<Vec<u8>, NfsStatus>,
 ) {
-    let mut c = lock(conn);
+    conn.with(|c| complete_read_in(srv, conn, c, id, reserved, res));
+}
+
+fn complete_read_in(
+    srv: &Arc<Server>,
+    conn: &ConnRef,
+    c: &mut Conn,
+    id: u64,
+    reserved: usize,
+    res: Result<Vec<u8>, NfsStatus>,
+) {
     match res {
         Err(status) => complete_locked(
             srv,
-            &mut c,
+            c,
             reserved,
             Reply {
                 id,
@@ -552,7 +582,7 @@ pub fn complete_read(
             },
         ),
         Ok(mut buf) => {
-            release(srv, &mut c, reserved);
+            release(srv, c, reserved);
             if let Phase::Open(open) = &mut c.phase {
                 // `begin` on an empty buffer yields the start of a record at offset 0 and
                 // writes a 4-byte header placeholder, exactly the gap the helper left.
@@ -573,12 +603,15 @@ pub fn complete_read(
             }
         }
     }
-    pump_locked(srv, conn, &mut c);
+    pump_locked(srv, conn, c);
 }
 
 /// Connection color: an INVALIDATE caused by another connection.
 pub fn send_unsolicited(srv: &Arc<Server>, conn: &ConnRef, msg: &ServerMessage) {
-    let mut c = lock(conn);
+    conn.with(|c| send_unsolicited_in(srv, c, msg));
+}
+
+fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage) {
     if c.closed() {
         return;
     }

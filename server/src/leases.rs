@@ -173,7 +173,8 @@ impl Leases {
         expired.len()
     }
 
-    pub fn count(&self) -> usize {
+    #[cfg(test)]
+    fn count(&self) -> usize {
         self.len
     }
 }

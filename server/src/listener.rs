@@ -1,65 +1,56 @@
 //! Accepting connections (color 0) and shutting down on SIGINT/SIGTERM.
 
 use std::io::ErrorKind;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use libcolor::mio::Interest;
 use libcolor::mio::net::TcpListener;
-use libcolor::{Color, IoRegistration};
+use libcolor::{Color, ColorCell, IoRegistration};
 
 use crate::conn;
-use crate::server::{Server, lock};
+use crate::server::Server;
 
 /// How long shutdown waits for in-flight requests.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 struct Listening {
     listener: TcpListener,
+    /// Taken (and deregistered) when shutdown begins.
     reg: Option<IoRegistration>,
+    stopping: bool,
 }
 
 /// Starts accepting on `listener` (in color 0) and arms the termination signals.
 pub fn start(srv: &Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
-    let state = Arc::new(Mutex::new(Listening {
-        listener,
-        reg: None,
-    }));
-    let reg = {
-        let mut l = lock(&state);
-        srv.h.register(&mut l.listener, Interest::READABLE)?
-    };
+    let mut listener = listener;
+    let reg = srv.h.register(&mut listener, Interest::READABLE)?;
+    // Color 0's own state: reached only from color-0 callbacks.
+    let state = Arc::new(ColorCell::new(
+        &srv.h,
+        Color::DEFAULT,
+        Listening {
+            listener,
+            reg: None,
+            stopping: false,
+        },
+    ));
     let mut next: u32 = 0;
     let (srv2, st2) = (srv.clone(), state.clone());
     reg.on_readable(Color::DEFAULT, move || {
-        let l = lock(&st2);
-        if l.reg.is_none() {
-            return; // shutting down
-        }
-        loop {
-            match l.listener.accept() {
-                Ok((stream, peer)) => {
-                    if srv2.open_conns.load(Ordering::SeqCst) >= srv2.limits.max_connections {
-                        tracing::warn!(%peer, "connection limit reached; refusing");
-                        drop(stream);
-                        continue;
-                    }
-                    // Colors 1..: never 0, which is the shared state's.
-                    next = next.checked_add(1).unwrap_or(1);
-                    conn::start(&srv2, next, stream, peer);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // EMFILE and friends: log and wait for the next edge.
-                    tracing::warn!(error = %e, "accept failed");
-                    break;
-                }
-            }
-        }
+        st2.with(|l| accept_all(&srv2, l, &mut next))
     });
-    lock(&state).reg = Some(reg);
+    let st2 = state.clone();
+    srv.h.cpucb(Color::DEFAULT, move || {
+        st2.with(|l| {
+            if l.stopping {
+                let _ = reg.deregister(&mut l.listener);
+            } else {
+                l.reg = Some(reg);
+            }
+        });
+    });
     for signal in [libc::SIGINT, libc::SIGTERM] {
         let (srv2, st2) = (srv.clone(), state.clone());
         srv.h.on_signal(signal, Color::DEFAULT, move || {
@@ -67,14 +58,44 @@ pub fn start(srv: &Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
                 return;
             }
             tracing::info!(signal, "stopping: no new connections, draining requests");
-            let mut l = lock(&st2);
-            if let Some(reg) = l.reg.take() {
-                let _ = reg.deregister(&mut l.listener);
-            }
+            st2.with(|l| {
+                l.stopping = true;
+                if let Some(reg) = l.reg.take() {
+                    let _ = reg.deregister(&mut l.listener);
+                }
+            });
             drain(srv2.clone(), Instant::now());
         })?;
     }
     Ok(())
+}
+
+/// Color 0, readable: accepts every pending connection.
+fn accept_all(srv2: &Arc<Server>, l: &mut Listening, next: &mut u32) {
+    if l.stopping {
+        return;
+    }
+    loop {
+        match l.listener.accept() {
+            Ok((stream, peer)) => {
+                if srv2.open_conns.load(Ordering::SeqCst) >= srv2.limits.max_connections {
+                    tracing::warn!(%peer, "connection limit reached; refusing");
+                    drop(stream);
+                    continue;
+                }
+                // Colors 1..: never 0, which is the shared state's.
+                *next = next.checked_add(1).unwrap_or(1);
+                conn::start(srv2, *next, stream, peer);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                // EMFILE and friends: log and wait for the next edge.
+                tracing::warn!(error = %e, "accept failed");
+                break;
+            }
+        }
+    }
 }
 
 /// Stops the runtime once in-flight requests are answered (or after `DRAIN_LIMIT`).

@@ -14,8 +14,8 @@ mod users;
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -191,14 +191,18 @@ fn serve(args: ServeArgs) -> Result<()> {
         max_io: max_io as usize,
         read_only: args.read_only,
         anonymous_read: args.anonymous_read,
-        color0: Mutex::new(server::Color0 {
-            leases: leases::Leases::new(
-                lease,
-                args.max_leases.unwrap_or(100_000),
-                args.max_leases_per_conn.unwrap_or(4096),
-            ),
-            conns: HashMap::new(),
-        }),
+        color0: libcolor::ColorCell::new(
+            &h,
+            libcolor::Color::DEFAULT,
+            server::Color0 {
+                leases: leases::Leases::new(
+                    lease,
+                    args.max_leases.unwrap_or(100_000),
+                    args.max_leases_per_conn.unwrap_or(4096),
+                ),
+                conns: HashMap::new(),
+            },
+        ),
         in_flight: AtomicUsize::new(0),
         lease_ms_now: AtomicU32::new(u32::try_from(lease.as_millis()).unwrap_or(u32::MAX)),
         open_conns: AtomicUsize::new(0),
@@ -228,7 +232,6 @@ fn serve(args: ServeArgs) -> Result<()> {
     tracing::info!(
         serial_fraction = stats.serial_fraction(),
         callbacks = stats.callbacks(),
-        leases = srv.lease_count(),
         "stopped"
     );
     if args.stats {

@@ -16,6 +16,8 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use libcolor::ColorCell;
 use std::time::Duration;
 
 use libcolor::{Color, Handle};
@@ -24,7 +26,7 @@ use protocol::{
     RequestOp, ServerKeypair, ServerMessage, ServerName,
 };
 
-use crate::conn::{self, Conn};
+use crate::conn::{self, Conn, ConnRef};
 use crate::fs::pool::FsPool;
 use crate::fs::{ObjKey, OpCtx, Storage, key_of};
 use crate::leases::{ConnId, Leases};
@@ -33,14 +35,13 @@ use crate::users::{Creds, Users};
 
 /// A connection as color 0 knows it.
 pub struct Registered {
-    pub conn: Weak<Mutex<Conn>>,
+    pub conn: Weak<ColorCell<Conn>>,
     /// Set by color 0 while the connection holds its whole share of leases; the connection's
     /// color reads it to grant lease 0 in its replies.
     pub lease_capped: Arc<AtomicBool>,
 }
 
-/// State only color 0 touches (the mutex is uncontended: it satisfies `Sync`, libcolor's
-/// color 0 provides the serialisation).
+/// State only color 0 touches (libcolor serialises color 0's callbacks, so no lock).
 pub struct Color0 {
     pub leases: Leases,
     pub conns: HashMap<ConnId, Registered>,
@@ -64,7 +65,7 @@ pub struct Server {
     pub max_io: usize,
     pub read_only: bool,
     pub anonymous_read: bool,
-    pub color0: Mutex<Color0>,
+    pub color0: ColorCell<Color0>,
     /// Requests admitted and not yet answered (for shutdown).
     pub in_flight: AtomicUsize,
     /// The lease color 0 currently grants (milliseconds; 0 when the table is full), readable
@@ -82,7 +83,7 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A request on its way to storage: who asked, on which connection.
 pub struct Dispatch {
-    pub conn: Arc<Mutex<Conn>>,
+    pub conn: ConnRef,
     pub id: ConnId,
     pub req_id: u64,
     pub creds: Creds,
@@ -93,10 +94,6 @@ pub struct Dispatch {
 }
 
 impl Server {
-    fn color0(&self) -> MutexGuard<'_, Color0> {
-        lock(&self.color0)
-    }
-
     /// Color 0: records a READ's lease, then has a storage thread read straight into a record
     /// buffer; the connection's color seals and sends it.
     pub fn dispatch_read(
@@ -108,12 +105,11 @@ impl Server {
         count: usize,
     ) {
         // Decided here, before the reply is built: the reply carries exactly what was granted.
-        let lease_ms = {
-            let mut c0 = self.color0();
+        let lease_ms = self.color0.with(|c0| {
             let granted = c0.leases.try_grant(d.id, key_of(&hd), fh, d.lease_ms);
-            self.publish_share(&mut c0, d.id);
+            self.publish_share(c0, d.id);
             if granted { d.lease_ms } else { 0 }
-        };
+        });
         let storage = self.storage.clone();
         let ctx = OpCtx {
             creds: d.creds,
@@ -186,7 +182,7 @@ impl Server {
     /// connection's color.
     fn finish(
         self: &Arc<Self>,
-        conn: Arc<Mutex<Conn>>,
+        conn: ConnRef,
         id: ConnId,
         req_id: u64,
         reserved: usize,
@@ -195,8 +191,7 @@ impl Server {
     ) {
         let mut invalidations = Vec::new();
         let mut result = outcome.result;
-        {
-            let mut c0 = self.color0();
+        self.color0.with(|c0| {
             // Every attribute in the reply keeps its lease only if the table and this
             // connection's share allow the grant; the others are sent with lease 0.
             if let Ok(body) = &mut result {
@@ -214,16 +209,16 @@ impl Server {
             for (key, fh, attr) in &outcome.changed {
                 let (who, _) = c0.leases.changed(*key, id);
                 for other in who {
-                    self.publish_share(&mut c0, other);
+                    self.publish_share(c0, other);
                     if let Some(target) = c0.conns.get(&other).and_then(|r| r.conn.upgrade()) {
                         invalidations.push((other, target, *fh, *attr));
                     }
                 }
             }
-            self.publish_share(&mut c0, id);
+            self.publish_share(c0, id);
             self.lease_ms_now
                 .store(c0.leases.lease_ms(), Ordering::Relaxed);
-        }
+        });
         for (other, target, fh, attr) in invalidations {
             let attr = attr.map(|a| Attr { lease_ms: 0, ..a });
             let srv = self.clone();
@@ -251,13 +246,7 @@ impl Server {
     }
 
     /// The storage threads are full: answer JUKEBOX ("try later") instead of queueing more.
-    fn answer_busy(
-        self: &Arc<Self>,
-        conn: Arc<Mutex<Conn>>,
-        id: ConnId,
-        req_id: u64,
-        reserved: usize,
-    ) {
+    fn answer_busy(self: &Arc<Self>, conn: ConnRef, id: ConnId, req_id: u64, reserved: usize) {
         let srv = self.clone();
         self.h.cpucb(Color(id), move || {
             conn::complete(
@@ -273,40 +262,42 @@ impl Server {
     }
 
     /// Color 0: a connection opened.
-    pub fn register_conn(&self, id: ConnId, conn: &Arc<Mutex<Conn>>, capped: Arc<AtomicBool>) {
-        self.color0().conns.insert(
-            id,
-            Registered {
-                conn: Arc::downgrade(conn),
-                lease_capped: capped,
-            },
-        );
+    pub fn register_conn(&self, id: ConnId, conn: &ConnRef, capped: Arc<AtomicBool>) {
+        self.color0.with(|c0| {
+            c0.conns.insert(
+                id,
+                Registered {
+                    conn: Arc::downgrade(conn),
+                    lease_capped: capped,
+                },
+            )
+        });
     }
 
     /// Color 0: a connection closed; its leases go.
     pub fn forget_conn(&self, id: ConnId) {
-        let mut c0 = self.color0();
-        c0.conns.remove(&id);
-        c0.leases.drop_conn(id);
-        self.lease_ms_now
-            .store(c0.leases.lease_ms(), Ordering::Relaxed);
+        self.color0.with(|c0| {
+            c0.conns.remove(&id);
+            c0.leases.drop_conn(id);
+            self.lease_ms_now
+                .store(c0.leases.lease_ms(), Ordering::Relaxed);
+        });
     }
 
     /// Color 0, periodically: reap expired leases.
     pub fn start_reaper(self: &Arc<Self>, every: Duration) {
         let srv = self.clone();
         self.h.delaycb(every, Color::DEFAULT, move || {
-            let reaped = {
-                let mut c0 = srv.color0();
+            let reaped = srv.color0.with(|c0| {
                 let reaped = c0.leases.reap();
                 let ids: Vec<ConnId> = c0.conns.keys().copied().collect();
                 for id in ids {
-                    srv.publish_share(&mut c0, id);
+                    srv.publish_share(c0, id);
                 }
                 srv.lease_ms_now
                     .store(c0.leases.lease_ms(), Ordering::Relaxed);
                 reaped
-            };
+            });
             if reaped > 0 {
                 tracing::debug!(reaped, "expired leases reaped");
             }
@@ -314,10 +305,6 @@ impl Server {
                 srv.start_reaper(every);
             }
         });
-    }
-
-    pub fn lease_count(&self) -> usize {
-        self.color0().leases.count()
     }
 
     pub fn drain_pending(&self) -> usize {

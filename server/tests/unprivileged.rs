@@ -7,7 +7,6 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 
 use common::*;
-use protocol::*;
 
 /// The unprivileged user the server runs as.
 const SERVER_UID: u32 = 65533;
