@@ -238,6 +238,20 @@ fn fail_all(pending: &Mutex<Pending>) {
     p.waiters.clear(); // dropping the senders wakes the waiters with "lost"
 }
 
+/// What the server told us about changes made by others (see [`Client::on_invalidate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalidation {
+    /// An INVALIDATE for one object (its new attributes when the server sent them).
+    Object(FileHandle, Option<Attr>),
+    /// A new connection replaced a broken one: INVALIDATEs may have been missed, so nothing
+    /// cached from before can be trusted.
+    Everything,
+}
+
+/// A callback told of every [`Invalidation`]; called on the connection's reader task, so it
+/// must not block (hand the work to another thread).
+pub type InvalidateHook = Box<dyn Fn(Invalidation) + Send + Sync>;
+
 struct Inner {
     name: ServerName,
     identity: Option<Identity>,
@@ -245,6 +259,15 @@ struct Inner {
     cache: AttrCache,
     next_id: AtomicU64,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    on_invalidate: std::sync::OnceLock<InvalidateHook>,
+}
+
+impl Inner {
+    fn invalidated(&self, what: Invalidation) {
+        if let Some(hook) = self.on_invalidate.get() {
+            hook(what);
+        }
+    }
 }
 
 /// A session with one server, shared cheaply (`Clone`) between tasks.
@@ -264,8 +287,15 @@ impl Client {
                 cache: AttrCache::default(),
                 next_id: AtomicU64::new(1),
                 conn: tokio::sync::Mutex::new(None),
+                on_invalidate: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Registers the callback told of INVALIDATEs and reconnects (at most one; later calls
+    /// are ignored and return false). The attribute cache is updated before it runs.
+    pub fn on_invalidate(&self, hook: InvalidateHook) -> bool {
+        self.inner.on_invalidate.set(hook).is_ok()
     }
 
     /// The attribute cache.
@@ -306,6 +336,7 @@ impl Client {
                     if reconnect {
                         // INVALIDATEs may have been missed while disconnected.
                         self.inner.cache.clear();
+                        self.inner.invalidated(Invalidation::Everything);
                     }
                     let c = Arc::new(c);
                     *slot = Some(c.clone());
@@ -433,6 +464,7 @@ impl Client {
                                 if let Some(a) = inv.attr {
                                     inner.cache.put(inv.fh, a);
                                 }
+                                inner.invalidated(Invalidation::Object(inv.fh, inv.attr));
                             }
                         }
                         Err(e) => {
@@ -698,9 +730,8 @@ impl Client {
         }
     }
 
-    /// ACCESS, cached per user while the attributes' lease lasts. (nfsserve answers ACCESS
-    /// itself from the attributes, so only tests and future callers use this.)
-    #[allow(dead_code)]
+    /// ACCESS, cached per user while the attributes' lease lasts (the FUSE mount asks it for
+    /// `access(2)` and `open(2)`; nfsserve answers ACCESS itself from the attributes).
     pub async fn access(&self, fh: &FileHandle, bits: u32) -> Result<u32, SessionError> {
         let authno = self.authno().await?;
         if let Some(g) = self.inner.cache.get_access(fh, authno, bits) {
@@ -1106,6 +1137,43 @@ impl Client {
             }
         };
         self.call(op).await.map(|_| ())
+    }
+
+    /// LINK: a new name `dir/name` for `fh`; the object's attributes afterwards.
+    pub async fn link(
+        &self,
+        fh: &FileHandle,
+        dir: &FileHandle,
+        name: &[u8],
+    ) -> Result<Attr, SessionError> {
+        self.inner.cache.invalidate(dir);
+        self.inner.cache.invalidate(fh);
+        let body = self
+            .call(RequestOp::Link {
+                fh: *fh,
+                dir: *dir,
+                name: name.to_vec(),
+            })
+            .await?;
+        match body {
+            ReplyBody::Link { attr: Some(a), .. } => {
+                self.inner.cache.put(*fh, a);
+                Ok(a)
+            }
+            ReplyBody::Link { attr: None, .. } => self.getattr_fresh(fh).await,
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// FSSTAT.
+    pub async fn fsstat(&self, fh: &FileHandle) -> Result<protocol::FsStat, SessionError> {
+        match self.call(RequestOp::FsStat { fh: *fh }).await? {
+            ReplyBody::FsStat(s) => {
+                self.note(fh, &s.attr);
+                Ok(s)
+            }
+            other => Err(self.unexpected(&other)),
+        }
     }
 
     /// RENAME.
