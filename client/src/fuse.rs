@@ -89,6 +89,10 @@ struct Table {
     /// Nodes unlinked while open: renamed to a hidden name, removed at the last release.
     hidden: HashMap<u64, (FileHandle, Vec<u8>)>,
     next_hidden: u64,
+    /// Nodes whose unstable writes the server may have lost: reported by every flush and by
+    /// the next fsync (which clears it), like a kernel's write-back error, so the error is not
+    /// swallowed by whichever process happened to close a descriptor first.
+    lost: HashSet<u64>,
 }
 
 /// Prefix of the hidden names open-but-unlinked files get (not listed by `readdir`).
@@ -297,19 +301,57 @@ impl Shared {
     }
 
     /// COMMITs unstable writes of `ino` (always when `force`: fsync must reach the disk);
-    /// `EIO` when the server may have lost some of them.
+    /// `EIO` when the server may have lost some of them (see [`Table::lost`]).
     async fn commit(&self, ino: INodeNo, force: bool) -> Result<(), Errno> {
-        let dirty = self.table().dirty.remove(&ino.0);
-        if dirty.is_none() && !force {
-            return Ok(());
+        let (dirty, lost) = {
+            let mut t = self.table();
+            let d = t.dirty.remove(&ino.0);
+            let lost = if force {
+                t.lost.remove(&ino.0)
+            } else {
+                t.lost.contains(&ino.0)
+            };
+            (d, lost)
+        };
+        if dirty.is_some() || force {
+            let fh = self.fh(ino)?;
+            let committed = match self.client.commit(&fh).await {
+                Ok(v) => v,
+                Err(e) => {
+                    // Still uncommitted: keep what we know for the next flush or fsync.
+                    if let Some(d) = dirty {
+                        let mut t = self.table();
+                        let merged = match t.dirty.get(&ino.0) {
+                            Some(now) if *now != d => Dirty::Changed,
+                            _ => d,
+                        };
+                        t.dirty.insert(ino.0, merged);
+                    }
+                    if lost {
+                        self.table().lost.insert(ino.0);
+                    }
+                    return Err(errno(e));
+                }
+            };
+            tracing::debug!(ino = ino.0, ?dirty, ?committed, lost, force, "commit");
+            let lost_now = match dirty {
+                Some(Dirty::Verifier(v)) => v != committed,
+                Some(Dirty::Changed) => true,
+                None => false,
+            };
+            if lost_now {
+                tracing::warn!(
+                    ino = ino.0,
+                    "the server restarted before data written to this file was committed; \
+                     some writes may be lost (reporting EIO)"
+                );
+                if !force {
+                    self.table().lost.insert(ino.0);
+                }
+                return Err(Errno::EIO);
+            }
         }
-        let fh = self.fh(ino)?;
-        let committed = self.client.commit(&fh).await.map_err(errno)?;
-        match dirty {
-            Some(Dirty::Verifier(v)) if v != committed => lost_writes(ino),
-            Some(Dirty::Changed) => lost_writes(ino),
-            _ => Ok(()),
-        }
+        if lost { Err(Errno::EIO) } else { Ok(()) }
     }
 
     async fn create(
@@ -412,6 +454,7 @@ impl Shared {
             };
             if left == 0 {
                 t.open.remove(&ino.0);
+                t.lost.remove(&ino.0);
                 t.hidden.remove(&ino.0)
             } else {
                 None
@@ -515,15 +558,6 @@ impl Shared {
         let root = self.fh(INodeNo(ROOT))?;
         self.client.fsstat(&root).await.map_err(errno)
     }
-}
-
-fn lost_writes(ino: INodeNo) -> Result<(), Errno> {
-    tracing::warn!(
-        ino = ino.0,
-        "the server restarted before data written to this file was committed; some writes \
-         may be lost (reporting EIO)"
-    );
-    Err(Errno::EIO)
 }
 
 /// An entry for the kernel.

@@ -150,7 +150,7 @@ impl Setup {
         let mut c = sfs_cmd(&self.home);
         c.arg("--identity")
             .arg(&self.identity)
-            .args(["--timeout", "5", "mount", &self.server.name])
+            .args(["-vv", "--timeout", "5", "mount", &self.server.name])
             .arg(&dir)
             .arg("--log")
             .arg(&log);
@@ -598,17 +598,41 @@ fn server_restart_under_a_reader_and_a_lost_server() {
         .expect("the reader saw an error or wrong data");
     assert!(rounds >= 2, "only {rounds} reads");
 
-    // Unstable writes across a restart: fsync reports that data may be lost.
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .open(m.dir.join("f"))
-        .unwrap();
+    // Unstable writes across a restart: fsync reports that data may be lost. The new server
+    // is started by a shell forked before the file is opened: a process forked while it is
+    // open would flush it when it execs, and an exec'ing sfsd would wait on itself.
+    let gate = s.dir.path().join("gate");
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"while [ ! -e "$1" ]; do sleep 0.02; done; shift; exec "$@""#)
+        .arg("sh")
+        .arg(&gate)
+        .arg(sfsd())
+        .arg("serve")
+        .arg("--state")
+        .arg(&s.server.state)
+        .arg("--export")
+        .arg(&s.server.export)
+        .args(["--listen", &format!("127.0.0.1:{}", s.server.port), "--workers", "2"])
+        .args(&s.server.extra)
+        .stdout(std::process::Stdio::null());
+    let mut helper = Guard(cmd.spawn().unwrap());
+    let mut f = fs::OpenOptions::new().write(true).open(m.dir.join("f")).unwrap();
     f.write_all(b"before").unwrap();
-    s.server.restart();
-    f.write_all(b"after").unwrap();
-    let e = f.sync_all().unwrap_err();
-    assert_eq!(errno(&e), libc::EIO, "{e}");
+    s.server.kill();
+    fs::write(&gate, b"").unwrap();
+    f.write_all(b"after").unwrap(); // waits for the new server
+    match f.sync_all() {
+        Err(e) => assert_eq!(errno(&e), libc::EIO, "{e}"),
+        Ok(()) => panic!("fsync after a server restart succeeded; log:\n{}", m.log()),
+    }
     drop(f);
+    // Data written after the fsync error is committed normally.
+    let mut f = fs::OpenOptions::new().write(true).open(m.dir.join("f")).unwrap();
+    f.write_all(b"again").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    std::mem::swap(&mut s.server.child, &mut helper.0);
 
     // A lost server: EIO after the reconnect attempts, not a hang, and the mount stays.
     s.server.kill();

@@ -413,9 +413,7 @@ pub async fn mount_fuse(ctx: &mut Ctx, name: &str, dir: &Path) -> Result<(), Cmd
             format!("cannot mount with FUSE: {e} (is /dev/fuse there, and fusermount3 from the fuse3 package?)"),
         )
     })?;
-    let mut session = session;
     let notifier = session.notifier();
-    let mut unmounter = session.unmount_callable();
     let (tx, rx) = std::sync::mpsc::channel();
     client.on_invalidate(Box::new(move |ev| {
         let _ = tx.send(ev);
@@ -424,7 +422,14 @@ pub async fn mount_fuse(ctx: &mut Ctx, name: &str, dir: &Path) -> Result<(), Cmd
     std::thread::Builder::new()
         .name("sfs-invalidate".into())
         .spawn(move || crate::fuse::invalidator(sh3, notifier, rx))?;
-    let mut run = tokio::task::spawn_blocking(move || session.run());
+    // A thread of its own, not the runtime's blocking pool: a session kept alive by open
+    // files after a lazy unmount must not hold up the runtime's shutdown.
+    let (done_tx, mut run) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("sfs-fuse".into())
+        .spawn(move || {
+            let _ = done_tx.send(session.run());
+        })?;
     tracing::info!("{name} mounted on {}", abs.display());
     println!("sfs: {name} mounted on {}", abs.display());
     let mut term = signal(SignalKind::terminate())?;
@@ -438,7 +443,7 @@ pub async fn mount_fuse(ctx: &mut Ctx, name: &str, dir: &Path) -> Result<(), Cmd
                 return match r {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(e)) => Err(CmdError::Other(anyhow::anyhow!("FUSE session failed: {e}"))),
-                    Err(e) => Err(CmdError::Other(anyhow::anyhow!("FUSE session task failed: {e}"))),
+                    Err(_) => Err(CmdError::Other(anyhow::anyhow!("the FUSE session thread died"))),
                 };
             }
             _ = term.recv() => break,
@@ -447,16 +452,19 @@ pub async fn mount_fuse(ctx: &mut Ctx, name: &str, dir: &Path) -> Result<(), Cmd
         }
     }
     tracing::info!("signalled: unmounting {}", abs.display());
-    let unmounted = tokio::task::spawn_blocking(move || unmounter.unmount())
-        .await
-        .map_err(|e| CmdError::Other(anyhow::anyhow!("unmount task failed: {e}")))?;
+    let dir2 = abs.clone();
+    let unmounted = tokio::task::spawn_blocking(move || {
+        fuse_unmount(&dir2, false).or_else(|e| {
+            // Busy: detach it (open files keep working until closed, then it goes away), so
+            // no mount is left behind without a process serving it.
+            tracing::warn!("unmount failed ({e}); detaching lazily");
+            fuse_unmount(&dir2, true)
+        })
+    })
+    .await
+    .map_err(|e| CmdError::Other(anyhow::anyhow!("unmount task failed: {e}")))?;
     if let Err(e) = unmounted {
-        // Busy: detach it (open files keep working until closed, then it goes away), so no
-        // mount is left behind without a process serving it.
-        tracing::warn!("unmount failed ({e}); detaching lazily");
-        if let Err(e) = fuse_unmount(&abs, true) {
-            tracing::warn!("lazy unmount failed too: {e}");
-        }
+        tracing::warn!("lazy unmount failed too: {e}");
     }
     if tokio::time::timeout(Duration::from_secs(5), run)
         .await
