@@ -613,11 +613,19 @@ fn server_restart_under_a_reader_and_a_lost_server() {
         .arg(&s.server.state)
         .arg("--export")
         .arg(&s.server.export)
-        .args(["--listen", &format!("127.0.0.1:{}", s.server.port), "--workers", "2"])
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{}", s.server.port),
+            "--workers",
+            "2",
+        ])
         .args(&s.server.extra)
         .stdout(std::process::Stdio::null());
     let mut helper = Guard(cmd.spawn().unwrap());
-    let mut f = fs::OpenOptions::new().write(true).open(m.dir.join("f")).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.dir.join("f"))
+        .unwrap();
     f.write_all(b"before").unwrap();
     s.server.kill();
     fs::write(&gate, b"").unwrap();
@@ -628,7 +636,10 @@ fn server_restart_under_a_reader_and_a_lost_server() {
     }
     drop(f);
     // Data written after the fsync error is committed normally.
-    let mut f = fs::OpenOptions::new().write(true).open(m.dir.join("f")).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.dir.join("f"))
+        .unwrap();
     f.write_all(b"again").unwrap();
     f.sync_all().unwrap();
     drop(f);
