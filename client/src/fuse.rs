@@ -35,8 +35,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, Errno, FileAttr, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, Notifier, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
 use tokio::runtime::Handle;
@@ -68,9 +68,18 @@ struct Node {
     lookups: u64,
 }
 
-/// One directory listing taken at `opendir`, served in pieces by `readdir`.
+/// One directory listing taken at `opendir`, served in pieces by `readdir`/`readdirplus`.
 struct Listing {
-    entries: Vec<(u64, fuser::FileType, Vec<u8>)>,
+    entries: Vec<Listed>,
+}
+
+struct Listed {
+    /// Inode number for plain `readdir` (ours when known, else the server's file id).
+    ino: u64,
+    kind: fuser::FileType,
+    name: Vec<u8>,
+    /// Handle and attributes, for `readdirplus` (none for `.` and `..`).
+    node: Option<(FileHandle, Attr)>,
 }
 
 #[derive(Default)]
@@ -521,33 +530,73 @@ impl Shared {
         self.client.readlink(&fh).await.map_err(errno)
     }
 
-    /// Reads the whole directory now; `readdir` pages through this snapshot.
+    /// Reads the whole directory now (READDIRPLUS); `readdir`/`readdirplus` page through
+    /// this snapshot.
     async fn opendir(&self, ino: INodeNo) -> Result<u64, Errno> {
         let dir = self.fh(ino)?;
         let all = self.client.readdir_all(&dir).await.map_err(errno)?;
         let mut entries = Vec::with_capacity(all.len() + 2);
-        entries.push((ino.0, fuser::FileType::Directory, b".".to_vec()));
-        entries.push((ROOT, fuser::FileType::Directory, b"..".to_vec()));
-        {
-            let t = self.table();
-            for e in all {
-                if e.name == b"." || e.name == b".." || e.name.starts_with(HIDDEN_PREFIX) {
-                    continue;
-                }
-                // readdir's inode numbers are informational; use ours when we have one.
-                let known = e.fh.as_ref().and_then(|fh| t.by_fh.get(fh)).copied();
-                let kind = e
-                    .attr
-                    .map(|a| kind(a.ftype))
-                    .unwrap_or(fuser::FileType::RegularFile);
-                entries.push((known.unwrap_or(e.fileid.max(2)), kind, e.name));
+        for name in [&b"."[..], b".."] {
+            entries.push(Listed {
+                ino: if name == b"." { ino.0 } else { ROOT },
+                kind: fuser::FileType::Directory,
+                name: name.to_vec(),
+                node: None,
+            });
+        }
+        for e in all {
+            if e.name == b"." || e.name == b".." || e.name.starts_with(HIDDEN_PREFIX) {
+                continue;
             }
+            let (fh, attr) = match (e.fh, e.attr) {
+                (Some(fh), Some(a)) => (fh, a),
+                // The server did not include them: ask (rare; gone since is fine).
+                _ => match self.client.lookup(&dir, &e.name).await {
+                    Ok(x) => x,
+                    Err(SessionError::Nfs(NfsStatus::NoEnt)) => continue,
+                    Err(err) => return Err(errno(err)),
+                },
+            };
+            // readdir's inode numbers are informational; use ours when we have one.
+            let known = self.table().by_fh.get(&fh).copied();
+            entries.push(Listed {
+                ino: known.unwrap_or(e.fileid.max(2)),
+                kind: kind(attr.ftype),
+                name: e.name,
+                node: Some((fh, attr)),
+            });
         }
         let mut t = self.table();
         let h = t.next_listing;
         t.next_listing += 1;
         t.listings.insert(h, Arc::new(Listing { entries }));
         Ok(h)
+    }
+
+    /// The node id for `fh`, made (uncounted) if new; [`Shared::counted`] counts the lookup
+    /// once the kernel has really been sent the entry.
+    fn node_for(&self, fh: FileHandle) -> u64 {
+        let mut t = self.table();
+        if let Some(ino) = t.by_fh.get(&fh) {
+            return *ino;
+        }
+        let ino = t.next;
+        t.next += 1;
+        t.nodes.insert(ino, Node { fh, lookups: 0 });
+        t.by_fh.insert(fh, ino);
+        ino
+    }
+
+    /// One kernel lookup of `ino` (handle `fh`) as `name` in `parent`.
+    fn counted(&self, ino: u64, fh: FileHandle, parent: INodeNo, name: &[u8]) {
+        let mut t = self.table();
+        // Re-created if a FORGET removed it between node_for and now.
+        t.nodes
+            .entry(ino)
+            .or_insert(Node { fh, lookups: 0 })
+            .lookups += 1;
+        t.by_fh.insert(fh, ino);
+        t.names.entry(parent.0).or_default().insert(name.to_vec());
     }
 
     fn listing(&self, h: u64) -> Option<Arc<Listing>> {
@@ -564,6 +613,30 @@ impl Shared {
 struct Entry {
     ttl: Duration,
     attr: FileAttr,
+}
+
+/// Attributes for `.` and `..` in READDIRPLUS replies, which the kernel ignores.
+fn placeholder_dir() -> Attr {
+    let t = protocol::Time {
+        seconds: 0,
+        nanos: 0,
+    };
+    Attr {
+        ftype: FileType::Directory,
+        mode: 0o755,
+        nlink: 2,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        used: 0,
+        rdev: (0, 0),
+        fsid: 0,
+        fileid: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        lease_ms: 0,
+    }
 }
 
 /// The kernel cache timeout for attributes carrying this lease.
@@ -767,6 +840,10 @@ impl Filesystem for SfsFuse {
         // Best effort: an older kernel keeps its smaller limits.
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(MAX_WRITE);
+        // Listings carry handles and attributes: `ls -l` needs no LOOKUP per name.
+        let _ = config.add_capabilities(
+            fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
+        );
         Ok(())
     }
 
@@ -1034,10 +1111,69 @@ impl Filesystem for SfsFuse {
             return;
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (i, (ino, kind, name)) in l.entries.iter().enumerate().skip(start) {
+        for (i, e) in l.entries.iter().enumerate().skip(start) {
             // The offset of an entry is where to continue after it.
-            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, OsStr::from_bytes(name)) {
+            if reply.add(
+                INodeNo(e.ino),
+                i as u64 + 1,
+                e.kind,
+                OsStr::from_bytes(&e.name),
+            ) {
                 break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(l) = self.sh.listing(fh.0) else {
+            reply.error(Errno::EBADF);
+            return;
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, e) in l.entries.iter().enumerate().skip(start) {
+            let name = OsStr::from_bytes(&e.name);
+            let off = i as u64 + 1;
+            match &e.node {
+                Some((h, a)) => {
+                    // Every entry sent here is a lookup the kernel will FORGET later.
+                    let node = self.sh.node_for(*h);
+                    if reply.add(
+                        INodeNo(node),
+                        off,
+                        name,
+                        &ttl(a),
+                        &fattr(node, a),
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                    self.sh.counted(node, *h, ino, &e.name);
+                }
+                None => {
+                    // `.` and `..`: the kernel uses neither the attributes nor a lookup.
+                    let attr = FileAttr {
+                        ino: INodeNo(e.ino),
+                        ..fattr(e.ino, &placeholder_dir())
+                    };
+                    if reply.add(
+                        INodeNo(e.ino),
+                        off,
+                        name,
+                        &Duration::ZERO,
+                        &attr,
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                }
             }
         }
         reply.ok();

@@ -700,3 +700,46 @@ fn signals_and_a_dead_process_leave_no_mount_behind() {
     fs::write(m2.dir.join("again"), b"1").unwrap();
     assert_eq!(fs::read(s.export.join("again")).unwrap(), b"1");
 }
+
+#[test]
+fn large_directory_listing_and_inode_numbers() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let d = m.dir.join("many");
+    fs::create_dir(&d).unwrap();
+    for i in 0..400 {
+        fs::write(d.join(format!("f{i:03}")), i.to_string()).unwrap();
+    }
+    let t = Instant::now();
+    let out = Command::new("ls").arg("-l").arg(&d).output().unwrap();
+    let took = t.elapsed();
+    assert!(out.status.success());
+    let listed = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert_eq!(listed, 401, "400 entries and the total line");
+    eprintln!(
+        "ls -l of 400 entries: {:.0} ms",
+        took.as_secs_f64() * 1000.0
+    );
+    // readdir's inode numbers agree with stat's (READDIRPLUS entries are the kernel's inodes).
+    for e in fs::read_dir(&d).unwrap() {
+        let e = e.unwrap();
+        use std::os::unix::fs::DirEntryExt;
+        assert_eq!(
+            e.ino(),
+            fs::metadata(e.path()).unwrap().ino(),
+            "{:?}",
+            e.file_name()
+        );
+    }
+    // Entries the server adds or removes behind our back show up in the next listing.
+    fs::remove_file(s.export.join("many/f000")).unwrap();
+    fs::write(s.export.join("many/new"), b"n").unwrap();
+    let names: Vec<_> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.contains(&"new".to_owned()) && !names.contains(&"f000".to_owned()));
+    assert_eq!(fs::read(d.join("new")).unwrap(), b"n");
+    assert_eq!(fs::read(d.join("f399")).unwrap(), b"399");
+}
