@@ -144,6 +144,16 @@ pub enum Command {
         /// Log file of the background process (default ~/.sfs/log/mount-DIR.log).
         #[arg(long, value_name = "FILE")]
         log: Option<PathBuf>,
+        /// Many users on one stream: mount with allow_other (root, or user_allow_other in
+        /// /etc/fuse.conf) and default_permissions; each local uid other than this process's
+        /// logs in with its own identity (--identities DIR/UID, else ~USER/.sfs/identity) on
+        /// the same connection and its requests carry that authno; a uid without one is
+        /// anonymous.
+        #[arg(long, conflicts_with = "nfs")]
+        multi_user: bool,
+        /// With --multi-user: a directory of identity files named by uid.
+        #[arg(long, value_name = "DIR", requires = "multi_user")]
+        identities: Option<PathBuf>,
         /// Serve loopback NFSv3 and `mount -t nfs` it instead of FUSE (needs the kernel's NFS
         /// client; the process stays in the foreground).
         #[arg(long)]

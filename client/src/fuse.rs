@@ -111,11 +111,20 @@ const HIDDEN_PREFIX: &[u8] = b".sfs-unlinked-";
 pub struct Shared {
     client: Client,
     table: Mutex<Table>,
+    /// Many users: each local uid other than `owner` acts with its own identity.
+    multi_user: bool,
+    owner: u32,
 }
 
 impl Shared {
-    /// The tree of `client`'s server below `root`.
+    /// The tree of `client`'s server below `root`, every caller acting as `client`'s identity.
     pub fn new(client: Client, root: FileHandle) -> Arc<Shared> {
+        Shared::with_users(client, root, None)
+    }
+
+    /// Like [`Shared::new`]; with `Some(owner)`, callers other than local uid `owner` act as
+    /// themselves ([`Client::as_uid`]).
+    pub fn with_users(client: Client, root: FileHandle, owner: Option<u32>) -> Arc<Shared> {
         let mut t = Table {
             next: ROOT + 1,
             next_listing: 1,
@@ -132,7 +141,18 @@ impl Shared {
         Arc::new(Shared {
             client,
             table: Mutex::new(t),
+            multi_user: owner.is_some(),
+            owner: owner.unwrap_or(0),
         })
+    }
+
+    /// The session acting for local uid `uid`.
+    fn client_for(&self, uid: u32) -> Client {
+        if self.multi_user && uid != self.owner {
+            self.client.as_uid(uid)
+        } else {
+            self.client.clone()
+        }
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -208,32 +228,37 @@ impl Shared {
         }
     }
 
-    async fn lookup(&self, parent: INodeNo, name: &[u8]) -> Result<Entry, Errno> {
+    async fn lookup(&self, c: &Client, parent: INodeNo, name: &[u8]) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
-        let (fh, a) = self.client.lookup(&dir, name).await.map_err(errno)?;
+        let (fh, a) = c.lookup(&dir, name).await.map_err(errno)?;
         Ok(self.entry(parent, name, fh, &a))
     }
 
-    async fn getattr(&self, ino: INodeNo) -> Result<(Duration, FileAttr), Errno> {
+    async fn getattr(&self, c: &Client, ino: INodeNo) -> Result<(Duration, FileAttr), Errno> {
         let fh = self.fh(ino)?;
         // The kernel asks only when its own copy expired or was invalidated: go to the server.
-        let a = self.client.getattr_fresh(&fh).await.map_err(errno)?;
+        let a = c.getattr_fresh(&fh).await.map_err(errno)?;
         Ok((ttl(&a), fattr(ino.0, &a)))
     }
 
-    async fn setattr(&self, ino: INodeNo, s: SetAttr) -> Result<(Duration, FileAttr), Errno> {
+    async fn setattr(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        s: SetAttr,
+    ) -> Result<(Duration, FileAttr), Errno> {
         let fh = self.fh(ino)?;
-        let a = self.client.setattr(&fh, s).await.map_err(errno)?;
+        let a = c.setattr(&fh, s).await.map_err(errno)?;
         Ok((ttl(&a), fattr(ino.0, &a)))
     }
 
     /// Whether the server grants every `bits` (protocol ACCESS bits) on `ino`.
-    async fn check_access(&self, ino: INodeNo, bits: u32) -> Result<(), Errno> {
+    async fn check_access(&self, c: &Client, ino: INodeNo, bits: u32) -> Result<(), Errno> {
         if bits == 0 {
             return Ok(());
         }
         let fh = self.fh(ino)?;
-        let granted = self.client.access(&fh, bits).await.map_err(errno)?;
+        let granted = c.access(&fh, bits).await.map_err(errno)?;
         if granted & bits == bits {
             Ok(())
         } else {
@@ -241,19 +266,26 @@ impl Shared {
         }
     }
 
-    async fn access(&self, ino: INodeNo, mask: AccessFlags) -> Result<(), Errno> {
+    async fn access(&self, c: &Client, ino: INodeNo, mask: AccessFlags) -> Result<(), Errno> {
         let fh = self.fh(ino)?;
-        let a = self.client.getattr(&fh).await.map_err(errno)?;
+        let a = c.getattr(&fh).await.map_err(errno)?;
         self.check_access(
+            c,
             ino,
             access_bits(mask.bits(), a.ftype == FileType::Directory),
         )
         .await
     }
 
-    async fn read(&self, ino: INodeNo, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+    async fn read(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, Errno> {
         let fh = self.fh(ino)?;
-        let (rmax, _) = self.client.io_sizes().await.map_err(errno)?;
+        let (rmax, _) = c.io_sizes().await.map_err(errno)?;
         let mut out = Vec::with_capacity(size.min(rmax.max(1) * 4) as usize);
         loop {
             let done = out.len() as u32;
@@ -261,8 +293,7 @@ impl Shared {
                 break;
             }
             let want = (size - done).min(rmax.max(1));
-            let (data, eof) = self
-                .client
+            let (data, eof) = c
                 .read(&fh, offset + u64::from(done), want)
                 .await
                 .map_err(errno)?;
@@ -275,15 +306,20 @@ impl Shared {
         Ok(out)
     }
 
-    async fn write(&self, ino: INodeNo, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+    async fn write(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u32, Errno> {
         let fh = self.fh(ino)?;
-        let (_, wmax) = self.client.io_sizes().await.map_err(errno)?;
+        let (_, wmax) = c.io_sizes().await.map_err(errno)?;
         let wmax = wmax.max(1) as usize;
         let mut pos = 0usize;
         while pos < data.len() {
             let end = (pos + wmax).min(data.len());
-            let (n, verf) = self
-                .client
+            let (n, verf) = c
                 .write(
                     &fh,
                     offset + pos as u64,
@@ -311,7 +347,7 @@ impl Shared {
 
     /// COMMITs unstable writes of `ino` (always when `force`: fsync must reach the disk);
     /// `EIO` when the server may have lost some of them (see [`Table::lost`]).
-    async fn commit(&self, ino: INodeNo, force: bool) -> Result<(), Errno> {
+    async fn commit(&self, c: &Client, ino: INodeNo, force: bool) -> Result<(), Errno> {
         let (dirty, lost) = {
             let mut t = self.table();
             let d = t.dirty.remove(&ino.0);
@@ -324,7 +360,7 @@ impl Shared {
         };
         if dirty.is_some() || force {
             let fh = self.fh(ino)?;
-            let committed = match self.client.commit(&fh).await {
+            let committed = match c.commit(&fh).await {
                 Ok(v) => v,
                 Err(e) => {
                     // Still uncommitted: keep what we know for the next flush or fsync.
@@ -365,6 +401,7 @@ impl Shared {
 
     async fn create(
         &self,
+        c: &Client,
         parent: INodeNo,
         name: &[u8],
         mode: u32,
@@ -380,45 +417,62 @@ impl Shared {
         } else {
             CreateHow::Unchecked(attr)
         };
-        let (fh, a) = self.client.create(&dir, name, how).await.map_err(errno)?;
+        let (fh, a) = c.create(&dir, name, how).await.map_err(errno)?;
         Ok(self.entry(parent, name, fh, &a))
     }
 
-    async fn mkdir(&self, parent: INodeNo, name: &[u8], mode: u32) -> Result<Entry, Errno> {
+    async fn mkdir(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+    ) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
         let attr = SetAttr {
             mode: Some(mode & 0o7777),
             ..crate::commands::transfer::set_nothing()
         };
-        let (fh, a) = self.client.mkdir(&dir, name, attr).await.map_err(errno)?;
+        let (fh, a) = c.mkdir(&dir, name, attr).await.map_err(errno)?;
         Ok(self.entry(parent, name, fh, &a))
     }
 
-    async fn symlink(&self, parent: INodeNo, name: &[u8], target: &[u8]) -> Result<Entry, Errno> {
+    async fn symlink(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
-        let (fh, a) = self
-            .client
+        let (fh, a) = c
             .symlink(&dir, name, target, crate::commands::transfer::set_nothing())
             .await
             .map_err(errno)?;
         Ok(self.entry(parent, name, fh, &a))
     }
 
-    async fn link(&self, ino: INodeNo, parent: INodeNo, name: &[u8]) -> Result<Entry, Errno> {
+    async fn link(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        parent: INodeNo,
+        name: &[u8],
+    ) -> Result<Entry, Errno> {
         let fh = self.fh(ino)?;
         let dir = self.fh(parent)?;
-        let a = self.client.link(&fh, &dir, name).await.map_err(errno)?;
+        let a = c.link(&fh, &dir, name).await.map_err(errno)?;
         Ok(self.entry(parent, name, fh, &a))
     }
 
     /// If `dir/name` is a file some program has open, renames it to a hidden name instead of
     /// letting it go (the server would forget it and the open descriptor would go stale);
     /// it is removed at its last close. Whether it was hidden.
-    async fn hide_if_open(&self, dir: &FileHandle, name: &[u8]) -> Result<bool, Errno> {
+    async fn hide_if_open(&self, c: &Client, dir: &FileHandle, name: &[u8]) -> Result<bool, Errno> {
         if self.table().open.is_empty() {
             return Ok(false);
         }
-        let fh = match self.client.lookup(dir, name).await {
+        let fh = match c.lookup(dir, name).await {
             Ok((fh, _)) => fh,
             Err(SessionError::Nfs(NfsStatus::NoEnt)) => return Ok(false),
             Err(e) => return Err(errno(e)),
@@ -438,10 +492,7 @@ impl Shared {
             );
             (ino, h)
         };
-        self.client
-            .rename(dir, name, dir, &hidden.1)
-            .await
-            .map_err(errno)?;
+        c.rename(dir, name, dir, &hidden.1).await.map_err(errno)?;
         self.table().hidden.insert(hidden.0, (*dir, hidden.1));
         Ok(true)
     }
@@ -451,7 +502,7 @@ impl Shared {
     }
 
     /// The last close of a file unlinked while open removes its hidden name.
-    async fn released(&self, ino: INodeNo) -> Result<(), Errno> {
+    async fn released(&self, c: &Client, ino: INodeNo) -> Result<(), Errno> {
         let hidden = {
             let mut t = self.table();
             let left = match t.open.get_mut(&ino.0) {
@@ -470,30 +521,31 @@ impl Shared {
             }
         };
         if let Some((dir, name)) = hidden {
-            self.client
-                .remove(&dir, &name, false)
-                .await
-                .map_err(errno)?;
+            c.remove(&dir, &name, false).await.map_err(errno)?;
         }
         Ok(())
     }
 
-    async fn remove(&self, parent: INodeNo, name: &[u8], is_dir: bool) -> Result<(), Errno> {
+    async fn remove(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        is_dir: bool,
+    ) -> Result<(), Errno> {
         let dir = self.fh(parent)?;
-        if !is_dir && self.hide_if_open(&dir, name).await? {
+        if !is_dir && self.hide_if_open(c, &dir, name).await? {
             self.forget_name(parent, name);
             return Ok(());
         }
-        self.client
-            .remove(&dir, name, is_dir)
-            .await
-            .map_err(errno)?;
+        c.remove(&dir, name, is_dir).await.map_err(errno)?;
         self.forget_name(parent, name);
         Ok(())
     }
 
     async fn rename(
         &self,
+        c: &Client,
         parent: INodeNo,
         name: &[u8],
         newparent: INodeNo,
@@ -509,32 +561,29 @@ impl Shared {
         }
         if flags.contains(RenameFlags::RENAME_NOREPLACE) {
             // The protocol's RENAME always replaces; check first (not atomic with the rename).
-            match self.client.lookup(&to, newname).await {
+            match c.lookup(&to, newname).await {
                 Ok(_) => return Err(Errno::EEXIST),
                 Err(SessionError::Nfs(NfsStatus::NoEnt)) => {}
                 Err(e) => return Err(errno(e)),
             }
         }
         // Replacing a file some program has open: keep it alive under a hidden name.
-        self.hide_if_open(&to, newname).await?;
-        self.client
-            .rename(&from, name, &to, newname)
-            .await
-            .map_err(errno)?;
+        self.hide_if_open(c, &to, newname).await?;
+        c.rename(&from, name, &to, newname).await.map_err(errno)?;
         self.forget_name(parent, name);
         Ok(())
     }
 
-    async fn readlink(&self, ino: INodeNo) -> Result<Vec<u8>, Errno> {
+    async fn readlink(&self, c: &Client, ino: INodeNo) -> Result<Vec<u8>, Errno> {
         let fh = self.fh(ino)?;
-        self.client.readlink(&fh).await.map_err(errno)
+        c.readlink(&fh).await.map_err(errno)
     }
 
     /// Reads the whole directory now (READDIRPLUS); `readdir`/`readdirplus` page through
     /// this snapshot.
-    async fn opendir(&self, ino: INodeNo) -> Result<u64, Errno> {
+    async fn opendir(&self, c: &Client, ino: INodeNo) -> Result<u64, Errno> {
         let dir = self.fh(ino)?;
-        let all = self.client.readdir_all(&dir).await.map_err(errno)?;
+        let all = c.readdir_all(&dir).await.map_err(errno)?;
         let mut entries = Vec::with_capacity(all.len() + 2);
         for name in [&b"."[..], b".."] {
             entries.push(Listed {
@@ -551,7 +600,7 @@ impl Shared {
             let (fh, attr) = match (e.fh, e.attr) {
                 (Some(fh), Some(a)) => (fh, a),
                 // The server did not include them: ask (rare; gone since is fine).
-                _ => match self.client.lookup(&dir, &e.name).await {
+                _ => match c.lookup(&dir, &e.name).await {
                     Ok(x) => x,
                     Err(SessionError::Nfs(NfsStatus::NoEnt)) => continue,
                     Err(err) => return Err(errno(err)),
@@ -603,9 +652,9 @@ impl Shared {
         self.table().listings.get(&h).cloned()
     }
 
-    async fn statfs(&self) -> Result<protocol::FsStat, Errno> {
+    async fn statfs(&self, c: &Client) -> Result<protocol::FsStat, Errno> {
         let root = self.fh(INodeNo(ROOT))?;
-        self.client.fsstat(&root).await.map_err(errno)
+        c.fsstat(&root).await.map_err(errno)
     }
 }
 
@@ -804,13 +853,14 @@ impl SfsFuse {
         SfsFuse { sh, rt }
     }
 
-    /// Runs `f` on the runtime with the shared state.
-    fn spawn<F, Fut>(&self, f: F)
+    /// Runs `f` on the runtime with the shared state and the session acting for the caller.
+    fn spawn<F, Fut>(&self, req: &Request, f: F)
     where
-        F: FnOnce(Arc<Shared>) -> Fut,
+        F: FnOnce(Arc<Shared>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.rt.spawn(f(self.sh.clone()));
+        let c = self.sh.client_for(req.uid());
+        self.rt.spawn(f(self.sh.clone(), c));
     }
 }
 
@@ -847,9 +897,11 @@ impl Filesystem for SfsFuse {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.as_bytes().to_vec();
-        self.spawn(|sh| async move { reply_entry(sh.lookup(parent, &name).await, reply) });
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.lookup(&c, parent, &name).await, reply)
+        });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -858,17 +910,19 @@ impl Filesystem for SfsFuse {
 
     fn getattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: Option<fuser::FileHandle>,
         reply: ReplyAttr,
     ) {
-        self.spawn(|sh| async move { reply_attr(sh.getattr(ino).await, reply) });
+        self.spawn(req, |sh, c| async move {
+            reply_attr(sh.getattr(&c, ino).await, reply)
+        });
     }
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -892,12 +946,14 @@ impl Filesystem for SfsFuse {
             atime: set_time(atime),
             mtime: set_time(mtime),
         };
-        self.spawn(|sh| async move { reply_attr(sh.setattr(ino, s).await, reply) });
+        self.spawn(req, |sh, c| async move {
+            reply_attr(sh.setattr(&c, ino, s).await, reply)
+        });
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.spawn(|sh| async move {
-            match sh.readlink(ino).await {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(req, |sh, c| async move {
+            match sh.readlink(&c, ino).await {
                 Ok(t) => reply.data(&t),
                 Err(e) => reply.error(e),
             }
@@ -906,7 +962,7 @@ impl Filesystem for SfsFuse {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -920,14 +976,14 @@ impl Filesystem for SfsFuse {
             return;
         }
         let name = name.as_bytes().to_vec();
-        self.spawn(
-            |sh| async move { reply_entry(sh.create(parent, &name, mode, true).await, reply) },
-        );
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.create(&c, parent, &name, mode, true).await, reply)
+        });
     }
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -935,22 +991,28 @@ impl Filesystem for SfsFuse {
         reply: ReplyEntry,
     ) {
         let name = name.as_bytes().to_vec();
-        self.spawn(|sh| async move { reply_entry(sh.mkdir(parent, &name, mode).await, reply) });
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.mkdir(&c, parent, &name, mode).await, reply)
+        });
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.as_bytes().to_vec();
-        self.spawn(|sh| async move { reply_empty(sh.remove(parent, &name, false).await, reply) });
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.remove(&c, parent, &name, false).await, reply)
+        });
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.as_bytes().to_vec();
-        self.spawn(|sh| async move { reply_empty(sh.remove(parent, &name, true).await, reply) });
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.remove(&c, parent, &name, true).await, reply)
+        });
     }
 
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         link_name: &OsStr,
         target: &std::path::Path,
@@ -958,14 +1020,14 @@ impl Filesystem for SfsFuse {
     ) {
         let name = link_name.as_bytes().to_vec();
         let target = target.as_os_str().as_bytes().to_vec();
-        self.spawn(
-            |sh| async move { reply_entry(sh.symlink(parent, &name, &target).await, reply) },
-        );
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.symlink(&c, parent, &name, &target).await, reply)
+        });
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -975,9 +1037,10 @@ impl Filesystem for SfsFuse {
     ) {
         let name = name.as_bytes().to_vec();
         let newname = newname.as_bytes().to_vec();
-        self.spawn(|sh| async move {
+        self.spawn(req, |sh, c| async move {
             reply_empty(
-                sh.rename(parent, &name, newparent, &newname, flags).await,
+                sh.rename(&c, parent, &name, newparent, &newname, flags)
+                    .await,
                 reply,
             )
         });
@@ -985,19 +1048,21 @@ impl Filesystem for SfsFuse {
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
         let name = newname.as_bytes().to_vec();
-        self.spawn(|sh| async move { reply_entry(sh.link(ino, newparent, &name).await, reply) });
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.link(&c, ino, newparent, &name).await, reply)
+        });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.spawn(|sh| async move {
-            match sh.check_access(ino, open_bits(flags)).await {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(req, |sh, c| async move {
+            match sh.check_access(&c, ino, open_bits(flags)).await {
                 // No FOPEN_KEEP_CACHE: the kernel drops cached pages at open, so each open
                 // sees what the server has (close-to-open consistency, as with NFS).
                 Ok(()) => {
@@ -1011,7 +1076,7 @@ impl Filesystem for SfsFuse {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: fuser::FileHandle,
         offset: u64,
@@ -1020,8 +1085,8 @@ impl Filesystem for SfsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(|sh| async move {
-            match sh.read(ino, offset, size).await {
+        self.spawn(req, |sh, c| async move {
+            match sh.read(&c, ino, offset, size).await {
                 Ok(d) => reply.data(&d),
                 Err(e) => reply.error(e),
             }
@@ -1030,7 +1095,7 @@ impl Filesystem for SfsFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: fuser::FileHandle,
         offset: u64,
@@ -1041,8 +1106,8 @@ impl Filesystem for SfsFuse {
         reply: ReplyWrite,
     ) {
         let data = data.to_vec();
-        self.spawn(|sh| async move {
-            match sh.write(ino, offset, &data).await {
+        self.spawn(req, |sh, c| async move {
+            match sh.write(&c, ino, offset, &data).await {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(e),
             }
@@ -1051,19 +1116,21 @@ impl Filesystem for SfsFuse {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: fuser::FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         // close(2): commit what this file has outstanding, so errors reach the program.
-        self.spawn(|sh| async move { reply_empty(sh.commit(ino, false).await, reply) });
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.commit(&c, ino, false).await, reply)
+        });
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: fuser::FileHandle,
         _flags: OpenFlags,
@@ -1071,27 +1138,29 @@ impl Filesystem for SfsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(|sh| async move {
-            let committed = sh.commit(ino, false).await;
-            let released = sh.released(ino).await;
+        self.spawn(req, |sh, c| async move {
+            let committed = sh.commit(&c, ino, false).await;
+            let released = sh.released(&c, ino).await;
             reply_empty(committed.and(released), reply)
         });
     }
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: fuser::FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(|sh| async move { reply_empty(sh.commit(ino, true).await, reply) });
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.commit(&c, ino, true).await, reply)
+        });
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.spawn(|sh| async move {
-            match sh.opendir(ino).await {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(req, |sh, c| async move {
+            match sh.opendir(&c, ino).await {
                 Ok(h) => reply.opened(fuser::FileHandle(h), FopenFlags::empty()),
                 Err(e) => reply.error(e),
             }
@@ -1203,9 +1272,9 @@ impl Filesystem for SfsFuse {
         reply.ok();
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.spawn(|sh| async move {
-            match sh.statfs().await {
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.spawn(req, |sh, c| async move {
+            match sh.statfs(&c).await {
                 Ok(s) => {
                     let b = u64::from(BLKSIZE);
                     reply.statfs(
@@ -1258,13 +1327,15 @@ impl Filesystem for SfsFuse {
         reply.error(Errno::ENOSYS);
     }
 
-    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.spawn(|sh| async move { reply_empty(sh.access(ino, mask).await, reply) });
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.access(&c, ino, mask).await, reply)
+        });
     }
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -1274,8 +1345,8 @@ impl Filesystem for SfsFuse {
     ) {
         let name = name.as_bytes().to_vec();
         let exclusive = flags & libc::O_EXCL != 0;
-        self.spawn(|sh| async move {
-            match sh.create(parent, &name, mode, exclusive).await {
+        self.spawn(req, |sh, c| async move {
+            match sh.create(&c, parent, &name, mode, exclusive).await {
                 Ok(e) => {
                     sh.opened(e.attr.ino.0);
                     reply.created(

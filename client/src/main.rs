@@ -169,8 +169,15 @@ fn run(cli: Cli) -> Result<(), CmdError> {
                 listen,
                 ..
             } => commands::mount::mount_nfs(&mut ctx, &name, &dir, listen).await,
-            Command::Mount { name, dir, .. } => {
-                commands::mount::mount_fuse(&mut ctx, &name, &dir).await
+            Command::Mount {
+                name,
+                dir,
+                multi_user,
+                identities,
+                ..
+            } => {
+                let users = multi_user.then_some(identities);
+                commands::mount::mount_fuse(&mut ctx, &name, &dir, users).await
             }
             Command::Keygen { .. } | Command::Umount { .. } => Ok(()),
         }

@@ -50,6 +50,30 @@ struct Setup {
 
 /// A server exporting a fresh directory, with `alice` (the owner of the temp dir) as a user.
 fn setup() -> Setup {
+    setup_users(&[])
+}
+
+/// `sfs keygen --out key`: the public key.
+fn keygen(home: &Path, key: &Path) -> String {
+    let mut c = sfs_cmd(home);
+    c.args(["keygen", "--out"]).arg(key);
+    let out = run(c, LIMIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// [`setup`] plus users `(name, uid)` (uid = gid) with keys in `DIR/idents/UID`.
+fn setup_users(extra: &[(&str, u32)]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let export = dir.path().join("export");
@@ -57,24 +81,16 @@ fn setup() -> Setup {
     fs::create_dir_all(&home).unwrap();
     fs::create_dir_all(&export).unwrap();
     let identity = dir.path().join("alice.key");
-    let mut c = sfs_cmd(&home);
-    c.args(["keygen", "--out"]).arg(&identity);
-    let out = run(c, LIMIT);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let public = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .last()
-        .unwrap()
-        .trim()
-        .to_owned();
+    let public = keygen(&home, &identity);
     let m = fs::metadata(dir.path()).unwrap();
     let users = dir.path().join("users");
-    fs::write(&users, format!("alice {public} {} {}\n", m.uid(), m.gid())).unwrap();
+    let mut lines = format!("alice {public} {} {}\n", m.uid(), m.gid());
+    fs::create_dir_all(dir.path().join("idents")).unwrap();
+    for (name, uid) in extra {
+        let public = keygen(&home, &dir.path().join("idents").join(uid.to_string()));
+        lines.push_str(&format!("{name} {public} {uid} {uid}\n"));
+    }
+    fs::write(&users, lines).unwrap();
     let server = Server::start(&state, &export, 0, &["--users", users.to_str().unwrap()]);
     Setup {
         dir,
@@ -143,6 +159,11 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 impl Setup {
     /// `sfs mount NAME DIR` (background) on a fresh directory named `name`.
     fn mount(&self, name: &str) -> Mount {
+        self.mount_with(name, &[])
+    }
+
+    /// [`Setup::mount`] with extra `sfs mount` flags.
+    fn mount_with(&self, name: &str, flags: &[&str]) -> Mount {
         let dir = self.dir.path().join(name);
         fs::create_dir_all(&dir).unwrap();
         let dir = dir.canonicalize().unwrap();
@@ -153,7 +174,8 @@ impl Setup {
             .args(["-vv", "--timeout", "5", "mount", &self.server.name])
             .arg(&dir)
             .arg("--log")
-            .arg(&log);
+            .arg(&log)
+            .args(flags);
         let out = run(c, LIMIT);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
@@ -742,4 +764,75 @@ fn large_directory_listing_and_inode_numbers() {
     assert!(names.contains(&"new".to_owned()) && !names.contains(&"f000".to_owned()));
     assert_eq!(fs::read(d.join("new")).unwrap(), b"n");
     assert_eq!(fs::read(d.join("f399")).unwrap(), b"399");
+}
+
+/// Runs `sh -c script` as local uid (= gid) `uid`: whether it succeeded, and its stderr.
+fn as_uid(uid: u32, script: &str) -> (bool, String) {
+    let out = Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn many_users_on_one_stream() {
+    need_fuse!();
+    let root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    if !root || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs root and setpriv to act as other local users");
+        return;
+    }
+    // Local uid 65534 has a key the server maps to 65534; 65533 has none (anonymous).
+    let s = setup_users(&[("nobody", 65534)]);
+    fs::set_permissions(s.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let idents = s.dir.path().join("idents");
+    let m = s.mount_with(
+        "mnt",
+        &["--multi-user", "--identities", idents.to_str().unwrap()],
+    );
+    let d = &m.dir;
+    assert!(
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains("allow_other")
+    );
+
+    // The owner (root here, alice on the server) makes a shared directory and a file.
+    fs::create_dir(d.join("shared")).unwrap();
+    fs::set_permissions(d.join("shared"), fs::Permissions::from_mode(0o777)).unwrap();
+    fs::write(d.join("readme"), b"for everyone to read").unwrap();
+
+    // uid 65534 logs in on the same stream: its file is created as 65534 on the server.
+    let (ok, err) = as_uid(65534, &format!("echo mine > {}/shared/byn", d.display()));
+    assert!(ok, "{err}\n{}", m.log());
+    assert_eq!(
+        fs::metadata(s.export.join("shared/byn")).unwrap().uid(),
+        65534
+    );
+    let (ok, _) = as_uid(65534, &format!("cat {}/readme", d.display()));
+    assert!(ok, "a logged-in user reads a 0644 file");
+    let (ok, _) = as_uid(65534, &format!("echo x >> {}/readme", d.display()));
+    assert!(!ok, "but may not write it");
+
+    // uid 65533 has no identity: anonymous, and this server gives anonymous users nothing,
+    // although the modes would let any local user read and create.
+    let (ok, err) = as_uid(65533, &format!("cat {}/readme", d.display()));
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    let (ok, _) = as_uid(65533, &format!("echo a > {}/shared/anon", d.display()));
+    assert!(!ok);
+    assert!(!s.export.join("shared/anon").exists());
+    // The owner is unaffected, and sees 65534's file.
+    assert_eq!(fs::read(d.join("shared/byn")).unwrap(), b"mine\n");
+    assert!(m.log().contains("uid=65534"), "{}", m.log());
 }

@@ -351,17 +351,45 @@ fn may_allow_other() -> bool {
     })
 }
 
+/// The effective uid (/proc/self belongs to it).
+fn euid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
+}
+
 /// `sfs mount -f` (and the background process): mounts with FUSE and serves until unmounted
-/// or signalled.
-pub async fn mount_fuse(ctx: &mut Ctx, name: &str, dir: &Path) -> Result<(), CmdError> {
+/// or signalled. `users`: many users on one stream (`Some`, with the identities directory).
+pub async fn mount_fuse(
+    ctx: &mut Ctx,
+    name: &str,
+    dir: &Path,
+    users: Option<Option<PathBuf>>,
+) -> Result<(), CmdError> {
     use tokio::signal::unix::{SignalKind, signal};
     let abs = mount_point(dir)?;
+    let multi_user = users.is_some();
+    if multi_user && !may_allow_other() {
+        return Err(CmdError::Usage(
+            "--multi-user needs allow_other: run as root, or add user_allow_other to \
+             /etc/fuse.conf"
+                .into(),
+        ));
+    }
     let t = Target::parse(name)?;
     let (client, root, attr) = ctx.resolve(&t).await?;
     if attr.ftype != protocol::FileType::Directory {
         return Err(CmdError::Path(t.text, "Not a directory".into()));
     }
-    let sh = crate::fuse::Shared::new(client.clone(), root);
+    let sh = if let Some(dir) = users {
+        client.set_identity_resolver(Box::new(move |uid| {
+            crate::identity::for_local_user(uid, dir.as_deref())
+        }));
+        crate::fuse::Shared::with_users(client.clone(), root, Some(euid()))
+    } else {
+        crate::fuse::Shared::new(client.clone(), root)
+    };
     let rt = tokio::runtime::Handle::current();
     let auto_unmount = may_allow_other();
     let fsname = name.split(',').next().unwrap_or("sfs").to_owned();
@@ -379,13 +407,20 @@ pub async fn mount_fuse(ctx: &mut Ctx, name: &str, dir: &Path) -> Result<(), Cmd
             c.mount_options.push(O::AutoUnmount);
             c.acl = fuser::SessionACL::RootAndOwner;
         }
+        if multi_user {
+            // Everyone may enter; the kernel's cache is shared between users, so the kernel
+            // checks modes against each caller too (the server checks as each caller's
+            // identity in any case).
+            c.acl = fuser::SessionACL::All;
+            c.mount_options.push(O::DefaultPermissions);
+        }
         c
     };
     let (sh2, rt2, dir2) = (sh.clone(), rt.clone(), abs.clone());
     let session = tokio::task::spawn_blocking(move || {
         let fs = || crate::fuse::SfsFuse::new(sh2.clone(), rt2.clone());
         match fuser::Session::new(fs(), &dir2, &config(auto_unmount)) {
-            Err(e) if auto_unmount => {
+            Err(e) if auto_unmount && !multi_user => {
                 tracing::warn!(
                     "mount with auto_unmount failed ({e}); mounting without it (if this \
                      process dies, run `sfs umount {}`)",
