@@ -10,6 +10,7 @@
 # `sfs mount --multi-user` so every uid logs in on the one stream, runs every test directory
 # with `prove` from inside the mount under a time limit, and prints per-directory pass counts
 # next to the same suite on a local directory. Run as root (pjdfstest needs it).
+# SFS_PROFILE=debug uses a debug build (faster to build); PJD_LOGS=DIR keeps prove's output.
 set -euo pipefail
 
 src=${1:?usage: scripts/pjdfstest.sh PJDFSTEST_SOURCE_DIR [SECONDS_PER_DIRECTORY]}
@@ -30,6 +31,9 @@ for tool in autoreconf make gcc prove fusermount3; do
 done
 
 work=$(mktemp -d /tmp/sfs-pjdfstest.XXXXXX)
+# prove's output per directory is kept in PJD_LOGS (default: discarded with the work dir).
+logs=${PJD_LOGS:-$work/logs}
+mkdir -p "$logs"
 chmod 755 "$work"
 mnt="$work/mnt"
 sfsd_pid=
@@ -92,11 +96,11 @@ run_suite() {
         total=$(sed -n 's/^Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' <<<"$out")
         failed=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' <<<"$out" | awk '{s+=$1} END{print s+0}')
         if [ -z "$total" ]; then
-            echo "$label $n: no result (time limit ${limit}s?)"
+            echo "$label $n: timeout(${limit}s)"
         else
             echo "$label $n: $((total - ${failed:-0}))/$total"
         fi
-        echo "$out" >"$work/$label-$n.log"
+        echo "$out" >"$logs/$label-$n.log"
     done
 }
 
