@@ -11,6 +11,7 @@
 # with `prove` from inside the mount under a time limit, and prints per-directory pass counts
 # next to the same suite on a local directory. Run as root (pjdfstest needs it).
 # SFS_PROFILE=debug uses a debug build (faster to build); PJD_LOGS=DIR keeps prove's output.
+# PJD_ONLY=GLOB runs only the matching test directories (e.g. PJD_ONLY=chmod).
 set -euo pipefail
 
 src=${1:?usage: scripts/pjdfstest.sh PJDFSTEST_SOURCE_DIR [SECONDS_PER_DIRECTORY]}
@@ -89,7 +90,7 @@ chmod 777 "$mnt" "$work/local"
 # Runs every test directory under $1 (cwd) and prints "dir passed/total".
 run_suite() {
     local where=$1 label=$2 dir n out total failed
-    for dir in "$work/pjdfstest/tests"/*/; do
+    for dir in "$work/pjdfstest/tests"/${PJD_ONLY:-*}/; do
         n=$(basename "$dir")
         out=$(cd "$where" && timeout --kill-after=10 "$limit" prove -r "$dir" 2>&1 || true)
         # prove's summary: "Files=N, Tests=T, ..." and per-file "Failed X/Y subtests".
