@@ -794,7 +794,14 @@ fn many_users_on_one_stream() {
         return;
     }
     // Local uid 65534 has a key the server maps to 65534; 65533 has none (anonymous).
-    let s = setup_users(&[("nobody", 65534)]);
+    // The LOGIN name is the local user's name from /etc/passwd (the uid when it has none).
+    let name = fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.split(':').nth(2) == Some("65534"))
+        .and_then(|l| l.split(':').next().map(str::to_owned))
+        .unwrap_or_else(|| "65534".to_owned());
+    let s = setup_users(&[(&name, 65534)]);
     fs::set_permissions(s.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let idents = s.dir.path().join("idents");
     let m = s.mount_with(
