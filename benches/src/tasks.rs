@@ -1,4 +1,18 @@
-//! `sfs-bench tasks`: paper 001 Table 2 on libcolor, beside tokio.
+//! `sfs-bench tasks`: paper 001 Table 2 on libcolor, beside tokio, plus workloads that
+//! stress a colored scheduler where Table 2 does not (`--workloads`):
+//!
+//! * `table2`: the paper's chains (below), every configuration;
+//! * `fan-in`: 16 source colors, each step posting a callback to one of 2 sink colors whose
+//!   completion posts the source's next step, so each sink has up to 8 callbacks outstanding
+//!   (tokio: source tasks sending to 2 sink tasks over channels, awaiting a reply);
+//! * `many-colors`: 4096 chains, each its own color, with a tenth of the work per callback;
+//! * `hot-cold`: 8 chains sharing one hot color beside 256 cold single-chain colors (tokio:
+//!   the hot chains share a mutex around their work);
+//! * `cross-thread`: 2 threads outside the runtime post callbacks into 256 colors, at most
+//!   1024 outstanding (tokio: `Handle::spawn` from those threads).
+//!
+//! Rates are reported per wall second and per CPU second of the whole process (producer
+//! threads included), the fair measure on a shared machine.
 //!
 //! `colors` chains of callbacks, each of a distinct color: every callback does a little
 //! computation, counts itself and schedules its child in its own color. The colors are chosen
@@ -49,6 +63,35 @@ pub struct TasksArgs {
     /// Print one JSON object per configuration and line instead of a table
     #[arg(long)]
     json: bool,
+    /// Workloads to run; all but `table2` run only `per-worker+steal` and `tokio`
+    #[arg(long, value_delimiter = ',', default_value = "table2")]
+    workloads: Vec<Workload>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+pub enum Workload {
+    #[value(name = "table2")]
+    Table2,
+    #[value(name = "fan-in")]
+    FanIn,
+    #[value(name = "many-colors")]
+    ManyColors,
+    #[value(name = "hot-cold")]
+    HotCold,
+    #[value(name = "cross-thread")]
+    CrossThread,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Table2 => "table2",
+            Workload::FanIn => "fan-in",
+            Workload::ManyColors => "many-colors",
+            Workload::HotCold => "hot-cold",
+            Workload::CrossThread => "cross-thread",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -96,6 +139,7 @@ struct Sample {
 
 #[derive(Serialize)]
 struct Row {
+    workload: &'static str,
     config: &'static str,
     workers: usize,
     colors: usize,
@@ -132,25 +176,39 @@ pub fn run(args: TasksArgs) -> anyhow::Result<()> {
             args.colors, args.work, workers, args.reps, args.duration, args.warmup
         );
     }
-    let mut samples: Vec<Vec<Sample>> = args.configs.iter().map(|_| Vec::new()).collect();
-    for rep in 0..args.reps {
-        for (i, &config) in args.configs.iter().enumerate() {
-            if !args.json {
-                eprintln!("  rep {}/{}: {}", rep + 1, args.reps, config.name());
+    let mut rows = Vec::new();
+    for &workload in &args.workloads {
+        let configs: Vec<Config> = if workload == Workload::Table2 {
+            args.configs.clone()
+        } else {
+            args.configs
+                .iter()
+                .copied()
+                .filter(|c| matches!(c, Config::PerWorkerSteal | Config::Tokio))
+                .collect()
+        };
+        let mut samples: Vec<Vec<Sample>> = configs.iter().map(|_| Vec::new()).collect();
+        for rep in 0..args.reps {
+            for (i, &config) in configs.iter().enumerate() {
+                if !args.json {
+                    eprintln!(
+                        "  {} rep {}/{}: {}",
+                        workload.name(),
+                        rep + 1,
+                        args.reps,
+                        config.name()
+                    );
+                }
+                let sample = measure(workload, config, workers, &colors, args.work, &window)
+                    .with_context(|| format!("running {} {}", workload.name(), config.name()))?;
+                samples[i].push(sample);
             }
-            let sample = measure(config, workers, &colors, args.work, &window)
-                .with_context(|| format!("running {}", config.name()))?;
-            samples[i].push(sample);
         }
-    }
-    let rows: Vec<Row> = args
-        .configs
-        .iter()
-        .zip(&samples)
-        .map(|(&config, samples)| {
+        rows.extend(configs.iter().zip(&samples).map(|(&config, samples)| {
             let rates: Vec<f64> = samples.iter().map(|s| s.tasks_per_sec).collect();
             let (lo, hi) = spread(&rates);
             Row {
+                workload: workload.name(),
                 config: config.name(),
                 workers: if config == Config::Uni { 1 } else { workers },
                 colors: args.colors,
@@ -172,8 +230,8 @@ pub fn run(args: TasksArgs) -> anyhow::Result<()> {
                         .collect::<Vec<_>>(),
                 ),
             }
-        })
-        .collect();
+        }));
+    }
     if args.json {
         for row in &rows {
             println!("{}", serde_json::to_string(row)?);
@@ -195,16 +253,9 @@ fn arranged_colors(count: usize, workers: usize) -> Vec<Color> {
 }
 
 fn print_table(rows: &[Row]) {
-    let base = rows
-        .iter()
-        .find(|r| r.config == "shared")
-        .map(|r| r.tasks_per_sec);
-    let tokio = rows
-        .iter()
-        .find(|r| r.config == "tokio")
-        .map(|r| r.tasks_per_sec);
     println!(
-        "{:<18} {:>7} {:>14} {:>25} {:>14} {:>9} {:>9} {:>10}",
+        "{:<13} {:<18} {:>7} {:>14} {:>25} {:>14} {:>9} {:>9} {:>10}",
+        "workload",
         "config",
         "workers",
         "tasks/s",
@@ -215,10 +266,17 @@ fn print_table(rows: &[Row]) {
         "steals/s"
     );
     for r in rows {
+        let find = |config: &str| {
+            rows.iter()
+                .find(|b| b.workload == r.workload && b.config == config)
+                .map(|b| b.tasks_per_sec)
+        };
+        let (base, tokio) = (find("shared"), find("tokio"));
         let ratio =
             |b: Option<f64>| b.map_or("-".to_string(), |b| format!("{:.2}x", r.tasks_per_sec / b));
         println!(
-            "{:<18} {:>7} {:>14.0} {:>12.0} - {:<10.0} {:>14.0} {:>9} {:>9} {:>10.0}",
+            "{:<13} {:<18} {:>7} {:>14.0} {:>12.0} - {:<10.0} {:>14.0} {:>9} {:>9} {:>10.0}",
+            r.workload,
             r.config,
             r.workers,
             r.tasks_per_sec,
@@ -291,17 +349,18 @@ fn observe(
 }
 
 fn measure(
+    workload: Workload,
     config: Config,
     workers: usize,
     colors: &[Color],
     work: u32,
     window: &Window,
 ) -> anyhow::Result<Sample> {
-    match config {
-        Config::Tokio | Config::TokioSpawn => {
+    match (workload, config) {
+        (Workload::Table2, Config::Tokio | Config::TokioSpawn) => {
             measure_tokio(config, workers, colors.len(), work, window)
         }
-        _ => {
+        (Workload::Table2, _) => {
             let builder = match config {
                 Config::Uni => Runtime::builder().uniprocessor(),
                 Config::Shared => Runtime::builder()
@@ -312,6 +371,8 @@ fn measure(
             };
             measure_libcolor(builder, colors, work, window)
         }
+        (_, Config::Tokio | Config::TokioSpawn) => extra::tokio(workload, workers, work, window),
+        (_, _) => extra::libcolor(workload, Runtime::builder().workers(workers), work, window),
     }
 }
 
@@ -396,6 +457,259 @@ fn tokio_step(index: usize, work: u32, counts: Counters, stop: Arc<AtomicBool>) 
     }
 }
 
+/// The workloads beyond Table 2, on libcolor and on tokio.
+mod extra {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    pub(super) const FAN_SOURCES: usize = 16;
+    pub(super) const FAN_SINKS: usize = 2;
+    pub(super) const MANY: usize = 4096;
+    pub(super) const HOT_CHAINS: usize = 8;
+    pub(super) const COLD: usize = 256;
+    pub(super) const CROSS_COLORS: usize = 256;
+    pub(super) const CROSS_PRODUCERS: usize = 2;
+    pub(super) const CROSS_OUTSTANDING: usize = 1024;
+
+    fn lanes(workload: Workload) -> usize {
+        match workload {
+            Workload::Table2 => 1,
+            Workload::FanIn => FAN_SOURCES,
+            Workload::ManyColors => MANY,
+            Workload::HotCold => HOT_CHAINS + COLD,
+            Workload::CrossThread => CROSS_PRODUCERS,
+        }
+    }
+
+    /// A chain in `color`: work, count, repost.
+    fn chain(color: Color, index: usize, work: u32, counts: Counters) {
+        spin(work, index as u64);
+        counts[index].fetch_add(1, Relaxed);
+        libcolor::cpucb(color, move || chain(color, index, work, counts));
+    }
+
+    /// A fan-in source step: work, then a callback in a sink color which posts the next step.
+    fn source(index: usize, work: u32, counts: Counters) {
+        spin(work, index as u64);
+        counts[index].fetch_add(1, Relaxed);
+        let sink = Color(10_000 + (index % FAN_SINKS) as u32);
+        libcolor::cpucb(sink, move || {
+            spin(work, index as u64);
+            counts[index].fetch_add(1, Relaxed);
+            libcolor::cpucb(Color(1 + index as u32), move || source(index, work, counts));
+        });
+    }
+
+    pub(super) fn libcolor(
+        workload: Workload,
+        builder: libcolor::Builder,
+        work: u32,
+        window: &Window,
+    ) -> anyhow::Result<Sample> {
+        let runtime = builder.build()?;
+        let handle = runtime.handle();
+        let counts = counters(lanes(workload));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut producers = Vec::new();
+        match workload {
+            Workload::Table2 => unreachable!("Table 2 has its own driver"),
+            Workload::FanIn => {
+                for i in 0..FAN_SOURCES {
+                    let counts = counts.clone();
+                    handle.cpucb(Color(1 + i as u32), move || source(i, work, counts));
+                }
+            }
+            Workload::ManyColors => {
+                for i in 0..MANY {
+                    let counts = counts.clone();
+                    let color = Color(1 + i as u32);
+                    handle.cpucb(color, move || chain(color, i, work / 10, counts));
+                }
+            }
+            Workload::HotCold => {
+                for i in 0..HOT_CHAINS + COLD {
+                    let counts = counts.clone();
+                    let color = if i < HOT_CHAINS {
+                        Color(5)
+                    } else {
+                        Color(100 + i as u32)
+                    };
+                    handle.cpucb(color, move || chain(color, i, work, counts));
+                }
+            }
+            Workload::CrossThread => {
+                let outstanding = Arc::new(AtomicUsize::new(0));
+                for p in 0..CROSS_PRODUCERS {
+                    let (h, counts, stop, outstanding) = (
+                        handle.clone(),
+                        counts.clone(),
+                        stop.clone(),
+                        outstanding.clone(),
+                    );
+                    producers.push(std::thread::spawn(move || {
+                        let mut i = 0u32;
+                        while !stop.load(Relaxed) {
+                            if outstanding.load(Relaxed) >= CROSS_OUTSTANDING {
+                                std::thread::yield_now();
+                                continue;
+                            }
+                            for _ in 0..64 {
+                                i = i.wrapping_add(1);
+                                let (counts, outstanding) = (counts.clone(), outstanding.clone());
+                                outstanding.fetch_add(1, Relaxed);
+                                h.cpucb(Color(1 + i % CROSS_COLORS as u32), move || {
+                                    spin(work, p as u64);
+                                    counts[p].fetch_add(1, Relaxed);
+                                    outstanding.fetch_sub(1, Relaxed);
+                                });
+                            }
+                        }
+                    }));
+                }
+            }
+        }
+        let observer = {
+            let (counts, handle, stats_handle) = (counts.clone(), handle.clone(), handle.clone());
+            let window = Window { ..*window };
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                observe(
+                    counts,
+                    &window,
+                    || stats_handle.stats().steals(),
+                    || {
+                        stop.store(true, Relaxed);
+                        handle.stop()
+                    },
+                )
+            })
+        };
+        runtime.run()?;
+        for p in producers {
+            let _ = p.join();
+        }
+        observer
+            .join()
+            .map_err(|_| anyhow::anyhow!("observer thread panicked"))
+    }
+
+    pub(super) fn tokio(
+        workload: Workload,
+        workers: usize,
+        work: u32,
+        window: &Window,
+    ) -> anyhow::Result<Sample> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .build()?;
+        let counts = counters(lanes(workload));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut producers = Vec::new();
+        let plain = |runtime: &tokio::runtime::Runtime, index: usize, work: u32| {
+            let (counts, stop) = (counts.clone(), stop.clone());
+            runtime.spawn(async move {
+                while !stop.load(Relaxed) {
+                    spin(work, index as u64);
+                    counts[index].fetch_add(1, Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            });
+        };
+        match workload {
+            Workload::Table2 => unreachable!("Table 2 has its own driver"),
+            Workload::FanIn => {
+                type Reply = tokio::sync::oneshot::Sender<()>;
+                let mut sinks = Vec::new();
+                for _ in 0..FAN_SINKS {
+                    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Reply)>();
+                    let counts = counts.clone();
+                    runtime.spawn(async move {
+                        while let Some((index, reply)) = rx.recv().await {
+                            spin(work, index as u64);
+                            counts[index].fetch_add(1, Relaxed);
+                            let _ = reply.send(());
+                        }
+                    });
+                    sinks.push(tx);
+                }
+                for i in 0..FAN_SOURCES {
+                    let (counts, stop, sink) =
+                        (counts.clone(), stop.clone(), sinks[i % FAN_SINKS].clone());
+                    runtime.spawn(async move {
+                        while !stop.load(Relaxed) {
+                            spin(work, i as u64);
+                            counts[i].fetch_add(1, Relaxed);
+                            let (tx, rx) = tokio::sync::oneshot::channel();
+                            if sink.send((i, tx)).is_err() || rx.await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+            Workload::ManyColors => {
+                for i in 0..MANY {
+                    plain(&runtime, i, work / 10);
+                }
+            }
+            Workload::HotCold => {
+                let hot = Arc::new(std::sync::Mutex::new(()));
+                for i in 0..HOT_CHAINS {
+                    let (counts, stop, hot) = (counts.clone(), stop.clone(), hot.clone());
+                    runtime.spawn(async move {
+                        while !stop.load(Relaxed) {
+                            {
+                                let _serial = hot.lock().unwrap_or_else(|p| p.into_inner());
+                                spin(work, i as u64);
+                            }
+                            counts[i].fetch_add(1, Relaxed);
+                            tokio::task::yield_now().await;
+                        }
+                    });
+                }
+                for i in HOT_CHAINS..HOT_CHAINS + COLD {
+                    plain(&runtime, i, work);
+                }
+            }
+            Workload::CrossThread => {
+                let outstanding = Arc::new(AtomicUsize::new(0));
+                for p in 0..CROSS_PRODUCERS {
+                    let (h, counts, stop, outstanding) = (
+                        runtime.handle().clone(),
+                        counts.clone(),
+                        stop.clone(),
+                        outstanding.clone(),
+                    );
+                    producers.push(std::thread::spawn(move || {
+                        while !stop.load(Relaxed) {
+                            if outstanding.load(Relaxed) >= CROSS_OUTSTANDING {
+                                std::thread::yield_now();
+                                continue;
+                            }
+                            for _ in 0..64 {
+                                let (counts, outstanding) = (counts.clone(), outstanding.clone());
+                                outstanding.fetch_add(1, Relaxed);
+                                h.spawn(async move {
+                                    spin(work, p as u64);
+                                    counts[p].fetch_add(1, Relaxed);
+                                    outstanding.fetch_sub(1, Relaxed);
+                                });
+                            }
+                        }
+                    }));
+                }
+            }
+        }
+        let stop_flag = stop.clone();
+        let sample = observe(counts, window, || 0, move || stop_flag.store(true, Relaxed));
+        for p in producers {
+            let _ = p.join();
+        }
+        runtime.shutdown_timeout(Duration::from_secs(5));
+        Ok(sample)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,8 +740,22 @@ mod tests {
             Config::Tokio,
             Config::TokioSpawn,
         ] {
-            let sample = measure(config, 2, &colors, 100, &window).unwrap();
+            let sample = measure(Workload::Table2, config, 2, &colors, 100, &window).unwrap();
             assert!(sample.tasks_per_sec > 0.0, "{config:?} made no progress");
+        }
+        for workload in [
+            Workload::FanIn,
+            Workload::ManyColors,
+            Workload::HotCold,
+            Workload::CrossThread,
+        ] {
+            for config in [Config::PerWorkerSteal, Config::Tokio] {
+                let sample = measure(workload, config, 2, &colors, 100, &window).unwrap();
+                assert!(
+                    sample.tasks_per_sec > 0.0,
+                    "{workload:?} {config:?} made no progress"
+                );
+            }
         }
     }
 }

@@ -12,8 +12,12 @@
 //! * `cpucb` makes a callback runnable now, ahead of I/O callbacks; I/O readiness callbacks on
 //!   mio sources, timers, signals, a helper pool for blocking calls and overload shedding
 //!   complete the event interface.
-//! * Each worker has its own queue; colors map to workers through a 1024-entry table; idle
-//!   workers steal whole colors that are not running, and the table follows them.
+//! * The color (its slot in a 1024-entry table) is the unit of scheduling: each slot has its
+//!   own FIFO and a small atomic state machine, and the workers' run queues
+//!   (`crossbeam-deque`) hold slots. Idle workers steal queued slots, never running ones; a
+//!   worker runs a slot for a budget, then yields it; whichever worker would otherwise park
+//!   polls. See the crate's README and `mp.rs` for the design and why.
+//! * [`ColorCell`] holds state owned by one color, reachable only from its callbacks.
 //! * A uniprocessor flavour with the same API is the baseline for speedups.
 //!
 //! Panics: a panicking callback is caught, logged, and stops the runtime; `Runtime::run`
@@ -44,20 +48,25 @@
 //! rt.run().unwrap();
 //! ```
 
+mod cell;
 mod color;
 mod core;
 mod error;
 mod handle;
+#[cfg(all(test, loom))]
+mod loom_model;
 mod mp;
 mod pool;
 mod queue;
 mod reactor;
 mod runtime;
+mod state;
 mod stats;
 mod task;
 mod timer;
 mod uni;
 
+pub use cell::{ColorCell, RunningColor, WrongColor};
 pub use color::{COLOR_SLOTS, Color};
 pub use error::Error;
 pub use handle::{Handle, IoRegistration, cpucb, current};

@@ -1,32 +1,76 @@
-//! The multiprocessor flavour: one worker thread per CPU, a run queue per worker, the
-//! 1024-entry color table, and stealing of whole colors (paper 001, section 4.2).
+//! The multiprocessor flavour: one worker thread per CPU; the color slot is the unit of
+//! scheduling.
 //!
-//! Why a mutex per queue rather than crossbeam-deque: a steal must take *every* queued task of
-//! a color that is not running, keep their order and retarget the color table atomically with
-//! respect to anyone scheduling that color; and any thread may push onto any worker's queue.
-//! crossbeam's deques steal single tasks (or halves) from one end and only let the owner push,
-//! so they cannot express either rule. A short critical section on an uncontended futex mutex
-//! is what the original used too (spin locks on the run queues, section 4.3).
+//! # Design
 //!
-//! Locking rules: a queue's lock covers its tasks and, for the color table, the entries that
-//! map to it: the table entry of a slot only changes while both the old and the new owner's
-//! locks are held (taken in index order), and a scheduler re-checks the entry under the lock it
-//! took, so a task can never land on a queue that no longer owns its color.
+//! Each of the 1024 color slots (paper 001 section 4.2: colors map through a 1024-entry
+//! table; colors congruent modulo its size share a slot and are serialised together) owns a
+//! FIFO of callbacks in two lock-free lanes (`cpucb` ahead of I/O) and the small state machine
+//! of [`crate::state`]: idle, queued, running, running + notified. Run queues hold *slots*,
+//! never callbacks, the way libdispatch enqueues a serial queue (not its blocks) on a root
+//! queue:
+//!
+//! * every worker has a `crossbeam-deque` FIFO `Worker` (its local run queue; others hold its
+//!   `Stealer`) and an `Injector` inbox for slots queued by other threads;
+//! * posting (`cpucb`, an I/O edge, a timer, a helper completion) pushes the callback on the
+//!   slot's lane and does one `fetch_or` on the slot state. Only a post that finds the slot
+//!   idle queues it, on the run queue of the slot's *home* worker (the last worker that ran
+//!   it: the thesis' last-color affinity, which keeps a color's state in one cache) — its own
+//!   local deque when the poster is that worker, the home's inbox otherwise. Posting to a busy
+//!   color costs that one atomic: no lock, no wake;
+//! * a worker takes a slot off a run queue, `start`s it (it is then the slot's only owner),
+//!   and runs its callbacks in FIFO order for a budget (64 callbacks or 500 µs, the time read
+//!   every 8 callbacks: cohort
+//!   batching, paper 004), then yields the slot to the back of its own deque, so no color, and
+//!   nothing queued behind it, starves; a yielded turn begins with an I/O callback if one
+//!   waits, so a color that keeps re-posting `cpucb`s cannot starve its own I/O either;
+//! * an idle worker steals a *batch* of queued slots from another worker's inbox or deque.
+//!   Running slots are on no run queue, so a thief cannot take one: exclusion holds by
+//!   construction (a slot is on at most one run queue, and only the worker that took it off
+//!   runs it), order by the slot's FIFO. The slot's home follows the thief;
+//! * the poller is whichever worker would otherwise park (tokio's driver model): an idle
+//!   worker that can take the reactor announces itself, re-checks every run queue it could
+//!   take work from, and only then blocks in `epoll_wait` until the next timer. Busy workers
+//!   take a non-blocking look every millisecond if the reactor is free, so timers, signals and
+//!   I/O are never starved by CPU work; a worker leaving the reactor with work to do wakes a
+//!   parked one to take over polling;
+//! * sleeping follows the Dekker pattern: a worker announces itself idle (`SeqCst`), fences,
+//!   re-checks; a poster that queued a slot fences and wakes an idle worker if the idle count
+//!   is non-zero. Either the worker sees the slot or the poster sees the worker.
+//!
+//! Priorities: a slot queued by a callback with a positive priority goes on a runtime-wide
+//! priority injector that every worker serves first. Overload shedding compares the slot's
+//! FIFO depth with the threshold at post time.
+//!
+//! `QueueMode::Shared` (Table 2's base) puts every queued slot on one shared `Injector`
+//! instead; `stealing(false)` keeps a slot on its home (`slot mod workers`) forever.
+//!
+//! # Why not the old design
+//!
+//! The previous design kept *callbacks* in a mutex-protected queue per worker and found a
+//! color's tasks by scanning; a thief had to move every task of a non-running color under two
+//! locks, and a scheduler had to re-check the color table under the lock. Making the slot the
+//! unit removes the scan (a turn pops a FIFO), the per-post lock and most wakes; measurements
+//! are in the README (`sfs-bench tasks`).
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::*};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::*, fence};
+use std::time::{Duration, Instant};
 
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
 use crossbeam_utils::sync::{Parker, Unparker};
 
 use crate::color::{COLOR_SLOTS, Color};
-use crate::core::{Common, Core, nanos, poll_turn, run_task};
+use crate::core::{CLOCK_EVERY, Common, Core, poll_once, poll_timeout, run_task};
 use crate::error::Error;
 use crate::handle::Handle;
-use crate::queue::RunQueue;
-use crate::reactor::lock;
-use crate::task::{Task, Work};
+use crate::state::SlotState;
+use crate::stats::WorkerClock;
+use crate::task::{Lane, Task};
 
 /// How the runtime arranges its run queues: the steps of paper 001's Table 2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,109 +84,150 @@ pub enum QueueMode {
 const AWAKE: u8 = 0;
 const PARKED: u8 = 1;
 const POLLING: u8 = 2;
-const NOT_RUNNING: usize = usize::MAX;
-/// An idle worker is woken to steal when a queue has at least this many tasks waiting.
-const STEAL_WAKE_DEPTH: usize = 2;
-/// An idle worker only steals from a queue at least this deep. A queue holding one task will
-/// run it as soon as its worker is free; moving that color (often the poller's color 0, whose
-/// task is always queued) to another CPU costs its cache state and, in a server, makes colors
-/// ping-pong between idle workers (cohort scheduling's argument for stealing thresholds,
-/// paper 004).
-const STEAL_MIN_DEPTH: usize = 2;
 
-struct WorkerQueue {
-    tasks: Mutex<RunQueue>,
-    /// Number of queued tasks, readable without the lock (observability, steal choice).
-    depth: AtomicUsize,
+/// Callbacks a worker runs from one slot before yielding it.
+pub(crate) const BUDGET: u32 = 64;
+/// Wall time after which a worker yields a slot even within the budget.
+pub(crate) const TURN_TIME: Duration = Duration::from_micros(500);
+/// How often a busy worker takes a non-blocking look at the reactor (if it is free).
+const POLL_INTERVAL: Duration = Duration::from_millis(1);
+/// Every this many turns a worker serves its inbox before its own deque (fairness between
+/// slots queued locally and slots queued by other threads).
+const INBOX_EVERY: u32 = 31;
+
+pub(crate) struct Slot {
+    state: CachePadded<SlotState>,
+    /// Set by the owner that yields the slot with I/O waiting: its next turn starts with I/O.
+    io_first: AtomicBool,
+    cpu: SegQueue<Task>,
+    io: SegQueue<Task>,
 }
 
-struct WorkerState {
-    sleep: AtomicU8,
-    /// The color slot this worker is running, or `NOT_RUNNING`; written under its queue's
-    /// lock when a task is picked, so a thief holding that lock sees it.
-    running_slot: AtomicUsize,
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            state: CachePadded::new(SlotState::new()),
+            io_first: AtomicBool::new(false),
+            cpu: SegQueue::new(),
+            io: SegQueue::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.cpu.len() + self.io.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.cpu.is_empty() && self.io.is_empty()
+    }
+
+    fn drain(&self) -> usize {
+        let mut n = 0;
+        while self.cpu.pop().or_else(|| self.io.pop()).is_some() {
+            n += 1;
+        }
+        n
+    }
+}
+
+struct WorkerShared {
+    /// AWAKE, PARKED or POLLING; a waker claims a sleeping worker by CAS to AWAKE.
+    sleep: CachePadded<AtomicU8>,
+    inbox: Injector<usize>,
+    stealer: Stealer<usize>,
     unparker: Unparker,
+}
+
+/// What a worker thread is handed when it starts.
+pub(crate) struct WorkerSeat {
+    parker: Parker,
+    deque: Worker<usize>,
+}
+
+/// (runtime id, worker index, local deque).
+type LocalSeat = (u64, usize, Rc<Worker<usize>>);
+
+thread_local! {
+    /// The local run queue of the worker running on this thread: (runtime id, worker index,
+    /// deque). Lets a post from a callback push onto its own worker's deque without a lock.
+    static LOCAL: RefCell<Option<LocalSeat>> = const { RefCell::new(None) };
 }
 
 pub(crate) struct Mp {
     common: Common,
-    queues: Box<[CachePadded<WorkerQueue>]>,
+    slots: Box<[Slot]>,
+    /// Home worker of each slot (per-worker mode).
     table: Box<[AtomicUsize]>,
-    workers: Box<[CachePadded<WorkerState>]>,
+    workers: Box<[WorkerShared]>,
+    /// The single queue of `QueueMode::Shared`.
+    shared: Injector<usize>,
+    /// Slots queued by a prioritised callback; served first by every worker.
+    urgent: Injector<usize>,
     mode: QueueMode,
     steal: bool,
-    window: usize,
-    idle_workers: AtomicUsize,
-    /// Set once the poller task has been queued, so `run` queues exactly one.
-    poller_started: AtomicBool,
+    /// Workers parked or polling (announced before their last re-check).
+    idle: CachePadded<AtomicUsize>,
 }
 
 pub(crate) struct MpConfig {
     pub(crate) workers: usize,
     pub(crate) mode: QueueMode,
     pub(crate) steal: bool,
-    pub(crate) window: usize,
+}
+
+/// Takes one item, retrying while the queue reports contention.
+fn take<T>(mut attempt: impl FnMut() -> Steal<T>) -> Option<T> {
+    loop {
+        match attempt() {
+            Steal::Success(item) => return Some(item),
+            Steal::Empty => return None,
+            Steal::Retry => std::hint::spin_loop(),
+        }
+    }
 }
 
 impl Mp {
-    pub(crate) fn new(config: MpConfig, common: Common) -> (Arc<Mp>, Vec<Parker>) {
+    pub(crate) fn new(config: MpConfig, common: Common) -> (Arc<Mp>, Vec<WorkerSeat>) {
         let workers = config.workers.max(1);
-        let queue_count = match config.mode {
-            QueueMode::Shared => 1,
-            QueueMode::PerWorker => workers,
-        };
-        let parkers: Vec<Parker> = (0..workers).map(|_| Parker::new()).collect();
+        let seats: Vec<WorkerSeat> = (0..workers)
+            .map(|_| WorkerSeat {
+                parker: Parker::new(),
+                deque: Worker::new_fifo(),
+            })
+            .collect();
         let mp = Mp {
             common,
-            queues: (0..queue_count)
-                .map(|_| {
-                    CachePadded::new(WorkerQueue {
-                        tasks: Mutex::new(RunQueue::default()),
-                        depth: AtomicUsize::new(0),
-                    })
-                })
-                .collect(),
-            // Round-robin initial distribution: color c runs on worker c mod N.
+            slots: (0..COLOR_SLOTS).map(|_| Slot::new()).collect(),
+            // Round-robin initial homes: color c starts on worker c mod N.
             table: (0..COLOR_SLOTS)
-                .map(|slot| AtomicUsize::new(slot % queue_count))
+                .map(|slot| AtomicUsize::new(slot % workers))
                 .collect(),
-            workers: parkers
+            workers: seats
                 .iter()
-                .map(|p| {
-                    CachePadded::new(WorkerState {
-                        sleep: AtomicU8::new(AWAKE),
-                        running_slot: AtomicUsize::new(NOT_RUNNING),
-                        unparker: p.unparker().clone(),
-                    })
+                .map(|seat| WorkerShared {
+                    sleep: CachePadded::new(AtomicU8::new(AWAKE)),
+                    inbox: Injector::new(),
+                    stealer: seat.deque.stealer(),
+                    unparker: seat.parker.unparker().clone(),
                 })
                 .collect(),
+            shared: Injector::new(),
+            urgent: Injector::new(),
             mode: config.mode,
             steal: config.steal && config.mode == QueueMode::PerWorker && workers > 1,
-            window: config.window,
-            idle_workers: AtomicUsize::new(0),
-            poller_started: AtomicBool::new(false),
+            idle: CachePadded::new(AtomicUsize::new(0)),
         };
-        (Arc::new(mp), parkers)
-    }
-
-    fn queue_of(&self, worker: usize) -> usize {
-        match self.mode {
-            QueueMode::Shared => 0,
-            QueueMode::PerWorker => worker,
-        }
+        (Arc::new(mp), seats)
     }
 
     /// Runs the workers on their own threads until the runtime stops.
     pub(crate) fn run(
         self: &Arc<Self>,
-        parkers: Vec<Parker>,
+        seats: Vec<WorkerSeat>,
         pin: Option<Vec<usize>>,
     ) -> Result<(), Error> {
-        if !self.poller_started.swap(true, AcqRel) {
-            self.schedule(Task::poll());
-        }
-        let mut threads = Vec::with_capacity(parkers.len());
-        for (index, parker) in parkers.into_iter().enumerate() {
+        let mut threads = Vec::with_capacity(seats.len());
+        for (index, seat) in seats.into_iter().enumerate() {
             let mp = self.clone();
             let cpu = pin.as_ref().map(|cpus| cpus[index % cpus.len()]);
             let spawned = std::thread::Builder::new()
@@ -156,7 +241,12 @@ impl Mp {
                         mp.wake_all();
                         return;
                     }
-                    mp.worker_loop(index, &parker);
+                    let deque = Rc::new(seat.deque);
+                    LOCAL.with(|l| *l.borrow_mut() = Some((mp.common.id, index, deque.clone())));
+                    mp.worker_loop(index, &deque, &seat.parker);
+                    LOCAL.with(|l| l.borrow_mut().take());
+                    // Slot indices left in the deque are dropped with it; the slots' FIFOs
+                    // are drained below.
                 });
             match spawned {
                 Ok(handle) => threads.push(handle),
@@ -178,206 +268,373 @@ impl Mp {
                 });
             }
         }
-        for queue in self.queues.iter() {
-            lock(&queue.tasks).clear();
-            queue.depth.store(0, Relaxed);
-        }
+        self.drain_all();
         self.common.teardown();
+        // Completions that helpers posted while being joined.
+        self.drain_all();
         match self.common.take_failure() {
             Some(error) => Err(error),
             None => Ok(()),
         }
     }
 
-    fn worker_loop(&self, index: usize, parker: &Parker) {
-        let counters = self.common.stats.worker(index);
-        let queue = &self.queues[self.queue_of(index)];
-        let me = &self.workers[index];
-        let mut last: Option<Color> = None;
-        let mut clock = Instant::now();
+    /// Drops every queued callback (their captured state is released).
+    fn drain_all(&self) -> usize {
+        while take(|| self.shared.steal()).is_some() {}
+        while take(|| self.urgent.steal()).is_some() {}
+        for w in self.workers.iter() {
+            while take(|| w.inbox.steal()).is_some() {}
+        }
+        self.slots.iter().map(Slot::drain).sum()
+    }
+
+    fn worker_loop(&self, index: usize, deque: &Worker<usize>, parker: &Parker) {
+        let mut clock = WorkerClock::new(self.common.stats.worker(index));
+        let mut tick: u32 = 0;
+        let mut last_poll = clock.now;
         while !self.common.is_stopping() {
-            let (task, more) = {
-                let mut tasks = lock(&queue.tasks);
-                let task = match self.mode {
-                    QueueMode::PerWorker => tasks.pick(last, self.window, |_| false),
-                    QueueMode::Shared => {
-                        tasks.pick(last, self.window, |slot| self.running_elsewhere(slot))
-                    }
-                };
-                if let Some(task) = &task {
-                    me.running_slot.store(task.color.slot(), Release);
-                    queue.depth.store(tasks.len(), Relaxed);
-                }
-                (task, !tasks.is_empty())
-            };
-            match task {
-                Some(Task {
-                    work: Work::Poll, ..
-                }) => {
-                    self.poller_turn(index, !more);
-                    me.running_slot.store(NOT_RUNNING, Release);
-                    if !self.common.is_stopping() {
-                        self.schedule(Task::poll());
-                    }
-                    clock = Instant::now();
-                }
-                Some(task) => {
-                    let color = task.color;
-                    clock = run_task(self, counters, task, clock);
-                    me.running_slot.store(NOT_RUNNING, Release);
-                    last = Some(color);
-                }
+            tick = tick.wrapping_add(1);
+            if clock.now.saturating_duration_since(last_poll) >= POLL_INTERVAL {
+                last_poll = clock.now;
+                self.poll_while_busy(&mut clock);
+            }
+            clock.maybe_flush();
+            match self.find_work(index, deque, tick, &mut clock) {
+                Some(slot) => self.run_slot(index, slot, deque, &mut clock),
                 None => {
-                    if !self.try_steal(index) {
-                        self.park(index, parker);
-                    }
-                    clock = Instant::now();
+                    self.idle(index, deque, parker, &mut clock);
+                    last_poll = clock.now;
                 }
             }
         }
-        me.running_slot.store(NOT_RUNNING, Release);
     }
 
-    /// The poller's turn: a non-blocking poll while this worker has other work, a blocking
-    /// one only when nothing else can run here (and nothing could be stolen).
-    fn poller_turn(&self, index: usize, alone: bool) {
-        let counters = self.common.stats.worker(index);
-        let me = &self.workers[index];
-        let mut may_block = alone && !self.try_steal(index);
-        if may_block {
-            me.sleep.store(POLLING, SeqCst);
-            self.idle_workers.fetch_add(1, SeqCst);
-            // Re-check after announcing the sleep: a task scheduled before the announcement
-            // saw us awake and did not wake us.
-            if self.has_eligible_work(index) || self.common.is_stopping() {
-                may_block = false;
-            }
+    fn find_work(
+        &self,
+        index: usize,
+        deque: &Worker<usize>,
+        tick: u32,
+        clock: &mut WorkerClock<'_>,
+    ) -> Option<usize> {
+        if !self.urgent.is_empty()
+            && let Some(slot) = take(|| self.urgent.steal())
+        {
+            return Some(slot);
         }
-        let started = Instant::now();
-        poll_turn(self, may_block);
-        let spent = nanos(started.elapsed());
-        if me.sleep.load(Relaxed) == POLLING {
-            me.sleep.store(AWAKE, SeqCst);
-            self.idle_workers.fetch_sub(1, SeqCst);
-        }
-        if may_block {
-            counters.idled(spent);
-        } else {
-            counters.polled(spent);
-        }
-    }
-
-    fn park(&self, index: usize, parker: &Parker) {
-        let me = &self.workers[index];
-        me.sleep.store(PARKED, SeqCst);
-        self.idle_workers.fetch_add(1, SeqCst);
-        let must_stay_awake =
-            self.common.is_stopping() || self.has_eligible_work(index) || self.try_steal(index);
-        if !must_stay_awake {
-            let started = Instant::now();
-            parker.park();
-            self.common
-                .stats
-                .worker(index)
-                .idled(nanos(started.elapsed()));
-        }
-        me.sleep.store(AWAKE, SeqCst);
-        self.idle_workers.fetch_sub(1, SeqCst);
-    }
-
-    /// Whether this worker's queue holds something it could run now. With per-worker queues
-    /// that is any task; with the shared queue, a task whose color is not running elsewhere
-    /// (a worker that finishes a color picks its successor itself, so skipping blocked
-    /// colors cannot strand them).
-    fn has_eligible_work(&self, index: usize) -> bool {
-        let queue = &self.queues[self.queue_of(index)];
         match self.mode {
-            QueueMode::PerWorker => queue.depth.load(SeqCst) > 0,
-            QueueMode::Shared => {
-                lock(&queue.tasks).has_eligible(|slot| self.running_elsewhere_than(index, slot))
+            QueueMode::Shared => take(|| self.shared.steal()),
+            QueueMode::PerWorker => {
+                let inbox = &self.workers[index].inbox;
+                if tick.is_multiple_of(INBOX_EVERY)
+                    && let Some(slot) = take(|| inbox.steal_batch_and_pop(deque))
+                {
+                    return Some(slot);
+                }
+                if let Some(slot) = deque.pop() {
+                    return Some(slot);
+                }
+                if let Some(slot) = take(|| inbox.steal_batch_and_pop(deque)) {
+                    return Some(slot);
+                }
+                if self.steal {
+                    self.steal_from_others(index, deque, clock)
+                } else {
+                    None
+                }
             }
         }
     }
 
-    /// With a shared queue, whether another worker is running a task of `slot`.
-    fn running_elsewhere(&self, slot: usize) -> bool {
-        self.workers
-            .iter()
-            .any(|w| w.running_slot.load(Acquire) == slot)
+    /// Takes a batch of queued slots from another worker (its inbox first: slots nobody has
+    /// looked at yet, then its deque), starting after this worker so thieves spread out.
+    fn steal_from_others(
+        &self,
+        thief: usize,
+        deque: &Worker<usize>,
+        clock: &mut WorkerClock<'_>,
+    ) -> Option<usize> {
+        let n = self.workers.len();
+        for offset in 1..n {
+            let victim = &self.workers[(thief + offset) % n];
+            let got = take(|| victim.inbox.steal_batch_and_pop(deque))
+                .or_else(|| take(|| victim.stealer.steal_batch_and_pop(deque)));
+            if let Some(slot) = got {
+                clock.counters().stole(1 + deque.len());
+                return Some(slot);
+            }
+        }
+        None
     }
 
-    fn running_elsewhere_than(&self, me: usize, slot: usize) -> bool {
-        self.workers
-            .iter()
-            .enumerate()
-            .any(|(i, w)| i != me && w.running_slot.load(Acquire) == slot)
+    /// Runs a turn of `slot`, which this worker just took off a run queue.
+    fn run_slot(&self, index: usize, s: usize, deque: &Worker<usize>, clock: &mut WorkerClock<'_>) {
+        let slot = &self.slots[s];
+        slot.state.start();
+        if self.steal && self.table[s].load(Relaxed) != index {
+            self.table[s].store(index, Relaxed);
+        }
+        clock.counters().saw_depth(slot.len());
+        let turn_start = clock.now;
+        let mut ran = 0u32;
+        let mut unclocked = 0u32;
+        let mut io_first = slot.io_first.swap(false, Relaxed);
+        loop {
+            let task = if io_first {
+                io_first = false;
+                slot.io.pop().or_else(|| slot.cpu.pop())
+            } else {
+                slot.cpu.pop().or_else(|| slot.io.pop())
+            };
+            let Some(task) = task else {
+                if unclocked > 0 {
+                    clock.ran(s, unclocked, Instant::now());
+                }
+                if slot.state.try_idle() {
+                    return;
+                }
+                unclocked = 0;
+                continue; // a post slipped in: look again
+            };
+            run_task(self, clock, task);
+            ran += 1;
+            unclocked += 1;
+            if self.common.is_stopping() {
+                clock.ran(s, unclocked, Instant::now());
+                return; // the slot stays owned; teardown drops what is queued
+            }
+            if unclocked == CLOCK_EVERY {
+                clock.ran(s, unclocked, Instant::now());
+                unclocked = 0;
+            }
+            if ran >= BUDGET || clock.now.saturating_duration_since(turn_start) >= TURN_TIME {
+                if unclocked > 0 {
+                    clock.ran(s, unclocked, Instant::now());
+                    unclocked = 0;
+                }
+                if slot.is_empty() {
+                    if slot.state.try_idle() {
+                        return;
+                    }
+                    continue;
+                }
+                slot.io_first.store(!slot.io.is_empty(), Relaxed);
+                slot.state.yield_now();
+                self.requeue(s, deque);
+                return;
+            }
+        }
     }
 
-    /// Steals every queued task of one color slot that is not running from the busiest other
-    /// worker, and retargets the color table to this worker. Returns whether it stole.
-    fn try_steal(&self, thief: usize) -> bool {
-        if !self.steal {
+    /// Puts a yielded slot back on a run queue (this worker's, or the shared one).
+    fn requeue(&self, s: usize, deque: &Worker<usize>) {
+        match self.mode {
+            QueueMode::Shared => self.shared.push(s),
+            QueueMode::PerWorker => {
+                deque.push(s);
+                if self.steal && deque.len() > 1 {
+                    // More than this worker will take next: let an idle one steal.
+                    self.notify_any(None);
+                }
+            }
+        }
+    }
+
+    /// Whether any run queue this worker may take from holds a slot.
+    fn has_work(&self, index: usize, deque: &Worker<usize>) -> bool {
+        if !self.urgent.is_empty() {
+            return true;
+        }
+        match self.mode {
+            QueueMode::Shared => !self.shared.is_empty(),
+            QueueMode::PerWorker => {
+                if !deque.is_empty() || !self.workers[index].inbox.is_empty() {
+                    return true;
+                }
+                self.steal
+                    && self
+                        .workers
+                        .iter()
+                        .enumerate()
+                        .any(|(i, w)| i != index && (!w.inbox.is_empty() || !w.stealer.is_empty()))
+            }
+        }
+    }
+
+    /// Nothing to run: become the poller if the reactor is free, else park.
+    fn idle(
+        &self,
+        index: usize,
+        deque: &Worker<usize>,
+        parker: &Parker,
+        clock: &mut WorkerClock<'_>,
+    ) {
+        let me = &self.workers[index];
+        if let Some(held) = self.common.reactor.try_begin() {
+            me.sleep.store(POLLING, SeqCst);
+            self.idle.fetch_add(1, SeqCst);
+            fence(SeqCst);
+            let may_block = !self.has_work(index, deque) && !self.common.is_stopping();
+            if may_block {
+                clock.idle_start();
+            }
+            let mut held = held;
+            let ready = self
+                .common
+                .reactor
+                .poll_held(&mut held, poll_timeout(&self.common, may_block));
+            me.sleep.store(AWAKE, SeqCst);
+            self.idle.fetch_sub(1, SeqCst);
+            drop(held);
+            if may_block {
+                clock.idle_end();
+            }
+            let scheduled = self.dispatch(ready);
+            if !may_block {
+                clock.polled();
+            }
+            if scheduled > 0 || may_block {
+                // This worker is about to run something: hand polling to a parked worker.
+                self.hand_off_polling();
+            }
+        } else {
+            me.sleep.store(PARKED, SeqCst);
+            self.idle.fetch_add(1, SeqCst);
+            fence(SeqCst);
+            if !self.has_work(index, deque) && !self.common.is_stopping() {
+                clock.idle_start();
+                parker.park();
+                clock.idle_end();
+            }
+            me.sleep.store(AWAKE, SeqCst);
+            self.idle.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Schedules what a poll found (ready I/O callbacks, due timers).
+    fn dispatch(&self, ready: std::io::Result<Vec<crate::reactor::Ready>>) -> usize {
+        match ready {
+            Ok(ready) => {
+                let mut n = crate::reactor::Reactor::dispatch(ready, self);
+                for (color, callback) in self.common.timers.take_due(Instant::now()) {
+                    self.schedule(Task::call(color, Lane::Io, callback));
+                    n += 1;
+                }
+                n
+            }
+            Err(err) => {
+                self.common.fail(Error::Poll(err));
+                self.wake_all();
+                0
+            }
+        }
+    }
+
+    /// A busy worker's periodic look at the reactor, if nobody else holds it.
+    fn poll_while_busy(&self, clock: &mut WorkerClock<'_>) {
+        if let Some(held) = self.common.reactor.try_begin() {
+            clock.now = Instant::now();
+            poll_once(self, held, poll_timeout(&self.common, false));
+            clock.polled();
+            clock.flush();
+            self.hand_off_polling();
+        }
+    }
+
+    /// If workers are parked but none is polling, wakes one: it will take the reactor, so
+    /// I/O and timers are watched while this worker runs callbacks.
+    fn hand_off_polling(&self) {
+        if self.idle.load(SeqCst) == 0 {
+            return;
+        }
+        if self.workers.iter().any(|w| w.sleep.load(SeqCst) == POLLING) {
+            return;
+        }
+        for w in 0..self.workers.len() {
+            if self.try_wake(w, PARKED) {
+                return;
+            }
+        }
+    }
+
+    /// Claims worker `w` if it is sleeping in state `state` and wakes it.
+    fn try_wake(&self, w: usize, state: u8) -> bool {
+        let worker = &self.workers[w];
+        if worker.sleep.load(SeqCst) != state
+            || worker
+                .sleep
+                .compare_exchange(state, AWAKE, SeqCst, Relaxed)
+                .is_err()
+        {
             return false;
         }
-        let victim = (0..self.queues.len())
-            .filter(|&v| v != thief)
-            .map(|v| (self.queues[v].depth.load(Relaxed), v))
-            .filter(|&(depth, _)| depth >= STEAL_MIN_DEPTH)
-            .max()
-            .map(|(_, v)| v);
-        let Some(victim) = victim else {
-            return false;
-        };
-        let (mut victim_tasks, mut own_tasks) = self.lock_pair(victim, thief);
-        let running = self.workers[victim].running_slot.load(Acquire);
-        let running = (running != NOT_RUNNING).then_some(running);
-        let Some(slot) = victim_tasks.stealable_slot(running) else {
-            return false;
-        };
-        let stolen = victim_tasks.take_slot(slot);
-        let count = stolen.len();
-        for task in stolen {
-            own_tasks.push(task);
+        match state {
+            PARKED => worker.unparker.unpark(),
+            _ => self.common.reactor.wake(),
         }
-        self.table[slot].store(thief, Release);
-        self.queues[victim].depth.store(victim_tasks.len(), Relaxed);
-        self.queues[thief].depth.store(own_tasks.len(), Relaxed);
-        drop(own_tasks);
-        drop(victim_tasks);
-        self.common.stats.worker(thief).stole(count);
         true
     }
 
-    /// Locks two queues in index order (the only place two queue locks are held at once).
-    fn lock_pair(
-        &self,
-        a: usize,
-        b: usize,
-    ) -> (MutexGuard<'_, RunQueue>, MutexGuard<'_, RunQueue>) {
-        if a < b {
-            let first = lock(&self.queues[a].tasks);
-            let second = lock(&self.queues[b].tasks);
-            (first, second)
-        } else {
-            let second = lock(&self.queues[b].tasks);
-            let first = lock(&self.queues[a].tasks);
-            (first, second)
+    /// After queuing a slot that any worker may take: wakes one idle worker (`prefer` first,
+    /// then a parked one, then the poller), if any is idle.
+    fn notify_any(&self, prefer: Option<usize>) {
+        fence(SeqCst);
+        if self.idle.load(SeqCst) == 0 {
+            return;
         }
-    }
-
-    fn wake(&self, worker: usize) {
-        match self.workers[worker].sleep.load(SeqCst) {
-            PARKED => self.workers[worker].unparker.unpark(),
-            POLLING => self.common.reactor.wake(),
-            _ => {}
-        }
-    }
-
-    fn wake_one_idle(&self, except: usize) {
-        if let Some(idle) = (0..self.workers.len())
-            .find(|&w| w != except && self.workers[w].sleep.load(SeqCst) != AWAKE)
+        if let Some(w) = prefer
+            && (self.try_wake(w, PARKED) || self.try_wake(w, POLLING))
         {
-            self.wake(idle);
+            return;
+        }
+        for state in [PARKED, POLLING] {
+            for w in 0..self.workers.len() {
+                if self.try_wake(w, state) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// After queuing a slot only worker `w` may take (no stealing): wakes it if it sleeps.
+    fn notify_worker(&self, w: usize) {
+        fence(SeqCst);
+        let _ = self.try_wake(w, PARKED) || self.try_wake(w, POLLING);
+    }
+
+    /// Puts a slot that just became queued on a run queue.
+    fn enqueue(&self, s: usize, urgent: bool) {
+        if urgent {
+            self.urgent.push(s);
+            self.notify_any(None);
+            return;
+        }
+        match self.mode {
+            QueueMode::Shared => {
+                self.shared.push(s);
+                self.notify_any(None);
+            }
+            QueueMode::PerWorker => {
+                let home = self.table[s].load(Relaxed);
+                let local = LOCAL.with(|l| match &*l.borrow() {
+                    Some((runtime, me, deque)) if *runtime == self.common.id && *me == home => {
+                        deque.push(s);
+                        true
+                    }
+                    _ => false,
+                });
+                match (local, self.steal) {
+                    (true, true) => self.notify_any(None),
+                    (true, false) => {}
+                    (false, true) => {
+                        self.workers[home].inbox.push(s);
+                        self.notify_any(Some(home));
+                    }
+                    (false, false) => {
+                        self.workers[home].inbox.push(s);
+                        self.notify_worker(home);
+                    }
+                }
+            }
         }
     }
 }
@@ -388,51 +645,36 @@ impl Core for Mp {
     }
 
     fn schedule(&self, mut task: Task) {
-        let slot = task.color.slot();
-        loop {
-            let owner = self.table[slot].load(Acquire);
-            let queue = &self.queues[owner];
-            let mut tasks = lock(&queue.tasks);
-            if self.table[slot].load(Acquire) != owner {
-                continue; // the color was stolen meanwhile; follow it
-            }
-            let depth = tasks.len();
-            if task.shed_if(depth >= self.common.overload_threshold) {
-                self.common.stats.worker(owner).shed_one();
-            }
-            tasks.push(task);
-            queue.depth.store(depth + 1, SeqCst);
-            drop(tasks);
-            self.common.stats.worker(owner).saw_depth(depth + 1);
-            match self.mode {
-                QueueMode::PerWorker => {
-                    if self.workers[owner].sleep.load(SeqCst) != AWAKE {
-                        self.wake(owner);
-                    } else if self.steal
-                        && depth + 1 >= STEAL_WAKE_DEPTH
-                        && self.idle_workers.load(SeqCst) > 0
-                    {
-                        self.wake_one_idle(owner);
-                    }
-                }
-                QueueMode::Shared => {
-                    // A blocked poller holds color 0: only it can run color-0 work.
-                    if slot == Color::DEFAULT.slot() {
-                        self.wake_poller();
-                    }
-                    if self.idle_workers.load(SeqCst) > 0 {
-                        self.wake_one_idle(usize::MAX);
-                    }
-                }
-            }
+        let s = task.color.slot();
+        let slot = &self.slots[s];
+        if task.on_overload.is_some() {
+            let depth = slot.len();
+            task.shed_if(depth >= self.common.overload_threshold);
+        }
+        let urgent = task.priority > 0;
+        match task.lane {
+            Lane::Cpu => slot.cpu.push(task),
+            Lane::Io => slot.io.push(task),
+        }
+        // A post to the slot this very thread is running (a color re-posting itself) needs
+        // no notification: the owner pops its FIFO again before it may go idle, and it is this
+        // thread. That saves the one atomic read-modify-write of the common chain pattern.
+        if crate::core::running().is_some_and(|(rt, c)| rt == self.common.id && c.slot() == s) {
             return;
+        }
+        if slot.state.notify() {
+            self.enqueue(s, urgent);
         }
     }
 
     fn wake_poller(&self) {
-        if self.workers.iter().any(|w| w.sleep.load(SeqCst) == POLLING) {
-            self.common.reactor.wake();
+        for w in 0..self.workers.len() {
+            if self.workers[w].sleep.load(SeqCst) == POLLING {
+                self.common.reactor.wake();
+                return;
+            }
         }
+        self.hand_off_polling();
     }
 
     fn wake_all(&self) {
@@ -443,13 +685,21 @@ impl Core for Mp {
     }
 
     fn queue_depths(&self) -> Vec<usize> {
-        self.queues.iter().map(|q| q.depth.load(Relaxed)).collect()
+        match self.mode {
+            QueueMode::Shared => vec![self.slots.iter().map(Slot::len).sum()],
+            QueueMode::PerWorker => {
+                let n = self.workers.len();
+                let mut depths = vec![0; n];
+                for (s, slot) in self.slots.iter().enumerate() {
+                    depths[self.table[s].load(Relaxed) % n] += slot.len();
+                }
+                depths
+            }
+        }
     }
 
     fn queue_depth_for(&self, color: Color) -> usize {
-        self.queues[self.table[color.slot()].load(Relaxed)]
-            .depth
-            .load(Relaxed)
+        self.slots[color.slot()].len()
     }
 
     fn workers(&self) -> usize {

@@ -2,10 +2,13 @@
 //! lookups, DNS): workers must never block, so such calls run here and their completion comes
 //! back as a callback (paper 001 section 4.3 makes the same split for SFS's disk reads).
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Sender, TrySendError, bounded};
+
+use crossbeam_utils::CachePadded;
 
 use crate::reactor::lock;
 
@@ -22,17 +25,27 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    pub(crate) fn new(threads: usize, queue: usize) -> std::io::Result<Pool> {
+    /// Helpers drop (without running) every job they take once `stopping` is set.
+    pub(crate) fn new(
+        threads: usize,
+        queue: usize,
+        stopping: Arc<CachePadded<AtomicBool>>,
+    ) -> std::io::Result<Pool> {
         let (sender, receiver) = bounded::<Job>(queue.max(1));
         let mut handles = Vec::with_capacity(threads);
         for i in 0..threads.max(1) {
             let receiver = receiver.clone();
+            let stopping = stopping.clone();
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("libcolor-helper-{i}"))
                     .spawn(move || {
                         for job in receiver {
-                            job();
+                            if stopping.load(Ordering::Acquire) {
+                                drop(job);
+                            } else {
+                                job();
+                            }
                         }
                     })?,
             );
@@ -50,9 +63,10 @@ impl Pool {
         })
     }
 
-    /// Stops accepting jobs and waits for the helpers to finish what is already queued (a
-    /// blocking call cannot be interrupted); completions they post to the stopped runtime are
-    /// dropped without running.
+    /// Stops accepting jobs and waits for the helpers: a job already running finishes (a
+    /// blocking call cannot be interrupted), jobs still queued are dropped without running
+    /// (the runtime has stopped, so nothing would consume their results), and completions
+    /// posted to the stopped runtime are dropped without running.
     pub(crate) fn shutdown(&self) {
         lock(&self.sender).take();
         let threads = std::mem::take(&mut *lock(&self.threads));

@@ -4,7 +4,9 @@
 //! no callback is armed (or while the callback is running) is remembered and delivered as soon
 //! as a callback is armed again. A callback is queued at most once per slot at a time; edges
 //! that arrive while it is queued are coalesced into that run. Callbacks must therefore read or
-//! write until `WouldBlock`, as with mio itself.
+//! write until `WouldBlock`, as with mio itself. A queued task runs the callback only in the
+//! color the slot is armed with when it runs; if the slot was re-armed in another color, the
+//! task moves to that color instead (exclusion is per color, so the callback must run there).
 
 use std::collections::HashMap;
 use std::io;
@@ -36,6 +38,12 @@ pub(crate) struct Reactor {
     entries: Mutex<HashMap<usize, Arc<IoEntry>>>,
     next_token: AtomicUsize,
 }
+
+/// A ready callback slot found by a poll.
+pub(crate) type Ready = (Arc<IoEntry>, Direction);
+
+/// The right to poll: one thread at a time.
+pub(crate) type PollerGuard<'a> = MutexGuard<'a, (Poll, Events)>;
 
 /// Locks a mutex, ignoring poisoning: every critical section in this crate leaves its data
 /// consistent before anything that could panic runs, and user callbacks never run under a lock.
@@ -114,44 +122,60 @@ impl Reactor {
         }
     }
 
-    /// Polls once (blocking up to `timeout`, `None` = until an event) and schedules the
-    /// callbacks of ready registrations. Returns how many events arrived (the waker's
-    /// included).
-    pub(crate) fn poll(&self, timeout: Option<Duration>, core: &dyn Core) -> io::Result<usize> {
+    /// Takes the poller if no other thread holds it: whoever holds it polls (the worker that
+    /// would otherwise park, or a busy worker's periodic non-blocking look).
+    pub(crate) fn try_begin(&self) -> Option<PollerGuard<'_>> {
+        match self.poll.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Polls once with the poller held (blocking up to `timeout`, `None` = until an event)
+    /// and returns the ready callback slots. The caller releases the poller, then hands the
+    /// result to [`Reactor::dispatch`].
+    pub(crate) fn poll_held(
+        &self,
+        held: &mut PollerGuard<'_>,
+        timeout: Option<Duration>,
+    ) -> io::Result<Vec<Ready>> {
         let mut ready = Vec::new();
-        let count;
-        {
-            let mut guard = lock(&self.poll);
-            let (poll, events) = &mut *guard;
-            match poll.poll(events, timeout) {
-                Ok(()) => {}
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => return Ok(0),
-                Err(err) => return Err(err),
+        let (poll, events) = &mut **held;
+        match poll.poll(events, timeout) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => return Ok(ready),
+            Err(err) => return Err(err),
+        }
+        let entries = lock(&self.entries);
+        for event in events.iter() {
+            if event.token() == WAKER_TOKEN {
+                continue;
             }
-            count = events.iter().count();
-            let entries = lock(&self.entries);
-            for event in events.iter() {
-                if event.token() == WAKER_TOKEN {
-                    continue;
-                }
-                let Some(entry) = entries.get(&event.token().0) else {
-                    continue;
-                };
-                let failed = event.is_error();
-                if event.is_readable() || event.is_read_closed() || failed {
-                    ready.push((entry.clone(), Direction::Read));
-                }
-                if event.is_writable() || event.is_write_closed() || failed {
-                    ready.push((entry.clone(), Direction::Write));
-                }
+            let Some(entry) = entries.get(&event.token().0) else {
+                continue;
+            };
+            let failed = event.is_error();
+            if event.is_readable() || event.is_read_closed() || failed {
+                ready.push((entry.clone(), Direction::Read));
+            }
+            if event.is_writable() || event.is_write_closed() || failed {
+                ready.push((entry.clone(), Direction::Write));
             }
         }
+        Ok(ready)
+    }
+
+    /// Schedules the callbacks of ready slots; returns how many tasks it scheduled.
+    pub(crate) fn dispatch(ready: Vec<Ready>, core: &dyn Core) -> usize {
+        let mut scheduled = 0;
         for (entry, dir) in ready {
             if let Some(task) = entry.on_ready(dir) {
                 core.schedule(task);
+                scheduled += 1;
             }
         }
-        Ok(count)
+        scheduled
     }
 }
 
@@ -193,6 +217,7 @@ impl IoEntry {
             lane: Lane::Io,
             work: Work::Io(self.clone(), dir),
             on_overload: None,
+            shed: false,
         }
     }
 
@@ -256,12 +281,29 @@ impl IoEntry {
             .collect()
     }
 
-    /// Runs the armed callback of `dir` (the body of a `Work::Io` task). Returns a task to
-    /// schedule if another edge arrived while it ran.
-    pub(crate) fn run(self: &Arc<Self>, dir: Direction) -> Option<Task> {
+    /// Runs the armed callback of `dir` (the body of a `Work::Io` task queued in `color`).
+    /// Returns a task to schedule: the same edge re-posted in the slot's new color if the slot
+    /// was re-armed with another color while the task was queued (running it here would run
+    /// it outside its color), or a new edge that arrived while the callback ran.
+    pub(crate) fn run(self: &Arc<Self>, dir: Direction, color: Color) -> Option<Task> {
         let (mut armed, generation) = {
             let mut dirs = lock(&self.dirs);
             let slot = &mut dirs[dir as usize];
+            match &slot.armed {
+                None => {
+                    // Cleared while queued (say, a backpressure pause): keep the edge for the
+                    // next `arm`, which would otherwise wait for an edge mio never repeats.
+                    slot.queued = false;
+                    slot.ready = true;
+                    return None;
+                }
+                Some(armed) if armed.color != color => {
+                    // Re-armed in another color while queued: the callback belongs to that
+                    // color now; the task moves there (still queued, the edge kept).
+                    return Some(self.task(armed.color, dir));
+                }
+                Some(_) => {}
+            }
             slot.queued = false;
             slot.ready = false;
             (slot.armed.take()?, slot.generation)

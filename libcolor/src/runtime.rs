@@ -2,18 +2,15 @@
 
 use std::sync::Arc;
 
-use crossbeam_utils::sync::Parker;
-
 use crate::core::Common;
 use crate::error::Error;
 use crate::handle::Handle;
-use crate::mp::{Mp, MpConfig, QueueMode};
-use crate::queue::DEFAULT_WINDOW;
+use crate::mp::{Mp, MpConfig, QueueMode, WorkerSeat};
 use crate::stats::Stats;
 use crate::uni::Uni;
 
 /// Configures a runtime. The defaults are the full multiprocessor design: one worker per CPU,
-/// per-worker queues, stealing of whole colors, no pinning.
+/// per-worker run queues of colors, stealing of queued colors, no pinning.
 #[derive(Clone, Debug)]
 pub struct Builder {
     workers: Option<usize>,
@@ -21,7 +18,6 @@ pub struct Builder {
     pin: Pin,
     queues: QueueMode,
     steal: bool,
-    window: usize,
     helpers: usize,
     helper_queue: usize,
     overload_threshold: Option<usize>,
@@ -50,7 +46,6 @@ impl Builder {
             pin: Pin::No,
             queues: QueueMode::PerWorker,
             steal: true,
-            window: DEFAULT_WINDOW,
             helpers: 4,
             helper_queue: 1024,
             overload_threshold: None,
@@ -97,9 +92,11 @@ impl Builder {
         self
     }
 
-    /// How many eligible callbacks the in-worker scheduler considers (1..=16, default 4).
-    pub fn window(mut self, n: usize) -> Builder {
-        self.window = n.clamp(1, 16);
+    /// Kept for source compatibility: the previous scheduler picked among the first `n`
+    /// eligible callbacks. The color-as-unit scheduler has no window (a worker runs one
+    /// color's FIFO for a budget, then yields it), so this setting has no effect.
+    pub fn window(self, n: usize) -> Builder {
+        let _ = n;
         self
     }
 
@@ -140,18 +137,17 @@ impl Builder {
             Pin::Cpus(cpus) => Some(cpus),
         };
         let flavor = if self.uniprocessor {
-            Flavor::Uni(Arc::new(Uni::new(common, self.window)))
+            Flavor::Uni(Arc::new(Uni::new(common)))
         } else {
-            let (mp, parkers) = Mp::new(
+            let (mp, seats) = Mp::new(
                 MpConfig {
                     workers,
                     mode: self.queues,
                     steal: self.steal,
-                    window: self.window,
                 },
                 common,
             );
-            Flavor::Mp(mp, parkers)
+            Flavor::Mp(mp, seats)
         };
         Ok(Runtime { flavor, cpus })
     }
@@ -173,7 +169,7 @@ pub fn available_cpus() -> usize {
 
 enum Flavor {
     Uni(Arc<Uni>),
-    Mp(Arc<Mp>, Vec<Parker>),
+    Mp(Arc<Mp>, Vec<WorkerSeat>),
 }
 
 /// A runtime, built but not yet running. Schedule initial work through [`Runtime::handle`],
@@ -214,8 +210,8 @@ impl Runtime {
                 uni.run(self.cpus.and_then(|cpus| cpus.first().copied()))?;
                 Ok(crate::core::Core::common(&*uni).stats.snapshot())
             }
-            Flavor::Mp(mp, parkers) => {
-                mp.run(parkers, self.cpus)?;
+            Flavor::Mp(mp, seats) => {
+                mp.run(seats, self.cpus)?;
                 Ok(crate::core::Core::common(&*mp).stats.snapshot())
             }
         }

@@ -1,4 +1,4 @@
-//! The unit a run queue holds: a callback plus its scheduling attributes.
+//! The unit a color's FIFO holds: a callback plus its scheduling attributes.
 
 use std::sync::Arc;
 
@@ -13,15 +13,14 @@ pub(crate) enum Work {
     /// A plain callback (from `cpucb`, a timer, a helper completion or a drop alternative).
     Call(Callback),
     /// The readiness callback of an I/O registration; looked up when the task runs so that
-    /// a callback replaced or cleared while queued is honoured.
+    /// a callback replaced, re-colored or cleared while queued is honoured.
     Io(Arc<IoEntry>, Direction),
-    /// The poller: polls mio and schedules the ready callbacks and due timers. It lives in
-    /// the queue of the worker that owns color 0, as the paper's select callback does.
-    Poll,
 }
 
-/// Which side of a queue a task joins: `cpucb` tasks sit ahead of I/O tasks (paper 001
-/// section 4.2, figure 5), because the state they touch was just written by their creator.
+/// Which lane of its color's FIFO a task joins: `cpucb` tasks run ahead of I/O tasks of the
+/// same color (paper 001 section 4.2, figure 5), because the state they touch was just
+/// written by their creator. Each turn of a color runs at least one I/O task if any is
+/// waiting, so a color that keeps re-posting itself cannot starve its own I/O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Lane {
     Cpu,
@@ -30,14 +29,18 @@ pub(crate) enum Lane {
 
 pub(crate) struct Task {
     pub(crate) color: Color,
-    /// Scheduler hint: higher runs earlier among the first few eligible tasks (thesis 000,
-    /// section 3.4). Never reorders tasks of one color.
+    /// Scheduler hint: a color made runnable by a task with a positive priority is queued on
+    /// the runtime's priority queue, served before any worker's own queue. Never reorders
+    /// tasks of one color.
     pub(crate) priority: i8,
     pub(crate) lane: Lane,
     pub(crate) work: Work,
-    /// A cheap alternative to run instead of `work` if the target queue is past the
-    /// overload threshold when the task is scheduled (thesis 000, section 7.1).
+    /// A cheap alternative to run instead of `work` if the color's FIFO is past the overload
+    /// threshold when the task is posted (thesis 000, section 7.1).
     pub(crate) on_overload: Option<Callback>,
+    /// The drop alternative replaced the callback (counted by the worker that runs it, so the
+    /// statistics keep a single writer).
+    pub(crate) shed: bool,
 }
 
 impl Task {
@@ -48,16 +51,7 @@ impl Task {
             lane,
             work: Work::Call(f),
             on_overload: None,
-        }
-    }
-
-    pub(crate) fn poll() -> Task {
-        Task {
-            color: Color::DEFAULT,
-            priority: 0,
-            lane: Lane::Io,
-            work: Work::Poll,
-            on_overload: None,
+            shed: false,
         }
     }
 
@@ -66,6 +60,7 @@ impl Task {
     pub(crate) fn shed_if(&mut self, overloaded: bool) -> bool {
         if overloaded && let Some(alt) = self.on_overload.take() {
             self.work = Work::Call(alt);
+            self.shed = true;
             return true;
         }
         self.on_overload = None;

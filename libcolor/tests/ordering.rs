@@ -148,34 +148,29 @@ fn same_color_never_overlaps_and_keeps_order_in_every_configuration() {
 
 #[test]
 fn stealing_actually_moves_colors() {
-    // All colors on worker 0's slots (multiples of 2 map to worker 0 of 2): worker 1 only
-    // gets work by stealing.
-    let check = Check::new(8, 8 * 300);
+    // All colors on worker 0's slots (even colors start on worker 0 of 2): worker 1 only gets
+    // work by stealing. Every color has all its callbacks outstanding at once, so a thief
+    // that took a running color, or a queue that reordered one, would be caught.
+    let check = Check::new(8, 8 * 150);
     let stats = common::run_bounded(
         "steal",
         libcolor::Runtime::builder().workers(2),
         Duration::from_secs(60),
         |h| {
-            for c in 0..8 {
-                let h = h.clone();
-                let check = check.clone();
-                fn chain(h: Handle, check: Arc<Check>, c: usize, seq: u64) {
-                    if seq == 300 {
-                        return;
-                    }
-                    let hh = h.clone();
+            for seq in 0..150u64 {
+                for c in 0..8 {
+                    let (hh, check) = (h.clone(), check.clone());
                     h.cpucb(Color(c as u32 * 2), move || {
-                        check.visit(&hh, c, seq, 20_000);
-                        chain(hh.clone(), check.clone(), c, seq + 1);
+                        check.visit(&hh, c, seq, 20_000)
                     });
                 }
-                chain(h, check, c, 0);
             }
         },
     )
     .unwrap();
     assert_eq!(check.overlaps.load(SeqCst), 0);
     assert_eq!(check.out_of_order.load(SeqCst), 0);
+    assert_eq!(check.ran.load(SeqCst), 8 * 150);
     assert!(stats.steals() > 0, "no steals: {stats:?}");
     assert!(
         stats.workers[1].callbacks > 0,
@@ -186,8 +181,9 @@ fn stealing_actually_moves_colors() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
 
-    /// Random schedules (colors, counts, spin lengths, configuration): every callback runs
-    /// exactly once, in per-color order, never overlapping.
+    /// Random schedules (colors, counts, spin lengths, configuration), posted by a thread
+    /// while the runtime runs (so posts race turns and steals): every callback runs exactly
+    /// once, in per-color order, never overlapping.
     #[test]
     fn random_schedules_hold_the_guarantees(
         config in 0usize..6,
@@ -197,17 +193,21 @@ proptest! {
         let mut per_color = [0u64; 12];
         let total: u64 = plan.iter().map(|(_, n, _)| n).sum();
         let check = Check::new(12, total as usize);
-        common::run_bounded(name, builder, Duration::from_secs(10), |h| {
-            for &(c, n, spin) in &plan {
-                for _ in 0..n {
-                    let seq = per_color[c];
-                    per_color[c] += 1;
-                    let (check, hh) = (check.clone(), h.clone());
-                    h.cpucb_with_priority(color_of(c), (seq % 3) as i8, move || {
-                        check.visit(&hh, c, seq, spin)
-                    });
+        let check2 = check.clone();
+        common::run_bounded(name, builder, Duration::from_secs(10), move |h| {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                for &(c, n, spin) in &plan {
+                    for _ in 0..n {
+                        let seq = per_color[c];
+                        per_color[c] += 1;
+                        let (check, hh) = (check2.clone(), h.clone());
+                        h.cpucb_with_priority(color_of(c), (seq % 3) as i8, move || {
+                            check.visit(&hh, c, seq, spin)
+                        });
+                    }
                 }
-            }
+            });
         }).unwrap();
         prop_assert_eq!(check.overlaps.load(SeqCst), 0);
         prop_assert_eq!(check.out_of_order.load(SeqCst), 0);

@@ -314,7 +314,7 @@ impl Opener {
 
 /// Size a [`RecordReader`] grows its free space to, so small records arriving together are
 /// read with one system call.
-const MIN_READ: usize = 64 * 1024;
+const MIN_READ: usize = 16 * 1024;
 /// Free space below which a [`RecordReader`] compacts or grows its buffer.
 const MIN_SPARE: usize = 4096;
 
@@ -405,18 +405,44 @@ impl RecordReader {
             }
             _ => 0,
         };
-        if self.buf.len() - self.end < missing.max(MIN_SPARE) {
+        // Grow with what has arrived, not with what the header announces: room for at most as
+        // many bytes as are already buffered (at least MIN_READ), so memory is only ever
+        // committed for bytes a peer actually sent (doubling, so a large record still costs
+        // few reads and amortised-linear copying).
+        let want = match missing {
+            0 => MIN_READ,
+            m => m.min(self.buffered().max(MIN_READ)),
+        }
+        .max(MIN_SPARE);
+        if self.buf.len() - self.end < want {
             if self.start > 0 {
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
             }
-            let want = missing.max(MIN_READ);
             if self.buf.len() - self.end < want {
+                // Exactly: `want` already doubles with the data, and Vec's own amortised
+                // growth would double again on top.
+                self.buf.reserve_exact(self.end + want - self.buf.len());
                 self.buf.resize(self.end + want, 0);
             }
         }
         &mut self.buf[self.end..]
+    }
+
+    /// Frees the receive buffer if nothing is buffered (an idle connection then holds none;
+    /// the next [`RecordReader::read_buf`] allocates again).
+    pub fn release_buffer(&mut self) {
+        if self.buffered() == 0 {
+            self.buf = Vec::new();
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Bytes of receive buffer currently allocated.
+    pub fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// Records that `n` bytes were written at the front of the last [`RecordReader::read_buf`].
@@ -498,6 +524,47 @@ impl RecordReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Feeds `wire` the way a socket read would, `chunk` bytes per read.
+    fn feed(r: &mut RecordReader, wire: &[u8], chunk: usize) {
+        let mut at = 0;
+        while at < wire.len() {
+            let dst = r.read_buf();
+            let n = dst.len().min(chunk).min(wire.len() - at);
+            dst[..n].copy_from_slice(&wire[at..at + n]);
+            r.advance(n);
+            at += n;
+        }
+    }
+
+    #[test]
+    fn buffer_grows_with_arrived_bytes_not_the_announced_length() {
+        let key = [5u8; 32];
+        let max = 4 << 20;
+        let mut s = Sealer::new(&key, max);
+        let payload = vec![9u8; 3 << 20];
+        let wire = s.seal(&payload).unwrap();
+        let mut r = RecordReader::new(Opener::new(&key, max));
+        // A header alone commits no more than the minimum read size.
+        feed(&mut r, &wire[..4], 4);
+        let _ = r.read_buf();
+        assert!(
+            r.buffer_capacity() <= 2 * MIN_READ,
+            "a bare header allocated {} bytes",
+            r.buffer_capacity()
+        );
+        // Growth stays within twice what arrived, and the record still opens.
+        feed(&mut r, &wire[4..wire.len() / 2], 64 * 1024);
+        assert!(r.buffer_capacity() <= 2 * r.buffered() + 2 * MIN_READ);
+        feed(&mut r, &wire[wire.len() / 2..], 1 << 20);
+        assert_eq!(r.next_record().unwrap(), Some(&payload[..]));
+        // Once everything is consumed the buffer can be released, and reading resumes.
+        r.release_buffer();
+        assert_eq!(r.buffer_capacity(), 0);
+        let again = s.seal(b"next").unwrap();
+        feed(&mut r, &again, 3);
+        assert_eq!(r.next_record().unwrap(), Some(&b"next"[..]));
+    }
 
     #[test]
     fn skipping_counts_payload_and_poisons_later_opens() {

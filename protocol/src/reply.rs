@@ -325,6 +325,47 @@ impl ReplyBody {
         }
     }
 
+    /// Every attribute the reply carries (a server uses it to adjust the leases they grant).
+    pub fn attrs_mut(&mut self) -> Vec<&mut Attr> {
+        let mut out: Vec<&mut Attr> = Vec::new();
+        match self {
+            ReplyBody::Null | ReplyBody::Login { .. } => {}
+            ReplyBody::Mount { attr, .. } | ReplyBody::GetAttr { attr } => out.push(attr),
+            ReplyBody::SetAttr { attr }
+            | ReplyBody::Access { attr, .. }
+            | ReplyBody::ReadLink { attr, .. }
+            | ReplyBody::Read { attr, .. }
+            | ReplyBody::Write { attr, .. }
+            | ReplyBody::Commit { attr, .. }
+            | ReplyBody::FsStat(FsStat { attr, .. })
+            | ReplyBody::FsInfo(FsInfo { attr, .. })
+            | ReplyBody::PathConf(PathConf { attr, .. })
+            | ReplyBody::Remove { dir_attr: attr }
+            | ReplyBody::Rmdir { dir_attr: attr } => out.extend(attr.as_mut()),
+            ReplyBody::Lookup { attr, dir_attr, .. } | ReplyBody::Link { attr, dir_attr } => {
+                out.extend(attr.as_mut());
+                out.extend(dir_attr.as_mut());
+            }
+            ReplyBody::Create(o) | ReplyBody::Mkdir(o) | ReplyBody::Symlink(o) => {
+                out.extend(o.attr.as_mut());
+                out.extend(o.dir_attr.as_mut());
+            }
+            ReplyBody::Rename {
+                from_dir_attr,
+                to_dir_attr,
+            } => {
+                out.extend(from_dir_attr.as_mut());
+                out.extend(to_dir_attr.as_mut());
+            }
+            ReplyBody::ReadDir(page) => out.extend(page.dir_attr.as_mut()),
+            ReplyBody::ReadDirPlus(page) => {
+                out.extend(page.dir_attr.as_mut());
+                out.extend(page.entries.iter_mut().filter_map(|e| e.attr.as_mut()));
+            }
+        }
+        out
+    }
+
     /// Appends the procedure number and the body.
     pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
         xdr::put_u32(buf, self.proc().code());

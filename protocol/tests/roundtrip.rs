@@ -75,6 +75,19 @@ proptest! {
     }
 
     #[test]
+    fn attrs_mut_reaches_every_attribute(mut body in common::reply_body()) {
+        for a in body.attrs_mut() {
+            a.lease_ms = 0;
+        }
+        // Any attribute attrs_mut missed still shows its (random) lease in the debug form.
+        let text = format!("{body:?}");
+        for (at, _) in text.match_indices("lease_ms: ") {
+            let rest = &text[at + "lease_ms: ".len()..];
+            prop_assert!(rest.starts_with("0,") || rest.starts_with("0 "), "missed: {}", &rest[..rest.len().min(20)]);
+        }
+    }
+
+    #[test]
     fn names_round_trip(
         host in "[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?(\\.[a-z0-9]{1,8}){0,3}",
         port in 1u16..,

@@ -69,25 +69,37 @@ pub struct ServeArgs {
     /// Pin workers to these CPUs (comma-separated list, e.g. `2,3`; implies pinning).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Option<Vec<usize>>,
-    /// Helper threads for blocking file-system calls.
+    /// Storage threads running file-system operations (default: 4 per worker, at least 8).
     #[arg(long)]
     pub helpers: Option<usize>,
     /// Refuse every change (ROFS).
     #[arg(long)]
     pub read_only: bool,
-    /// Let unauthenticated requests (authno 0) read what "other" may read.
+    /// Let unauthenticated requests (authno 0) read, as the anonymous uid/gid. Anonymous
+    /// requests can never modify anything.
     #[arg(long)]
     pub anonymous_read: bool,
+    /// uid anonymous requests run as (default 65534, "nobody").
+    #[arg(long)]
+    pub anonymous_uid: Option<u32>,
+    /// gid anonymous requests run as (default 65534, "nogroup").
+    #[arg(long)]
+    pub anonymous_gid: Option<u32>,
     /// Users file: lines `name ed25519:<hex> uid gid[,gid...]`.
     #[arg(long)]
     pub users: Option<PathBuf>,
     /// Attribute lease length in seconds.
     #[arg(long)]
     pub lease_secs: Option<u64>,
-    /// Maximum lease table entries (beyond it, replies carry no lease).
+    /// Maximum lease table entries (beyond it, replies carry no lease). Default 100000.
     #[arg(long)]
     pub max_leases: Option<usize>,
-    /// Maximum simultaneous connections.
+    /// Maximum leases one connection may hold (beyond it, its replies carry no lease).
+    /// Default 4096.
+    #[arg(long)]
+    pub max_leases_per_conn: Option<usize>,
+    /// Maximum simultaneous connections (default 4096; lowered to fit the open-file limit,
+    /// whose soft value is raised to the hard one at start).
     #[arg(long)]
     pub max_connections: Option<usize>,
     /// Maximum requests in flight per connection.
@@ -102,6 +114,10 @@ pub struct ServeArgs {
     /// Seconds a client has to complete the handshake (default 10; mainly for tests).
     #[arg(long, hide = true)]
     pub handshake_timeout_secs: Option<u64>,
+    /// Seconds an authenticated connection may stay silent before it is closed (default 900;
+    /// clients reconnect transparently).
+    #[arg(long)]
+    pub idle_timeout_secs: Option<u64>,
     /// Print libcolor statistics as `sfsd-stats: {json}` on stdout at shutdown.
     #[arg(long)]
     pub stats: bool,

@@ -5,15 +5,18 @@
 //! Replies come back to this color, are sealed here and written when the socket is writable.
 //!
 //! Backpressure: the connection is not read while it has `max_in_flight` requests being
-//! worked on or more than `max_output` bytes of replies its peer has not taken; it resumes
-//! when that drains. Any protocol violation (bad record, undecodable request) closes this
-//! connection only.
+//! worked on, or when the replies its peer has not taken plus the replies being prepared (each
+//! request reserves its largest possible reply when admitted) exceed `max_output`; it resumes
+//! when that drains. Invalidations count too: a peer that lets them pile up beyond the limit is
+//! disconnected. Any protocol violation (bad record, undecodable request) closes this
+//! connection only, and so does `idle_timeout` without a request.
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use libcolor::mio::net::TcpStream;
 use libcolor::{Color, IoRegistration};
@@ -23,7 +26,7 @@ use protocol::{
 };
 
 use crate::leases::ConnId;
-use crate::server::{Server, lock};
+use crate::server::{Dispatch, Server, lock};
 use crate::users::Creds;
 
 enum Phase {
@@ -39,10 +42,6 @@ struct Open {
     auth: AuthTable<Creds>,
     /// Largest READ this peer can receive in one record.
     max_read: usize,
-    /// A record larger than the reader's usual 64 KiB buffer was received: once the
-    /// connection goes idle, the reader is replaced so an idle connection does not keep a
-    /// megabyte-sized buffer.
-    grown: bool,
 }
 
 pub struct Conn {
@@ -55,13 +54,33 @@ pub struct Conn {
     out_off: usize,
     out_bytes: usize,
     in_flight: usize,
+    /// Reply bytes reserved by requests being worked on (counted with `out_bytes`).
+    reserved: usize,
     requests: u64,
+    /// Last time the peer sent anything (for the idle timeout).
+    last_active: Instant,
+    /// Set by color 0 while this connection holds its whole share of leases.
+    lease_capped: Arc<AtomicBool>,
 }
 
 pub type ConnRef = Arc<Mutex<Conn>>;
 
-/// Receive buffer an idle connection may keep (the record reader's usual size).
-const IDLE_BUFFER: usize = 64 * 1024;
+/// Reply bytes reserved for a request other than READ and READDIR: the largest fixed-size
+/// reply (READLINK with a 4 KiB target, attributes) with room to spare.
+const SMALL_REPLY: usize = 8 * 1024;
+
+/// The memory `op` holds until it is answered, reserved against the output limit when it is
+/// admitted: its largest reply, and a WRITE's data, which waits for a storage thread.
+fn reply_reservation(op: &RequestOp, read_count: usize) -> usize {
+    match op {
+        RequestOp::Read { .. } => read_count + 512,
+        RequestOp::Write { data, .. } => data.len() + SMALL_REPLY,
+        RequestOp::ReadDir { .. } | RequestOp::ReadDirPlus { .. } => {
+            crate::fs::local::MAX_DIR_REPLY + 512
+        }
+        _ => SMALL_REPLY,
+    }
+}
 
 impl Conn {
     fn closed(&self) -> bool {
@@ -69,7 +88,8 @@ impl Conn {
     }
 
     fn paused(&self, srv: &Server) -> bool {
-        self.in_flight >= srv.limits.max_in_flight || self.out_bytes > srv.limits.max_output
+        self.in_flight >= srv.limits.max_in_flight
+            || self.out_bytes + self.reserved > srv.limits.max_output
     }
 
     fn push(&mut self, buf: Vec<u8>) {
@@ -164,6 +184,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     };
     let mut hs = ServerHandshake::with_config(&srv.keypair, srv.handshake.clone());
     let s0 = hs.take_output();
+    let lease_capped = Arc::new(AtomicBool::new(false));
     let conn = Arc::new(Mutex::new(Conn {
         id,
         peer,
@@ -174,10 +195,13 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
         out_off: 0,
         out_bytes: 0,
         in_flight: 0,
+        reserved: 0,
         requests: 0,
+        last_active: Instant::now(),
+        lease_capped: lease_capped.clone(),
     }));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
-    srv.register_conn(id, &conn);
+    srv.register_conn(id, &conn, lease_capped);
     tracing::info!(conn = id, %peer, "connection opened");
     let color = Color(id);
     {
@@ -209,6 +233,28 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     srv.h.cpucb(color, move || lock(&c2).flush(&srv2));
 }
 
+/// Connection color, every `idle_timeout` at most: closes a connection that sent nothing for
+/// that long and has nothing in flight (a client reconnects when it needs the server again).
+fn arm_idle_timer(srv: &Arc<Server>, conn: &ConnRef, id: ConnId, after: std::time::Duration) {
+    let (srv2, weak) = (srv.clone(), Arc::downgrade(conn));
+    srv.h.delaycb(after, Color(id), move || {
+        let Some(conn) = weak.upgrade() else {
+            return;
+        };
+        let mut c = lock(&conn);
+        if c.closed() {
+            return;
+        }
+        let limit = srv2.limits.idle_timeout;
+        let idle = c.last_active.elapsed();
+        if idle >= limit && c.in_flight == 0 {
+            return c.close(&srv2, "idle timeout");
+        }
+        drop(c);
+        arm_idle_timer(&srv2, &conn, id, limit.saturating_sub(idle).max(limit / 8));
+    });
+}
+
 /// Readable: read and process until the socket is drained or the connection must pause.
 fn pump(srv: &Arc<Server>, conn: &ConnRef) {
     let mut c = lock(conn);
@@ -231,7 +277,8 @@ fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
                 match c.stream.read(&mut buf) {
                     Ok(0) => return c.close(srv, "eof during handshake"),
                     Ok(n) => {
-                        handshake_input(srv, c, &buf[..n]);
+                        c.last_active = Instant::now();
+                        handshake_input(srv, conn, c, &buf[..n]);
                         continue;
                     }
                     Err(e) => Err(e),
@@ -244,6 +291,7 @@ fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
                         if let Phase::Open(open) = &mut c.phase {
                             open.reader.advance(n);
                         }
+                        c.last_active = Instant::now();
                         Ok(n)
                     }
                     Err(e) => Err(e),
@@ -267,27 +315,15 @@ fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
     }
 }
 
-/// Drops a grown receive buffer once everything received has been processed.
+/// Drops the receive buffer once everything received has been processed: an idle connection
+/// holds no receive buffer.
 fn release_idle_buffer(c: &mut Conn) {
-    let Phase::Open(open) = &mut c.phase else {
-        return;
-    };
-    if !open.grown || open.reader.buffered() != 0 {
-        return;
+    if let Phase::Open(open) = &mut c.phase {
+        open.reader.release_buffer();
     }
-    let Phase::Open(mut open) = std::mem::replace(&mut c.phase, Phase::Closed) else {
-        return;
-    };
-    // Swap in a throwaway reader to take the real one out, then rebuild it around the same
-    // opener (its record counter continues).
-    let placeholder = RecordReader::new(protocol::Opener::new(&[0u8; 32], 4096));
-    let reader = std::mem::replace(&mut open.reader, placeholder);
-    open.reader = RecordReader::new(reader.into_opener());
-    open.grown = false;
-    c.phase = Phase::Open(open);
 }
 
-fn handshake_input(srv: &Arc<Server>, c: &mut Conn, mut input: &[u8]) {
+fn handshake_input(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, mut input: &[u8]) {
     let Phase::Handshake(hs) = &mut c.phase else {
         return;
     };
@@ -319,9 +355,9 @@ fn handshake_input(srv: &Arc<Server>, c: &mut Conn, mut input: &[u8]) {
                     sealer: session.sealer,
                     auth: AuthTable::new(),
                     max_read,
-                    grown: false,
                 }));
                 tracing::debug!(conn = c.id, "session established");
+                arm_idle_timer(srv, conn, c.id, srv.limits.idle_timeout);
             }
             Err(e) => {
                 // Refused version: the refusal is already queued.
@@ -346,12 +382,7 @@ fn process_records(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
         };
         let decoded = match open.reader.next_record() {
             Ok(None) => return,
-            Ok(Some(payload)) => {
-                let big = payload.len() > IDLE_BUFFER;
-                let decoded = Request::decode(payload);
-                open.grown |= big;
-                decoded
-            }
+            Ok(Some(payload)) => Request::decode(payload),
             Err(e) => {
                 tracing::warn!(conn = c.id, error = %e, "bad record; closing");
                 return c.close(srv, "bad record");
@@ -413,7 +444,7 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
         if !srv.anonymous_read {
             return reply_now(srv, c, id, Err(NfsStatus::Acces));
         }
-        Creds::anonymous()
+        srv.anonymous.clone()
     } else {
         match open.auth.get(authno) {
             Some(c) => c.clone(),
@@ -428,13 +459,31 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
             return reply_now(srv, c, id, Err(NfsStatus::Acces));
         }
     }
-    let max_read = open.max_read;
+    // READ counts are clamped to what the peer can receive and to the server's own maximum
+    // (and, once the file is open, to its size).
+    let read_count = match &op {
+        RequestOp::Read { count, .. } => (*count as usize).min(open.max_read).min(srv.max_io),
+        _ => 0,
+    };
+    let reserved = reply_reservation(&op, read_count);
     c.in_flight += 1;
+    c.reserved += reserved;
     srv.in_flight.fetch_add(1, Ordering::SeqCst);
-    let conn_id = c.id;
-    let (srv2, conn2) = (srv.clone(), conn.clone());
+    let lease_ms = if c.lease_capped.load(Ordering::Relaxed) {
+        0
+    } else {
+        srv.lease_ms_now.load(Ordering::Relaxed)
+    };
+    let d = Dispatch {
+        conn: conn.clone(),
+        id: c.id,
+        req_id: id,
+        creds,
+        reserved,
+        lease_ms,
+    };
     match op {
-        RequestOp::Read { fh, offset, count } => {
+        RequestOp::Read { fh, offset, .. } => {
             // Handle verification stays in the connection's color.
             let hd = match srv.handle_key.verify(&fh) {
                 Ok(hd) => hd,
@@ -442,6 +491,7 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
                     return complete_locked(
                         srv,
                         c,
+                        reserved,
                         Reply {
                             id,
                             result: Err(e.into()),
@@ -449,25 +499,31 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
                     );
                 }
             };
-            let count = (count as usize).min(max_read);
+            let srv2 = srv.clone();
             srv.h.cpucb(Color::DEFAULT, move || {
-                srv2.dispatch_read(conn2, conn_id, id, creds, fh, hd, offset, count)
+                srv2.dispatch_read(d, fh, hd, offset, read_count)
             });
         }
-        op => srv2.dispatch(conn2, conn_id, id, creds, op),
+        op => srv.dispatch(d, op),
     }
 }
 
 /// Connection color: a reply from the dispatcher.
-pub fn complete(srv: &Arc<Server>, conn: &ConnRef, reply: Reply) {
+pub fn complete(srv: &Arc<Server>, conn: &ConnRef, reserved: usize, reply: Reply) {
     let mut c = lock(conn);
-    complete_locked(srv, &mut c, reply);
+    complete_locked(srv, &mut c, reserved, reply);
     pump_locked(srv, conn, &mut c);
 }
 
-fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reply: Reply) {
+/// A request is answered: its slot and its reservation are released.
+fn release(srv: &Server, c: &mut Conn, reserved: usize) {
     c.in_flight = c.in_flight.saturating_sub(1);
+    c.reserved = c.reserved.saturating_sub(reserved);
     srv.in_flight.fetch_sub(1, Ordering::SeqCst);
+}
+
+fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
+    release(srv, c, reserved);
     if c.closed() {
         return;
     }
@@ -477,20 +533,26 @@ fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reply: Reply) {
 
 /// Connection color: a READ reply whose payload the helper already wrote after a 4-byte
 /// header gap; seal it in place (no copy of the data).
-pub fn complete_read(srv: &Arc<Server>, conn: &ConnRef, id: u64, res: Result<Vec<u8>, NfsStatus>) {
+pub fn complete_read(
+    srv: &Arc<Server>,
+    conn: &ConnRef,
+    id: u64,
+    reserved: usize,
+    res: Result<Vec<u8>, NfsStatus>,
+) {
     let mut c = lock(conn);
     match res {
         Err(status) => complete_locked(
             srv,
             &mut c,
+            reserved,
             Reply {
                 id,
                 result: Err(status),
             },
         ),
         Ok(mut buf) => {
-            c.in_flight = c.in_flight.saturating_sub(1);
-            srv.in_flight.fetch_sub(1, Ordering::SeqCst);
+            release(srv, &mut c, reserved);
             if let Phase::Open(open) = &mut c.phase {
                 // `begin` on an empty buffer yields the start of a record at offset 0 and
                 // writes a 4-byte header placeholder, exactly the gap the helper left.
@@ -519,6 +581,11 @@ pub fn send_unsolicited(srv: &Arc<Server>, conn: &ConnRef, msg: &ServerMessage) 
     let mut c = lock(conn);
     if c.closed() {
         return;
+    }
+    // Invalidations are not throttled by the peer's requests: a peer that does not read them
+    // is disconnected (its leases end with it) rather than buffered for without bound.
+    if c.out_bytes > srv.limits.max_output {
+        return c.close(srv, "peer not reading its invalidations");
     }
     c.send(srv, msg);
     c.flush(srv);

@@ -1,10 +1,13 @@
 //! Attribute leases: who may cache which object's attributes until when.
 //!
-//! Lives in color 0 (the dispatcher's state). Bounded: when full, replies carry a lease of 0
-//! (clients must not cache) instead of growing the table, so correctness never depends on
-//! memory. Expired entries are reaped by a timer.
+//! Lives in color 0 (the dispatcher's state). Bounded twice: each connection may hold at most
+//! `per_conn` leases (a connection over its share is granted lease 0, so one client listing
+//! huge directories cannot crowd out the others), and the whole table at most `max` (beyond
+//! it every reply carries lease 0). A lease of 0 tells the client not to cache, so correctness
+//! never depends on memory. Expired entries are reaped by a timer. Every count is kept
+//! incrementally: no operation walks the whole table except the periodic reap.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use protocol::FileHandle;
@@ -24,17 +27,21 @@ struct Entry {
 pub struct Leases {
     duration: Duration,
     max: usize,
+    per_conn: usize,
     len: usize,
     objects: HashMap<ObjKey, Entry>,
+    by_conn: HashMap<ConnId, HashSet<ObjKey>>,
 }
 
 impl Leases {
-    pub fn new(duration: Duration, max: usize) -> Leases {
+    pub fn new(duration: Duration, max: usize, per_conn: usize) -> Leases {
         Leases {
             duration,
             max,
+            per_conn,
             len: 0,
             objects: HashMap::new(),
+            by_conn: HashMap::new(),
         }
     }
 
@@ -47,13 +54,38 @@ impl Leases {
         }
     }
 
+    /// Whether `conn` holds its whole share (its replies then carry lease 0).
+    pub fn over_share(&self, conn: ConnId) -> bool {
+        self.held_by(conn) >= self.per_conn
+    }
+
+    pub fn held_by(&self, conn: ConnId) -> usize {
+        self.by_conn.get(&conn).map_or(0, HashSet::len)
+    }
+
+    /// Grants `conn` a lease of `lease_ms` on `key` if the table and the connection's share
+    /// allow it (renewing a lease it holds always does); returns whether it did. A reply must
+    /// carry lease 0 for every object this refuses.
+    pub fn try_grant(&mut self, conn: ConnId, key: ObjKey, fh: FileHandle, lease_ms: u32) -> bool {
+        if lease_ms == 0 {
+            return false;
+        }
+        let holds = self
+            .objects
+            .get(&key)
+            .is_some_and(|e| e.holders.contains_key(&conn));
+        if !holds && (self.len >= self.max || self.over_share(conn)) {
+            return false;
+        }
+        self.grant(conn, key, fh, lease_ms);
+        true
+    }
+
     /// Records that `conn` holds a lease on `key` (granted `lease_ms` ago at most).
-    pub fn grant(&mut self, conn: ConnId, key: ObjKey, fh: FileHandle, lease_ms: u32) {
+    fn grant(&mut self, conn: ConnId, key: ObjKey, fh: FileHandle, lease_ms: u32) {
         if lease_ms == 0 {
             return;
         }
-        // A small overshoot (grants decided before the table filled) is bounded by the
-        // number of requests in flight.
         let expiry = Instant::now() + Duration::from_millis(lease_ms as u64);
         let e = self.objects.entry(key).or_insert_with(|| Entry {
             fh,
@@ -61,6 +93,17 @@ impl Leases {
         });
         if e.holders.insert(conn, expiry).is_none() {
             self.len += 1;
+            self.by_conn.entry(conn).or_default().insert(key);
+        }
+    }
+
+    fn release(&mut self, conn: ConnId, key: ObjKey) {
+        self.len -= 1;
+        if let Some(keys) = self.by_conn.get_mut(&conn) {
+            keys.remove(&key);
+            if keys.is_empty() {
+                self.by_conn.remove(&conn);
+            }
         }
     }
 
@@ -71,48 +114,63 @@ impl Leases {
         let Some(e) = self.objects.get_mut(&key) else {
             return (Vec::new(), None);
         };
-        let mut notify = Vec::new();
+        let fh = e.fh;
+        let mut ended = Vec::new();
         e.holders.retain(|&c, &mut exp| {
             if c == by {
                 return true;
             }
-            if exp > now {
-                notify.push(c);
-            }
+            ended.push((c, exp > now));
             false
         });
-        let fh = e.fh;
-        let left = e.holders.len();
-        self.recount();
-        if left == 0 {
+        if e.holders.is_empty() {
             self.objects.remove(&key);
+        }
+        let mut notify = Vec::new();
+        for (c, live) in ended {
+            self.release(c, key);
+            if live {
+                notify.push(c);
+            }
         }
         (notify, Some(fh))
     }
 
-    fn recount(&mut self) {
-        self.len = self.objects.values().map(|e| e.holders.len()).sum();
-    }
-
-    /// Drops everything a closed connection held.
+    /// Drops everything a closed connection held (only its own entries are visited).
     pub fn drop_conn(&mut self, conn: ConnId) {
-        self.objects.retain(|_, e| {
-            e.holders.remove(&conn);
-            !e.holders.is_empty()
-        });
-        self.recount();
+        let Some(keys) = self.by_conn.remove(&conn) else {
+            return;
+        };
+        for key in keys {
+            if let Some(e) = self.objects.get_mut(&key) {
+                if e.holders.remove(&conn).is_some() {
+                    self.len -= 1;
+                }
+                if e.holders.is_empty() {
+                    self.objects.remove(&key);
+                }
+            }
+        }
     }
 
-    /// Drops expired leases.
+    /// Drops expired leases; returns how many.
     pub fn reap(&mut self) -> usize {
         let now = Instant::now();
-        let before = self.len;
-        self.objects.retain(|_, e| {
-            e.holders.retain(|_, exp| *exp > now);
+        let mut expired = Vec::new();
+        self.objects.retain(|&key, e| {
+            e.holders.retain(|&c, exp| {
+                let keep = *exp > now;
+                if !keep {
+                    expired.push((c, key));
+                }
+                keep
+            });
             !e.holders.is_empty()
         });
-        self.recount();
-        before - self.len
+        for &(c, key) in &expired {
+            self.release(c, key);
+        }
+        expired.len()
     }
 
     pub fn count(&self) -> usize {
@@ -124,20 +182,54 @@ impl Leases {
 mod tests {
     use super::*;
 
+    fn fh() -> FileHandle {
+        FileHandle::from_bytes([0; 48])
+    }
+
     #[test]
     fn grant_change_reap_bound() {
-        let fh = FileHandle::from_bytes([0; 48]);
-        let mut l = Leases::new(Duration::from_secs(60), 2);
-        l.grant(1, (1, 1), fh, l.lease_ms());
-        l.grant(2, (1, 1), fh, l.lease_ms());
+        let mut l = Leases::new(Duration::from_secs(60), 2, 10);
+        assert!(l.try_grant(1, (1, 1), fh(), l.lease_ms()));
+        assert!(l.try_grant(2, (1, 1), fh(), 60_000));
         assert_eq!(l.lease_ms(), 0, "full table grants no lease");
+        assert!(!l.try_grant(3, (1, 1), fh(), 60_000), "full: refused");
+        assert!(
+            l.try_grant(2, (1, 1), fh(), 60_000),
+            "a renewal is not a new entry"
+        );
         let (who, _) = l.changed((1, 1), 1);
         assert_eq!(who, vec![2]);
         assert_eq!(l.count(), 1);
+        assert_eq!(l.held_by(2), 0);
         l.drop_conn(1);
         assert_eq!(l.count(), 0);
-        l.grant(3, (2, 2), fh, 1);
+        assert!(l.try_grant(3, (2, 2), fh(), 1));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(l.reap(), 1);
+        assert_eq!((l.count(), l.held_by(3)), (0, 0));
+    }
+
+    #[test]
+    fn share_per_connection() {
+        let mut l = Leases::new(Duration::from_secs(60), 1000, 3);
+        for i in 0..3 {
+            assert!(l.try_grant(1, (1, i), fh(), l.lease_ms()));
+        }
+        assert!(l.over_share(1), "connection 1 holds its whole share");
+        assert!(
+            !l.try_grant(1, (1, 9), fh(), 60_000),
+            "over its share: refused"
+        );
+        assert!(
+            l.try_grant(2, (1, 9), fh(), 60_000),
+            "others are unaffected"
+        );
+        assert!(!l.over_share(2), "others are unaffected");
+        assert_ne!(l.lease_ms(), 0);
+        l.changed((1, 0), 3);
+        assert!(!l.over_share(1), "a lease ended: below the share again");
+        l.drop_conn(1);
+        l.drop_conn(2);
+        assert_eq!(l.count(), 0);
     }
 }

@@ -13,6 +13,9 @@ pub struct Limits {
     pub max_record: usize,
     /// Time a client has to complete the handshake before the connection is closed.
     pub handshake_timeout: std::time::Duration,
+    /// An authenticated connection that sends nothing for this long is closed (the client
+    /// reconnects when it needs the server again).
+    pub idle_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -23,6 +26,40 @@ impl Default for Limits {
             max_output: 4 << 20,
             max_record: protocol::record::DEFAULT_MAX_PAYLOAD,
             handshake_timeout: std::time::Duration::from_secs(10),
+            idle_timeout: std::time::Duration::from_secs(15 * 60),
         }
     }
+}
+
+/// Descriptors kept for files, the listener, logs and the runtime: per storage thread a few
+/// open objects (an operation holds at most about six), plus a fixed margin.
+pub fn reserved_fds(storage_threads: usize) -> u64 {
+    64 + 8 * storage_threads as u64
+}
+
+/// Raises the soft open-file limit to the hard limit and returns the number of connections the
+/// server can hold with room left for files: `wanted`, or less if the limit is lower.
+pub fn fit_connections_to_fd_limit(wanted: usize, storage_threads: usize) -> usize {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut lim = getrlimit(Resource::Nofile);
+    if let Some(hard) = lim.maximum
+        && lim.current != Some(hard)
+    {
+        lim.current = Some(hard);
+        if let Err(e) = setrlimit(Resource::Nofile, lim) {
+            tracing::warn!(error = %e, "cannot raise the open-file limit");
+        }
+    }
+    let soft = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    let room = soft.saturating_sub(reserved_fds(storage_threads));
+    let fit = usize::try_from(room).unwrap_or(usize::MAX).max(1);
+    if fit < wanted {
+        tracing::warn!(
+            wanted,
+            allowed = fit,
+            open_file_limit = soft,
+            "--max-connections lowered to fit the open-file limit"
+        );
+    }
+    wanted.min(fit)
 }

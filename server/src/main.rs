@@ -116,9 +116,41 @@ fn serve(args: ServeArgs) -> Result<()> {
     if let Some(s) = args.handshake_timeout_secs {
         limits.handshake_timeout = Duration::from_secs(s.max(1));
     }
+    if let Some(s) = args.idle_timeout_secs {
+        limits.idle_timeout = Duration::from_secs(s.max(1));
+    }
+    let workers = if args.uniprocessor {
+        1
+    } else {
+        args.workers.unwrap_or_else(libcolor::available_cpus)
+    };
+    let storage_threads = args.helpers.unwrap_or((4 * workers).max(8)).max(1);
+    limits.max_connections =
+        limits::fit_connections_to_fd_limit(limits.max_connections, storage_threads);
+    // New objects get exactly the mode the client asked for.
+    rustix::process::umask(rustix::fs::Mode::empty());
+    let cred_mode = fs::creds::Mode::detect();
+    if cred_mode == fs::creds::Mode::ServerUser {
+        tracing::warn!(
+            "not running as root: every request acts as this server's own user (permissions \
+             between users are not enforced)"
+        );
+    }
     let max_io = protocol::max_io_size(limits.max_record);
-    let storage = fs::local::LocalFs::open(&export, st.handle_key.clone(), max_io, args.read_only)
-        .with_context(|| format!("opening export {}", export.display()))?;
+    let storage = fs::local::LocalFs::open(
+        &export,
+        st.handle_key.clone(),
+        max_io,
+        args.read_only,
+        fs::creds::Switcher::new(cred_mode),
+    )
+    .with_context(|| format!("opening export {}", export.display()))?;
+    let fs_pool = fs::pool::FsPool::new(
+        storage_threads,
+        limits.max_in_flight,
+        limits.max_connections.saturating_mul(limits.max_in_flight),
+    )
+    .context("starting the storage threads")?;
     let users = match &args.users {
         Some(p) => users::Users::load(p)?,
         None => users::Users::default(),
@@ -137,9 +169,6 @@ fn serve(args: ServeArgs) -> Result<()> {
     } else if args.pin {
         builder = builder.pin(true);
     }
-    if let Some(n) = args.helpers {
-        builder = builder.helpers(n);
-    }
     let rt = builder.build().context("starting the runtime")?;
     let h = rt.handle();
     let lease = Duration::from_secs(args.lease_secs.unwrap_or(60));
@@ -153,11 +182,21 @@ fn serve(args: ServeArgs) -> Result<()> {
         keypair: st.keypair,
         handle_key: st.handle_key,
         storage: Arc::new(storage),
+        fs_pool,
         users,
+        anonymous: users::Creds::anonymous(
+            args.anonymous_uid.unwrap_or(users::NOBODY),
+            args.anonymous_gid.unwrap_or(users::NOBODY),
+        ),
+        max_io: max_io as usize,
         read_only: args.read_only,
         anonymous_read: args.anonymous_read,
         color0: Mutex::new(server::Color0 {
-            leases: leases::Leases::new(lease, args.max_leases.unwrap_or(100_000)),
+            leases: leases::Leases::new(
+                lease,
+                args.max_leases.unwrap_or(100_000),
+                args.max_leases_per_conn.unwrap_or(4096),
+            ),
             conns: HashMap::new(),
         }),
         in_flight: AtomicUsize::new(0),
@@ -184,6 +223,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     println!("sfsd: serving {name} on {addr}");
     std::io::stdout().flush()?;
     let result = rt.run();
+    srv.fs_pool.stop();
     let stats = h.stats();
     tracing::info!(
         serial_fraction = stats.serial_fraction(),

@@ -2,15 +2,16 @@
 //!
 //! ```text
 //! READ:   conn color c: read, open record, decode, auth, verify handle
-//!           --cpucb--> color 0: grant lease --cpucb--> c: submit to helper pool
-//!           --helper: open, check permission, pread straight into the record buffer--> c: seal
-//!           in place, write when writable
-//! others: c: decode, auth, submit to helper pool --helper: the file operation--> color 0:
-//!           record leases, send INVALIDATEs to other holders --cpucb--> c: seal, write
+//!           --cpucb--> color 0: grant lease, submit to the storage threads
+//!           --storage thread, as the user: open, pread straight into the record buffer-->
+//!           c: seal in place, write when writable
+//! others: c: decode, auth, submit to the storage threads --storage thread, as the user: the
+//!           file operation--> color 0: record leases, send INVALIDATEs to other holders
+//!           --cpucb--> c: seal, write
 //! ```
 //! Only the short bookkeeping (lease table, connection registry) runs in color 0; sealing,
-//! opening and copying file data run in connection colors or on helper threads. Submissions
-//! to the helper pool are made from connection colors, never color 0 (see `dispatch_read`).
+//! opening and copying file data run in connection colors or on storage threads
+//! ([`crate::fs::pool`], round robin between connections).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -24,16 +25,25 @@ use protocol::{
 };
 
 use crate::conn::{self, Conn};
-use crate::fs::{OpCtx, Storage, key_of};
+use crate::fs::pool::FsPool;
+use crate::fs::{ObjKey, OpCtx, Storage, key_of};
 use crate::leases::{ConnId, Leases};
 use crate::limits::Limits;
 use crate::users::{Creds, Users};
+
+/// A connection as color 0 knows it.
+pub struct Registered {
+    pub conn: Weak<Mutex<Conn>>,
+    /// Set by color 0 while the connection holds its whole share of leases; the connection's
+    /// color reads it to grant lease 0 in its replies.
+    pub lease_capped: Arc<AtomicBool>,
+}
 
 /// State only color 0 touches (the mutex is uncontended: it satisfies `Sync`, libcolor's
 /// color 0 provides the serialisation).
 pub struct Color0 {
     pub leases: Leases,
-    pub conns: HashMap<ConnId, Weak<Mutex<Conn>>>,
+    pub conns: HashMap<ConnId, Registered>,
 }
 
 /// Everything the connection colors and color 0 share.
@@ -44,8 +54,14 @@ pub struct Server {
     pub handshake: HandshakeConfig,
     pub handle_key: HandleKey,
     pub storage: Arc<dyn Storage>,
+    /// Threads running storage operations, fair between connections.
+    pub fs_pool: FsPool,
     pub users: Users,
+    /// What anonymous requests (authno 0) run as, with `--anonymous-read`.
+    pub anonymous: Creds,
     pub limits: Limits,
+    /// Largest READ the server answers (its own limit, whatever the client advertises).
+    pub max_io: usize,
     pub read_only: bool,
     pub anonymous_read: bool,
     pub color0: Mutex<Color0>,
@@ -64,39 +80,52 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A request on its way to storage: who asked, on which connection.
+pub struct Dispatch {
+    pub conn: Arc<Mutex<Conn>>,
+    pub id: ConnId,
+    pub req_id: u64,
+    pub creds: Creds,
+    /// Bytes of reply reserved against the connection's output limit.
+    pub reserved: usize,
+    /// The lease this connection is granted now (0 over its share or when the table is full).
+    pub lease_ms: u32,
+}
+
 impl Server {
     fn color0(&self) -> MutexGuard<'_, Color0> {
         lock(&self.color0)
     }
 
-    /// Color 0: a READ. Records the lease, then reads on a helper straight into a record
+    /// Color 0: records a READ's lease, then has a storage thread read straight into a record
     /// buffer; the connection's color seals and sends it.
-    #[allow(clippy::too_many_arguments)]
     pub fn dispatch_read(
         self: &Arc<Self>,
-        conn: Arc<Mutex<Conn>>,
-        id: ConnId,
-        req_id: u64,
-        creds: Creds,
+        d: Dispatch,
         fh: FileHandle,
         hd: HandleData,
         offset: u64,
         count: usize,
     ) {
+        // Decided here, before the reply is built: the reply carries exactly what was granted.
         let lease_ms = {
             let mut c0 = self.color0();
-            let lease_ms = c0.leases.lease_ms();
-            c0.leases.grant(id, key_of(&hd), fh, lease_ms);
-            lease_ms
+            let granted = c0.leases.try_grant(d.id, key_of(&hd), fh, d.lease_ms);
+            self.publish_share(&mut c0, d.id);
+            if granted { d.lease_ms } else { 0 }
         };
         let storage = self.storage.clone();
-        let ctx = OpCtx { creds, lease_ms };
-        let srv = self.clone();
-        let conn2 = conn.clone();
+        let ctx = OpCtx {
+            creds: d.creds,
+            lease_ms,
+        };
+        let req_id = d.req_id;
         let job = move || -> Result<Vec<u8>, NfsStatus> {
             let f = storage.open_read(&ctx, &hd)?;
+            // Allocate what the file can give, never what the client asked for.
+            let avail = usize::try_from(f.attr.size.saturating_sub(offset)).unwrap_or(usize::MAX);
             // Four bytes for the record header, then the reply payload, data last.
-            let mut buf = Vec::with_capacity(4 + 160 + count + 16);
+            let mut buf = Vec::with_capacity(4 + 160 + count.min(avail) + 16);
             buf.extend_from_slice(&[0; 4]);
             protocol::encode_read_reply_into(&mut buf, req_id, Some(&f.attr), |b| {
                 crate::fs::local::read_into(&f.file, f.attr.size, offset, count, b)
@@ -104,92 +133,137 @@ impl Server {
             .map_err(|e| NfsStatus::from_io_error(&e))?;
             Ok(buf)
         };
-        // Submitting to the helper pool wakes a helper thread, and on a busy machine the
-        // kernel often runs the woken thread at once on the waker's CPU: that time would be
-        // charged to the submitting callback. Submit from the connection's color, so color 0
-        // only pays for the lease bookkeeping and one cpucb.
+        let srv = self.clone();
+        let (id, conn, reserved) = (d.id, d.conn, d.reserved);
+        // Waking a storage thread often runs it at once on the waker's CPU, and that time
+        // would be charged to the waking callback: submit from the connection's color, so
+        // color 0 pays only for the lease bookkeeping and one cpucb.
         self.h.cpucb(Color(id), move || {
-            let srv3 = srv.clone();
-            let submitted = srv.h.blocking(Color(id), job, move |res| {
-                conn::complete_read(&srv3, &conn2, req_id, res)
+            let conn2 = conn.clone();
+            let srv2 = srv.clone();
+            let submitted = srv.fs_pool.submit(id, move || {
+                let res = job();
+                let srv3 = srv2.clone();
+                srv2.h.cpucb(Color(id), move || {
+                    conn::complete_read(&srv3, &conn2, req_id, reserved, res)
+                });
             });
             if submitted.is_err() {
-                srv.answer_busy(conn, id, req_id);
+                srv.answer_busy(conn, id, req_id, reserved);
             }
         });
     }
 
-    /// Connection color: any other storage operation goes straight to the helper pool (see
-    /// `dispatch_read` for why not from color 0); its completion runs in color 0, which owns
-    /// the lease table, then the reply goes back to the connection's color.
-    pub fn dispatch(
+    /// Connection color: any other storage operation goes to a storage thread; its completion
+    /// runs in color 0, which owns the lease table, then the reply goes back to the
+    /// connection's color.
+    pub fn dispatch(self: &Arc<Self>, d: Dispatch, op: RequestOp) {
+        let storage = self.storage.clone();
+        let Dispatch {
+            conn,
+            id,
+            req_id,
+            creds,
+            reserved,
+            lease_ms,
+        } = d;
+        let ctx = OpCtx { creds, lease_ms };
+        let srv = self.clone();
+        let conn2 = conn.clone();
+        let submitted = self.fs_pool.submit(id, move || {
+            let outcome = storage.execute(&ctx, op);
+            let srv2 = srv.clone();
+            srv.h.cpucb(Color::DEFAULT, move || {
+                srv2.finish(conn2, id, req_id, reserved, lease_ms, outcome)
+            });
+        });
+        if submitted.is_err() {
+            self.answer_busy(conn, id, req_id, reserved);
+        }
+    }
+
+    /// Color 0: leases, then invalidations to other holders, then the reply in the
+    /// connection's color.
+    fn finish(
         self: &Arc<Self>,
         conn: Arc<Mutex<Conn>>,
         id: ConnId,
         req_id: u64,
-        creds: Creds,
-        op: RequestOp,
+        reserved: usize,
+        lease_ms: u32,
+        outcome: crate::fs::Outcome,
     ) {
-        // Published by color 0 whenever the table changes (0 when it is full).
-        let lease_ms = self.lease_ms_now.load(Ordering::Relaxed);
-        let storage = self.storage.clone();
-        let ctx = OpCtx { creds, lease_ms };
+        let mut invalidations = Vec::new();
+        let mut result = outcome.result;
+        {
+            let mut c0 = self.color0();
+            // Every attribute in the reply keeps its lease only if the table and this
+            // connection's share allow the grant; the others are sent with lease 0.
+            if let Ok(body) = &mut result {
+                let handles: HashMap<ObjKey, FileHandle> = outcome.leased.iter().copied().collect();
+                for attr in body.attrs_mut() {
+                    let key = (attr.fsid, attr.fileid);
+                    let granted = handles
+                        .get(&key)
+                        .is_some_and(|fh| c0.leases.try_grant(id, key, *fh, lease_ms));
+                    if !granted {
+                        attr.lease_ms = 0;
+                    }
+                }
+            }
+            for (key, fh, attr) in &outcome.changed {
+                let (who, _) = c0.leases.changed(*key, id);
+                for other in who {
+                    self.publish_share(&mut c0, other);
+                    if let Some(target) = c0.conns.get(&other).and_then(|r| r.conn.upgrade()) {
+                        invalidations.push((other, target, *fh, *attr));
+                    }
+                }
+            }
+            self.publish_share(&mut c0, id);
+            self.lease_ms_now
+                .store(c0.leases.lease_ms(), Ordering::Relaxed);
+        }
+        for (other, target, fh, attr) in invalidations {
+            let attr = attr.map(|a| Attr { lease_ms: 0, ..a });
+            let srv = self.clone();
+            self.h.cpucb(Color(other), move || {
+                conn::send_unsolicited(
+                    &srv,
+                    &target,
+                    &ServerMessage::Invalidate(Invalidate { fh, attr }),
+                )
+            });
+        }
+        let reply = Reply { id: req_id, result };
         let srv = self.clone();
-        let conn2 = conn.clone();
-        let submitted = self.h.blocking(
-            Color::DEFAULT,
-            move || storage.execute(&ctx, op),
-            move |outcome| {
-                // Back in color 0: leases, then invalidations, then the reply in c.
-                let mut invalidations = Vec::new();
-                {
-                    let mut c0 = srv.color0();
-                    for (key, fh) in &outcome.leased {
-                        c0.leases.grant(id, *key, *fh, lease_ms);
-                    }
-                    srv.lease_ms_now
-                        .store(c0.leases.lease_ms(), Ordering::Relaxed);
-                    for (key, fh, attr) in &outcome.changed {
-                        let (who, _) = c0.leases.changed(*key, id);
-                        for other in who {
-                            if let Some(target) = c0.conns.get(&other).and_then(Weak::upgrade) {
-                                invalidations.push((other, target, *fh, *attr));
-                            }
-                        }
-                    }
-                }
-                for (other, target, fh, attr) in invalidations {
-                    let attr = attr.map(|a| Attr { lease_ms: 0, ..a });
-                    let srv3 = srv.clone();
-                    srv.h.cpucb(Color(other), move || {
-                        conn::send_unsolicited(
-                            &srv3,
-                            &target,
-                            &ServerMessage::Invalidate(Invalidate { fh, attr }),
-                        )
-                    });
-                }
-                let reply = Reply {
-                    id: req_id,
-                    result: outcome.result,
-                };
-                let srv2 = srv.clone();
-                srv.h
-                    .cpucb(Color(id), move || conn::complete(&srv2, &conn2, reply));
-            },
-        );
-        if submitted.is_err() {
-            self.answer_busy(conn, id, req_id);
+        self.h.cpucb(Color(id), move || {
+            conn::complete(&srv, &conn, reserved, reply)
+        });
+    }
+
+    /// Color 0: tells connection `id` whether it holds its whole share of leases.
+    fn publish_share(&self, c0: &mut Color0, id: ConnId) {
+        let over = c0.leases.over_share(id);
+        if let Some(r) = c0.conns.get(&id) {
+            r.lease_capped.store(over, Ordering::Relaxed);
         }
     }
 
-    /// The helper pool is full: answer JUKEBOX ("try later") instead of queueing more.
-    fn answer_busy(self: &Arc<Self>, conn: Arc<Mutex<Conn>>, id: ConnId, req_id: u64) {
+    /// The storage threads are full: answer JUKEBOX ("try later") instead of queueing more.
+    fn answer_busy(
+        self: &Arc<Self>,
+        conn: Arc<Mutex<Conn>>,
+        id: ConnId,
+        req_id: u64,
+        reserved: usize,
+    ) {
         let srv = self.clone();
         self.h.cpucb(Color(id), move || {
             conn::complete(
                 &srv,
                 &conn,
+                reserved,
                 Reply {
                     id: req_id,
                     result: Err(NfsStatus::Jukebox),
@@ -199,8 +273,14 @@ impl Server {
     }
 
     /// Color 0: a connection opened.
-    pub fn register_conn(&self, id: ConnId, conn: &Arc<Mutex<Conn>>) {
-        self.color0().conns.insert(id, Arc::downgrade(conn));
+    pub fn register_conn(&self, id: ConnId, conn: &Arc<Mutex<Conn>>, capped: Arc<AtomicBool>) {
+        self.color0().conns.insert(
+            id,
+            Registered {
+                conn: Arc::downgrade(conn),
+                lease_capped: capped,
+            },
+        );
     }
 
     /// Color 0: a connection closed; its leases go.
@@ -219,6 +299,10 @@ impl Server {
             let reaped = {
                 let mut c0 = srv.color0();
                 let reaped = c0.leases.reap();
+                let ids: Vec<ConnId> = c0.conns.keys().copied().collect();
+                for id in ids {
+                    srv.publish_share(&mut c0, id);
+                }
                 srv.lease_ms_now
                     .store(c0.leases.lease_ms(), Ordering::Relaxed);
                 reaped

@@ -9,7 +9,8 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use protocol::UserPublicKey;
 
-/// The credentials a request runs with; permission checks use only these.
+/// The credentials a request runs with: the storage thread's fsuid, fsgid and supplementary
+/// groups for the operation (see `fs::creds`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Creds {
     /// Who (for logs).
@@ -21,21 +22,18 @@ pub struct Creds {
     pub anonymous: bool,
 }
 
-/// uid/gid used for anonymous requests ("nobody").
+/// Default uid/gid for anonymous requests ("nobody").
 pub const NOBODY: u32 = 65534;
 
 impl Creds {
-    pub fn anonymous() -> Creds {
+    /// The credentials anonymous requests run with (`--anonymous-uid/--anonymous-gid`).
+    pub fn anonymous(uid: u32, gid: u32) -> Creds {
         Creds {
             name: "anonymous".into(),
-            uid: NOBODY,
-            gids: vec![NOBODY],
+            uid,
+            gids: vec![gid],
             anonymous: true,
         }
-    }
-
-    pub fn in_group(&self, gid: u32) -> bool {
-        self.gids.contains(&gid)
     }
 
     pub fn primary_gid(&self) -> u32 {

@@ -1,49 +1,61 @@
 //! The local-directory backend.
 //!
-//! **Never escaping the export.** Every open is `openat2(2)` relative to a directory fd of the
-//! export root (or of an already-resolved directory) with `RESOLVE_BENEATH |
-//! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV` and `O_NOFOLLOW`: the kernel
-//! refuses `..` above the root, absolute paths, and any symlink (a symlink is served as an
-//! object of its own, READLINK returns its text, the server never follows it). Names from
-//! clients are single components (no `/`, no NUL). After every open the object's (dev, inode)
-//! is compared with the handle's, so a rename racing with a request can only make it fail
-//! (STALE), never act on another object.
+//! **The kernel decides.** Every operation runs under the request's credentials (see
+//! [`super::creds`]), so the kernel makes every permission decision: search permission on each
+//! path step, write permission and the sticky bit on directories, `protected_hardlinks`,
+//! setgid inheritance, ownership of new objects (the creator's fsuid made them: nothing is
+//! chowned afterwards), ACLs. The process umask is 0, so new objects get exactly the mode the
+//! client asked for (minus what the kernel itself removes).
 //!
-//! **Handles across restarts.** A handle carries (export id, dev, inode, generation) and a
-//! MAC; the MAC secret is persisted. To get from an inode back to the object the backend keeps
-//! an in-memory map inode -> path below the root, filled by every LOOKUP, CREATE, READDIRPLUS...
-//! On a miss (after a restart, or when a rename made the remembered path stale) it walks the
-//! export once (bounded) and rebuilds the map.
+//! **File descriptors, never names after a check.** A handle resolves to an `O_PATH` file
+//! descriptor; its type is checked on that descriptor, and data is read or written only after
+//! re-opening *that* descriptor through `/proc/self/fd` (the same inode, no name lookup), and
+//! only for regular files and directories: device nodes and FIFOs are never opened for data.
+//! Objects an operation creates are used through the descriptor the creating call returned
+//! where the kernel gives one (CREATE); MKDIR and SYMLINK look the new name up once to answer
+//! with its handle, and nothing is changed through that lookup.
 //!
-//! **Generation.** Linux does not expose inode generation numbers portably, so the handle's
-//! generation is the object's birth time (`statx` `STATX_BTIME`, read through std's
-//! `Metadata::created()`) in nanoseconds since the epoch. A deleted file whose inode number is
-//! reused by a new file gets a new birth time, so the old handle resolves to STALE instead of
-//! the new file. Birth time is stored on disk, so handles stay valid across a server restart.
-//! Fallback: on a file system that records no birth time (`created()` fails) the generation is
-//! 0 for every object, and there a reused inode number still revives an old handle (the
-//! limitation NFS servers have on file systems without generations).
+//! **Never escaping the export.** Every open by name is `openat2(2)` relative to the export
+//! root or an already-resolved directory with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV` and `O_NOFOLLOW`: the kernel refuses `..` above
+//! the root, absolute paths, and any symlink (a symlink is served as an object of its own,
+//! READLINK returns its text, the server never follows it). Names from clients are single
+//! components. After every open by path the object's (dev, inode, generation) is compared with
+//! the handle's, so a rename racing with a request can only make it fail (STALE).
+//!
+//! **Handles across restarts.** See [`super::index`]: (dev, inode) -> (parent, name). On a miss
+//! (after a restart, or an external rename) the export is walked once with the server's own
+//! credentials. Walks are rate-limited globally, whatever triggers them: at most one per
+//! second, and never more than a tenth of the time (a slow walk widens the interval).
+//!
+//! **Generation.** The handle's generation is the object's birth time (`statx` `STATX_BTIME`)
+//! in nanoseconds. A deleted file whose inode number is reused gets a new birth time, so the
+//! old handle resolves to STALE. On a file system without birth times the generation is 0 and
+//! a reused inode number would still revive an old handle.
+//!
+//! **Directory cursors.** READDIR cookies are the file system's own directory offsets (what
+//! `getdents64` reports, as the kernel NFS server uses): a page seeks to its cookie and reads
+//! only what it returns, never the whole directory.
 
-use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::fs::File;
-use std::hash::{Hash, Hasher};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use protocol::{
-    Attr, CreateHow, DirEntry, DirEntryPlus, DirPage, FileHandle, FileType, FsInfo, FsStat,
-    HandleData, HandleKey, NewObject, NfsStatus, PathConf, ReplyBody, RequestOp, SetAttr, SetTime,
-    StableHow, Time,
+    Attr, CreateHow, DirEntryPlus, DirPage, FileHandle, FileType, FsInfo, FsStat, HandleData,
+    HandleKey, NewObject, NfsStatus, PathConf, ReplyBody, RequestOp, SetAttr, SetTime, StableHow,
+    Time, access,
 };
-use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+use rustix::fs::{Access, AtFlags, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
 
-use super::perm::{self, R, W, X};
+use super::creds::Switcher;
+use super::index::Index;
 use super::{ObjKey, OpCtx, Outcome, ReadableFile, Storage};
 use crate::server::lock;
 use crate::users::Creds;
@@ -53,10 +65,16 @@ use crate::users::Creds;
 pub const EXPORT_ID: u32 = 1;
 /// Longest name component accepted.
 pub const NAME_MAX: usize = 255;
-/// Bound on the objects the restart walk indexes.
+/// Bound on the objects the index holds.
 const MAX_INDEX: usize = 1 << 20;
 /// Minimum time between two walks of the export.
 const WALK_INTERVAL: Duration = Duration::from_secs(1);
+/// A walk may take at most this share of the time (a walk of 0.5 s allows the next after 5 s).
+const WALK_DUTY: u32 = 10;
+/// Largest READDIR/READDIRPLUS reply, whatever the client asks.
+pub const MAX_DIR_REPLY: usize = 64 * 1024;
+/// Longest symlink target accepted or returned.
+const MAX_LINK: usize = 4096;
 
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
@@ -72,31 +90,69 @@ fn io_status(e: &io::Error) -> NfsStatus {
         Some(libc::ELOOP) => NfsStatus::Inval,
         Some(libc::EXDEV) => NfsStatus::XDev,
         Some(libc::ENAMETOOLONG) => NfsStatus::NameTooLong,
+        // Out of descriptors for the moment: the client should retry.
+        Some(libc::EMFILE | libc::ENFILE) => NfsStatus::Jukebox,
         _ => NfsStatus::from_io_error(e),
     }
 }
 
-/// A resolved object: an fd opened with the flags asked for, and its metadata.
+/// A resolved object: an `O_PATH` descriptor and its metadata, read from that descriptor.
 struct Obj {
     key: ObjKey,
     path: PathBuf,
-    file: File,
+    fd: OwnedFd,
     meta: std::fs::Metadata,
 }
 
 impl Obj {
     fn ftype(&self) -> FileType {
-        let t = self.meta.file_type();
-        if t.is_dir() {
-            FileType::Directory
-        } else if t.is_symlink() {
-            FileType::Symlink
-        } else if t.is_file() {
-            FileType::Regular
-        } else {
-            FileType::Fifo
+        Attr::from_metadata(&self.meta, 0).ftype
+    }
+
+    fn attr(&self, lease_ms: u32) -> Attr {
+        Attr::from_metadata(&self.meta, lease_ms)
+    }
+
+    /// Current attributes, read again from the descriptor.
+    fn fresh_attr(&self, lease_ms: u32) -> Option<Attr> {
+        stat_fd(self.fd.as_fd())
+            .ok()
+            .map(|m| Attr::from_metadata(&m, lease_ms))
+    }
+
+    /// `/proc/self/fd/N`: names exactly this already-resolved object.
+    fn proc_path(&self) -> String {
+        format!("/proc/self/fd/{}", self.fd.as_raw_fd())
+    }
+
+    /// Opens this object's inode for data. Only for regular files, checked on the `O_PATH`
+    /// descriptor by the caller; the kernel checks the access mode against the thread's
+    /// credentials.
+    fn reopen(&self, flags: OFlags) -> Result<File, NfsStatus> {
+        debug_assert_eq!(self.ftype(), FileType::Regular);
+        let flags = flags | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+        rustix::fs::openat(rustix::fs::CWD, self.proc_path(), flags, Mode::empty())
+            .map(File::from)
+            .map_err(errno)
+    }
+
+    /// Whether the calling thread's credentials grant `want` on this object (the kernel's
+    /// answer, `faccessat` with `AT_EACCESS`, which uses the fsuid).
+    fn may(&self, want: Access) -> bool {
+        rustix::fs::accessat(rustix::fs::CWD, self.proc_path(), want, AtFlags::EACCESS).is_ok()
+    }
+
+    fn require_regular(&self) -> Result<(), NfsStatus> {
+        match self.ftype() {
+            FileType::Regular => Ok(()),
+            FileType::Directory => Err(NfsStatus::IsDir),
+            _ => Err(NfsStatus::Inval),
         }
     }
+}
+
+fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<std::fs::Metadata> {
+    File::from(fd.try_clone_to_owned()?).metadata()
 }
 
 /// Checks a client-supplied name is one component.
@@ -110,7 +166,7 @@ fn component(name: &[u8]) -> Result<&OsStr, NfsStatus> {
     Ok(OsStr::from_bytes(name))
 }
 
-/// A name that may be created or removed (not `.` or `..`).
+/// A name that may be created (not `.` or `..`).
 fn new_component(name: &[u8]) -> Result<&OsStr, NfsStatus> {
     let n = component(name)?;
     if name == b"." || name == b".." {
@@ -119,11 +175,12 @@ fn new_component(name: &[u8]) -> Result<&OsStr, NfsStatus> {
     Ok(n)
 }
 
-/// READDIR cookie of a name: a hash, so cookies do not move when other entries come and go.
-fn cookie_of(name: &[u8]) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    name.hash(&mut h);
-    (h.finish() >> 1).max(3)
+/// A name that may be removed or renamed (`.` and `..` are invalid there).
+fn old_component(name: &[u8]) -> Result<&OsStr, NfsStatus> {
+    new_component(name).map_err(|e| match e {
+        NfsStatus::Exist => NfsStatus::Inval,
+        e => e,
+    })
 }
 
 /// Handle generation of an object: its birth time in nanoseconds since the epoch, or 0 where
@@ -139,8 +196,43 @@ fn generation(meta: &std::fs::Metadata) -> u64 {
     nanos as u64
 }
 
-fn to_system_time(t: Time) -> SystemTime {
-    t.to_system_time()
+/// The exclusive-create verifier as the (atime, mtime) seconds it is stored in.
+fn verifier_times(v: &[u8; 8]) -> (i64, i64) {
+    let secs = |b: &[u8]| i64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    (secs(&v[..4]), secs(&v[4..]))
+}
+
+fn timespec(t: &SetTime) -> Timespec {
+    match t {
+        SetTime::DontChange => Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        SetTime::ServerTime => Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        SetTime::ClientTime(t) => Timespec {
+            tv_sec: t.seconds,
+            tv_nsec: i64::from(t.nanos.min(999_999_999)),
+        },
+    }
+}
+
+/// When the last walk ended and how long it took.
+#[derive(Default)]
+struct WalkGate {
+    last_end: Option<Instant>,
+    last_took: Duration,
+}
+
+impl WalkGate {
+    fn may_walk(&self) -> bool {
+        match self.last_end {
+            None => true,
+            Some(t) => t.elapsed() >= WALK_INTERVAL.max(self.last_took * WALK_DUTY),
+        }
+    }
 }
 
 /// The local-directory backend.
@@ -148,18 +240,14 @@ pub struct LocalFs {
     root: OwnedFd,
     root_key: ObjKey,
     key: HandleKey,
-    paths: Mutex<HashMap<ObjKey, PathBuf>>,
-    /// Serialises walks and remembers when the last one finished: a burst of unknown handles
-    /// (after a restart, or a hostile client replaying handles of deleted files) costs one
-    /// walk, not one per request.
-    last_walk: Mutex<Option<Instant>>,
+    index: Mutex<Index>,
+    walks: Mutex<WalkGate>,
     /// Largest READ/WRITE (FSINFO).
     max_io: u32,
     /// WRITE/COMMIT verifier: changes on restart, so clients resend unstable writes.
     write_verifier: [u8; 8],
-    /// New objects are given to the creating user (possible only when running as root).
-    chown_new: bool,
     read_only: bool,
+    switcher: Switcher,
 }
 
 impl LocalFs {
@@ -168,9 +256,10 @@ impl LocalFs {
         key: HandleKey,
         max_io: u32,
         read_only: bool,
+        switcher: Switcher,
     ) -> io::Result<LocalFs> {
         let root: OwnedFd = File::open(export)?.into();
-        let meta = File::from(root.try_clone()?).metadata()?;
+        let meta = stat_fd(root.as_fd())?;
         if !meta.is_dir() {
             return Err(io::Error::new(
                 io::ErrorKind::NotADirectory,
@@ -178,19 +267,22 @@ impl LocalFs {
             ));
         }
         let root_key = (meta.dev(), meta.ino());
-        let mut paths = HashMap::new();
-        paths.insert(root_key, PathBuf::new());
+        // Data is only ever opened by re-opening a checked descriptor through /proc.
+        if !Path::new("/proc/self/fd").is_dir() {
+            return Err(io::Error::other(
+                "/proc is not mounted: sfsd re-opens checked descriptors through /proc/self/fd",
+            ));
+        }
         Ok(LocalFs {
             root,
             root_key,
             key,
-            paths: Mutex::new(paths),
-            last_walk: Mutex::new(None),
+            index: Mutex::new(Index::new(root_key, MAX_INDEX)),
+            walks: Mutex::new(WalkGate::default()),
             max_io,
             write_verifier: rand::random(),
-            // /proc/self belongs to the process's effective uid.
-            chown_new: std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0),
             read_only,
+            switcher,
         })
     }
 
@@ -208,31 +300,18 @@ impl LocalFs {
         self.handle(o.key, generation(&o.meta))
     }
 
-    fn attr(&self, o: &Obj, lease_ms: u32) -> Attr {
-        Attr::from_metadata(&o.meta, lease_ms)
-    }
-
-    /// Opens `path` (relative to the root, never escaping it).
-    fn open_beneath(&self, path: &Path, flags: OFlags) -> Result<File, NfsStatus> {
+    /// `openat2` beneath `dir` as an `O_PATH` descriptor (a symlink is opened itself).
+    fn open_path_at(&self, dir: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, NfsStatus> {
         let p: &Path = if path.as_os_str().is_empty() {
             Path::new(".")
         } else {
             path
         };
-        self.openat_beneath(self.root.as_fd(), p, flags)
-    }
-
-    fn openat_beneath(
-        &self,
-        dir: std::os::fd::BorrowedFd<'_>,
-        path: &Path,
-        flags: OFlags,
-    ) -> Result<File, NfsStatus> {
-        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let mut tries = 0;
         loop {
-            match rustix::fs::openat2(dir, path, flags, Mode::empty(), RESOLVE) {
-                Ok(fd) => return Ok(File::from(fd)),
+            match rustix::fs::openat2(dir, p, flags, Mode::empty(), RESOLVE) {
+                Ok(fd) => return Ok(fd),
                 // A concurrent rename somewhere in the tree: the kernel asks to retry.
                 Err(rustix::io::Errno::AGAIN) if tries < 8 => tries += 1,
                 Err(e) => return Err(errno(e)),
@@ -240,437 +319,293 @@ impl LocalFs {
         }
     }
 
-    fn remember(&self, key: ObjKey, path: PathBuf) {
-        let mut map = lock(&self.paths);
-        if map.len() < MAX_INDEX || map.contains_key(&key) {
-            map.insert(key, path);
-        }
-    }
-
-    fn forget(&self, key: ObjKey) {
-        lock(&self.paths).remove(&key);
-    }
-
-    /// The path last seen for `key`, if any.
-    fn known_path(&self, key: ObjKey) -> Option<PathBuf> {
-        lock(&self.paths).get(&key).cloned()
-    }
-
-    /// Opens `path` and checks it is still the object `key` born at `birth` (else STALE).
-    fn open_at_path(
-        &self,
-        key: ObjKey,
-        birth: u64,
-        path: &Path,
-        flags: OFlags,
-    ) -> Result<Obj, NfsStatus> {
-        let file = self.open_beneath(path, flags)?;
-        let meta = file.metadata().map_err(|e| io_status(&e))?;
-        if (meta.dev(), meta.ino()) != key || generation(&meta) != birth {
-            return Err(NfsStatus::Stale);
-        }
+    fn obj_from(&self, fd: OwnedFd, path: PathBuf) -> Result<Obj, NfsStatus> {
+        let meta = stat_fd(fd.as_fd()).map_err(|e| io_status(&e))?;
         Ok(Obj {
-            key,
-            path: path.to_path_buf(),
-            file,
+            key: (meta.dev(), meta.ino()),
+            path,
+            fd,
             meta,
         })
     }
 
-    /// From a verified handle to the object, opened with `flags`.
-    fn resolve(&self, h: &HandleData, flags: OFlags) -> Result<Obj, NfsStatus> {
+    /// Opens `path` below the root and checks it is still the object `key` born at `birth`.
+    fn open_at_path(&self, key: ObjKey, birth: u64, path: &Path) -> Result<Obj, NfsStatus> {
+        let fd = self.open_path_at(self.root.as_fd(), path)?;
+        let o = self.obj_from(fd, path.to_path_buf())?;
+        if o.key != key || generation(&o.meta) != birth {
+            return Err(NfsStatus::Stale);
+        }
+        Ok(o)
+    }
+
+    /// From a verified handle to the object (an `O_PATH` descriptor).
+    fn resolve(&self, h: &HandleData, creds: &Creds) -> Result<Obj, NfsStatus> {
         if h.export_id != EXPORT_ID {
             return Err(NfsStatus::Stale);
         }
         let key = (h.device, h.inode);
         let birth = h.generation;
-        let known = self.known_path(key);
+        let known = lock(&self.index).path(key);
         let was_known = known.is_some();
         if let Some(path) = known {
-            match self.open_at_path(key, birth, &path, flags) {
-                Ok(o) => return Ok(o),
+            match self.open_path_at(self.root.as_fd(), &path) {
+                Ok(fd) => {
+                    let o = self.obj_from(fd, path)?;
+                    if o.key == key {
+                        // The inode number is live: either it is this object, or the object
+                        // is gone and its number reused (another birth time). No walk needed.
+                        return if generation(&o.meta) == birth {
+                            Ok(o)
+                        } else {
+                            Err(NfsStatus::Stale)
+                        };
+                    }
+                }
                 Err(NfsStatus::Stale | NfsStatus::NoEnt | NfsStatus::NotDir) => {}
                 Err(e) => return Err(e),
             }
         }
-        // Unknown (restart) or moved: index the export again, once per burst.
+        // Unknown (restart) or moved outside the server: walk the export, rate-limited.
         let found = {
-            let mut last = lock(&self.last_walk);
-            let known = self.known_path(key);
+            let mut gate = lock(&self.walks);
+            let known = lock(&self.index).path(key);
             match known {
                 // Another request's walk found it while we waited.
-                Some(p) if self.open_at_path(key, birth, &p, OFlags::PATH).is_ok() => Some(p),
-                // A handle we never saw this run (or whose object is gone): rate-limited.
-                // A known object that moved always gets a walk.
-                _ if !was_known && last.is_some_and(|t| t.elapsed() < WALK_INTERVAL) => None,
+                Some(p) if self.open_at_path(key, birth, &p).is_ok() => Some(p),
+                _ if !gate.may_walk() => {
+                    // A handle this server knew is worth retrying after the next walk; an
+                    // unknown one (a deleted object, a replay) is stale.
+                    return Err(if was_known {
+                        NfsStatus::Jukebox
+                    } else {
+                        NfsStatus::Stale
+                    });
+                }
                 _ => {
-                    let found = self.walk(key);
-                    *last = Some(Instant::now());
+                    let started = Instant::now();
+                    let found = self.switcher.as_server(creds, || self.walk(key));
+                    gate.last_end = Some(Instant::now());
+                    gate.last_took = started.elapsed();
                     found
                 }
             }
         };
         match found {
-            Some(path) => self
-                .open_at_path(key, birth, &path, flags)
-                .map_err(|e| match e {
-                    NfsStatus::NoEnt => NfsStatus::Stale,
-                    e => e,
-                }),
+            Some(path) => self.open_at_path(key, birth, &path).map_err(|e| match e {
+                NfsStatus::NoEnt => NfsStatus::Stale,
+                e => e,
+            }),
             None => {
-                self.forget(key);
+                lock(&self.index).forget(key);
                 Err(NfsStatus::Stale)
             }
         }
     }
 
-    /// Walks the export breadth-first (never following symlinks), remembering every object's
-    /// path; returns the path of `want` if found.
+    /// Walks the export breadth-first (never following symlinks, never leaving the file
+    /// system), rebuilding the index; returns the path of `want` if found.
     fn walk(&self, want: ObjKey) -> Option<PathBuf> {
         tracing::debug!(?want, "walking the export to find a handle");
-        let mut found = None;
-        let mut seen = 0usize;
-        let mut queue = VecDeque::from([PathBuf::new()]);
-        let mut fresh = HashMap::new();
-        fresh.insert(self.root_key, PathBuf::new());
-        while let Some(dir) = queue.pop_front() {
-            let Ok(file) = self.open_beneath(&dir, OFlags::RDONLY | OFlags::DIRECTORY) else {
+        let mut fresh = Index::new(self.root_key, MAX_INDEX);
+        let mut seen = std::collections::HashSet::from([self.root_key]);
+        let mut queue = std::collections::VecDeque::new();
+        if let Ok(fd) = self.open_path_at(self.root.as_fd(), Path::new("")) {
+            queue.push_back((self.root_key, fd));
+        }
+        while let Some((dir_key, dir_fd)) = queue.pop_front() {
+            let Ok(dir) = open_dir_stream(dir_fd.as_fd()) else {
                 continue;
             };
-            let Ok(entries) = rustix::fs::Dir::read_from(&file) else {
-                continue;
-            };
-            for entry in entries.flatten() {
+            for entry in dir.flatten() {
                 let name = entry.file_name().to_bytes();
                 if name == b"." || name == b".." {
                     continue;
                 }
-                let name = OsStr::from_bytes(name);
-                let Ok(st) = rustix::fs::statat(&file, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                let Ok(st) = rustix::fs::statat(&dir_fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
                     continue;
                 };
                 let key = (st.st_dev, st.st_ino);
-                let path = dir.join(name);
-                if key == want && found.is_none() {
-                    found = Some(path.clone());
+                fresh.remember(key, dir_key, name);
+                let is_dir = (st.st_mode & libc::S_IFMT) == libc::S_IFDIR;
+                if is_dir
+                    && st.st_dev == self.root_key.0
+                    && seen.insert(key)
+                    && let Ok(fd) =
+                        self.open_path_at(dir_fd.as_fd(), Path::new(OsStr::from_bytes(name)))
+                {
+                    queue.push_back((key, fd));
                 }
-                if (st.st_mode & libc::S_IFMT) == libc::S_IFDIR && !fresh.contains_key(&key) {
-                    queue.push_back(path.clone());
-                }
-                fresh.entry(key).or_insert(path);
-                seen += 1;
-                if seen >= MAX_INDEX {
+                if fresh.len() >= MAX_INDEX {
                     queue.clear();
                     break;
                 }
             }
         }
-        *lock(&self.paths) = fresh;
+        let found = fresh.path(want);
+        lock(&self.index).replace(fresh);
         found
     }
 
-    /// Opens `name` in directory `dir` as an object (a symlink is opened itself).
+    /// Opens `name` in directory `dir` (the kernel checks search permission on `dir`).
     fn child(&self, dir: &Obj, name: &OsStr) -> Result<Obj, NfsStatus> {
-        let file = self.openat_beneath(dir.file.as_fd(), Path::new(name), OFlags::PATH)?;
-        let meta = file.metadata().map_err(|e| io_status(&e))?;
-        let key = (meta.dev(), meta.ino());
-        let path = dir.path.join(name);
-        self.remember(key, path.clone());
-        Ok(Obj {
-            key,
-            path,
-            file,
-            meta,
-        })
+        let fd = self.open_path_at(dir.fd.as_fd(), Path::new(name))?;
+        let o = self.obj_from(fd, dir.path.join(name))?;
+        lock(&self.index).remember(o.key, dir.key, name.as_bytes());
+        Ok(o)
     }
 
     /// LOOKUP semantics including `.` and `..` (which stops at the root).
     fn lookup_child(&self, dir: &Obj, name: &[u8]) -> Result<Obj, NfsStatus> {
         match name {
-            b"." => self.open_at_path(dir.key, generation(&dir.meta), &dir.path, OFlags::PATH),
+            b"." => self.open_at_path(dir.key, generation(&dir.meta), &dir.path),
             b".." => {
                 let parent = dir.path.parent().unwrap_or(Path::new("")).to_path_buf();
-                let file = self.open_beneath(&parent, OFlags::PATH | OFlags::DIRECTORY)?;
-                let meta = file.metadata().map_err(|e| io_status(&e))?;
-                Ok(Obj {
-                    key: (meta.dev(), meta.ino()),
-                    path: parent,
-                    file,
-                    meta,
-                })
+                let fd = self.open_path_at(self.root.as_fd(), &parent)?;
+                self.obj_from(fd, parent)
             }
             _ => self.child(dir, component(name)?),
         }
     }
 
-    fn dir(&self, h: &FileHandle) -> Result<Obj, NfsStatus> {
-        let o = self.resolve(&self.key.verify(h)?, OFlags::PATH)?;
+    fn obj(&self, h: &FileHandle, creds: &Creds) -> Result<Obj, NfsStatus> {
+        self.resolve(&self.key.verify(h)?, creds)
+    }
+
+    fn dir(&self, h: &FileHandle, creds: &Creds) -> Result<Obj, NfsStatus> {
+        let o = self.obj(h, creds)?;
         if o.ftype() != FileType::Directory {
             return Err(NfsStatus::NotDir);
         }
         Ok(o)
     }
 
-    fn obj(&self, h: &FileHandle) -> Result<Obj, NfsStatus> {
-        self.resolve(&self.key.verify(h)?, OFlags::PATH)
-    }
-
-    /// Re-stats an object after a change.
-    fn refresh(&self, o: &Obj) -> Option<Attr> {
-        let p = if o.path.as_os_str().is_empty() {
-            Path::new(".")
+    fn writable(&self) -> Result<(), NfsStatus> {
+        if self.read_only {
+            Err(NfsStatus::RoFs)
         } else {
-            &o.path
-        };
-        let st = self.open_beneath(p, OFlags::PATH).ok()?;
-        let meta = st.metadata().ok()?;
-        ((meta.dev(), meta.ino()) == o.key && generation(&meta) == generation(&o.meta))
-            .then(|| Attr::from_metadata(&meta, 0))
+            Ok(())
+        }
     }
 
-    fn with_lease(a: Option<Attr>, lease_ms: u32) -> Option<Attr> {
-        a.map(|mut a| {
-            a.lease_ms = lease_ms;
-            a
-        })
-    }
-
-    /// Applies SETATTR-style changes to a regular file or directory the caller has been
-    /// checked against.
-    fn apply_setattr(&self, o: &Obj, sa: &SetAttr, c: &Creds) -> Result<(), NfsStatus> {
-        let a = self.attr(o, 0);
+    /// SETATTR on a resolved object; the kernel checks each change against the caller.
+    fn apply_setattr(&self, o: &Obj, sa: &SetAttr) -> Result<(), NfsStatus> {
         let is_link = o.ftype() == FileType::Symlink;
-        if sa.size.is_some() {
-            if o.ftype() != FileType::Regular {
-                return Err(if o.ftype() == FileType::Directory {
-                    NfsStatus::IsDir
-                } else {
-                    NfsStatus::Inval
-                });
-            }
-            if !perm::may(&a, c, W) {
-                return Err(NfsStatus::Acces);
-            }
-        }
-        if sa.mode.is_some() && !perm::owns(&a, c) {
-            return Err(NfsStatus::Perm);
-        }
-        if let Some(uid) = sa.uid
-            && uid != a.uid
-            && (c.uid != 0 || c.anonymous)
-        {
-            return Err(NfsStatus::Perm);
-        }
-        if let Some(gid) = sa.gid
-            && gid != a.gid
-            && !(c.uid == 0 && !c.anonymous || perm::owns(&a, c) && c.in_group(gid))
-        {
-            return Err(NfsStatus::Perm);
-        }
-        let client_time = |t: &SetTime| matches!(t, SetTime::ClientTime(_));
-        let server_time = |t: &SetTime| matches!(t, SetTime::ServerTime);
-        if (client_time(&sa.atime) || client_time(&sa.mtime)) && !perm::owns(&a, c) {
-            return Err(NfsStatus::Perm);
-        }
-        if (server_time(&sa.atime) || server_time(&sa.mtime))
-            && !perm::owns(&a, c)
-            && !perm::may(&a, c, W)
-        {
-            return Err(NfsStatus::Acces);
-        }
-        let changes_anything = sa.size.is_some()
-            || sa.mode.is_some()
-            || sa.uid.is_some()
-            || sa.gid.is_some()
-            || !matches!(sa.atime, SetTime::DontChange)
-            || !matches!(sa.mtime, SetTime::DontChange);
-        if !changes_anything {
-            return Ok(());
-        }
-        if is_link {
+        let changes_times =
+            !matches!(sa.atime, SetTime::DontChange) || !matches!(sa.mtime, SetTime::DontChange);
+        if is_link && (sa.mode.is_some() || changes_times) {
             return Err(NfsStatus::NotSupp);
         }
-        let flags = if sa.size.is_some() {
-            OFlags::WRONLY
-        } else {
-            OFlags::RDONLY | OFlags::NONBLOCK
-        };
-        let f = self
-            .open_at_path(o.key, generation(&o.meta), &o.path, flags)?
-            .file;
         if let Some(size) = sa.size {
+            o.require_regular()?;
+            let f = o.reopen(OFlags::WRONLY)?;
             f.set_len(size).map_err(|e| io_status(&e))?;
         }
-        if let Some(mode) = sa.mode {
-            rustix::fs::fchmod(&f, Mode::from_raw_mode(mode & 0o7777)).map_err(errno)?;
-        }
+        // Ownership before mode: a chown clears setuid bits the same request may set.
         if sa.uid.is_some() || sa.gid.is_some() {
-            std::os::unix::fs::fchown(&f, sa.uid, sa.gid).map_err(|e| io_status(&e))?;
+            rustix::fs::chownat(
+                &o.fd,
+                "",
+                sa.uid.map(rustix::fs::Uid::from_raw),
+                sa.gid.map(rustix::fs::Gid::from_raw),
+                AtFlags::EMPTY_PATH,
+            )
+            .map_err(errno)?;
         }
-        let mut times = std::fs::FileTimes::new();
-        let mut any_time = false;
-        for (which, t) in [(0, &sa.atime), (1, &sa.mtime)] {
-            let when = match t {
-                SetTime::DontChange => continue,
-                SetTime::ServerTime => SystemTime::now(),
-                SetTime::ClientTime(t) => to_system_time(*t),
-            };
-            any_time = true;
-            times = if which == 0 {
-                times.set_accessed(when)
-            } else {
-                times.set_modified(when)
-            };
+        if let Some(mode) = sa.mode {
+            rustix::fs::chmodat(
+                rustix::fs::CWD,
+                o.proc_path(),
+                Mode::from_raw_mode(mode & 0o7777),
+                AtFlags::empty(),
+            )
+            .map_err(errno)?;
         }
-        if any_time {
-            f.set_times(times).map_err(|e| io_status(&e))?;
+        if changes_times {
+            let ts = Timestamps {
+                last_access: timespec(&sa.atime),
+                last_modification: timespec(&sa.mtime),
+            };
+            rustix::fs::utimensat(rustix::fs::CWD, o.proc_path(), &ts, AtFlags::empty())
+                .map_err(errno)?;
         }
         Ok(())
     }
 
-    /// Gives a new object to its creator (when the server runs as root) and sets its mode
-    /// exactly (the process umask does not apply to exported files).
-    fn init_new(&self, dir: &Obj, name: &OsStr, c: &Creds, mode: Option<u32>, is_link: bool) {
-        if self.chown_new {
-            let _ = rustix::fs::chownat(
-                &dir.file,
-                name,
-                Some(rustix::fs::Uid::from_raw(c.uid)),
-                Some(rustix::fs::Gid::from_raw(c.primary_gid())),
-                AtFlags::SYMLINK_NOFOLLOW,
-            );
-        }
-        if !is_link
-            && let Some(mode) = mode
-            && let Ok(f) = self.openat_beneath(
-                dir.file.as_fd(),
-                Path::new(name),
-                OFlags::RDONLY | OFlags::NONBLOCK,
-            )
-        {
-            let _ = rustix::fs::fchmod(&f, Mode::from_raw_mode(mode & 0o7777));
-        }
-    }
-
-    fn new_object(
-        &self,
-        ctx: &OpCtx,
-        dir: &Obj,
-        obj: &Obj,
-        out: &mut Outcome,
-    ) -> (FileHandle, NewObject) {
+    fn new_object(&self, ctx: &OpCtx, dir: &Obj, obj: &Obj, out: &mut Outcome) -> NewObject {
         let fh = self.fh(obj);
         let dir_fh = self.fh(dir);
-        let dir_attr = Self::with_lease(self.refresh(dir), ctx.lease_ms);
+        let dir_attr = dir.fresh_attr(ctx.lease_ms);
         out.leased.push((obj.key, fh));
         out.leased.push((dir.key, dir_fh));
         out.changed.push((dir.key, dir_fh, dir_attr));
-        (
+        NewObject {
             fh,
-            NewObject {
-                fh,
-                attr: Some(self.attr(obj, ctx.lease_ms)),
-                dir_attr,
-            },
-        )
-    }
-
-    /// Checks the caller may add or remove entries of `dir`.
-    fn check_dir_write(&self, dir: &Obj, c: &Creds) -> Result<(), NfsStatus> {
-        if self.read_only {
-            return Err(NfsStatus::RoFs);
+            attr: obj.fresh_attr(ctx.lease_ms),
+            dir_attr,
         }
-        if !perm::may(&self.attr(dir, 0), c, W | X) {
-            return Err(NfsStatus::Acces);
-        }
-        Ok(())
     }
 
     fn run(&self, ctx: &OpCtx, op: RequestOp, out: &mut Outcome) -> Result<ReplyBody, NfsStatus> {
         let c = &ctx.creds;
         let lease = ctx.lease_ms;
         match op {
-            RequestOp::Mount { path } => {
-                let text = std::str::from_utf8(&path).map_err(|_| NfsStatus::Inval)?;
-                let mut rel = PathBuf::new();
-                for comp in text.split('/').filter(|s| !s.is_empty() && *s != ".") {
-                    component(comp.as_bytes())?;
-                    if comp == ".." {
-                        return Err(NfsStatus::Acces);
-                    }
-                    rel.push(comp);
-                }
-                let file = self.open_beneath(&rel, OFlags::PATH)?;
-                let meta = file.metadata().map_err(|e| io_status(&e))?;
-                if !meta.is_dir() {
-                    return Err(NfsStatus::NotDir);
-                }
-                let key = (meta.dev(), meta.ino());
-                self.remember(key, rel);
-                let fh = self.handle(key, generation(&meta));
-                out.leased.push((key, fh));
-                Ok(ReplyBody::Mount {
-                    fh,
-                    attr: Attr::from_metadata(&meta, lease),
-                })
-            }
+            RequestOp::Mount { path } => self.mount(ctx, &path, out),
             RequestOp::GetAttr { fh } => {
-                let o = self.obj(&fh)?;
+                let o = self.obj(&fh, c)?;
                 out.leased.push((o.key, fh));
                 Ok(ReplyBody::GetAttr {
-                    attr: self.attr(&o, lease),
+                    attr: o.attr(lease),
                 })
             }
             RequestOp::SetAttr { fh, attr, guard } => {
-                if self.read_only {
-                    return Err(NfsStatus::RoFs);
-                }
-                let o = self.obj(&fh)?;
+                self.writable()?;
+                let o = self.obj(&fh, c)?;
                 if let Some(g) = guard
-                    && self.attr(&o, 0).ctime != g
+                    && o.attr(0).ctime != g
                 {
                     return Err(NfsStatus::NotSync);
                 }
-                self.apply_setattr(&o, &attr, c)?;
-                let a = Self::with_lease(self.refresh(&o), lease);
+                self.apply_setattr(&o, &attr)?;
+                let a = o.fresh_attr(lease);
                 out.leased.push((o.key, fh));
                 out.changed.push((o.key, fh, a));
                 Ok(ReplyBody::SetAttr { attr: a })
             }
             RequestOp::Lookup { dir, name } => {
-                let d = self.dir(&dir)?;
-                if !perm::may(&self.attr(&d, 0), c, X) {
-                    return Err(NfsStatus::Acces);
-                }
+                let d = self.dir(&dir, c)?;
                 let o = self.lookup_child(&d, &name)?;
                 let fh = self.fh(&o);
                 out.leased.push((o.key, fh));
                 out.leased.push((d.key, dir));
                 Ok(ReplyBody::Lookup {
                     fh,
-                    attr: Some(self.attr(&o, lease)),
-                    dir_attr: Some(self.attr(&d, lease)),
+                    attr: Some(o.attr(lease)),
+                    dir_attr: Some(d.attr(lease)),
                 })
             }
             RequestOp::Access { fh, access } => {
-                let o = self.obj(&fh)?;
-                let a = self.attr(&o, lease);
+                let o = self.obj(&fh, c)?;
                 out.leased.push((o.key, fh));
                 Ok(ReplyBody::Access {
-                    access: perm::access_bits(&a, c, access, self.read_only),
-                    attr: Some(a),
+                    access: self.access_bits(&o, c, access),
+                    attr: Some(o.attr(lease)),
                 })
             }
             RequestOp::ReadLink { fh } => {
-                let o = self.obj(&fh)?;
+                let o = self.obj(&fh, c)?;
                 if o.ftype() != FileType::Symlink {
                     return Err(NfsStatus::Inval);
                 }
-                let target = rustix::fs::readlinkat(&o.file, "", Vec::new()).map_err(errno)?;
+                let target = rustix::fs::readlinkat(&o.fd, "", Vec::new()).map_err(errno)?;
+                let target = target.into_bytes();
+                if target.len() > MAX_LINK {
+                    return Err(NfsStatus::NameTooLong);
+                }
                 out.leased.push((o.key, fh));
                 Ok(ReplyBody::ReadLink {
-                    attr: Some(self.attr(&o, lease)),
-                    target: target.into_bytes(),
+                    attr: Some(o.attr(lease)),
+                    target,
                 })
             }
             RequestOp::Write {
@@ -679,31 +614,20 @@ impl LocalFs {
                 stable,
                 data,
             } => {
-                if self.read_only {
-                    return Err(NfsStatus::RoFs);
-                }
-                let h = self.key.verify(&fh)?;
-                let o = self.resolve(&h, OFlags::WRONLY | OFlags::NONBLOCK)?;
-                self.check_regular(&o)?;
-                if !perm::may(&self.attr(&o, 0), c, W) {
-                    return Err(NfsStatus::Acces);
-                }
+                self.writable()?;
+                let o = self.obj(&fh, c)?;
+                o.require_regular()?;
                 if offset.checked_add(data.len() as u64).is_none() {
                     return Err(NfsStatus::FBig);
                 }
-                o.file
-                    .write_all_at(&data, offset)
-                    .map_err(|e| io_status(&e))?;
+                let f = o.reopen(OFlags::WRONLY)?;
+                f.write_all_at(&data, offset).map_err(|e| io_status(&e))?;
                 match stable {
                     StableHow::Unstable => {}
-                    StableHow::DataSync => o.file.sync_data().map_err(|e| io_status(&e))?,
-                    StableHow::FileSync => o.file.sync_all().map_err(|e| io_status(&e))?,
+                    StableHow::DataSync => f.sync_data().map_err(|e| io_status(&e))?,
+                    StableHow::FileSync => f.sync_all().map_err(|e| io_status(&e))?,
                 }
-                let a = o
-                    .file
-                    .metadata()
-                    .ok()
-                    .map(|m| Attr::from_metadata(&m, lease));
+                let a = f.metadata().ok().map(|m| Attr::from_metadata(&m, lease));
                 out.leased.push((o.key, fh));
                 out.changed.push((o.key, fh, a));
                 Ok(ReplyBody::Write {
@@ -714,123 +638,41 @@ impl LocalFs {
                 })
             }
             RequestOp::Commit { fh, .. } => {
-                let h = self.key.verify(&fh)?;
-                let o = self.resolve(&h, OFlags::RDONLY | OFlags::NONBLOCK)?;
-                self.check_regular(&o)?;
-                o.file.sync_all().map_err(|e| io_status(&e))?;
+                let o = self.obj(&fh, c)?;
+                o.require_regular()?;
+                // fsync needs a descriptor open for data: whichever the caller may have.
+                let f = o
+                    .reopen(OFlags::RDONLY)
+                    .or_else(|_| o.reopen(OFlags::WRONLY))?;
+                f.sync_all().map_err(|e| io_status(&e))?;
                 out.leased.push((o.key, fh));
                 Ok(ReplyBody::Commit {
-                    attr: Some(self.attr(&o, lease)),
+                    attr: o.fresh_attr(lease),
                     verifier: self.write_verifier,
                 })
             }
-            RequestOp::Create { dir, name, how } => {
-                let d = self.dir(&dir)?;
-                self.check_dir_write(&d, c)?;
-                let n = new_component(&name)?;
-                let (sattr, exclusive) = match &how {
-                    CreateHow::Unchecked(s) | CreateHow::Guarded(s) => (*s, None),
-                    CreateHow::Exclusive(v) => (SetAttr::default(), Some(*v)),
-                };
-                let excl = OFlags::CREATE | OFlags::EXCL | OFlags::RDONLY;
-                let mode = Mode::from_raw_mode(sattr.mode.unwrap_or(0o644) & 0o7777);
-                let created = rustix::fs::openat2(
-                    &d.file,
-                    n,
-                    excl | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    mode,
-                    RESOLVE,
-                );
-                match created {
-                    Ok(_) => {
-                        self.init_new(&d, n, c, Some(mode.as_raw_mode()), false);
-                        let o = self.child(&d, n)?;
-                        if let Some(v) = exclusive {
-                            // NFS convention: the verifier lives in atime/mtime until the
-                            // client's follow-up SETATTR.
-                            let secs =
-                                |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as u64;
-                            let f = self
-                                .open_at_path(o.key, generation(&o.meta), &o.path, OFlags::RDONLY)?
-                                .file;
-                            let times = std::fs::FileTimes::new()
-                                .set_accessed(UNIX_EPOCH + Duration::from_secs(secs(&v[..4])))
-                                .set_modified(UNIX_EPOCH + Duration::from_secs(secs(&v[4..])));
-                            f.set_times(times).map_err(|e| io_status(&e))?;
-                        } else {
-                            let rest = SetAttr {
-                                mode: None,
-                                uid: None,
-                                gid: None,
-                                ..sattr
-                            };
-                            self.apply_setattr(&o, &rest, c)?;
-                        }
-                        let o = self.child(&d, n)?;
-                        let (_, new) = self.new_object(ctx, &d, &o, out);
-                        Ok(ReplyBody::Create(new))
-                    }
-                    Err(rustix::io::Errno::EXIST) => {
-                        let o = self.child(&d, n)?;
-                        match how {
-                            CreateHow::Guarded(_) => Err(NfsStatus::Exist),
-                            CreateHow::Exclusive(v) => {
-                                let a = self.attr(&o, 0);
-                                let same = o.ftype() == FileType::Regular
-                                    && a.atime.seconds as u64
-                                        == u32::from_be_bytes([v[0], v[1], v[2], v[3]]) as u64
-                                    && a.mtime.seconds as u64
-                                        == u32::from_be_bytes([v[4], v[5], v[6], v[7]]) as u64;
-                                if !same {
-                                    return Err(NfsStatus::Exist);
-                                }
-                                let (_, new) = self.new_object(ctx, &d, &o, out);
-                                Ok(ReplyBody::Create(new))
-                            }
-                            CreateHow::Unchecked(s) => {
-                                if o.ftype() != FileType::Regular {
-                                    return Err(NfsStatus::Exist);
-                                }
-                                let only_size = SetAttr {
-                                    size: s.size,
-                                    ..SetAttr::default()
-                                };
-                                self.apply_setattr(&o, &only_size, c)?;
-                                let o = self.child(&d, n)?;
-                                let (fh, new) = self.new_object(ctx, &d, &o, out);
-                                out.changed.push((o.key, fh, new.attr));
-                                Ok(ReplyBody::Create(new))
-                            }
-                        }
-                    }
-                    Err(e) => Err(errno(e)),
-                }
-            }
+            RequestOp::Create { dir, name, how } => self.create(ctx, &dir, &name, how, out),
             RequestOp::Mkdir { dir, name, attr } => {
-                let d = self.dir(&dir)?;
-                self.check_dir_write(&d, c)?;
+                self.writable()?;
+                let d = self.dir(&dir, c)?;
                 let n = new_component(&name)?;
                 let mode = attr.mode.unwrap_or(0o755) & 0o7777;
-                rustix::fs::mkdirat(&d.file, n, Mode::from_raw_mode(mode)).map_err(errno)?;
-                self.init_new(&d, n, c, Some(mode), false);
+                rustix::fs::mkdirat(&d.fd, n, Mode::from_raw_mode(mode)).map_err(errno)?;
                 let o = self.child(&d, n)?;
-                let (_, new) = self.new_object(ctx, &d, &o, out);
-                Ok(ReplyBody::Mkdir(new))
+                Ok(ReplyBody::Mkdir(self.new_object(ctx, &d, &o, out)))
             }
             RequestOp::Symlink {
                 dir, name, target, ..
             } => {
-                let d = self.dir(&dir)?;
-                self.check_dir_write(&d, c)?;
+                self.writable()?;
+                let d = self.dir(&dir, c)?;
                 let n = new_component(&name)?;
-                if target.is_empty() || target.contains(&0) {
+                if target.is_empty() || target.contains(&0) || target.len() > MAX_LINK {
                     return Err(NfsStatus::Inval);
                 }
-                rustix::fs::symlinkat(OsStr::from_bytes(&target), &d.file, n).map_err(errno)?;
-                self.init_new(&d, n, c, None, true);
+                rustix::fs::symlinkat(OsStr::from_bytes(&target), &d.fd, n).map_err(errno)?;
                 let o = self.child(&d, n)?;
-                let (_, new) = self.new_object(ctx, &d, &o, out);
-                Ok(ReplyBody::Symlink(new))
+                Ok(ReplyBody::Symlink(self.new_object(ctx, &d, &o, out)))
             }
             RequestOp::Remove { dir, name } => {
                 let d = self.remove(ctx, &dir, &name, false, out)?;
@@ -845,86 +687,28 @@ impl LocalFs {
                 from_name,
                 to_dir,
                 to_name,
-            } => {
-                let fd = self.dir(&from_dir)?;
-                let td = self.dir(&to_dir)?;
-                self.check_dir_write(&fd, c)?;
-                self.check_dir_write(&td, c)?;
-                let fname = new_component(&from_name).map_err(|e| match e {
-                    NfsStatus::Exist => NfsStatus::Inval,
-                    e => e,
-                })?;
-                let tname = new_component(&to_name).map_err(|e| match e {
-                    NfsStatus::Exist => NfsStatus::Inval,
-                    e => e,
-                })?;
-                let moving = self.child(&fd, fname)?;
-                let fa = self.attr(&fd, 0);
-                if !perm::may_delete_in(&fa, &self.attr(&moving, 0), c) {
-                    return Err(NfsStatus::Acces);
-                }
-                let replaced = self.child(&td, tname).ok();
-                if let Some(r) = &replaced
-                    && !perm::may_delete_in(&self.attr(&td, 0), &self.attr(r, 0), c)
-                {
-                    return Err(NfsStatus::Acces);
-                }
-                rustix::fs::renameat(&fd.file, fname, &td.file, tname).map_err(|e| {
-                    if e == rustix::io::Errno::NOTEMPTY || e == rustix::io::Errno::EXIST {
-                        NfsStatus::NotEmpty
-                    } else {
-                        errno(e)
-                    }
-                })?;
-                self.remember(moving.key, td.path.join(tname));
-                let mfh = self.fh(&moving);
-                out.changed.push((moving.key, mfh, None));
-                if let Some(r) = replaced
-                    && r.key != moving.key
-                {
-                    out.changed.push((r.key, self.fh(&r), None));
-                }
-                let from_dir_attr = Self::with_lease(self.refresh(&fd), lease);
-                let to_dir_attr = Self::with_lease(self.refresh(&td), lease);
-                out.changed.push((fd.key, from_dir, from_dir_attr));
-                out.changed.push((td.key, to_dir, to_dir_attr));
-                out.leased.push((fd.key, from_dir));
-                out.leased.push((td.key, to_dir));
-                Ok(ReplyBody::Rename {
-                    from_dir_attr,
-                    to_dir_attr,
-                })
-            }
+            } => self.rename(ctx, from_dir, &from_name, to_dir, &to_name, out),
             RequestOp::Link { fh, dir, name } => {
-                let o = self.obj(&fh)?;
-                let d = self.dir(&dir)?;
-                self.check_dir_write(&d, c)?;
+                self.writable()?;
+                let o = self.obj(&fh, c)?;
+                let d = self.dir(&dir, c)?;
                 let n = new_component(&name)?;
                 if o.ftype() == FileType::Directory {
                     return Err(NfsStatus::IsDir);
                 }
-                let linked = rustix::fs::linkat(&o.file, "", &d.file, n, AtFlags::EMPTY_PATH);
-                if let Err(e) = linked {
-                    if e != rustix::io::Errno::NOENT {
-                        return Err(errno(e));
-                    }
-                    // Without CAP_DAC_READ_SEARCH: go through the fd's /proc link, which
-                    // names exactly this already-resolved object.
-                    let proc = format!("/proc/self/fd/{}", {
-                        use std::os::fd::AsRawFd;
-                        o.file.as_raw_fd()
-                    });
-                    rustix::fs::linkat(
-                        rustix::fs::CWD,
-                        proc.as_str(),
-                        &d.file,
-                        n,
-                        AtFlags::SYMLINK_FOLLOW,
-                    )
-                    .map_err(errno)?;
-                }
-                let attr = Self::with_lease(self.refresh(&o), lease);
-                let dir_attr = Self::with_lease(self.refresh(&d), lease);
+                // Through the descriptor's /proc link, which names exactly this object; the
+                // kernel applies protected_hardlinks against the caller.
+                rustix::fs::linkat(
+                    rustix::fs::CWD,
+                    o.proc_path(),
+                    &d.fd,
+                    n,
+                    AtFlags::SYMLINK_FOLLOW,
+                )
+                .map_err(errno)?;
+                lock(&self.index).remember(o.key, d.key, n.as_bytes());
+                let attr = o.fresh_attr(lease);
+                let dir_attr = d.fresh_attr(lease);
                 out.changed.push((o.key, fh, attr));
                 out.changed.push((d.key, dir, dir_attr));
                 out.leased.push((o.key, fh));
@@ -937,11 +721,11 @@ impl LocalFs {
                 let (d, entries, eof) = self.list(ctx, &dir, cookie, count as usize, 0, false)?;
                 out.leased.push((d.key, dir));
                 Ok(ReplyBody::ReadDir(DirPage {
-                    dir_attr: Some(self.attr(&d, lease)),
+                    dir_attr: Some(d.attr(lease)),
                     verifier: [0; 8],
                     entries: entries
                         .into_iter()
-                        .map(|e| DirEntry {
+                        .map(|e| protocol::DirEntry {
                             fileid: e.fileid,
                             name: e.name,
                             cookie: e.cookie,
@@ -974,17 +758,17 @@ impl LocalFs {
                     }
                 }
                 Ok(ReplyBody::ReadDirPlus(DirPage {
-                    dir_attr: Some(self.attr(&d, lease)),
+                    dir_attr: Some(d.attr(lease)),
                     verifier: [0; 8],
                     entries,
                     eof,
                 }))
             }
             RequestOp::FsStat { fh } => {
-                let o = self.obj(&fh)?;
+                let o = self.obj(&fh, c)?;
                 let s = rustix::fs::fstatvfs(&self.root).map_err(errno)?;
                 Ok(ReplyBody::FsStat(FsStat {
-                    attr: Some(self.attr(&o, lease)),
+                    attr: Some(o.attr(lease)),
                     tbytes: s.f_blocks.saturating_mul(s.f_frsize),
                     fbytes: s.f_bfree.saturating_mul(s.f_frsize),
                     abytes: s.f_bavail.saturating_mul(s.f_frsize),
@@ -995,16 +779,16 @@ impl LocalFs {
                 }))
             }
             RequestOp::FsInfo { fh } => {
-                let o = self.obj(&fh)?;
+                let o = self.obj(&fh, c)?;
                 Ok(ReplyBody::FsInfo(FsInfo {
-                    attr: Some(self.attr(&o, lease)),
+                    attr: Some(o.attr(lease)),
                     rtmax: self.max_io,
                     rtpref: self.max_io,
                     rtmult: 4096,
                     wtmax: self.max_io,
                     wtpref: self.max_io,
                     wtmult: 4096,
-                    dtpref: 64 * 1024,
+                    dtpref: MAX_DIR_REPLY as u32,
                     maxfilesize: i64::MAX as u64,
                     time_delta: Time {
                         seconds: 0,
@@ -1014,9 +798,9 @@ impl LocalFs {
                 }))
             }
             RequestOp::PathConf { fh } => {
-                let o = self.obj(&fh)?;
+                let o = self.obj(&fh, c)?;
                 Ok(ReplyBody::PathConf(PathConf {
-                    attr: Some(self.attr(&o, lease)),
+                    attr: Some(o.attr(lease)),
                     linkmax: 65000,
                     name_max: NAME_MAX as u32,
                     no_trunc: true,
@@ -1031,11 +815,152 @@ impl LocalFs {
         }
     }
 
-    fn check_regular(&self, o: &Obj) -> Result<(), NfsStatus> {
-        match o.ftype() {
-            FileType::Regular => Ok(()),
-            FileType::Directory => Err(NfsStatus::IsDir),
-            _ => Err(NfsStatus::Inval),
+    /// MOUNT: resolves the path one component at a time beneath the root, so the kernel checks
+    /// search permission on every directory on the way.
+    fn mount(&self, ctx: &OpCtx, path: &[u8], out: &mut Outcome) -> Result<ReplyBody, NfsStatus> {
+        let text = std::str::from_utf8(path).map_err(|_| NfsStatus::Inval)?;
+        let root_fd = self.open_path_at(self.root.as_fd(), Path::new(""))?;
+        let mut at = self.obj_from(root_fd, PathBuf::new())?;
+        for comp in text.split('/').filter(|s| !s.is_empty() && *s != ".") {
+            if comp == ".." {
+                return Err(NfsStatus::Acces);
+            }
+            let name = component(comp.as_bytes())?;
+            if at.ftype() != FileType::Directory {
+                return Err(NfsStatus::NotDir);
+            }
+            at = self.child(&at, name)?;
+        }
+        if at.ftype() != FileType::Directory {
+            return Err(NfsStatus::NotDir);
+        }
+        // Mounting needs search permission on the directory itself too.
+        if !at.may(Access::EXEC_OK) {
+            return Err(NfsStatus::Acces);
+        }
+        let fh = self.fh(&at);
+        out.leased.push((at.key, fh));
+        Ok(ReplyBody::Mount {
+            fh,
+            attr: at.attr(ctx.lease_ms),
+        })
+    }
+
+    /// ACCESS: asks the kernel, under the caller's credentials, for each bit.
+    fn access_bits(&self, o: &Obj, c: &Creds, asked: u32) -> u32 {
+        let may = |want| o.may(want);
+        let is_dir = o.ftype() == FileType::Directory;
+        let mut granted = 0;
+        if asked & access::READ != 0 && may(Access::READ_OK) {
+            granted |= access::READ;
+        }
+        if asked & (access::LOOKUP | access::EXECUTE) != 0 && may(Access::EXEC_OK) {
+            granted |= if is_dir {
+                access::LOOKUP
+            } else {
+                access::EXECUTE
+            };
+        }
+        let modify = access::MODIFY | access::EXTEND | access::DELETE;
+        if asked & modify != 0 && !self.read_only && !c.anonymous && may(Access::WRITE_OK) {
+            granted |= access::MODIFY | access::EXTEND;
+            if is_dir {
+                granted |= access::DELETE;
+            }
+        }
+        granted & asked
+    }
+
+    fn create(
+        &self,
+        ctx: &OpCtx,
+        dir: &FileHandle,
+        name: &[u8],
+        how: CreateHow,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let d = self.dir(dir, &ctx.creds)?;
+        let n = new_component(name)?;
+        let (sattr, verifier) = match &how {
+            CreateHow::Unchecked(s) | CreateHow::Guarded(s) => (*s, None),
+            CreateHow::Exclusive(v) => (SetAttr::default(), Some(*v)),
+        };
+        let mode = Mode::from_raw_mode(sattr.mode.unwrap_or(0o644) & 0o7777);
+        let flags = OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::WRONLY
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::NOCTTY
+            | OFlags::CLOEXEC;
+        match rustix::fs::openat2(&d.fd, n, flags, mode, RESOLVE) {
+            Ok(fd) => {
+                // The new file, through the descriptor its creation returned.
+                let file = File::from(fd);
+                if let Some(v) = verifier {
+                    // NFS convention: the verifier lives in atime/mtime until the client's
+                    // follow-up SETATTR.
+                    let (a, m) = verifier_times(&v);
+                    let at = |s: i64| Timespec {
+                        tv_sec: s,
+                        tv_nsec: 0,
+                    };
+                    let ts = Timestamps {
+                        last_access: at(a),
+                        last_modification: at(m),
+                    };
+                    rustix::fs::futimens(&file, &ts).map_err(errno)?;
+                } else {
+                    if let Some(size) = sattr.size {
+                        file.set_len(size).map_err(|e| io_status(&e))?;
+                    }
+                    let ts = Timestamps {
+                        last_access: timespec(&sattr.atime),
+                        last_modification: timespec(&sattr.mtime),
+                    };
+                    if !matches!(sattr.atime, SetTime::DontChange)
+                        || !matches!(sattr.mtime, SetTime::DontChange)
+                    {
+                        rustix::fs::futimens(&file, &ts).map_err(errno)?;
+                    }
+                }
+                let fd: OwnedFd = file.into();
+                let o = self.obj_from(fd, d.path.join(n))?;
+                lock(&self.index).remember(o.key, d.key, n.as_bytes());
+                Ok(ReplyBody::Create(self.new_object(ctx, &d, &o, out)))
+            }
+            Err(rustix::io::Errno::EXIST) => {
+                let o = self.child(&d, n)?;
+                match how {
+                    CreateHow::Guarded(_) => Err(NfsStatus::Exist),
+                    CreateHow::Exclusive(v) => {
+                        let a = o.attr(0);
+                        let (at, mt) = verifier_times(&v);
+                        let same = o.ftype() == FileType::Regular
+                            && a.atime.seconds == at
+                            && a.mtime.seconds == mt;
+                        if !same {
+                            return Err(NfsStatus::Exist);
+                        }
+                        Ok(ReplyBody::Create(self.new_object(ctx, &d, &o, out)))
+                    }
+                    CreateHow::Unchecked(s) => {
+                        if o.ftype() != FileType::Regular {
+                            return Err(NfsStatus::Exist);
+                        }
+                        if let Some(size) = s.size {
+                            o.reopen(OFlags::WRONLY)?
+                                .set_len(size)
+                                .map_err(|e| io_status(&e))?;
+                        }
+                        let new = self.new_object(ctx, &d, &o, out);
+                        out.changed.push((o.key, new.fh, new.attr));
+                        Ok(ReplyBody::Create(new))
+                    }
+                }
+            }
+            Err(e) => Err(errno(e)),
         }
     }
 
@@ -1047,16 +972,16 @@ impl LocalFs {
         rmdir: bool,
         out: &mut Outcome,
     ) -> Result<Option<Attr>, NfsStatus> {
-        let c = &ctx.creds;
-        let d = self.dir(dir)?;
-        self.check_dir_write(&d, c)?;
+        self.writable()?;
+        let d = self.dir(dir, &ctx.creds)?;
         if rmdir && name == b"." {
             return Err(NfsStatus::Inval);
         }
         if rmdir && name == b".." {
             return Err(NfsStatus::NotEmpty);
         }
-        let n = new_component(name).map_err(|_| NfsStatus::Inval)?;
+        let n = old_component(name)?;
+        // Only to tell other holders what changed; the kernel decides the removal itself.
         let victim = self.child(&d, n)?;
         let is_dir = victim.ftype() == FileType::Directory;
         if rmdir && !is_dir {
@@ -1065,32 +990,78 @@ impl LocalFs {
         if !rmdir && is_dir {
             return Err(NfsStatus::IsDir);
         }
-        if !perm::may_delete_in(&self.attr(&d, 0), &self.attr(&victim, 0), c) {
-            return Err(NfsStatus::Acces);
-        }
         let flags = if rmdir {
             AtFlags::REMOVEDIR
         } else {
             AtFlags::empty()
         };
-        rustix::fs::unlinkat(&d.file, n, flags).map_err(|e| {
-            if e == rustix::io::Errno::EXIST {
-                NfsStatus::NotEmpty
-            } else {
-                errno(e)
-            }
+        rustix::fs::unlinkat(&d.fd, n, flags).map_err(|e| match e {
+            rustix::io::Errno::EXIST | rustix::io::Errno::NOTEMPTY => NfsStatus::NotEmpty,
+            e => errno(e),
         })?;
         if victim.meta.nlink() <= 1 || is_dir {
-            self.forget(victim.key);
+            lock(&self.index).forget(victim.key);
         }
-        let dir_attr = Self::with_lease(self.refresh(&d), ctx.lease_ms);
+        let dir_attr = d.fresh_attr(ctx.lease_ms);
         out.changed.push((victim.key, self.fh(&victim), None));
         out.changed.push((d.key, *dir, dir_attr));
         out.leased.push((d.key, *dir));
         Ok(dir_attr)
     }
 
-    /// Directory listing in cookie order, from just after `cookie`, within `budget` bytes.
+    fn rename(
+        &self,
+        ctx: &OpCtx,
+        from_dir: FileHandle,
+        from_name: &[u8],
+        to_dir: FileHandle,
+        to_name: &[u8],
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let c = &ctx.creds;
+        let fd = self.dir(&from_dir, c)?;
+        let td = self.dir(&to_dir, c)?;
+        let fname = old_component(from_name)?;
+        let tname = old_component(to_name)?;
+        // For the index and INVALIDATE only; the kernel decides the rename itself.
+        let moving = self.child(&fd, fname)?;
+        let replaced = self.child(&td, tname).ok();
+        rustix::fs::renameat(&fd.fd, fname, &td.fd, tname).map_err(|e| match e {
+            rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST => NfsStatus::NotEmpty,
+            e => errno(e),
+        })?;
+        {
+            let mut ix = lock(&self.index);
+            if let Some(r) = &replaced
+                && r.key != moving.key
+                && r.meta.nlink() <= 1
+            {
+                ix.forget(r.key);
+            }
+            ix.remember(moving.key, td.key, tname.as_bytes());
+        }
+        let lease = ctx.lease_ms;
+        out.changed.push((moving.key, self.fh(&moving), None));
+        if let Some(r) = replaced
+            && r.key != moving.key
+        {
+            out.changed.push((r.key, self.fh(&r), None));
+        }
+        let from_dir_attr = fd.fresh_attr(lease);
+        let to_dir_attr = td.fresh_attr(lease);
+        out.changed.push((fd.key, from_dir, from_dir_attr));
+        out.changed.push((td.key, to_dir, to_dir_attr));
+        out.leased.push((fd.key, from_dir));
+        out.leased.push((td.key, to_dir));
+        Ok(ReplyBody::Rename {
+            from_dir_attr,
+            to_dir_attr,
+        })
+    }
+
+    /// One page of a directory from the cursor `cookie`, within the client's budget and the
+    /// server's own maximum.
     #[allow(clippy::type_complexity)]
     fn list(
         &self,
@@ -1101,31 +1072,25 @@ impl LocalFs {
         dir_budget: usize,
         plus: bool,
     ) -> Result<(Obj, Vec<DirEntryPlus>, bool), NfsStatus> {
-        let h = self.key.verify(dir)?;
-        let d = self.resolve(&h, OFlags::RDONLY | OFlags::DIRECTORY)?;
-        if !perm::may(&self.attr(&d, 0), &ctx.creds, R) {
-            return Err(NfsStatus::Acces);
+        let d = self.dir(dir, &ctx.creds)?;
+        let budget = budget.min(MAX_DIR_REPLY);
+        let dir_budget = dir_budget.min(MAX_DIR_REPLY);
+        let mut stream = open_dir_stream(d.fd.as_fd())?;
+        if cookie != 0 {
+            let at = i64::try_from(cookie).map_err(|_| NfsStatus::BadCookie)?;
+            stream.seek(at).map_err(|_| NfsStatus::BadCookie)?;
         }
-        let mut names: Vec<(u64, Vec<u8>, u64)> = Vec::new();
-        let entries = rustix::fs::Dir::read_from(&d.file).map_err(errno)?;
-        for e in entries {
+        // Reply overhead: status, attrs, verifier, count, eof.
+        let mut used = 200usize;
+        let mut dir_used = 0usize;
+        let mut entries = Vec::new();
+        let mut eof = true;
+        for e in stream {
             let e = e.map_err(errno)?;
             let name = e.file_name().to_bytes();
             if name == b"." || name == b".." {
                 continue;
             }
-            let c = cookie_of(name);
-            if c > cookie {
-                names.push((c, name.to_vec(), e.ino()));
-            }
-        }
-        names.sort_unstable();
-        // Reply overhead: status, attrs, verifier, count, eof.
-        let mut used = 200usize;
-        let mut dir_used = 0usize;
-        let mut out = Vec::new();
-        let mut eof = true;
-        for (c, name, ino) in names {
             let base = 8 + 4 + name.len().div_ceil(4) * 4 + 8;
             let cost = base + if plus { 4 + 104 + 4 + 48 } else { 0 };
             if used + cost > budget || (dir_budget > 0 && dir_used + base > dir_budget) {
@@ -1135,36 +1100,55 @@ impl LocalFs {
             used += cost;
             dir_used += base;
             let (attr, fh, fileid) = if plus {
-                match self.child(&d, OsStr::from_bytes(&name)) {
-                    Ok(o) => (
-                        Some(self.attr(&o, ctx.lease_ms)),
-                        Some(self.fh(&o)),
-                        o.key.1,
-                    ),
-                    Err(_) => (None, None, ino),
+                // Under the caller's credentials: without search permission on the directory
+                // the kernel refuses and the entry carries no handle.
+                match self.child(&d, OsStr::from_bytes(name)) {
+                    Ok(o) => (Some(o.attr(ctx.lease_ms)), Some(self.fh(&o)), o.key.1),
+                    Err(_) => (None, None, e.ino()),
                 }
             } else {
-                (None, None, ino)
+                (None, None, e.ino())
             };
-            out.push(DirEntryPlus {
+            entries.push(DirEntryPlus {
                 fileid,
-                name,
-                cookie: c,
+                name: name.to_vec(),
+                cookie: e.offset() as u64,
                 attr,
                 fh,
             });
         }
-        if out.is_empty() && !eof {
+        if entries.is_empty() && !eof {
             return Err(NfsStatus::TooSmall);
         }
-        Ok((d, out, eof))
+        Ok((d, entries, eof))
     }
+}
+
+/// Opens directory `dir` for reading (the kernel checks read permission) as a stream.
+fn open_dir_stream(dir: BorrowedFd<'_>) -> Result<rustix::fs::Dir, NfsStatus> {
+    let fd = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(errno)?;
+    rustix::fs::Dir::new(fd).map_err(errno)
 }
 
 impl Storage for LocalFs {
     fn execute(&self, ctx: &OpCtx, op: RequestOp) -> Outcome {
         let mut out = Outcome::err(NfsStatus::ServerFault);
-        out.result = self.run(ctx, op, &mut out);
+        out.result = match self
+            .switcher
+            .run(&ctx.creds, || self.run(ctx, op, &mut out))
+        {
+            Ok(result) => result,
+            Err(e) => {
+                tracing::error!(error = %e, user = %ctx.creds.name, "cannot switch credentials");
+                Err(NfsStatus::ServerFault)
+            }
+        };
         if out.result.is_err() {
             out.changed.clear();
             out.leased.clear();
@@ -1173,17 +1157,25 @@ impl Storage for LocalFs {
     }
 
     fn open_read(&self, ctx: &OpCtx, h: &HandleData) -> Result<ReadableFile, NfsStatus> {
-        let o = self.resolve(h, OFlags::RDONLY | OFlags::NONBLOCK)?;
-        self.check_regular(&o)?;
-        let attr = self.attr(&o, ctx.lease_ms);
-        if !perm::may(&attr, &ctx.creds, R) {
-            return Err(NfsStatus::Acces);
-        }
-        Ok(ReadableFile { file: o.file, attr })
+        let opened = self.switcher.run(&ctx.creds, || {
+            let o = self.resolve(h, &ctx.creds)?;
+            o.require_regular()?;
+            let file = o.reopen(OFlags::RDONLY)?;
+            let meta = file.metadata().map_err(|e| io_status(&e))?;
+            Ok(ReadableFile {
+                file,
+                attr: Attr::from_metadata(&meta, ctx.lease_ms),
+            })
+        });
+        opened.unwrap_or_else(|e| {
+            tracing::error!(error = %e, user = %ctx.creds.name, "cannot switch credentials");
+            Err(NfsStatus::ServerFault)
+        })
     }
 }
 
-/// Reads up to `count` bytes at `offset` straight into the end of `buf`; returns EOF.
+/// Reads up to `count` bytes at `offset` straight into the end of `buf`; returns EOF. The
+/// buffer grows by at most what the file holds past `offset` (never by what was asked).
 pub fn read_into(
     file: &File,
     size: u64,
@@ -1192,7 +1184,7 @@ pub fn read_into(
     buf: &mut Vec<u8>,
 ) -> io::Result<bool> {
     let start = buf.len();
-    let want = count.min(size.saturating_sub(offset) as usize);
+    let want = count.min(usize::try_from(size.saturating_sub(offset)).unwrap_or(usize::MAX));
     buf.resize(start + want, 0);
     let mut got = 0;
     while got < want {

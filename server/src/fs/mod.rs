@@ -1,14 +1,16 @@
-//! Storage: the small trait the dispatcher calls, and permission checks against the mapped
-//! user's credentials.
+//! Storage: the small trait the dispatcher calls, and what runs it.
 //!
-//! The server process may run with more rights than the user a request acts for (typically as
-//! the export's owner, or root). It therefore never lets the kernel decide access: every
-//! operation first checks the owner/group/other mode bits of the objects involved against the
-//! request's [`Creds`] (as the kernel would for that uid/gids), and only then performs the
-//! operation with the server's own rights. Anonymous credentials can only read.
+//! A backend performs each operation with the request's [`Creds`] so that the system that
+//! holds the files makes every permission decision: the local backend switches the storage
+//! thread's file-system credentials for the operation ([`creds`]), as the kernel NFS server
+//! does. Anonymous credentials never modify anything (the connection refuses such requests
+//! before they reach storage). The storage threads ([`pool`]) are shared fairly between
+//! connections.
 
+pub mod creds;
+pub mod index;
 pub mod local;
-pub mod perm;
+pub mod pool;
 
 use protocol::{Attr, FileHandle, HandleData, NfsStatus, ReplyBody, RequestOp};
 

@@ -466,3 +466,231 @@ impl Client {
         m
     }
 }
+
+// ---- Additions for the attacker suite (attack.rs). The helpers above are unchanged. ----
+
+impl Area {
+    /// Like [`Area::start`], with `setup` applied to the `Command` before it is spawned (e.g. a
+    /// `pre_exec` that sets resource limits or the umask of the server process).
+    pub fn start_with(&self, extra: &[&str], setup: impl FnOnce(&mut Command)) -> Sfsd {
+        Sfsd::start_with(self.tmp.path(), extra, setup)
+    }
+}
+
+impl Sfsd {
+    /// [`Sfsd::start`] with extra `Command` setup (same arguments, environment and output).
+    pub fn start_with(dir: &Path, extra: &[&str], setup: impl FnOnce(&mut Command)) -> Sfsd {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("log"))
+            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sfsd"));
+        cmd.arg("serve")
+            .arg("--state")
+            .arg(dir.join("state"))
+            .arg("--export")
+            .arg(dir.join("export"))
+            .args(["--listen", "127.0.0.1:0", "--stats"])
+            .args(
+                if extra.contains(&"--workers") || extra.contains(&"--uniprocessor") {
+                    &[][..]
+                } else {
+                    &["--workers", "2"][..]
+                },
+            )
+            .args(extra)
+            .env("SFSD_LOG", "debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log));
+        setup(&mut cmd);
+        let mut child = cmd.spawn().unwrap();
+        let out = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines2 = lines.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if line.starts_with("sfsd: serving ") {
+                    let _ = tx.send(line.clone());
+                }
+                lines2.lock().unwrap().push(line);
+            }
+        });
+        let line = match rx.recv_timeout(TIMEOUT) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "sfsd did not start: {}",
+                    std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+                );
+            }
+        };
+        let mut words = line.split_whitespace().skip(2);
+        let name: ServerName = words.next().unwrap().parse().unwrap();
+        let addr: SocketAddr = words.nth(1).unwrap().parse().unwrap();
+        Sfsd {
+            child: Some(child),
+            name,
+            addr,
+            stdout: lines,
+            dir: dir.to_path_buf(),
+            reader: Some(reader),
+        }
+    }
+
+    /// The server process's pid (None once terminated).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// A field of `/proc/<pid>/status` in kB (`VmRSS`, `VmHWM`...).
+    pub fn status_kb(&self, field: &str) -> u64 {
+        let pid = self.pid().expect("sfsd not running");
+        let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_else(|e| panic!("reading /proc/{pid}/status: {e}"));
+        text.lines()
+            .find_map(|l| {
+                let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+                rest.trim().trim_end_matches("kB").trim().parse().ok()
+            })
+            .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+    }
+
+    /// Resident memory of the server in bytes.
+    pub fn rss(&self) -> u64 {
+        self.status_kb("VmRSS") * 1024
+    }
+
+    /// Peak resident memory of the server in bytes.
+    pub fn hwm(&self) -> u64 {
+        self.status_kb("VmHWM") * 1024
+    }
+
+    /// A connection, or why not (the server may refuse or close it).
+    pub fn try_connect(&self) -> Result<Client, String> {
+        Client::try_connect_with(&self.name, self.addr, HandshakeConfig::default(), TIMEOUT)
+    }
+
+    /// [`Sfsd::try_connect`] giving up on the connect and handshake after `t`.
+    pub fn try_connect_within(&self, t: Duration) -> Result<Client, String> {
+        Client::try_connect_with(&self.name, self.addr, HandshakeConfig::default(), t)
+    }
+
+    /// A connection offering `config` in the handshake (e.g. a huge maximum record).
+    pub fn connect_with(&self, config: HandshakeConfig) -> Client {
+        Client::try_connect_with(&self.name, self.addr, config, TIMEOUT).unwrap()
+    }
+}
+
+impl Client {
+    /// Like [`Client::connect`] with a chosen handshake configuration and a bound `t` on the
+    /// connect and each handshake read; errors instead of panics.
+    pub fn try_connect_with(
+        name: &ServerName,
+        addr: SocketAddr,
+        config: HandshakeConfig,
+        t: Duration,
+    ) -> Result<Client, String> {
+        let e = |what: &str, err: &dyn std::fmt::Debug| format!("{what}: {err:?}");
+        let mut stream = TcpStream::connect_timeout(&addr, t).map_err(|x| e("connect", &x))?;
+        stream.set_read_timeout(Some(t)).unwrap();
+        stream.set_write_timeout(Some(t)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut hs = ClientHandshake::with_config(name, config);
+        let mut leftover = Vec::new();
+        loop {
+            if hs.has_output() {
+                stream
+                    .write_all(&hs.take_output())
+                    .map_err(|x| e("write", &x))?;
+            }
+            if hs.is_done() {
+                break;
+            }
+            let mut buf = [0u8; 4096];
+            let n = stream.read(&mut buf).map_err(|x| e("read", &x))?;
+            if n == 0 {
+                return Err("server closed during handshake".into());
+            }
+            let used = hs.receive(&buf[..n]).map_err(|x| e("handshake", &x))?;
+            leftover.extend_from_slice(&buf[used..n]);
+        }
+        if hs.has_output() {
+            stream
+                .write_all(&hs.take_output())
+                .map_err(|x| e("write", &x))?;
+        }
+        let s = hs.into_session().map_err(|x| e("session", &x))?;
+        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+        let mut reader = RecordReader::new(s.opener);
+        reader.extend_from_slice(&leftover);
+        let max_io = max_io_size(s.sealer.max_payload().min(reader.opener().max_payload()));
+        Ok(Client {
+            stream,
+            sealer: s.sealer,
+            reader,
+            signer: LoginSigner::new(s.session_id, name.host_id()),
+            next_id: 1,
+            invalidations: Vec::new(),
+            max_io,
+            early: std::collections::HashMap::new(),
+        })
+    }
+
+    /// Sends a request without panicking when the connection is gone.
+    pub fn try_send(&mut self, authno: u32, op: RequestOp) -> Option<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut wire = Vec::new();
+        self.sealer
+            .seal_with(&mut wire, |b| Request { id, authno, op }.encode_into(b))
+            .unwrap();
+        self.stream.write_all(&wire).ok()?;
+        Some(id)
+    }
+
+    /// The reply to `id` within `t`; None on timeout or a closed connection.
+    pub fn wait_reply_within(
+        &mut self,
+        id: u64,
+        t: Duration,
+    ) -> Option<Result<ReplyBody, NfsStatus>> {
+        if let Some(r) = self.early.remove(&id) {
+            return Some(r);
+        }
+        let deadline = Instant::now() + t;
+        let result = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break None;
+            }
+            self.stream.set_read_timeout(Some(left)).unwrap();
+            match self.next_message() {
+                None => break None,
+                Some(ServerMessage::Reply(r)) if r.id == id => break Some(r.result),
+                Some(ServerMessage::Reply(r)) => {
+                    self.early.insert(r.id, r.result);
+                }
+                Some(ServerMessage::Invalidate(i)) => self.invalidations.push(i),
+            }
+        };
+        let _ = self.stream.set_read_timeout(Some(TIMEOUT));
+        result
+    }
+
+    /// `call` bounded by `t`: None if no reply came in time (or the connection closed).
+    pub fn call_within(
+        &mut self,
+        authno: u32,
+        op: RequestOp,
+        t: Duration,
+    ) -> Option<Result<ReplyBody, NfsStatus>> {
+        let id = self.try_send(authno, op)?;
+        self.wait_reply_within(id, t)
+    }
+}
