@@ -122,17 +122,48 @@ pub enum Command {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
     },
-    /// Serve as NFSv3 on loopback and mount it on DIR.
+    /// Mount a server's tree on DIR (FUSE; with --nfs, loopback NFSv3).
+    ///
+    /// By default the tree is mounted with FUSE (the kernel's `fuse` module and `fusermount3`
+    /// from the `fuse3` package) and `sfs` goes to the background once the mount is ready,
+    /// logging to --log. Attribute and name caches in the kernel last as long as the server's
+    /// lease, and changes made through other clients are pushed into them at once (the
+    /// server's INVALIDATE). A server that goes away makes calls fail with EIO after --timeout
+    /// (or after the reconnect attempts); service resumes by itself when it is back. Unmount
+    /// with `sfs umount DIR` (or `fusermount3 -u DIR`); SIGTERM or SIGINT to the sfs process
+    /// unmounts too, and if sfs dies the mount is removed rather than left dead.
+    #[command(verbatim_doc_comment)]
     Mount {
         /// Server name (@HOST%PORT,HOSTID[/PATH]).
         name: String,
-        /// Mount point.
+        /// Mount point (an existing directory).
         dir: PathBuf,
-        /// Address to listen on (loopback only).
-        #[arg(long, default_value = "127.0.0.1:0")]
+        /// Stay in the foreground, logging to standard error (unless --log is given).
+        #[arg(short, long)]
+        foreground: bool,
+        /// Log file of the background process (default ~/.sfs/log/mount-DIR.log).
+        #[arg(long, value_name = "FILE")]
+        log: Option<PathBuf>,
+        /// Many users on one stream: mount with allow_other (root, or user_allow_other in
+        /// /etc/fuse.conf) and default_permissions; each local uid other than this process's
+        /// logs in with its own identity (--identities DIR/UID, else ~USER/.sfs/identity) on
+        /// the same connection and its requests carry that authno; a uid without one is
+        /// anonymous.
+        #[arg(long, conflicts_with = "nfs")]
+        multi_user: bool,
+        /// With --multi-user: a directory of identity files named by uid.
+        #[arg(long, value_name = "DIR", requires = "multi_user")]
+        identities: Option<PathBuf>,
+        /// Serve loopback NFSv3 and `mount -t nfs` it instead of FUSE (needs the kernel's NFS
+        /// client; the process stays in the foreground).
+        #[arg(long)]
+        nfs: bool,
+        /// With --nfs: the address to listen on (loopback only).
+        #[arg(long, default_value = "127.0.0.1:0", requires = "nfs")]
         listen: SocketAddr,
     },
-    /// Unmount a directory mounted with `sfs mount`.
+    /// Unmount a directory mounted with `sfs mount` (FUSE or NFS); a FUSE mount whose sfs
+    /// process died ("Transport endpoint is not connected") is detached too.
     Umount {
         /// Mount point.
         dir: PathBuf,
@@ -160,5 +191,42 @@ mod tests {
         for bad in ["0", "-1", "soon", "inf"] {
             assert!(Cli::try_parse_from(["sfs", "--timeout", bad, "ls", "@h,x"]).is_err());
         }
+    }
+
+    #[test]
+    fn mount_defaults_to_fuse_in_the_background() {
+        let c = Cli::try_parse_from(["sfs", "mount", "@h,x", "/mnt"]).unwrap();
+        let Command::Mount {
+            foreground, nfs, ..
+        } = c.command
+        else {
+            panic!("not mount");
+        };
+        assert!(!foreground && !nfs);
+        // -f may follow the positionals (the background process is started that way).
+        let c = Cli::try_parse_from(["sfs", "mount", "@h,x", "/mnt", "-f"]).unwrap();
+        assert!(matches!(
+            c.command,
+            Command::Mount {
+                foreground: true,
+                ..
+            }
+        ));
+        // --listen only makes sense for NFS.
+        assert!(
+            Cli::try_parse_from(["sfs", "mount", "--listen", "127.0.0.1:1", "@h,x", "/m"]).is_err()
+        );
+        assert!(
+            Cli::try_parse_from([
+                "sfs",
+                "mount",
+                "--nfs",
+                "--listen",
+                "127.0.0.1:1",
+                "@h,x",
+                "/m"
+            ])
+            .is_ok()
+        );
     }
 }

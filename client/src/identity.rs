@@ -134,3 +134,57 @@ mod tests {
         assert!(load(Some(&dir.path().join("nope")), None).is_err());
     }
 }
+
+/// A local user's name and home directory, from /etc/passwd.
+pub fn local_user(uid: u32) -> Option<(String, PathBuf)> {
+    let text = fs::read_to_string("/etc/passwd").ok()?;
+    parse_passwd(&text, uid)
+}
+
+fn parse_passwd(text: &str, uid: u32) -> Option<(String, PathBuf)> {
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 7 && f[2].parse() == Ok(uid)).then(|| (f[0].to_owned(), PathBuf::from(f[5])))
+    })
+}
+
+/// The identity of local user `uid` for a many-user mount: `DIR/UID` when `dir` is given and
+/// that file exists, else `~user/.sfs/identity`; logged in under the user's name from
+/// /etc/passwd (the decimal uid when it has none). None (anonymous) when there is no key;
+/// a key that cannot be read is logged and treated the same.
+pub fn for_local_user(uid: u32, dir: Option<&Path>) -> Option<Identity> {
+    let user = local_user(uid);
+    let name = user
+        .as_ref()
+        .map(|(n, _)| n.clone())
+        .unwrap_or_else(|| uid.to_string());
+    let candidates = [
+        dir.map(|d| d.join(uid.to_string())),
+        user.map(|(_, home)| home.join(".sfs").join("identity")),
+    ];
+    tracing::debug!(uid, ?candidates, "looking for the identity of a local user");
+    let path = candidates.into_iter().flatten().find(|p| p.is_file())?;
+    match load(Some(&path), Some(&name)) {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::warn!(uid, "identity not usable: {e:#}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod local_user_tests {
+    use super::*;
+
+    #[test]
+    fn passwd_lines() {
+        let t = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+        assert_eq!(
+            parse_passwd(t, 0),
+            Some(("root".into(), PathBuf::from("/root")))
+        );
+        assert_eq!(parse_passwd(t, 65534).unwrap().0, "nobody");
+        assert_eq!(parse_passwd(t, 7), None);
+    }
+}

@@ -1,17 +1,20 @@
 //! `sfs`: the client of the self-certifying file system.
 //!
-//! One encrypted session per server ([`session`]), mount-free commands ([`commands`]) and a
-//! loopback NFSv3 server ([`nfs`]) so the kernel can mount a remote tree.
+//! One encrypted session per server ([`session`]), mount-free commands ([`commands`]), a
+//! FUSE file system ([`fuse`]) and a loopback NFSv3 server ([`nfs`]) so the kernel can mount a
+//! remote tree.
 
 mod cache;
 mod cli;
 mod commands;
+mod fuse;
 mod identity;
 mod nfs;
 mod progress;
 mod session;
 
 use clap::Parser;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 use cli::{Cli, Command};
 use commands::{CmdError, Ctx};
@@ -25,13 +28,44 @@ fn main() {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SFS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("sfs={level},{level}")));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .without_time()
-        .init();
     let name = command_name(&cli.command);
+    // A mount lives long and may log to a file: give it timestamps.
+    let (timestamps, log_file) = match &cli.command {
+        Command::Mount {
+            foreground: true,
+            log: Some(path),
+            nfs: false,
+            ..
+        } => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            Ok(f) => (true, Some(f)),
+            Err(e) => {
+                eprintln!("sfs: mount: {}: cannot open the log: {e}", path.display());
+                std::process::exit(1);
+            }
+        },
+        Command::Mount { .. } => (true, None),
+        _ => (false, None),
+    };
+    // Colours only for a terminal (not in the background mount's log file).
+    let ansi = log_file.is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let writer = match log_file {
+        Some(f) => BoxMakeWriter::new(std::sync::Mutex::new(f)),
+        None => BoxMakeWriter::new(std::io::stderr),
+    };
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(ansi)
+        .with_target(false);
+    if timestamps {
+        fmt.init();
+    } else {
+        fmt.without_time().init();
+    }
     let code = match run(cli) {
         Ok(()) => 0,
         Err(CmdError::Reported) => 1,
@@ -80,6 +114,17 @@ fn run(cli: Cli) -> Result<(), CmdError> {
     if let Command::Umount { dir } = &cli.command {
         return commands::mount::umount(dir);
     }
+    if let Command::Mount {
+        dir,
+        log,
+        foreground: false,
+        nfs: false,
+        ..
+    } = &cli.command
+    {
+        // Before any thread exists: the background process is a fresh `sfs ... -f`.
+        return commands::mount::daemonize(dir, log.as_deref(), cli.verbose);
+    }
     let id = identity::load(cli.identity.as_deref(), cli.user.as_deref())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -117,8 +162,22 @@ fn run(cli: Cli) -> Result<(), CmdError> {
             }
             Command::Mv { from, to } => commands::edit::mv(&mut ctx, &from, &to).await,
             Command::Nfs { name, listen } => commands::mount::nfs(&mut ctx, &name, listen).await,
-            Command::Mount { name, dir, listen } => {
-                commands::mount::mount(&mut ctx, &name, &dir, listen).await
+            Command::Mount {
+                name,
+                dir,
+                nfs: true,
+                listen,
+                ..
+            } => commands::mount::mount_nfs(&mut ctx, &name, &dir, listen).await,
+            Command::Mount {
+                name,
+                dir,
+                multi_user,
+                identities,
+                ..
+            } => {
+                let users = multi_user.then_some(identities);
+                commands::mount::mount_fuse(&mut ctx, &name, &dir, users).await
             }
             Command::Keygen { .. } | Command::Umount { .. } => Ok(()),
         }

@@ -172,7 +172,12 @@ struct Pending {
 struct Conn {
     tx: mpsc::UnboundedSender<Vec<u8>>,
     pending: Arc<Mutex<Pending>>,
+    /// The authno of the session's own identity (ANONYMOUS without one).
     authno: u32,
+    /// Signs LOGINs on this connection (its sequence numbers must increase).
+    signer: Mutex<LoginSigner>,
+    /// Authnos of the local users logged in on this connection ([`Client::as_uid`]).
+    logins: Mutex<HashMap<u32, u32>>,
     read_max: u32,
     write_max: u32,
     tasks: [JoinHandle<()>; 2],
@@ -238,6 +243,23 @@ fn fail_all(pending: &Mutex<Pending>) {
     p.waiters.clear(); // dropping the senders wakes the waiters with "lost"
 }
 
+/// What the server told us about changes made by others (see [`Client::on_invalidate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalidation {
+    /// An INVALIDATE for one object (its new attributes when the server sent them).
+    Object(FileHandle, Option<Attr>),
+    /// A new connection replaced a broken one: INVALIDATEs may have been missed, so nothing
+    /// cached from before can be trusted.
+    Everything,
+}
+
+/// A callback told of every [`Invalidation`]; called on the connection's reader task, so it
+/// must not block (hand the work to another thread).
+pub type InvalidateHook = Box<dyn Fn(Invalidation) + Send + Sync>;
+
+/// Finds the identity of a local uid (for [`Client::as_uid`]).
+pub type IdentityResolver = Box<dyn Fn(u32) -> Option<Identity> + Send + Sync>;
+
 struct Inner {
     name: ServerName,
     identity: Option<Identity>,
@@ -245,12 +267,25 @@ struct Inner {
     cache: AttrCache,
     next_id: AtomicU64,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    on_invalidate: std::sync::OnceLock<InvalidateHook>,
+    resolver: std::sync::OnceLock<IdentityResolver>,
+    user_ids: Mutex<HashMap<u32, Option<Identity>>>,
+}
+
+impl Inner {
+    fn invalidated(&self, what: Invalidation) {
+        if let Some(hook) = self.on_invalidate.get() {
+            hook(what);
+        }
+    }
 }
 
 /// A session with one server, shared cheaply (`Clone`) between tasks.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// The local user this handle acts for (None: the session's own identity).
+    who: Option<u32>,
 }
 
 impl Client {
@@ -264,8 +299,18 @@ impl Client {
                 cache: AttrCache::default(),
                 next_id: AtomicU64::new(1),
                 conn: tokio::sync::Mutex::new(None),
+                on_invalidate: std::sync::OnceLock::new(),
+                resolver: std::sync::OnceLock::new(),
+                user_ids: Mutex::new(HashMap::new()),
             }),
+            who: None,
         }
+    }
+
+    /// Registers the callback told of INVALIDATEs and reconnects (at most one; later calls
+    /// are ignored and return false). The attribute cache is updated before it runs.
+    pub fn on_invalidate(&self, hook: InvalidateHook) -> bool {
+        self.inner.on_invalidate.set(hook).is_ok()
     }
 
     /// The attribute cache.
@@ -275,7 +320,8 @@ impl Client {
 
     /// The session's authno (0 when anonymous); connects if needed.
     pub async fn authno(&self) -> Result<u32, SessionError> {
-        Ok(self.connection().await?.authno)
+        let c = self.connection().await?;
+        self.authno_on(&c).await
     }
 
     /// Largest READ count and WRITE data per request on the current connection.
@@ -306,6 +352,7 @@ impl Client {
                     if reconnect {
                         // INVALIDATEs may have been missed while disconnected.
                         self.inner.cache.clear();
+                        self.inner.invalidated(Invalidation::Everything);
                     }
                     let c = Arc::new(c);
                     *slot = Some(c.clone());
@@ -433,6 +480,7 @@ impl Client {
                                 if let Some(a) = inv.attr {
                                     inner.cache.put(inv.fh, a);
                                 }
+                                inner.invalidated(Invalidation::Object(inv.fh, inv.attr));
                             }
                         }
                         Err(e) => {
@@ -457,52 +505,108 @@ impl Client {
             tx,
             pending,
             authno: protocol::ANONYMOUS,
+            signer: Mutex::new(LoginSigner::new(session_id, name.host_id())),
+            logins: Mutex::new(HashMap::new()),
             read_max,
             write_max,
             tasks: [writer, readertask],
         };
         if let Some(id) = &self.inner.identity {
-            let mut signer = LoginSigner::new(session_id, name.host_id());
-            let args = signer
+            conn.authno = self.login(&conn, id).await?;
+        }
+        Ok(conn)
+    }
+
+    /// LOGIN as `id` on `conn`: the authno, or ANONYMOUS when the server refuses (not fatal:
+    /// the user works anonymously and gets what anonymous users get, usually "Permission
+    /// denied", as with SFS).
+    async fn login(&self, conn: &Conn, id: &Identity) -> Result<u32, SessionError> {
+        let name = &self.inner.name;
+        let args =
+            lock(&conn.signer)
                 .sign(&id.user, &id.key)
                 .map_err(|e| SessionError::Protocol {
                     name: name.to_string(),
                     reason: format!("cannot sign login: {e}"),
                 })?;
-            let rid = self.next_id();
-            let payload = Request {
-                id: rid,
-                authno: protocol::ANONYMOUS,
-                op: RequestOp::Login(args),
-            }
-            .encode();
-            match conn.roundtrip(rid, payload).await {
-                Some(Ok(ReplyBody::Login { authno })) => conn.authno = authno,
-                Some(Ok(other)) => {
-                    return Err(SessionError::Protocol {
-                        name: name.to_string(),
-                        reason: format!("LOGIN answered with {:?}", other.proc()),
-                    });
-                }
-                Some(Err(status)) => {
-                    // Not fatal: the user works anonymously and gets what anonymous users get
-                    // (usually "Permission denied"), as with SFS.
-                    tracing::warn!(
-                        "login as {} refused by {} ({}); continuing anonymously",
-                        id.user,
-                        name,
-                        status_message(status)
-                    );
-                }
-                None => {
-                    return Err(SessionError::Connect {
-                        name: name.to_string(),
-                        reason: "connection lost during login".into(),
-                    });
-                }
-            }
+        let rid = self.next_id();
+        let payload = Request {
+            id: rid,
+            authno: protocol::ANONYMOUS,
+            op: RequestOp::Login(args),
         }
-        Ok(conn)
+        .encode();
+        let lost = || SessionError::Connect {
+            name: name.to_string(),
+            reason: "connection lost during login".into(),
+        };
+        match conn
+            .roundtrip_within(self.inner.opts.request_timeout, rid, payload)
+            .await
+        {
+            Ok(Some(Ok(ReplyBody::Login { authno }))) => Ok(authno),
+            Ok(Some(Ok(other))) => Err(SessionError::Protocol {
+                name: name.to_string(),
+                reason: format!("LOGIN answered with {:?}", other.proc()),
+            }),
+            Ok(Some(Err(status))) => {
+                tracing::warn!(
+                    "login as {} refused by {} ({}); continuing anonymously",
+                    id.user,
+                    name,
+                    status_message(status)
+                );
+                Ok(protocol::ANONYMOUS)
+            }
+            Ok(None) | Err(()) => Err(lost()),
+        }
+    }
+
+    /// The authno this client's requests carry on `conn`: the session identity's, or for a
+    /// client made by [`Client::as_uid`], that local user's (logged in on first use on each
+    /// connection; anonymous when the user has no identity).
+    async fn authno_on(&self, conn: &Conn) -> Result<u32, SessionError> {
+        let Some(uid) = self.who else {
+            return Ok(conn.authno);
+        };
+        if let Some(a) = lock(&conn.logins).get(&uid) {
+            return Ok(*a);
+        }
+        let authno = match self.identity_of(uid) {
+            Some(id) => self.login(conn, &id).await?,
+            None => protocol::ANONYMOUS,
+        };
+        lock(&conn.logins).insert(uid, authno);
+        Ok(authno)
+    }
+
+    /// The identity of local user `uid` (from the resolver, asked once per uid).
+    fn identity_of(&self, uid: u32) -> Option<Identity> {
+        if let Some(id) = lock(&self.inner.user_ids).get(&uid) {
+            return id.clone();
+        }
+        let id = self.inner.resolver.get().and_then(|r| r(uid));
+        match &id {
+            Some(i) => tracing::info!(uid, user = %i.user, "identity for local user"),
+            None => tracing::info!(uid, "no identity for local user: anonymous"),
+        }
+        lock(&self.inner.user_ids).insert(uid, id.clone());
+        id
+    }
+
+    /// This session acting for local user `uid`: same connection and caches, but requests
+    /// carry that user's authno (see [`Client::set_identity_resolver`]).
+    pub fn as_uid(&self, uid: u32) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            who: Some(uid),
+        }
+    }
+
+    /// How [`Client::as_uid`] finds a local user's identity (None: anonymous). At most one;
+    /// later calls are ignored and return false.
+    pub fn set_identity_resolver(&self, r: IdentityResolver) -> bool {
+        self.inner.resolver.set(r).is_ok()
     }
 
     fn next_id(&self) -> u64 {
@@ -546,9 +650,18 @@ impl Client {
                 }
                 Err(e) => return Err(e),
             };
+            let authno = match self.authno_on(&conn).await {
+                Ok(a) => a,
+                Err(e) if proc.is_idempotent() && lost < self.inner.opts.retries => {
+                    lost += 1;
+                    tracing::info!(server = %self.inner.name, error = %e, "login failed; retrying");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let id = self.next_id();
             let mut payload = Vec::new();
-            encode(id, conn.authno, &mut payload);
+            encode(id, authno, &mut payload);
             let reply = match conn.roundtrip_within(timeout, id, payload).await {
                 Ok(r) => {
                     timed_out = false;
@@ -698,9 +811,8 @@ impl Client {
         }
     }
 
-    /// ACCESS, cached per user while the attributes' lease lasts. (nfsserve answers ACCESS
-    /// itself from the attributes, so only tests and future callers use this.)
-    #[allow(dead_code)]
+    /// ACCESS, cached per user while the attributes' lease lasts (the FUSE mount asks it for
+    /// `access(2)` and `open(2)`; nfsserve answers ACCESS itself from the attributes).
     pub async fn access(&self, fh: &FileHandle, bits: u32) -> Result<u32, SessionError> {
         let authno = self.authno().await?;
         if let Some(g) = self.inner.cache.get_access(fh, authno, bits) {
@@ -1106,6 +1218,43 @@ impl Client {
             }
         };
         self.call(op).await.map(|_| ())
+    }
+
+    /// LINK: a new name `dir/name` for `fh`; the object's attributes afterwards.
+    pub async fn link(
+        &self,
+        fh: &FileHandle,
+        dir: &FileHandle,
+        name: &[u8],
+    ) -> Result<Attr, SessionError> {
+        self.inner.cache.invalidate(dir);
+        self.inner.cache.invalidate(fh);
+        let body = self
+            .call(RequestOp::Link {
+                fh: *fh,
+                dir: *dir,
+                name: name.to_vec(),
+            })
+            .await?;
+        match body {
+            ReplyBody::Link { attr: Some(a), .. } => {
+                self.inner.cache.put(*fh, a);
+                Ok(a)
+            }
+            ReplyBody::Link { attr: None, .. } => self.getattr_fresh(fh).await,
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// FSSTAT.
+    pub async fn fsstat(&self, fh: &FileHandle) -> Result<protocol::FsStat, SessionError> {
+        match self.call(RequestOp::FsStat { fh: *fh }).await? {
+            ReplyBody::FsStat(s) => {
+                self.note(fh, &s.attr);
+                Ok(s)
+            }
+            other => Err(self.unexpected(&other)),
+        }
     }
 
     /// RENAME.

@@ -226,7 +226,7 @@ fn server_restart_mid_read_resumes_with_content_intact() {
 }
 
 #[test]
-fn mount_without_kernel_nfs_prints_the_command() {
+fn mount_nfs_without_kernel_nfs_prints_the_command() {
     let s = setup(&[]);
     let mnt = s.home.join("mnt");
     fs::create_dir_all(&mnt).unwrap();
@@ -240,7 +240,7 @@ fn mount_without_kernel_nfs_prints_the_command() {
         eprintln!("kernel has NFS: not mounting from a test");
         return;
     }
-    let out = s.sfs(&["mount", &s.server.name, mnt.to_str().unwrap()]);
+    let out = s.sfs(&["mount", "--nfs", &s.server.name, mnt.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no NFS client"), "{err}");

@@ -1,8 +1,9 @@
-//! `nfs`, `mount`, `umount`: the loopback NFSv3 server and the kernel mount around it.
+//! `nfs`, `mount`, `umount`: the FUSE mount, the loopback NFSv3 server, and unmounting both.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use nfsserve::tcp::{NFSTcp, NFSTcpListener};
 
@@ -64,8 +65,8 @@ fn kernel_has_nfs() -> bool {
         .unwrap_or(false)
 }
 
-/// `sfs mount`: serve, mount, and keep serving until the file system is unmounted.
-pub async fn mount(
+/// `sfs mount --nfs`: serve, mount, and keep serving until the file system is unmounted.
+pub async fn mount_nfs(
     ctx: &mut Ctx,
     name: &str,
     dir: &Path,
@@ -127,18 +128,438 @@ pub async fn mount(
     }
 }
 
-/// `sfs umount`.
-pub fn umount(dir: &Path) -> Result<(), CmdError> {
-    let s = Command::new("umount")
-        .arg(dir)
-        .status()
-        .map_err(|e| CmdError::Other(anyhow::anyhow!("cannot run umount: {e}")))?;
-    if s.success() {
-        Ok(())
-    } else {
-        Err(CmdError::Path(
+/// The mount table entry (mountinfo) for the mount point `dir`, if it is one: its file
+/// system type (`fuse.sfs`, `nfs`, ...). The last entry wins (mounts stack).
+pub fn mounted_type(dir: &Path) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = dir.to_string_lossy();
+    let mut found = None;
+    for line in table.lines() {
+        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+        let mut fields = line.split(' ');
+        let Some(point) = fields.nth(4) else { continue };
+        if unescape_mountinfo(point) != want {
+            continue;
+        }
+        let mut rest = line.split(" - ");
+        if let Some(fstype) = rest.nth(1).and_then(|r| r.split(' ').next()) {
+            found = Some(fstype.to_owned());
+        }
+    }
+    found
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `dir` made absolute without following it (a dead FUSE mount point cannot be resolved).
+fn absolute(dir: &Path) -> PathBuf {
+    dir.canonicalize()
+        .or_else(|_| std::path::absolute(dir))
+        .unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// Whether `dir` is a FUSE mount whose process is gone (`ENOTCONN`).
+fn is_dead_mount(dir: &Path) -> bool {
+    matches!(std::fs::metadata(dir), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+/// `fusermount3 -u [-z] DIR`, falling back to `umount [-l]` where fusermount3 is missing.
+fn fuse_unmount(dir: &Path, lazy: bool) -> Result<(), String> {
+    let mut c = Command::new("fusermount3");
+    c.arg("-u");
+    if lazy {
+        c.arg("-z");
+    }
+    c.arg("--").arg(dir).stdin(Stdio::null());
+    match c.output() {
+        Ok(o) if o.status.success() => return Ok(()),
+        Ok(o) => {
+            let msg = String::from_utf8_lossy(&o.stderr).trim().to_owned();
+            if !msg.is_empty() {
+                return Err(msg);
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot run fusermount3: {e}")),
+    }
+    let mut c = Command::new("umount");
+    if lazy {
+        c.arg("-l");
+    }
+    match c.arg(dir).stdin(Stdio::null()).output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_owned()),
+        Err(e) => Err(format!("cannot run umount: {e}")),
+    }
+}
+
+/// The default log file of a background mount on `dir`.
+pub fn default_log(dir: &Path) -> PathBuf {
+    let flat: String = absolute(dir)
+        .to_string_lossy()
+        .trim_matches('/')
+        .chars()
+        .map(|c| {
+            if c == '/' || c.is_whitespace() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    let file = format!("mount-{}.log", if flat.is_empty() { "root" } else { &flat });
+    match std::env::var_os("HOME") {
+        Some(h) => Path::new(&h).join(".sfs").join("log").join(file),
+        None => std::env::temp_dir().join(format!("sfs-{file}")),
+    }
+}
+
+/// Checks the mount point, detaching a dead sfs mount left there; the absolute path.
+fn mount_point(dir: &Path) -> Result<PathBuf, CmdError> {
+    let abs = absolute(dir);
+    if is_dead_mount(&abs) {
+        tracing::warn!(dir = %abs.display(), "removing a dead FUSE mount left on the mount point");
+        fuse_unmount(&abs, true).map_err(|e| {
+            CmdError::Path(
+                abs.display().to_string(),
+                format!("dead mount not removed: {e}"),
+            )
+        })?;
+    }
+    if !abs.is_dir() {
+        return Err(CmdError::Path(
             dir.display().to_string(),
-            "umount failed".into(),
-        ))
+            "No such directory (the mount point must be an existing directory)".into(),
+        ));
+    }
+    Ok(abs)
+}
+
+/// `sfs mount` without `-f`: runs this same command with `-f` as a background process
+/// (standard output and error into the log file, its own process group so the terminal's
+/// signals do not reach it) and returns once the file system answers on `dir`, or reports
+/// why it did not, with the end of the log.
+pub fn daemonize(dir: &Path, log: Option<&Path>, verbose: u8) -> Result<(), CmdError> {
+    use std::os::unix::process::CommandExt;
+    let abs = mount_point(dir)?;
+    let log = log
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| default_log(&abs));
+    if let Some(parent) = log.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            CmdError::Path(parent.display().to_string(), format!("cannot create: {e}"))
+        })?;
+    }
+    let open = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| CmdError::Path(log.display().to_string(), format!("cannot open: {e}")))
+    };
+    let start_len = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let exe = std::env::current_exe()
+        .map_err(|e| CmdError::Other(anyhow::anyhow!("cannot find the sfs executable: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(std::env::args_os().skip(1)).arg("--foreground");
+    if verbose == 0 {
+        cmd.arg("-v"); // the log should say what happened
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(open()?)
+        .stderr(open()?)
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| CmdError::Other(anyhow::anyhow!("cannot start the mount process: {e}")))?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            eprintln!(
+                "sfs: mount: the mount process exited ({status}); from its log {}:",
+                log.display()
+            );
+            for line in log_tail(&log, start_len, 20) {
+                eprintln!("  {line}");
+            }
+            return Err(CmdError::Reported);
+        }
+        if mounted_type(&abs).is_some_and(|t| t.starts_with("fuse")) {
+            // Mounted; the first stat waits until the process serves requests.
+            if std::fs::metadata(&abs).is_ok() {
+                println!(
+                    "sfs: mounted on {} (process {}, log {})",
+                    abs.display(),
+                    child.id(),
+                    log.display()
+                );
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = fuse_unmount(&abs, true);
+            return Err(CmdError::Other(anyhow::anyhow!(
+                "the mount was not ready within 120 s; see {}",
+                log.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The last `n` lines written to `log` after byte `from`.
+fn log_tail(log: &Path, from: u64, n: usize) -> Vec<String> {
+    let text = std::fs::read(log).unwrap_or_default();
+    let start = usize::try_from(from).unwrap_or(0).min(text.len());
+    let text = String::from_utf8_lossy(&text[start..]).into_owned();
+    let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
+}
+
+/// Whether this process may mount with `allow_other`/`allow_root` (needed for
+/// `auto_unmount`): root may, others only when /etc/fuse.conf says `user_allow_other`.
+fn may_allow_other() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the effective uid.
+    if std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
+        return true;
+    }
+    std::fs::read_to_string("/etc/fuse.conf").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.split('#').next().unwrap_or("").trim() == "user_allow_other")
+    })
+}
+
+/// The effective uid (/proc/self belongs to it).
+fn euid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
+}
+
+/// `sfs mount -f` (and the background process): mounts with FUSE and serves until unmounted
+/// or signalled. `users`: many users on one stream (`Some`, with the identities directory).
+pub async fn mount_fuse(
+    ctx: &mut Ctx,
+    name: &str,
+    dir: &Path,
+    users: Option<Option<PathBuf>>,
+) -> Result<(), CmdError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let abs = mount_point(dir)?;
+    let multi_user = users.is_some();
+    if multi_user && !may_allow_other() {
+        return Err(CmdError::Usage(
+            "--multi-user needs allow_other: run as root, or add user_allow_other to \
+             /etc/fuse.conf"
+                .into(),
+        ));
+    }
+    let t = Target::parse(name)?;
+    let (client, root, attr) = ctx.resolve(&t).await?;
+    if attr.ftype != protocol::FileType::Directory {
+        return Err(CmdError::Path(t.text, "Not a directory".into()));
+    }
+    let sh = if let Some(dir) = users {
+        client.set_identity_resolver(Box::new(move |uid| {
+            crate::identity::for_local_user(uid, dir.as_deref())
+        }));
+        crate::fuse::Shared::with_users(client.clone(), root, Some(euid()))
+    } else {
+        crate::fuse::Shared::new(client.clone(), root)
+    };
+    let rt = tokio::runtime::Handle::current();
+    let auto_unmount = may_allow_other();
+    let fsname = name.split(',').next().unwrap_or("sfs").to_owned();
+    let config = move |auto: bool| {
+        use fuser::MountOption as O;
+        let mut c = fuser::Config::default();
+        c.mount_options = vec![
+            O::FSName(fsname.clone()),
+            O::Subtype("sfs".into()),
+            O::NoDev,
+            O::NoSuid,
+        ];
+        if auto {
+            // fusermount3 stays behind and unmounts if this process dies.
+            c.mount_options.push(O::AutoUnmount);
+            c.acl = fuser::SessionACL::RootAndOwner;
+        }
+        if multi_user {
+            // Everyone may enter; the kernel's cache is shared between users, so the kernel
+            // checks modes against each caller too (the server checks as each caller's
+            // identity in any case).
+            c.acl = fuser::SessionACL::All;
+            c.mount_options.push(O::DefaultPermissions);
+        }
+        c
+    };
+    let (sh2, rt2, dir2) = (sh.clone(), rt.clone(), abs.clone());
+    let session = tokio::task::spawn_blocking(move || {
+        let fs = || crate::fuse::SfsFuse::new(sh2.clone(), rt2.clone());
+        match fuser::Session::new(fs(), &dir2, &config(auto_unmount)) {
+            Err(e) if auto_unmount && !multi_user => {
+                tracing::warn!(
+                    "mount with auto_unmount failed ({e}); mounting without it (if this \
+                     process dies, run `sfs umount {}`)",
+                    dir2.display()
+                );
+                fuser::Session::new(fs(), &dir2, &config(false))
+            }
+            r => {
+                if !auto_unmount {
+                    tracing::warn!(
+                        "no auto_unmount (needs user_allow_other in /etc/fuse.conf): if this \
+                         process dies, run `sfs umount {}`",
+                        dir2.display()
+                    );
+                }
+                r
+            }
+        }
+    })
+    .await
+    .map_err(|e| CmdError::Other(anyhow::anyhow!("mount task failed: {e}")))?
+    .map_err(|e| {
+        CmdError::Path(
+            abs.display().to_string(),
+            format!("cannot mount with FUSE: {e} (is /dev/fuse there, and fusermount3 from the fuse3 package?)"),
+        )
+    })?;
+    let notifier = session.notifier();
+    let (tx, rx) = std::sync::mpsc::channel();
+    client.on_invalidate(Box::new(move |ev| {
+        let _ = tx.send(ev);
+    }));
+    let sh3 = sh.clone();
+    std::thread::Builder::new()
+        .name("sfs-invalidate".into())
+        .spawn(move || crate::fuse::invalidator(sh3, notifier, rx))?;
+    // A thread of its own, not the runtime's blocking pool: a session kept alive by open
+    // files after a lazy unmount must not hold up the runtime's shutdown.
+    let (done_tx, mut run) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("sfs-fuse".into())
+        .spawn(move || {
+            let _ = done_tx.send(session.run());
+        })?;
+    tracing::info!("{name} mounted on {}", abs.display());
+    println!("sfs: {name} mounted on {}", abs.display());
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            r = &mut run => {
+                // Unmounted from outside (sfs umount, fusermount3 -u, umount).
+                tracing::info!("{} unmounted; exiting", abs.display());
+                return match r {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(CmdError::Other(anyhow::anyhow!("FUSE session failed: {e}"))),
+                    Err(_) => Err(CmdError::Other(anyhow::anyhow!("the FUSE session thread died"))),
+                };
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => tracing::info!("SIGHUP ignored (unmount with SIGTERM or sfs umount)"),
+        }
+    }
+    tracing::info!("signalled: unmounting {}", abs.display());
+    let dir2 = abs.clone();
+    let unmounted = tokio::task::spawn_blocking(move || {
+        fuse_unmount(&dir2, false).or_else(|e| {
+            // Busy: detach it (open files keep working until closed, then it goes away), so
+            // no mount is left behind without a process serving it.
+            tracing::warn!("unmount failed ({e}); detaching lazily");
+            fuse_unmount(&dir2, true)
+        })
+    })
+    .await
+    .map_err(|e| CmdError::Other(anyhow::anyhow!("unmount task failed: {e}")))?;
+    if let Err(e) = unmounted {
+        tracing::warn!("lazy unmount failed too: {e}");
+    }
+    if tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the FUSE session did not end within 5 s of unmounting; exiting anyway");
+    }
+    Ok(())
+}
+
+/// `sfs umount`: FUSE mounts through fusermount3 (which unprivileged users may use, and which
+/// also removes a mount whose process died), others with umount(8).
+pub fn umount(dir: &Path) -> Result<(), CmdError> {
+    let abs = absolute(dir);
+    let shown = dir.display().to_string();
+    match mounted_type(&abs) {
+        None => Err(CmdError::Path(shown, "not a mount point".into())),
+        Some(t) if t.starts_with("fuse") => {
+            let dead = is_dead_mount(&abs);
+            fuse_unmount(&abs, dead).map_err(|e| CmdError::Path(shown, e))
+        }
+        Some(_) => {
+            let s = Command::new("umount")
+                .arg(&abs)
+                .status()
+                .map_err(|e| CmdError::Other(anyhow::anyhow!("cannot run umount: {e}")))?;
+            if s.success() {
+                Ok(())
+            } else {
+                Err(CmdError::Path(shown, "umount failed".into()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_mountinfo(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape_mountinfo(r"/x\134y"), r"/x\y");
+        assert_eq!(unescape_mountinfo(r"/plain\04"), r"/plain\04");
+    }
+
+    #[test]
+    fn root_is_a_mount_point_and_tmp_files_are_not() {
+        assert!(mounted_type(Path::new("/")).is_some());
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(mounted_type(&d.path().join("nope")), None);
+    }
+
+    #[test]
+    fn default_log_names_the_directory() {
+        let l = default_log(Path::new("/mnt/my dir"));
+        assert!(
+            l.to_string_lossy().ends_with("mount-mnt_my_dir.log"),
+            "{}",
+            l.display()
+        );
     }
 }

@@ -1,0 +1,1495 @@
+//! The FUSE file system: the kernel's requests forwarded over the session.
+//!
+//! Every request is handed to the tokio runtime and answered from there, so one kernel thread
+//! keeps many requests in flight on the one encrypted stream (reads ahead, parallel lookups).
+//!
+//! **Inodes.** The kernel names objects by a 64-bit node id; the server by an opaque 48-byte
+//! handle. [`Table`] maps between them: a handle gets a node id the first time an entry for it
+//! is sent to the kernel (LOOKUP, CREATE, MKDIR, SYMLINK, LINK), the kernel's lookup count is
+//! kept, and the node is dropped when the kernel FORGETs it. Node ids are never reused, so a
+//! stale kernel reference can only ever meet `ESTALE`, never another file. Hard links share a
+//! handle, so they share a node id and `st_ino`.
+//!
+//! **Leases into the kernel cache.** Every attribute the server sends carries its lease; it
+//! becomes the attribute and entry timeout of the reply to the kernel. The server sends
+//! INVALIDATE to every other client holding a lease on an object it changes; the session hands
+//! those to [`invalidator`], which tells the kernel to drop the object's attributes and cached
+//! pages (`FUSE_NOTIFY_INVAL_INODE`) and, for a directory, every name under it the kernel may
+//! have cached (`FUSE_NOTIFY_INVAL_ENTRY`). After a reconnect everything is invalidated, since
+//! INVALIDATEs may have been missed. Negative lookups are not cached at all.
+//!
+//! **Writes** go to the server UNSTABLE (it may keep them in its cache); `close`, `fsync` and
+//! `fsync`-like flushes send COMMIT, and if the server's write verifier changed in between (it
+//! restarted and may have lost data) the call fails with `EIO` instead of claiming success.
+//!
+//! **Permissions** are the server's: the mount does not use `default_permissions`, `access(2)`
+//! and `open(2)` ask the server (ACCESS, cached per lease), and every operation is checked by
+//! the server as the logged-in identity.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
+    LockOwner, Notifier, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
+use tokio::runtime::Handle;
+
+use crate::session::{Client, Invalidation, SessionError};
+
+/// The root's node id (fixed by FUSE).
+pub const ROOT: u64 = 1;
+
+/// Largest WRITE the kernel is asked to send (it also caps reads and readahead).
+const MAX_WRITE: u32 = 1 << 20;
+
+/// `st_blksize`: large, so `cp` and friends move data in big requests.
+const BLKSIZE: u32 = 128 * 1024;
+
+/// Unstable writes not yet committed, per node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dirty {
+    /// All writes so far came back with this verifier.
+    Verifier([u8; 8]),
+    /// Two writes came back with different verifiers: the server restarted in between and
+    /// may have lost the earlier one.
+    Changed,
+}
+
+struct Node {
+    fh: FileHandle,
+    /// The kernel's lookup count: entries sent minus FORGET counts.
+    lookups: u64,
+}
+
+/// One directory listing taken at `opendir`, served in pieces by `readdir`/`readdirplus`.
+struct Listing {
+    entries: Vec<Listed>,
+}
+
+struct Listed {
+    /// Inode number for plain `readdir` (ours when known, else the server's file id).
+    ino: u64,
+    kind: fuser::FileType,
+    name: Vec<u8>,
+    /// Handle and attributes, for `readdirplus` (none for `.` and `..`).
+    node: Option<(FileHandle, Attr)>,
+}
+
+#[derive(Default)]
+struct Table {
+    nodes: HashMap<u64, Node>,
+    by_fh: HashMap<FileHandle, u64>,
+    /// Names under each directory for which the kernel may hold a dentry (sent in an entry
+    /// reply and not since invalidated).
+    names: HashMap<u64, HashSet<Vec<u8>>>,
+    next: u64,
+    listings: HashMap<u64, Arc<Listing>>,
+    next_listing: u64,
+    dirty: HashMap<u64, Dirty>,
+    /// Open files per node (open/create minus release).
+    open: HashMap<u64, u32>,
+    /// Nodes unlinked while open: renamed to a hidden name, removed at the last release.
+    hidden: HashMap<u64, (FileHandle, Vec<u8>)>,
+    next_hidden: u64,
+    /// Nodes whose unstable writes the server may have lost: reported by every flush and by
+    /// the next fsync (which clears it), like a kernel's write-back error, so the error is not
+    /// swallowed by whichever process happened to close a descriptor first.
+    lost: HashSet<u64>,
+}
+
+/// Prefix of the hidden names open-but-unlinked files get (not listed by `readdir`).
+const HIDDEN_PREFIX: &[u8] = b".sfs-unlinked-";
+
+/// State shared by the kernel-facing side and the invalidation thread.
+pub struct Shared {
+    client: Client,
+    table: Mutex<Table>,
+    /// Many users: each local uid other than `owner` acts with its own identity.
+    multi_user: bool,
+    owner: u32,
+}
+
+impl Shared {
+    /// The tree of `client`'s server below `root`, every caller acting as `client`'s identity.
+    pub fn new(client: Client, root: FileHandle) -> Arc<Shared> {
+        Shared::with_users(client, root, None)
+    }
+
+    /// Like [`Shared::new`]; with `Some(owner)`, callers other than local uid `owner` act as
+    /// themselves ([`Client::as_uid`]).
+    pub fn with_users(client: Client, root: FileHandle, owner: Option<u32>) -> Arc<Shared> {
+        let mut t = Table {
+            next: ROOT + 1,
+            next_listing: 1,
+            ..Table::default()
+        };
+        t.nodes.insert(
+            ROOT,
+            Node {
+                fh: root,
+                lookups: 1,
+            },
+        );
+        t.by_fh.insert(root, ROOT);
+        Arc::new(Shared {
+            client,
+            table: Mutex::new(t),
+            multi_user: owner.is_some(),
+            owner: owner.unwrap_or(0),
+        })
+    }
+
+    /// The session acting for local uid `uid`.
+    fn client_for(&self, uid: u32) -> Client {
+        if self.multi_user && uid != self.owner {
+            self.client.as_uid(uid)
+        } else {
+            self.client.clone()
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // Every update is a few inserts/removes that leave the maps consistent, so a
+        // poisoned lock is still usable.
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fh(&self, ino: INodeNo) -> Result<FileHandle, Errno> {
+        self.table()
+            .nodes
+            .get(&ino.0)
+            .map(|n| n.fh)
+            .ok_or(Errno::ESTALE)
+    }
+
+    /// The node for `fh`, counting one more kernel lookup; `name` under `parent` is
+    /// remembered so a change of the directory can invalidate the kernel's dentry.
+    fn remember(&self, parent: INodeNo, name: &[u8], fh: FileHandle) -> u64 {
+        let mut t = self.table();
+        let ino = match t.by_fh.get(&fh).copied() {
+            Some(ino) => {
+                if let Some(n) = t.nodes.get_mut(&ino) {
+                    n.lookups += 1;
+                }
+                ino
+            }
+            None => {
+                let ino = t.next;
+                t.next += 1;
+                t.nodes.insert(ino, Node { fh, lookups: 1 });
+                t.by_fh.insert(fh, ino);
+                ino
+            }
+        };
+        t.names.entry(parent.0).or_default().insert(name.to_vec());
+        ino
+    }
+
+    /// The kernel dropped `n` references to `ino`.
+    fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT {
+            return;
+        }
+        let mut t = self.table();
+        let gone = match t.nodes.get_mut(&ino) {
+            Some(node) => {
+                node.lookups = node.lookups.saturating_sub(n);
+                (node.lookups == 0).then_some(node.fh)
+            }
+            None => None,
+        };
+        if let Some(fh) = gone {
+            t.nodes.remove(&ino);
+            t.by_fh.remove(&fh);
+            t.names.remove(&ino);
+            t.dirty.remove(&ino);
+        }
+    }
+
+    fn forget_name(&self, parent: INodeNo, name: &[u8]) {
+        if let Some(s) = self.table().names.get_mut(&parent.0) {
+            s.remove(name);
+        }
+    }
+
+    /// An entry reply for `fh` found as `name` in `parent`.
+    fn entry(&self, parent: INodeNo, name: &[u8], fh: FileHandle, a: &Attr) -> Entry {
+        let ino = self.remember(parent, name, fh);
+        Entry {
+            ttl: ttl(a),
+            attr: fattr(ino, a),
+        }
+    }
+
+    async fn lookup(&self, c: &Client, parent: INodeNo, name: &[u8]) -> Result<Entry, Errno> {
+        let dir = self.fh(parent)?;
+        let (fh, a) = c.lookup(&dir, name).await.map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    async fn getattr(&self, c: &Client, ino: INodeNo) -> Result<(Duration, FileAttr), Errno> {
+        let fh = self.fh(ino)?;
+        // The kernel asks only when its own copy expired or was invalidated: go to the server.
+        let a = c.getattr_fresh(&fh).await.map_err(errno)?;
+        Ok((ttl(&a), fattr(ino.0, &a)))
+    }
+
+    async fn setattr(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        s: SetAttr,
+    ) -> Result<(Duration, FileAttr), Errno> {
+        let fh = self.fh(ino)?;
+        let a = c.setattr(&fh, s).await.map_err(errno)?;
+        Ok((ttl(&a), fattr(ino.0, &a)))
+    }
+
+    /// Whether the server grants every `bits` (protocol ACCESS bits) on `ino`.
+    async fn check_access(&self, c: &Client, ino: INodeNo, bits: u32) -> Result<(), Errno> {
+        if bits == 0 {
+            return Ok(());
+        }
+        let fh = self.fh(ino)?;
+        let granted = c.access(&fh, bits).await.map_err(errno)?;
+        if granted & bits == bits {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+
+    async fn access(&self, c: &Client, ino: INodeNo, mask: AccessFlags) -> Result<(), Errno> {
+        let fh = self.fh(ino)?;
+        let a = c.getattr(&fh).await.map_err(errno)?;
+        self.check_access(
+            c,
+            ino,
+            access_bits(mask.bits(), a.ftype == FileType::Directory),
+        )
+        .await
+    }
+
+    async fn read(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, Errno> {
+        let fh = self.fh(ino)?;
+        let (rmax, _) = c.io_sizes().await.map_err(errno)?;
+        let mut out = Vec::with_capacity(size.min(rmax.max(1) * 4) as usize);
+        loop {
+            let done = out.len() as u32;
+            if done >= size {
+                break;
+            }
+            let want = (size - done).min(rmax.max(1));
+            let (data, eof) = c
+                .read(&fh, offset + u64::from(done), want)
+                .await
+                .map_err(errno)?;
+            let empty = data.is_empty();
+            out.extend_from_slice(&data);
+            if eof || empty {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn write(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u32, Errno> {
+        let fh = self.fh(ino)?;
+        let (_, wmax) = c.io_sizes().await.map_err(errno)?;
+        let wmax = wmax.max(1) as usize;
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let end = (pos + wmax).min(data.len());
+            let (n, verf) = c
+                .write(
+                    &fh,
+                    offset + pos as u64,
+                    StableHow::Unstable,
+                    &data[pos..end],
+                )
+                .await
+                .map_err(errno)?;
+            self.note_write(ino.0, verf);
+            if n == 0 {
+                return Err(Errno::EIO);
+            }
+            pos += n as usize;
+        }
+        Ok(data.len() as u32)
+    }
+
+    fn note_write(&self, ino: u64, verf: [u8; 8]) {
+        let mut t = self.table();
+        let d = t.dirty.entry(ino).or_insert(Dirty::Verifier(verf));
+        if *d != Dirty::Verifier(verf) {
+            *d = Dirty::Changed;
+        }
+    }
+
+    /// COMMITs unstable writes of `ino` (always when `force`: fsync must reach the disk);
+    /// `EIO` when the server may have lost some of them (see [`Table::lost`]).
+    async fn commit(&self, c: &Client, ino: INodeNo, force: bool) -> Result<(), Errno> {
+        let (dirty, lost) = {
+            let mut t = self.table();
+            let d = t.dirty.remove(&ino.0);
+            let lost = if force {
+                t.lost.remove(&ino.0)
+            } else {
+                t.lost.contains(&ino.0)
+            };
+            (d, lost)
+        };
+        if dirty.is_some() || force {
+            let fh = self.fh(ino)?;
+            let committed = match c.commit(&fh).await {
+                Ok(v) => v,
+                Err(e) => {
+                    // Still uncommitted: keep what we know for the next flush or fsync.
+                    if let Some(d) = dirty {
+                        let mut t = self.table();
+                        let merged = match t.dirty.get(&ino.0) {
+                            Some(now) if *now != d => Dirty::Changed,
+                            _ => d,
+                        };
+                        t.dirty.insert(ino.0, merged);
+                    }
+                    if lost {
+                        self.table().lost.insert(ino.0);
+                    }
+                    return Err(errno(e));
+                }
+            };
+            tracing::debug!(ino = ino.0, ?dirty, ?committed, lost, force, "commit");
+            let lost_now = match dirty {
+                Some(Dirty::Verifier(v)) => v != committed,
+                Some(Dirty::Changed) => true,
+                None => false,
+            };
+            if lost_now {
+                tracing::warn!(
+                    ino = ino.0,
+                    "the server restarted before data written to this file was committed; \
+                     some writes may be lost (reporting EIO)"
+                );
+                if !force {
+                    self.table().lost.insert(ino.0);
+                }
+                return Err(Errno::EIO);
+            }
+        }
+        if lost { Err(Errno::EIO) } else { Ok(()) }
+    }
+
+    async fn create(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+        exclusive: bool,
+    ) -> Result<Entry, Errno> {
+        let dir = self.fh(parent)?;
+        let attr = SetAttr {
+            mode: Some(mode & 0o7777),
+            ..crate::commands::transfer::set_nothing()
+        };
+        let how = if exclusive {
+            CreateHow::Guarded(attr)
+        } else {
+            CreateHow::Unchecked(attr)
+        };
+        let (fh, a) = c.create(&dir, name, how).await.map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    async fn mkdir(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+    ) -> Result<Entry, Errno> {
+        let dir = self.fh(parent)?;
+        let attr = SetAttr {
+            mode: Some(mode & 0o7777),
+            ..crate::commands::transfer::set_nothing()
+        };
+        let (fh, a) = c.mkdir(&dir, name, attr).await.map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    async fn symlink(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Entry, Errno> {
+        let dir = self.fh(parent)?;
+        let (fh, a) = c
+            .symlink(&dir, name, target, crate::commands::transfer::set_nothing())
+            .await
+            .map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    async fn link(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        parent: INodeNo,
+        name: &[u8],
+    ) -> Result<Entry, Errno> {
+        let fh = self.fh(ino)?;
+        let dir = self.fh(parent)?;
+        let a = c.link(&fh, &dir, name).await.map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    /// If `dir/name` is a file some program has open, renames it to a hidden name instead of
+    /// letting it go (the server would forget it and the open descriptor would go stale);
+    /// it is removed at its last close. Whether it was hidden.
+    async fn hide_if_open(&self, c: &Client, dir: &FileHandle, name: &[u8]) -> Result<bool, Errno> {
+        if self.table().open.is_empty() {
+            return Ok(false);
+        }
+        let fh = match c.lookup(dir, name).await {
+            Ok((fh, _)) => fh,
+            Err(SessionError::Nfs(NfsStatus::NoEnt)) => return Ok(false),
+            Err(e) => return Err(errno(e)),
+        };
+        let hidden = {
+            let mut t = self.table();
+            let Some(ino) = t.by_fh.get(&fh).copied() else {
+                return Ok(false);
+            };
+            if t.open.get(&ino).copied().unwrap_or(0) == 0 || t.hidden.contains_key(&ino) {
+                return Ok(false);
+            }
+            t.next_hidden += 1;
+            let mut h = HIDDEN_PREFIX.to_vec();
+            h.extend_from_slice(
+                format!("{ino}-{}-{}", std::process::id(), t.next_hidden).as_bytes(),
+            );
+            (ino, h)
+        };
+        c.rename(dir, name, dir, &hidden.1).await.map_err(errno)?;
+        self.table().hidden.insert(hidden.0, (*dir, hidden.1));
+        Ok(true)
+    }
+
+    fn opened(&self, ino: u64) {
+        *self.table().open.entry(ino).or_insert(0) += 1;
+    }
+
+    /// The last close of a file unlinked while open removes its hidden name.
+    async fn released(&self, c: &Client, ino: INodeNo) -> Result<(), Errno> {
+        let hidden = {
+            let mut t = self.table();
+            let left = match t.open.get_mut(&ino.0) {
+                Some(n) => {
+                    *n = n.saturating_sub(1);
+                    *n
+                }
+                None => 0,
+            };
+            if left == 0 {
+                t.open.remove(&ino.0);
+                t.lost.remove(&ino.0);
+                t.hidden.remove(&ino.0)
+            } else {
+                None
+            }
+        };
+        if let Some((dir, name)) = hidden {
+            c.remove(&dir, &name, false).await.map_err(errno)?;
+        }
+        Ok(())
+    }
+
+    async fn remove(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        is_dir: bool,
+    ) -> Result<(), Errno> {
+        let dir = self.fh(parent)?;
+        if !is_dir && self.hide_if_open(c, &dir, name).await? {
+            self.forget_name(parent, name);
+            return Ok(());
+        }
+        c.remove(&dir, name, is_dir).await.map_err(errno)?;
+        self.forget_name(parent, name);
+        Ok(())
+    }
+
+    async fn rename(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        newparent: INodeNo,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        let from = self.fh(parent)?;
+        let to = self.fh(newparent)?;
+        if flags.contains(RenameFlags::RENAME_EXCHANGE)
+            || flags.contains(RenameFlags::RENAME_WHITEOUT)
+        {
+            return Err(Errno::EINVAL);
+        }
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            // The protocol's RENAME always replaces; check first (not atomic with the rename).
+            match c.lookup(&to, newname).await {
+                Ok(_) => return Err(Errno::EEXIST),
+                Err(SessionError::Nfs(NfsStatus::NoEnt)) => {}
+                Err(e) => return Err(errno(e)),
+            }
+        }
+        // Replacing a file some program has open: keep it alive under a hidden name.
+        self.hide_if_open(c, &to, newname).await?;
+        c.rename(&from, name, &to, newname).await.map_err(errno)?;
+        self.forget_name(parent, name);
+        Ok(())
+    }
+
+    async fn readlink(&self, c: &Client, ino: INodeNo) -> Result<Vec<u8>, Errno> {
+        let fh = self.fh(ino)?;
+        c.readlink(&fh).await.map_err(errno)
+    }
+
+    /// Reads the whole directory now (READDIRPLUS); `readdir`/`readdirplus` page through
+    /// this snapshot.
+    async fn opendir(&self, c: &Client, ino: INodeNo) -> Result<u64, Errno> {
+        let dir = self.fh(ino)?;
+        let all = c.readdir_all(&dir).await.map_err(errno)?;
+        let mut entries = Vec::with_capacity(all.len() + 2);
+        for name in [&b"."[..], b".."] {
+            entries.push(Listed {
+                ino: if name == b"." { ino.0 } else { ROOT },
+                kind: fuser::FileType::Directory,
+                name: name.to_vec(),
+                node: None,
+            });
+        }
+        for e in all {
+            if e.name == b"." || e.name == b".." || e.name.starts_with(HIDDEN_PREFIX) {
+                continue;
+            }
+            let (fh, attr) = match (e.fh, e.attr) {
+                (Some(fh), Some(a)) => (fh, a),
+                // The server did not include them: ask (rare; gone since is fine).
+                _ => match c.lookup(&dir, &e.name).await {
+                    Ok(x) => x,
+                    Err(SessionError::Nfs(NfsStatus::NoEnt)) => continue,
+                    Err(err) => return Err(errno(err)),
+                },
+            };
+            // readdir's inode numbers are informational; use ours when we have one.
+            let known = self.table().by_fh.get(&fh).copied();
+            entries.push(Listed {
+                ino: known.unwrap_or(e.fileid.max(2)),
+                kind: kind(attr.ftype),
+                name: e.name,
+                node: Some((fh, attr)),
+            });
+        }
+        let mut t = self.table();
+        let h = t.next_listing;
+        t.next_listing += 1;
+        t.listings.insert(h, Arc::new(Listing { entries }));
+        Ok(h)
+    }
+
+    /// The node id for `fh`, made (uncounted) if new; [`Shared::counted`] counts the lookup
+    /// once the kernel has really been sent the entry.
+    fn node_for(&self, fh: FileHandle) -> u64 {
+        let mut t = self.table();
+        if let Some(ino) = t.by_fh.get(&fh) {
+            return *ino;
+        }
+        let ino = t.next;
+        t.next += 1;
+        t.nodes.insert(ino, Node { fh, lookups: 0 });
+        t.by_fh.insert(fh, ino);
+        ino
+    }
+
+    /// One kernel lookup of `ino` (handle `fh`) as `name` in `parent`.
+    fn counted(&self, ino: u64, fh: FileHandle, parent: INodeNo, name: &[u8]) {
+        let mut t = self.table();
+        // Re-created if a FORGET removed it between node_for and now.
+        t.nodes
+            .entry(ino)
+            .or_insert(Node { fh, lookups: 0 })
+            .lookups += 1;
+        t.by_fh.insert(fh, ino);
+        t.names.entry(parent.0).or_default().insert(name.to_vec());
+    }
+
+    fn listing(&self, h: u64) -> Option<Arc<Listing>> {
+        self.table().listings.get(&h).cloned()
+    }
+
+    async fn statfs(&self, c: &Client) -> Result<protocol::FsStat, Errno> {
+        let root = self.fh(INodeNo(ROOT))?;
+        c.fsstat(&root).await.map_err(errno)
+    }
+}
+
+/// An entry for the kernel.
+struct Entry {
+    ttl: Duration,
+    attr: FileAttr,
+}
+
+/// Attributes for `.` and `..` in READDIRPLUS replies, which the kernel ignores.
+fn placeholder_dir() -> Attr {
+    let t = protocol::Time {
+        seconds: 0,
+        nanos: 0,
+    };
+    Attr {
+        ftype: FileType::Directory,
+        mode: 0o755,
+        nlink: 2,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        used: 0,
+        rdev: (0, 0),
+        fsid: 0,
+        fileid: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        lease_ms: 0,
+    }
+}
+
+/// The kernel cache timeout for attributes carrying this lease.
+fn ttl(a: &Attr) -> Duration {
+    Duration::from_millis(u64::from(a.lease_ms))
+}
+
+fn kind(t: FileType) -> fuser::FileType {
+    match t {
+        FileType::Regular => fuser::FileType::RegularFile,
+        FileType::Directory => fuser::FileType::Directory,
+        FileType::Block => fuser::FileType::BlockDevice,
+        FileType::Char => fuser::FileType::CharDevice,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Socket => fuser::FileType::Socket,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+    }
+}
+
+fn time(t: protocol::Time) -> SystemTime {
+    let nanos = Duration::from_nanos(u64::from(t.nanos.min(999_999_999)));
+    if t.seconds >= 0 {
+        UNIX_EPOCH + Duration::from_secs(t.seconds as u64) + nanos
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.seconds.unsigned_abs()) + nanos
+    }
+}
+
+fn time_from(t: SystemTime) -> protocol::Time {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => protocol::Time {
+            seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            nanos: d.subsec_nanos(),
+        },
+        Err(e) => {
+            // Before 1970: whole seconds down, nanoseconds up.
+            let d = e.duration();
+            let mut seconds = -i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            let mut nanos = d.subsec_nanos();
+            if nanos > 0 {
+                seconds -= 1;
+                nanos = 1_000_000_000 - nanos;
+            }
+            protocol::Time { seconds, nanos }
+        }
+    }
+}
+
+fn set_time(t: Option<TimeOrNow>) -> SetTime {
+    match t {
+        None => SetTime::DontChange,
+        Some(TimeOrNow::Now) => SetTime::ServerTime,
+        Some(TimeOrNow::SpecificTime(t)) => SetTime::ClientTime(time_from(t)),
+    }
+}
+
+/// The kernel's view of attributes for node `ino`.
+fn fattr(ino: u64, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: a.size,
+        blocks: a.used.div_ceil(512),
+        atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+        crtime: UNIX_EPOCH,
+        kind: kind(a.ftype),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: (a.rdev.0 << 8) | (a.rdev.1 & 0xff),
+        blksize: BLKSIZE,
+        flags: 0,
+    }
+}
+
+/// `access(2)` mask bits (R_OK 4, W_OK 2, X_OK 1) as protocol ACCESS bits.
+fn access_bits(mask: i32, is_dir: bool) -> u32 {
+    use protocol::access::*;
+    let mut bits = 0;
+    if mask & libc::R_OK != 0 {
+        bits |= READ;
+    }
+    if mask & libc::W_OK != 0 {
+        bits |= if is_dir {
+            MODIFY | EXTEND | DELETE
+        } else {
+            MODIFY | EXTEND
+        };
+    }
+    if mask & libc::X_OK != 0 {
+        bits |= if is_dir { LOOKUP } else { EXECUTE };
+    }
+    bits
+}
+
+/// The ACCESS bits `open(2)` with `flags` needs.
+fn open_bits(flags: OpenFlags) -> u32 {
+    use protocol::access::*;
+    let mut bits = match flags.acc_mode() {
+        OpenAccMode::O_RDONLY => READ,
+        OpenAccMode::O_WRONLY => MODIFY,
+        OpenAccMode::O_RDWR => READ | MODIFY,
+    };
+    if flags.0 & libc::O_TRUNC != 0 {
+        bits |= MODIFY;
+    }
+    bits
+}
+
+/// The errno the calling program sees for a session error.
+pub fn errno(e: SessionError) -> Errno {
+    match e {
+        SessionError::Nfs(s) => status_errno(s),
+        SessionError::Connect { .. }
+        | SessionError::Handshake { .. }
+        | SessionError::NotRetried { .. }
+        | SessionError::Timeout { .. }
+        | SessionError::Protocol { .. } => {
+            tracing::warn!("{e}");
+            Errno::EIO
+        }
+    }
+}
+
+/// NFS status to errno (the numbers agree only for the classic Unix ones).
+fn status_errno(s: NfsStatus) -> Errno {
+    Errno::from_i32(match s.code() {
+        1 => libc::EPERM,
+        2 => libc::ENOENT,
+        5 => libc::EIO,
+        6 => libc::ENXIO,
+        13 => libc::EACCES,
+        17 => libc::EEXIST,
+        18 => libc::EXDEV,
+        19 => libc::ENODEV,
+        20 => libc::ENOTDIR,
+        21 => libc::EISDIR,
+        22 => libc::EINVAL,
+        27 => libc::EFBIG,
+        28 => libc::ENOSPC,
+        30 => libc::EROFS,
+        31 => libc::EMLINK,
+        63 => libc::ENAMETOOLONG,
+        66 => libc::ENOTEMPTY,
+        69 => libc::EDQUOT,
+        70 | 10001 => libc::ESTALE,
+        71 => libc::EREMOTE,
+        10004 => libc::EOPNOTSUPP,
+        10008 => libc::EAGAIN,
+        _ => libc::EIO,
+    })
+}
+
+/// The FUSE file system (the kernel-facing half).
+pub struct SfsFuse {
+    sh: Arc<Shared>,
+    rt: Handle,
+}
+
+impl SfsFuse {
+    /// Serves `sh` with tasks on `rt`.
+    pub fn new(sh: Arc<Shared>, rt: Handle) -> SfsFuse {
+        SfsFuse { sh, rt }
+    }
+
+    /// Runs `f` on the runtime with the shared state and the session acting for the caller.
+    fn spawn<F, Fut>(&self, req: &Request, f: F)
+    where
+        F: FnOnce(Arc<Shared>, Client) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let c = self.sh.client_for(req.uid());
+        self.rt.spawn(f(self.sh.clone(), c));
+    }
+}
+
+fn reply_entry(r: Result<Entry, Errno>, reply: ReplyEntry) {
+    match r {
+        Ok(e) => reply.entry(&e.ttl, &e.attr, Generation(0)),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn reply_attr(r: Result<(Duration, FileAttr), Errno>, reply: ReplyAttr) {
+    match r {
+        Ok((ttl, a)) => reply.attr(&ttl, &a),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn reply_empty(r: Result<(), Errno>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+impl Filesystem for SfsFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Best effort: an older kernel keeps its smaller limits.
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_readahead(MAX_WRITE);
+        // Listings carry handles and attributes: `ls -l` needs no LOOKUP per name.
+        let _ = config.add_capabilities(
+            fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
+        );
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.lookup(&c, parent, &name).await, reply)
+        });
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.sh.forget(ino.0, nlookup);
+    }
+
+    fn getattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: Option<fuser::FileHandle>,
+        reply: ReplyAttr,
+    ) {
+        self.spawn(req, |sh, c| async move {
+            reply_attr(sh.getattr(&c, ino).await, reply)
+        });
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<fuser::FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let s = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: set_time(atime),
+            mtime: set_time(mtime),
+        };
+        self.spawn(req, |sh, c| async move {
+            reply_attr(sh.setattr(&c, ino, s).await, reply)
+        });
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(req, |sh, c| async move {
+            match sh.readlink(&c, ino).await {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            // The protocol has no MKNOD: devices, FIFOs and sockets cannot be made remotely.
+            reply.error(Errno::EPERM);
+            return;
+        }
+        let name = name.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.create(&c, parent, &name, mode, true).await, reply)
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.mkdir(&c, parent, &name, mode).await, reply)
+        });
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.remove(&c, parent, &name, false).await, reply)
+        });
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.remove(&c, parent, &name, true).await, reply)
+        });
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let name = link_name.as_bytes().to_vec();
+        let target = target.as_os_str().as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.symlink(&c, parent, &name, &target).await, reply)
+        });
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let name = name.as_bytes().to_vec();
+        let newname = newname.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_empty(
+                sh.rename(&c, parent, &name, newparent, &newname, flags)
+                    .await,
+                reply,
+            )
+        });
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let name = newname.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.link(&c, ino, newparent, &name).await, reply)
+        });
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(req, |sh, c| async move {
+            match sh.check_access(&c, ino, open_bits(flags)).await {
+                // No FOPEN_KEEP_CACHE: the kernel drops cached pages at open, so each open
+                // sees what the server has (close-to-open consistency, as with NFS).
+                Ok(()) => {
+                    sh.opened(ino.0);
+                    reply.opened(fuser::FileHandle(0), FopenFlags::empty())
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.spawn(req, |sh, c| async move {
+            match sh.read(&c, ino, offset, size).await {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let data = data.to_vec();
+        self.spawn(req, |sh, c| async move {
+            match sh.write(&c, ino, offset, &data).await {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn flush(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close(2): commit what this file has outstanding, so errors reach the program.
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.commit(&c, ino, false).await, reply)
+        });
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(req, |sh, c| async move {
+            let committed = sh.commit(&c, ino, false).await;
+            let released = sh.released(&c, ino).await;
+            reply_empty(committed.and(released), reply)
+        });
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.commit(&c, ino, true).await, reply)
+        });
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.spawn(req, |sh, c| async move {
+            match sh.opendir(&c, ino).await {
+                Ok(h) => reply.opened(fuser::FileHandle(h), FopenFlags::empty()),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(l) = self.sh.listing(fh.0) else {
+            reply.error(Errno::EBADF);
+            return;
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, e) in l.entries.iter().enumerate().skip(start) {
+            // The offset of an entry is where to continue after it.
+            if reply.add(
+                INodeNo(e.ino),
+                i as u64 + 1,
+                e.kind,
+                OsStr::from_bytes(&e.name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(l) = self.sh.listing(fh.0) else {
+            reply.error(Errno::EBADF);
+            return;
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, e) in l.entries.iter().enumerate().skip(start) {
+            let name = OsStr::from_bytes(&e.name);
+            let off = i as u64 + 1;
+            match &e.node {
+                Some((h, a)) => {
+                    // Every entry sent here is a lookup the kernel will FORGET later.
+                    let node = self.sh.node_for(*h);
+                    if reply.add(
+                        INodeNo(node),
+                        off,
+                        name,
+                        &ttl(a),
+                        &fattr(node, a),
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                    self.sh.counted(node, *h, ino, &e.name);
+                }
+                None => {
+                    // `.` and `..`: the kernel uses neither the attributes nor a lookup.
+                    let attr = FileAttr {
+                        ino: INodeNo(e.ino),
+                        ..fattr(e.ino, &placeholder_dir())
+                    };
+                    if reply.add(
+                        INodeNo(e.ino),
+                        off,
+                        name,
+                        &Duration::ZERO,
+                        &attr,
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                }
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.sh.table().listings.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: fuser::FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Directory operations are synchronous on the server.
+        reply.ok();
+    }
+
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.spawn(req, |sh, c| async move {
+            match sh.statfs(&c).await {
+                Ok(s) => {
+                    let b = u64::from(BLKSIZE);
+                    reply.statfs(
+                        s.tbytes / b,
+                        s.fbytes / b,
+                        s.abytes / b,
+                        s.tfiles,
+                        s.ffiles,
+                        BLKSIZE,
+                        255,
+                        BLKSIZE,
+                    )
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    // Extended attributes are not in the protocol. ENOSYS (rather than fuser's default, which
+    // logs a warning each time) makes the kernel stop asking.
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.access(&c, ino, mask).await, reply)
+        });
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = name.as_bytes().to_vec();
+        let exclusive = flags & libc::O_EXCL != 0;
+        self.spawn(req, |sh, c| async move {
+            match sh.create(&c, parent, &name, mode, exclusive).await {
+                Ok(e) => {
+                    sh.opened(e.attr.ino.0);
+                    reply.created(
+                        &e.ttl,
+                        &e.attr,
+                        Generation(0),
+                        fuser::FileHandle(0),
+                        FopenFlags::empty(),
+                    )
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+}
+
+/// Turns the session's invalidations into kernel cache invalidations, on its own thread: the
+/// kernel may wait for locks held by requests we are answering, so the notifications must not
+/// be sent from the tasks that answer them.
+pub fn invalidator(
+    sh: Arc<Shared>,
+    notifier: Notifier,
+    rx: std::sync::mpsc::Receiver<Invalidation>,
+) {
+    for ev in rx {
+        let work: Vec<(u64, Vec<Vec<u8>>)> = {
+            let mut t = sh.table();
+            match ev {
+                Invalidation::Object(fh, _) => match t.by_fh.get(&fh).copied() {
+                    Some(ino) => {
+                        let names = t.names.remove(&ino).unwrap_or_default();
+                        vec![(ino, names.into_iter().collect())]
+                    }
+                    None => continue,
+                },
+                Invalidation::Everything => {
+                    let mut names = std::mem::take(&mut t.names);
+                    t.nodes
+                        .keys()
+                        .map(|ino| {
+                            let n = names.remove(ino).unwrap_or_default();
+                            (*ino, n.into_iter().collect())
+                        })
+                        .collect()
+                }
+            }
+        };
+        for (ino, names) in work {
+            if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
+                tracing::debug!(ino, error = %e, "inode invalidation failed");
+            }
+            for n in names {
+                if let Err(e) = notifier.inval_entry(INodeNo(ino), OsStr::from_bytes(&n)) {
+                    tracing::debug!(ino, error = %e, "entry invalidation failed");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared() -> Arc<Shared> {
+        let name: protocol::ServerName = "@127.0.0.1%9,aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            .parse()
+            .unwrap();
+        let c = Client::new(&name, None, crate::session::Options::default());
+        Shared::new(c, FileHandle::from_bytes([1; 48]))
+    }
+
+    #[test]
+    fn nodes_count_lookups_and_are_forgotten() {
+        let sh = shared();
+        let a = FileHandle::from_bytes([2; 48]);
+        let ino = sh.remember(INodeNo(ROOT), b"a", a);
+        assert_ne!(ino, ROOT);
+        // A hard link: same handle, same node.
+        assert_eq!(sh.remember(INodeNo(ROOT), b"b", a), ino);
+        assert_eq!(sh.fh(INodeNo(ino)).unwrap(), a);
+        sh.forget(ino, 1);
+        assert_eq!(sh.fh(INodeNo(ino)).unwrap(), a, "one lookup left");
+        sh.forget(ino, 1);
+        assert_eq!(sh.fh(INodeNo(ino)), Err(Errno::ESTALE));
+        // Never reused: the handle comes back under a new number.
+        let again = sh.remember(INodeNo(ROOT), b"a", a);
+        assert!(again > ino);
+        // The root is never forgotten.
+        sh.forget(ROOT, 100);
+        assert!(sh.fh(INodeNo(ROOT)).is_ok());
+    }
+
+    #[test]
+    fn verifier_changes_are_lost_writes() {
+        let sh = shared();
+        sh.note_write(5, [1; 8]);
+        sh.note_write(5, [1; 8]);
+        assert_eq!(sh.table().dirty[&5], Dirty::Verifier([1; 8]));
+        sh.note_write(5, [2; 8]);
+        assert_eq!(sh.table().dirty[&5], Dirty::Changed);
+    }
+
+    #[test]
+    fn errnos_are_linux_ones() {
+        assert_eq!(status_errno(NfsStatus::NoEnt), Errno::ENOENT);
+        assert_eq!(status_errno(NfsStatus::NotEmpty).code(), libc::ENOTEMPTY);
+        assert_eq!(
+            status_errno(NfsStatus::NameTooLong).code(),
+            libc::ENAMETOOLONG
+        );
+        assert_eq!(status_errno(NfsStatus::Stale).code(), libc::ESTALE);
+        assert_eq!(status_errno(NfsStatus::Jukebox).code(), libc::EAGAIN);
+        for s in NfsStatus::ALL {
+            let _ = status_errno(*s); // never panics
+        }
+    }
+
+    #[test]
+    fn times_round_trip_including_before_1970() {
+        for (s, n) in [
+            (0i64, 0u32),
+            (1_700_000_000, 5),
+            (-1, 500_000_000),
+            (-10, 0),
+        ] {
+            let t = protocol::Time {
+                seconds: s,
+                nanos: n,
+            };
+            assert_eq!(time_from(time(t)), t, "{s}.{n}");
+        }
+    }
+
+    #[test]
+    fn access_masks_map_per_type() {
+        use protocol::access::*;
+        assert_eq!(access_bits(libc::R_OK, false), READ);
+        assert_eq!(access_bits(libc::X_OK, true), LOOKUP);
+        assert_eq!(access_bits(libc::X_OK, false), EXECUTE);
+        assert_eq!(access_bits(libc::W_OK, true), MODIFY | EXTEND | DELETE);
+        assert_eq!(open_bits(OpenFlags(libc::O_RDONLY)), READ);
+        assert_eq!(open_bits(OpenFlags(libc::O_WRONLY | libc::O_TRUNC)), MODIFY);
+        assert_eq!(open_bits(OpenFlags(libc::O_RDWR)), READ | MODIFY);
+    }
+}

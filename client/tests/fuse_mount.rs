@@ -1,0 +1,845 @@
+//! The FUSE mount for real: `sfs mount` against a real `sfsd`, checked with `std::fs` and
+//! ordinary programs through the kernel. Skipped (with a message) only where `/dev/fuse` or
+//! `fusermount3` is missing. Every mount is removed by a guard (`fusermount3 -u -z`) and every
+//! wait is bounded.
+
+mod common;
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Why FUSE cannot be tested here, if it cannot.
+fn no_fuse() -> Option<&'static str> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing");
+    }
+    let found = Command::new("fusermount3")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        return Some("fusermount3 is missing (apt-get install fuse3)");
+    }
+    None
+}
+
+macro_rules! need_fuse {
+    () => {
+        if let Some(why) = no_fuse() {
+            eprintln!("SKIPPED: {why}; FUSE mount not tested");
+            return;
+        }
+    };
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    home: PathBuf,
+    export: PathBuf,
+    identity: PathBuf,
+    server: Server,
+}
+
+/// A server exporting a fresh directory, with `alice` (the owner of the temp dir) as a user.
+fn setup() -> Setup {
+    setup_users(&[])
+}
+
+/// `sfs keygen --out key`: the public key.
+fn keygen(home: &Path, key: &Path) -> String {
+    let mut c = sfs_cmd(home);
+    c.args(["keygen", "--out"]).arg(key);
+    let out = run(c, LIMIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// [`setup`] plus users `(name, uid)` (uid = gid) with keys in `DIR/idents/UID`.
+fn setup_users(extra: &[(&str, u32)]) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let export = dir.path().join("export");
+    let state = dir.path().join("state");
+    fs::create_dir_all(&home).unwrap();
+    fs::create_dir_all(&export).unwrap();
+    let identity = dir.path().join("alice.key");
+    let public = keygen(&home, &identity);
+    let m = fs::metadata(dir.path()).unwrap();
+    let users = dir.path().join("users");
+    let mut lines = format!("alice {public} {} {}\n", m.uid(), m.gid());
+    fs::create_dir_all(dir.path().join("idents")).unwrap();
+    for (name, uid) in extra {
+        let public = keygen(&home, &dir.path().join("idents").join(uid.to_string()));
+        lines.push_str(&format!("{name} {public} {uid} {uid}\n"));
+    }
+    fs::write(&users, lines).unwrap();
+    let server = Server::start(&state, &export, 0, &["--users", users.to_str().unwrap()]);
+    Setup {
+        dir,
+        home,
+        export,
+        identity,
+        server,
+    }
+}
+
+/// A mounted tree; unmounted (lazily, so it never stays) and its process killed on drop.
+struct Mount {
+    dir: PathBuf,
+    pid: u32,
+    log: PathBuf,
+}
+
+impl Mount {
+    fn alive(&self) -> bool {
+        Path::new(&format!("/proc/{}", self.pid)).exists()
+            && !fs::read_to_string(format!("/proc/{}/stat", self.pid))
+                .unwrap_or_default()
+                .contains(") Z ")
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-z", "--"])
+            .arg(&self.dir)
+            .output();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.alive() {
+            let _ = Command::new("kill")
+                .args(["-9", &self.pid.to_string()])
+                .output();
+        }
+    }
+}
+
+/// Whether `dir` is a mount point of type fuse.sfs.
+fn is_sfs_mount(dir: &Path) -> bool {
+    let want = dir.to_string_lossy().replace(' ', "\\040");
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(&want) && l.contains(" - fuse.sfs "))
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Setup {
+    /// `sfs mount NAME DIR` (background) on a fresh directory named `name`.
+    fn mount(&self, name: &str) -> Mount {
+        self.mount_with(name, &[])
+    }
+
+    /// [`Setup::mount`] with extra `sfs mount` flags.
+    fn mount_with(&self, name: &str, flags: &[&str]) -> Mount {
+        let dir = self.dir.path().join(name);
+        fs::create_dir_all(&dir).unwrap();
+        let dir = dir.canonicalize().unwrap();
+        let log = self.dir.path().join(format!("{name}.log"));
+        let mut c = sfs_cmd(&self.home);
+        c.arg("--identity")
+            .arg(&self.identity)
+            .args(["-vv", "--timeout", "5", "mount", &self.server.name])
+            .arg(&dir)
+            .arg("--log")
+            .arg(&log)
+            .args(flags);
+        let out = run(c, LIMIT);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "mount failed: {}{}\nlog:\n{}",
+            stdout,
+            String::from_utf8_lossy(&out.stderr),
+            fs::read_to_string(&log).unwrap_or_default()
+        );
+        // "sfs: mounted on DIR (process PID, log FILE)"
+        let pid = stdout
+            .split("(process ")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {stdout:?}"));
+        assert!(is_sfs_mount(&dir), "not in mountinfo after sfs mount");
+        Mount { dir, pid, log }
+    }
+}
+
+fn errno(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(-1)
+}
+
+#[test]
+fn files_and_directories_through_the_kernel() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let d = &m.dir;
+
+    // create / write / read
+    fs::write(d.join("a.txt"), b"hello over sfs\n").unwrap();
+    assert_eq!(fs::read(d.join("a.txt")).unwrap(), b"hello over sfs\n");
+    assert_eq!(
+        fs::read(s.export.join("a.txt")).unwrap(),
+        b"hello over sfs\n"
+    );
+    // A file made on the server side shows up.
+    fs::write(s.export.join("server-made"), b"x").unwrap();
+    assert_eq!(fs::read(d.join("server-made")).unwrap(), b"x");
+
+    // ordinary programs: cat, ls, wc
+    let out = Command::new("cat").arg(d.join("a.txt")).output().unwrap();
+    assert_eq!(out.stdout, b"hello over sfs\n");
+    let out = Command::new("ls").arg("-la").arg(d).output().unwrap();
+    let ls = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && ls.contains("a.txt"), "{ls}");
+
+    // mkdir / rmdir (not empty, then empty)
+    fs::create_dir(d.join("sub")).unwrap();
+    fs::write(d.join("sub/f"), b"1").unwrap();
+    let e = fs::remove_dir(d.join("sub")).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOTEMPTY, "{e}");
+    assert!(fs::metadata(d.join("sub")).unwrap().is_dir());
+    let mut names: Vec<String> = fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.txt", "server-made", "sub"]);
+
+    // rename, and rename over an existing file
+    fs::rename(d.join("sub/f"), d.join("moved")).unwrap();
+    fs::remove_dir(d.join("sub")).unwrap();
+    assert!(!d.join("sub").exists());
+    let ino = fs::metadata(d.join("a.txt")).unwrap().ino();
+    fs::rename(d.join("a.txt"), d.join("moved")).unwrap();
+    assert_eq!(fs::read(d.join("moved")).unwrap(), b"hello over sfs\n");
+    assert_eq!(fs::metadata(d.join("moved")).unwrap().ino(), ino);
+    assert_eq!(
+        errno(&fs::metadata(d.join("a.txt")).unwrap_err()),
+        libc::ENOENT
+    );
+
+    // hard links
+    fs::hard_link(d.join("moved"), d.join("link")).unwrap();
+    let (a, b) = (
+        fs::metadata(d.join("moved")).unwrap(),
+        fs::metadata(d.join("link")).unwrap(),
+    );
+    assert_eq!(a.ino(), b.ino());
+    assert_eq!(a.nlink(), 2);
+    fs::write(d.join("link"), b"through the link").unwrap();
+    assert_eq!(fs::read(d.join("moved")).unwrap(), b"through the link");
+    fs::remove_file(d.join("moved")).unwrap();
+    assert_eq!(fs::metadata(d.join("link")).unwrap().nlink(), 1);
+    assert_eq!(fs::read(d.join("link")).unwrap(), b"through the link");
+
+    // symlinks
+    std::os::unix::fs::symlink("link", d.join("sym")).unwrap();
+    assert_eq!(fs::read_link(d.join("sym")).unwrap(), Path::new("link"));
+    assert_eq!(fs::read(d.join("sym")).unwrap(), b"through the link");
+    assert!(
+        fs::symlink_metadata(d.join("sym"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        fs::read_link(s.export.join("sym")).unwrap(),
+        Path::new("link"),
+        "a real symlink on the server"
+    );
+
+    // chmod, and ctime moving with it
+    let before = fs::metadata(d.join("link")).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    fs::set_permissions(d.join("link"), fs::Permissions::from_mode(0o640)).unwrap();
+    let after = fs::metadata(d.join("link")).unwrap();
+    assert_eq!(after.mode() & 0o7777, 0o640);
+    assert_eq!(
+        fs::metadata(s.export.join("link")).unwrap().mode() & 0o7777,
+        0o640
+    );
+    assert!(
+        (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+        "ctime moves on chmod"
+    );
+
+    // O_EXCL
+    let e = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(d.join("link"))
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(d.join("fresh"))
+        .unwrap();
+    assert_eq!(fs::metadata(d.join("fresh")).unwrap().mode() & 0o777, 0o600);
+
+    // truncate shorter and longer (zeros)
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("link"))
+        .unwrap();
+    f.set_len(7).unwrap();
+    assert_eq!(fs::read(d.join("link")).unwrap(), b"through");
+    f.set_len(10).unwrap();
+    assert_eq!(fs::read(d.join("link")).unwrap(), b"through\0\0\0");
+    drop(f);
+    // O_TRUNC
+    fs::write(d.join("link"), b"new").unwrap();
+    assert_eq!(fs::read(s.export.join("link")).unwrap(), b"new");
+
+    // unlink
+    fs::remove_file(d.join("link")).unwrap();
+    fs::remove_file(d.join("sym")).unwrap();
+    assert!(!s.export.join("link").exists());
+
+    // statfs answers
+    let out = Command::new("df").arg(d).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // `sfs umount` ends the mount and the background process.
+    let mut c = sfs_cmd(&s.home);
+    c.arg("umount").arg(d);
+    let out = run(c, LIMIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_sfs_mount(d));
+    wait_for("the mount process to exit", Duration::from_secs(10), || {
+        !m.alive()
+    });
+}
+
+#[test]
+fn posix_details_sparse_large_offsets_times_open_unlinked() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let d = &m.dir;
+
+    // Sparse: a write far out leaves a hole of zeros; few blocks used.
+    {
+        let mut f = fs::File::create(d.join("sparse")).unwrap();
+        f.seek(SeekFrom::Start(10 << 20)).unwrap();
+        f.write_all(b"end").unwrap();
+    }
+    let md = fs::metadata(d.join("sparse")).unwrap();
+    assert_eq!(md.len(), (10 << 20) + 3);
+    assert!(
+        md.blocks() * 512 < 1 << 20,
+        "hole allocated: {} blocks",
+        md.blocks()
+    );
+    let mut f = fs::File::open(d.join("sparse")).unwrap();
+    f.seek(SeekFrom::Start(5 << 20)).unwrap();
+    let mut buf = vec![1u8; 4096];
+    f.read_exact(&mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+
+    // Offsets past 4 GiB.
+    let big = (5u64 << 30) + 123;
+    {
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(d.join("big"))
+            .unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(b"beyond 4 GiB", big).unwrap();
+        f.sync_all().unwrap();
+    }
+    assert_eq!(fs::metadata(d.join("big")).unwrap().len(), big + 12);
+    assert_eq!(fs::metadata(s.export.join("big")).unwrap().len(), big + 12);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::File::open(d.join("big")).unwrap();
+        let mut b = [0u8; 12];
+        f.read_exact_at(&mut b, big).unwrap();
+        assert_eq!(&b, b"beyond 4 GiB");
+    }
+    fs::remove_file(d.join("big")).unwrap();
+
+    // mtime: set to the past, then a write moves it to now; utimes to a chosen time sticks.
+    let p = d.join("times");
+    fs::write(&p, b"1").unwrap();
+    let past = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(past)
+        .unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mtime(), 1_000_000_000);
+    assert_eq!(
+        fs::metadata(s.export.join("times")).unwrap().mtime(),
+        1_000_000_000
+    );
+    let ctime0 = fs::metadata(&p).unwrap().ctime();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(b"2")
+        .unwrap();
+    let md = fs::metadata(&p).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(
+        (now - md.mtime()).abs() < 60,
+        "mtime {} now {now}",
+        md.mtime()
+    );
+    assert!(md.ctime() >= ctime0);
+    assert_eq!(fs::read(&p).unwrap(), b"12", "O_APPEND appends");
+
+    // Unlink of an open file: the open descriptor keeps working, the name is gone.
+    let p = d.join("open-unlinked");
+    fs::write(&p, b"still readable").unwrap();
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    fs::remove_file(&p).unwrap();
+    assert_eq!(errno(&fs::metadata(&p).unwrap_err()), libc::ENOENT);
+    let mut got = String::new();
+    f.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "still readable");
+    f.write_all(b" and writable").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    got.clear();
+    f.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "still readable and writable");
+    let names = fs::read_dir(d).unwrap().count();
+    drop(f);
+    // Once closed, nothing of it remains on the server.
+    wait_for("the unlinked file to go", Duration::from_secs(5), || {
+        !fs::read_dir(&s.export).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".sfs-unlinked")
+        })
+    });
+    assert!(names <= 3, "hidden names are not listed ({names})");
+}
+
+#[test]
+fn copy_64_mib_in_and_out() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let src = s.dir.path().join("src.bin");
+    fs::write(&src, data(64 << 20, 7)).unwrap();
+    let want = sha256_file(&src);
+    let t = Instant::now();
+    let out = Command::new("cp")
+        .arg(&src)
+        .arg(m.dir.join("big.bin"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let up = t.elapsed();
+    assert_eq!(
+        sha256_file(&s.export.join("big.bin")),
+        want,
+        "on the server"
+    );
+    let back = s.dir.path().join("back.bin");
+    let t = Instant::now();
+    let out = Command::new("cp")
+        .arg(m.dir.join("big.bin"))
+        .arg(&back)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let down = t.elapsed();
+    assert_eq!(sha256_file(&back), want, "copied back out");
+    let mbs = |d: Duration| 64.0 / d.as_secs_f64();
+    eprintln!(
+        "64 MiB through the FUSE mount: in {:.2} s ({:.0} MiB/s), out {:.2} s ({:.0} MiB/s)",
+        up.as_secs_f64(),
+        mbs(up),
+        down.as_secs_f64(),
+        mbs(down)
+    );
+}
+
+/// Retries `f` for up to 3 s (an INVALIDATE crosses the server and a second connection);
+/// the lease is 60 s, so only the invalidation can make it pass this soon.
+fn soon<T: PartialEq + std::fmt::Debug>(what: &str, want: T, mut f: impl FnMut() -> T) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let got = f();
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: still {got:?}, want {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn two_mounts_see_each_others_changes_at_once() {
+    need_fuse!();
+    let s = setup();
+    let a = s.mount("a");
+    let b = s.mount("b");
+    let (pa, pb) = (&a.dir, &b.dir);
+
+    fs::write(pa.join("x"), b"one").unwrap();
+    assert_eq!(fs::read(pb.join("x")).unwrap(), b"one");
+    let md = fs::metadata(pb.join("x")).unwrap(); // B now caches x for the lease
+    assert_eq!(md.len(), 3);
+
+    // Rewritten through A: B sees the new size and data (attributes and pages invalidated).
+    fs::write(pa.join("x"), b"two, longer").unwrap();
+    soon("B's size of x", 11, || {
+        fs::metadata(pb.join("x")).map(|m| m.len()).unwrap_or(0)
+    });
+    assert_eq!(fs::read(pb.join("x")).unwrap(), b"two, longer");
+
+    // chmod through A.
+    fs::set_permissions(pa.join("x"), fs::Permissions::from_mode(0o600)).unwrap();
+    soon("B's mode of x", 0o600, || {
+        fs::metadata(pb.join("x"))
+            .map(|m| m.mode() & 0o777)
+            .unwrap_or(0)
+    });
+
+    // Names: created, renamed and removed through A.
+    fs::write(pa.join("y"), b"y").unwrap();
+    assert_eq!(fs::read(pb.join("y")).unwrap(), b"y");
+    fs::rename(pa.join("y"), pa.join("z")).unwrap();
+    soon("B's view of y after rename", false, || {
+        pb.join("y").exists()
+    });
+    assert_eq!(fs::read(pb.join("z")).unwrap(), b"y");
+    fs::remove_file(pa.join("x")).unwrap();
+    soon("B's view of x after unlink", false, || {
+        pb.join("x").exists()
+    });
+
+    // And the other way round.
+    fs::create_dir(pb.join("dir")).unwrap();
+    fs::write(pb.join("dir/f"), b"from b").unwrap();
+    assert_eq!(fs::read(pa.join("dir/f")).unwrap(), b"from b");
+    fs::remove_file(pb.join("dir/f")).unwrap();
+    soon("A's view of dir/f", false, || pa.join("dir/f").exists());
+}
+
+#[test]
+fn server_restart_under_a_reader_and_a_lost_server() {
+    need_fuse!();
+    let mut s = setup();
+    let m = s.mount("mnt");
+    let payload = data(8 << 20, 3);
+    fs::write(m.dir.join("f"), &payload).unwrap();
+    let want = sha256_file(&m.dir.join("f"));
+
+    // A reader keeps opening and reading the file while the server is killed and restarted.
+    let path = m.dir.join("f");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let want2 = want.clone();
+    let reader = std::thread::spawn(move || {
+        let mut rounds = 0;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            let got = sha256_file(&path);
+            assert_eq!(got, want2, "read {rounds} returned other data");
+            rounds += 1;
+        }
+        rounds
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    s.server.kill();
+    std::thread::sleep(Duration::from_millis(700));
+    s.server.restart();
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = reader
+        .join()
+        .expect("the reader saw an error or wrong data");
+    assert!(rounds >= 2, "only {rounds} reads");
+
+    // Unstable writes across a restart: fsync reports that data may be lost. The new server
+    // is started by a shell forked before the file is opened: a process forked while it is
+    // open would flush it when it execs, and an exec'ing sfsd would wait on itself.
+    let gate = s.dir.path().join("gate");
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"while [ ! -e "$1" ]; do sleep 0.02; done; shift; exec "$@""#)
+        .arg("sh")
+        .arg(&gate)
+        .arg(sfsd())
+        .arg("serve")
+        .arg("--state")
+        .arg(&s.server.state)
+        .arg("--export")
+        .arg(&s.server.export)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{}", s.server.port),
+            "--workers",
+            "2",
+        ])
+        .args(&s.server.extra)
+        .stdout(std::process::Stdio::null());
+    let mut helper = Guard(cmd.spawn().unwrap());
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.dir.join("f"))
+        .unwrap();
+    f.write_all(b"before").unwrap();
+    s.server.kill();
+    fs::write(&gate, b"").unwrap();
+    f.write_all(b"after").unwrap(); // waits for the new server
+    match f.sync_all() {
+        Err(e) => assert_eq!(errno(&e), libc::EIO, "{e}"),
+        Ok(()) => panic!("fsync after a server restart succeeded; log:\n{}", m.log()),
+    }
+    drop(f);
+    // Data written after the fsync error is committed normally.
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.dir.join("f"))
+        .unwrap();
+    f.write_all(b"again").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    std::mem::swap(&mut s.server.child, &mut helper.0);
+
+    // A lost server: EIO after the reconnect attempts, not a hang, and the mount stays.
+    s.server.kill();
+    let t = Instant::now();
+    let e = fs::read(m.dir.join("f")).unwrap_err();
+    assert_eq!(errno(&e), libc::EIO, "{e}");
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    assert!(is_sfs_mount(&m.dir) && m.alive());
+    // Back again: service resumes by itself.
+    s.server.restart();
+    assert_eq!(
+        fs::metadata(m.dir.join("f")).unwrap().len(),
+        payload.len() as u64
+    );
+    assert!(m.log().contains("mounted on"), "{}", m.log());
+}
+
+#[test]
+fn signals_and_a_dead_process_leave_no_mount_behind() {
+    need_fuse!();
+    let s = setup();
+    // SIGTERM: a clean unmount, even with a file open.
+    let m = s.mount("term");
+    let open = fs::File::open(&m.dir).unwrap();
+    Command::new("kill")
+        .args(["-TERM", &m.pid.to_string()])
+        .status()
+        .unwrap();
+    wait_for("SIGTERM to unmount", Duration::from_secs(10), || {
+        !is_sfs_mount(&m.dir)
+    });
+    wait_for("the process to exit", Duration::from_secs(10), || {
+        !m.alive()
+    });
+    drop(open);
+    assert!(
+        fs::metadata(&m.dir).unwrap().is_dir(),
+        "the plain directory is back"
+    );
+
+    // SIGKILL: auto_unmount removes the mount; no "Transport endpoint is not connected".
+    let m = s.mount("kill");
+    Command::new("kill")
+        .args(["-KILL", &m.pid.to_string()])
+        .status()
+        .unwrap();
+    wait_for("the dead mount to go", Duration::from_secs(10), || {
+        !is_sfs_mount(&m.dir)
+    });
+    assert!(fs::metadata(&m.dir).unwrap().is_dir());
+
+    // Mounting again on the same directory works.
+    let m2 = s.mount("kill");
+    fs::write(m2.dir.join("again"), b"1").unwrap();
+    assert_eq!(fs::read(s.export.join("again")).unwrap(), b"1");
+}
+
+#[test]
+fn large_directory_listing_and_inode_numbers() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let d = m.dir.join("many");
+    fs::create_dir(&d).unwrap();
+    for i in 0..400 {
+        fs::write(d.join(format!("f{i:03}")), i.to_string()).unwrap();
+    }
+    let t = Instant::now();
+    let out = Command::new("ls").arg("-l").arg(&d).output().unwrap();
+    let took = t.elapsed();
+    assert!(out.status.success());
+    let listed = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert_eq!(listed, 401, "400 entries and the total line");
+    eprintln!(
+        "ls -l of 400 entries: {:.0} ms",
+        took.as_secs_f64() * 1000.0
+    );
+    // readdir's inode numbers agree with stat's (READDIRPLUS entries are the kernel's inodes).
+    for e in fs::read_dir(&d).unwrap() {
+        let e = e.unwrap();
+        use std::os::unix::fs::DirEntryExt;
+        assert_eq!(
+            e.ino(),
+            fs::metadata(e.path()).unwrap().ino(),
+            "{:?}",
+            e.file_name()
+        );
+    }
+    // Entries the server adds or removes behind our back show up in the next listing.
+    fs::remove_file(s.export.join("many/f000")).unwrap();
+    fs::write(s.export.join("many/new"), b"n").unwrap();
+    let names: Vec<_> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.contains(&"new".to_owned()) && !names.contains(&"f000".to_owned()));
+    assert_eq!(fs::read(d.join("new")).unwrap(), b"n");
+    assert_eq!(fs::read(d.join("f399")).unwrap(), b"399");
+}
+
+/// Runs `sh -c script` as local uid (= gid) `uid`: whether it succeeded, and its stderr.
+fn as_uid(uid: u32, script: &str) -> (bool, String) {
+    let out = Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn many_users_on_one_stream() {
+    need_fuse!();
+    let root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    if !root || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs root and setpriv to act as other local users");
+        return;
+    }
+    // Local uid 65534 has a key the server maps to 65534; 65533 has none (anonymous).
+    // The LOGIN name is the local user's name from /etc/passwd (the uid when it has none).
+    let name = fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.split(':').nth(2) == Some("65534"))
+        .and_then(|l| l.split(':').next().map(str::to_owned))
+        .unwrap_or_else(|| "65534".to_owned());
+    let s = setup_users(&[(&name, 65534)]);
+    fs::set_permissions(s.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let idents = s.dir.path().join("idents");
+    let m = s.mount_with(
+        "mnt",
+        &["--multi-user", "--identities", idents.to_str().unwrap()],
+    );
+    let d = &m.dir;
+    assert!(
+        fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains("allow_other")
+    );
+
+    // The owner (root here, alice on the server) makes a shared directory and a file.
+    fs::create_dir(d.join("shared")).unwrap();
+    fs::set_permissions(d.join("shared"), fs::Permissions::from_mode(0o777)).unwrap();
+    fs::write(d.join("readme"), b"for everyone to read").unwrap();
+
+    // uid 65534 logs in on the same stream: its file is created as 65534 on the server.
+    let (ok, err) = as_uid(65534, &format!("echo mine > {}/shared/byn", d.display()));
+    assert!(ok, "{err}\n{}", m.log());
+    assert_eq!(
+        fs::metadata(s.export.join("shared/byn")).unwrap().uid(),
+        65534
+    );
+    let (ok, _) = as_uid(65534, &format!("cat {}/readme", d.display()));
+    assert!(ok, "a logged-in user reads a 0644 file");
+    let (ok, _) = as_uid(65534, &format!("echo x >> {}/readme", d.display()));
+    assert!(!ok, "but may not write it");
+
+    // uid 65533 has no identity: anonymous, and this server gives anonymous users nothing,
+    // although the modes would let any local user read and create.
+    let (ok, err) = as_uid(65533, &format!("cat {}/readme", d.display()));
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    let (ok, _) = as_uid(65533, &format!("echo a > {}/shared/anon", d.display()));
+    assert!(!ok);
+    assert!(!s.export.join("shared/anon").exists());
+    // The owner is unaffected, and sees 65534's file.
+    assert_eq!(fs::read(d.join("shared/byn")).unwrap(), b"mine\n");
+    assert!(m.log().contains("uid=65534"), "{}", m.log());
+}
