@@ -214,3 +214,44 @@ proptest! {
         prop_assert_eq!(check.ran.load(SeqCst) as u64, total);
     }
 }
+
+/// Callbacks of one runtime posting into another runtime's same-numbered colors (chains that
+/// hop between two multiprocessor runtimes): a post must reach the target runtime's own run
+/// queues and state, never the posting worker's (found by mutation testing).
+#[test]
+fn two_runtimes_posting_into_each_other() {
+    let a = libcolor::Runtime::builder().workers(2).build().unwrap();
+    let b = libcolor::Runtime::builder().workers(2).build().unwrap();
+    let (ha, hb) = (a.handle(), b.handle());
+    let hops = Arc::new(AtomicUsize::new(0));
+    const CHAINS: u32 = 4;
+    const HOPS: usize = 200;
+    fn hop(here: Handle, there: Handle, color: Color, left: usize, hops: Arc<AtomicUsize>) {
+        let (h2, t2) = (here.clone(), there.clone());
+        here.cpucb(color, move || {
+            hops.fetch_add(1, SeqCst);
+            if left == 0 {
+                if hops.load(SeqCst) == CHAINS as usize * (HOPS + 1) {
+                    h2.stop();
+                    t2.stop();
+                }
+                return;
+            }
+            hop(t2, h2, color, left - 1, hops);
+        });
+    }
+    for c in 1..=CHAINS {
+        hop(ha.clone(), hb.clone(), Color(c), HOPS, hops.clone());
+    }
+    let runner = std::thread::spawn(move || b.run());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(a.run());
+    });
+    let a_result = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("runtime a did not stop");
+    a_result.unwrap();
+    runner.join().unwrap().unwrap();
+    assert_eq!(hops.load(SeqCst), CHAINS as usize * (HOPS + 1));
+}
