@@ -242,36 +242,45 @@ fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// libcolor's counters as one line of JSON (for the benchmark harness).
+/// libcolor's counters as one line of JSON (for the benchmark harness). `serial_fraction` is
+/// the busiest color's share of the busy time (CPU-time corrected), the input of the Amdahl
+/// bound; `busiest_slot` names that color slot.
 fn stats_json(s: &libcolor::Stats) -> String {
-    let workers: Vec<String> = s
+    let workers: Vec<serde_json::Value> = s
         .workers
         .iter()
         .map(|w| {
-            format!(
-                "{{\"callbacks\":{},\"steals\":{},\"stolen_callbacks\":{},\"idle_ns\":{},\"color0_busy_ns\":{},\"other_busy_ns\":{},\"poll_busy_ns\":{},\"polls\":{},\"shed\":{},\"queue_high_water\":{}}}",
-                w.callbacks,
-                w.steals,
-                w.stolen_callbacks,
-                w.idle.as_nanos(),
-                w.color0_busy.as_nanos(),
-                w.other_busy.as_nanos(),
-                w.poll_busy.as_nanos(),
-                w.polls,
-                w.shed,
-                w.queue_high_water
-            )
+            serde_json::json!({
+                "callbacks": w.callbacks,
+                "steals": w.steals,
+                "stolen_callbacks": w.stolen_callbacks,
+                "idle_ns": w.idle.as_nanos() as u64,
+                "color0_busy_ns": w.color0_busy.as_nanos() as u64,
+                "other_busy_ns": w.other_busy.as_nanos() as u64,
+                "poll_busy_ns": w.poll_busy.as_nanos() as u64,
+                "cpu_ns": w.cpu.as_nanos() as u64,
+                "awake_ns": w.awake.as_nanos() as u64,
+                "polls": w.polls,
+                "shed": w.shed,
+                "queue_high_water": w.queue_high_water,
+            })
         })
         .collect();
-    format!(
-        "{{\"workers\":{},\"callbacks\":{},\"steals\":{},\"color0_busy_ns\":{},\"other_busy_ns\":{},\"poll_busy_ns\":{},\"serial_fraction\":{:.6},\"per_worker\":[{}]}}",
-        s.workers.len(),
-        s.callbacks(),
-        s.steals(),
-        s.color0_busy().as_nanos(),
-        s.other_busy().as_nanos(),
-        s.poll_busy().as_nanos(),
-        s.serial_fraction(),
-        workers.join(",")
-    )
+    let busiest = s.busiest_slot();
+    let serial = (s.serial_fraction() * 1e6).round() / 1e6;
+    serde_json::json!({
+        "workers": s.workers.len(),
+        "callbacks": s.callbacks(),
+        "steals": s.steals(),
+        "color0_busy_ns": s.color0_busy().as_nanos() as u64,
+        "other_busy_ns": s.other_busy().as_nanos() as u64,
+        "poll_busy_ns": s.poll_busy().as_nanos() as u64,
+        "cpu_ns": s.cpu().as_nanos() as u64,
+        "busiest_slot": busiest.map(|(slot, _)| slot),
+        "busiest_slot_busy_ns": busiest.map(|(_, d)| d.as_nanos() as u64),
+        "serial_fraction": serial,
+        "amdahl_bound": (s.amdahl_bound(s.workers.len()) * 1000.0).round() / 1000.0,
+        "per_worker": workers,
+    })
+    .to_string()
 }
