@@ -58,7 +58,10 @@ pub fn parse(text: &str) -> Result<Vec<Bookmark>, String> {
             ));
         }
         let server: ServerName = name.parse().map_err(|e| format!("line {n}: {name}: {e}"))?;
-        if server.path().is_some_and(|p| p.trim_matches('/') != "") {
+        if server
+            .path()
+            .is_some_and(|p| !p.trim_matches('/').is_empty())
+        {
             return Err(format!(
                 "line {n}: {name}: a bookmark names a server, not a path below it"
             ));
