@@ -117,6 +117,16 @@ fn run(cli: Cli) -> Result<(), CmdError> {
         return commands::mount::umount(dir);
     }
     if let Command::Mount {
+        namespace: None,
+        idle_secs: Some(_),
+        ..
+    } = &cli.command
+    {
+        return Err(CmdError::Usage(
+            "--idle-secs applies to --namespace mounts only".into(),
+        ));
+    }
+    if let Command::Mount {
         dir,
         namespace,
         log,
@@ -176,7 +186,7 @@ fn run(cli: Cli) -> Result<(), CmdError> {
                 commands::mount::mount_namespace(
                     &mut ctx,
                     &dir,
-                    std::time::Duration::from_secs_f64(idle_secs),
+                    std::time::Duration::from_secs_f64(idle_secs.unwrap_or(300.0)),
                 )
                 .await
             }
