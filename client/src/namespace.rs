@@ -46,7 +46,6 @@ struct Server {
     client: Client,
     fs: SfsFuse,
     root: protocol::FileHandle,
-    root_ttl: Duration,
     last_used: Mutex<Instant>,
 }
 
@@ -126,8 +125,12 @@ impl Namespace {
     async fn connect(self: &Arc<Self>, name: &ServerName) -> Result<Arc<Server>, Errno> {
         let key = name.to_string();
         let _one = self.connecting.lock().await;
-        if let Some(&i) = self.state().by_name.get(&key) {
-            return Ok(self.state().servers[i].clone());
+        let known = {
+            let st = self.state();
+            st.by_name.get(&key).map(|&i| st.servers[i].clone())
+        };
+        if let Some(s) = known {
+            return Ok(s);
         }
         let client = Client::new(name, self.identity.clone(), self.opts.clone());
         let (root, attr) = match client.mount("/").await {
@@ -167,7 +170,6 @@ impl Namespace {
             client,
             fs: SfsFuse::new(sh, self.rt.clone()),
             root,
-            root_ttl: ttl(&attr),
             last_used: Mutex::new(Instant::now()),
         });
         st.servers.push(s.clone());
@@ -254,7 +256,9 @@ impl Namespace {
             .getattr(&s.root)
             .await
             .map_err(crate::fuse::errno)?;
-        Ok((s.root_ttl.min(ttl(&attr)), fattr(base, &attr)))
+        // The root's own entries are cached briefly (like the bookmarks), so a later lookup
+        // of the name comes here again and finds the session.
+        Ok((NS_TTL.min(ttl(&attr)), fattr(base, &attr)))
     }
 }
 

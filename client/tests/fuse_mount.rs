@@ -920,6 +920,8 @@ fn namespace_connects_on_lookup_and_shows_bookmarks() {
     wait_for("the idle disconnect", Duration::from_secs(20), || {
         m.log().contains("namespace: disconnected")
     });
+    // (The root's entries are cached for a second only, so this looks the name up again and
+    // must find the existing session.)
     fs::write(s.export.join("file"), b"changed while idle\n").unwrap();
     assert_eq!(fs::read(srv.join("file")).unwrap(), b"changed while idle\n");
     let log = m.log();
