@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 ///
 /// Remote paths are self-certifying names: @HOST[%PORT],HOSTID[/PATH]. The HOSTID is checked
 /// against the server's key on every connection, so no certificate authority is involved.
+/// ALIAS:/PATH stands for the server named by an `ALIAS @HOST%PORT,HOSTID` line of
+/// ~/.sfs/bookmarks (or the file SFS_BOOKMARKS names).
 #[derive(Debug, Parser)]
 #[command(name = "sfs", version)]
 pub struct Cli {
@@ -132,12 +134,30 @@ pub enum Command {
     /// (or after the reconnect attempts); service resumes by itself when it is back. Unmount
     /// with `sfs umount DIR` (or `fusermount3 -u DIR`); SIGTERM or SIGINT to the sfs process
     /// unmounts too, and if sfs dies the mount is removed rather than left dead.
+    ///
+    /// `sfs mount --namespace DIR` mounts the self-certifying namespace instead: an empty
+    /// root in which `DIR/@HOST%PORT,HOSTID` connects to that server on first use (verifying
+    /// the HOSTID) and is its tree, and where each ALIAS of ~/.sfs/bookmarks is a symlink to
+    /// its server. Servers unused for --idle-secs are disconnected; the next use reconnects.
     #[command(verbatim_doc_comment)]
     Mount {
-        /// Server name (@HOST%PORT,HOSTID[/PATH]).
-        name: String,
+        /// Server name (@HOST%PORT,HOSTID[/PATH] or ALIAS:/PATH).
+        #[arg(required_unless_present = "namespace")]
+        name: Option<String>,
         /// Mount point (an existing directory).
-        dir: PathBuf,
+        #[arg(required_unless_present = "namespace")]
+        dir: Option<PathBuf>,
+        /// Mount the self-certifying namespace on DIR instead of one server's tree.
+        #[arg(
+            long,
+            value_name = "DIR",
+            conflicts_with_all = ["name", "dir", "nfs", "multi_user"]
+        )]
+        namespace: Option<PathBuf>,
+        /// With --namespace: disconnect a server after this many seconds without use
+        /// (default 300); the next use reconnects.
+        #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+        idle_secs: Option<f64>,
         /// Stay in the foreground, logging to standard error (unless --log is given).
         #[arg(short, long)]
         foreground: bool,
@@ -191,6 +211,27 @@ mod tests {
         for bad in ["0", "-1", "soon", "inf"] {
             assert!(Cli::try_parse_from(["sfs", "--timeout", bad, "ls", "@h,x"]).is_err());
         }
+    }
+
+    #[test]
+    fn namespace_mount_takes_only_a_directory() {
+        let c = Cli::try_parse_from(["sfs", "mount", "--namespace", "/sfs"]).unwrap();
+        let Command::Mount {
+            namespace,
+            name,
+            idle_secs,
+            ..
+        } = c.command
+        else {
+            panic!("not mount");
+        };
+        assert_eq!(namespace.as_deref(), Some(std::path::Path::new("/sfs")));
+        assert!(name.is_none());
+        assert_eq!(idle_secs, None);
+        assert!(
+            Cli::try_parse_from(["sfs", "mount", "--namespace", "/sfs", "@h,x", "/m"]).is_err()
+        );
+        assert!(Cli::try_parse_from(["sfs", "mount", "@h,x"]).is_err());
     }
 
     #[test]

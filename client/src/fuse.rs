@@ -114,6 +114,9 @@ pub struct Shared {
     /// Many users: each local uid other than `owner` acts with its own identity.
     multi_user: bool,
     owner: u32,
+    /// The node id of the server's root: [`ROOT`] for a mount of one server; in a
+    /// `--namespace` mount each server has its own range of node ids starting here.
+    root: u64,
 }
 
 impl Shared {
@@ -125,24 +128,36 @@ impl Shared {
     /// Like [`Shared::new`]; with `Some(owner)`, callers other than local uid `owner` act as
     /// themselves ([`Client::as_uid`]).
     pub fn with_users(client: Client, root: FileHandle, owner: Option<u32>) -> Arc<Shared> {
+        Shared::with_base(client, root, owner, ROOT)
+    }
+
+    /// Like [`Shared::with_users`], with the server's root as node `base` and the node ids of
+    /// everything below it allocated upwards from there.
+    pub fn with_base(
+        client: Client,
+        root: FileHandle,
+        owner: Option<u32>,
+        base: u64,
+    ) -> Arc<Shared> {
         let mut t = Table {
-            next: ROOT + 1,
+            next: base + 1,
             next_listing: 1,
             ..Table::default()
         };
         t.nodes.insert(
-            ROOT,
+            base,
             Node {
                 fh: root,
                 lookups: 1,
             },
         );
-        t.by_fh.insert(root, ROOT);
+        t.by_fh.insert(root, base);
         Arc::new(Shared {
             client,
             table: Mutex::new(t),
             multi_user: owner.is_some(),
             owner: owner.unwrap_or(0),
+            root: base,
         })
     }
 
@@ -194,7 +209,7 @@ impl Shared {
 
     /// The kernel dropped `n` references to `ino`.
     fn forget(&self, ino: u64, n: u64) {
-        if ino == ROOT {
+        if ino == self.root {
             return;
         }
         let mut t = self.table();
@@ -653,7 +668,7 @@ impl Shared {
     }
 
     async fn statfs(&self, c: &Client) -> Result<protocol::FsStat, Errno> {
-        let root = self.fh(INodeNo(ROOT))?;
+        let root = self.fh(INodeNo(self.root))?;
         c.fsstat(&root).await.map_err(errno)
     }
 }
@@ -665,7 +680,7 @@ struct Entry {
 }
 
 /// Attributes for `.` and `..` in READDIRPLUS replies, which the kernel ignores.
-fn placeholder_dir() -> Attr {
+pub fn placeholder_dir() -> Attr {
     let t = protocol::Time {
         seconds: 0,
         nanos: 0,
@@ -689,7 +704,7 @@ fn placeholder_dir() -> Attr {
 }
 
 /// The kernel cache timeout for attributes carrying this lease.
-fn ttl(a: &Attr) -> Duration {
+pub fn ttl(a: &Attr) -> Duration {
     Duration::from_millis(u64::from(a.lease_ms))
 }
 
@@ -714,7 +729,7 @@ fn time(t: protocol::Time) -> SystemTime {
     }
 }
 
-fn time_from(t: SystemTime) -> protocol::Time {
+pub fn time_from(t: SystemTime) -> protocol::Time {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => protocol::Time {
             seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
@@ -743,7 +758,7 @@ fn set_time(t: Option<TimeOrNow>) -> SetTime {
 }
 
 /// The kernel's view of attributes for node `ino`.
-fn fattr(ino: u64, a: &Attr) -> FileAttr {
+pub fn fattr(ino: u64, a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: a.size,
@@ -885,15 +900,20 @@ fn reply_empty(r: Result<(), Errno>, reply: ReplyEmpty) {
     }
 }
 
+/// The kernel settings every sfs FUSE mount asks for.
+pub fn configure(config: &mut KernelConfig) {
+    // Best effort: an older kernel keeps its smaller limits.
+    let _ = config.set_max_write(MAX_WRITE);
+    let _ = config.set_max_readahead(MAX_WRITE);
+    // Listings carry handles and attributes: `ls -l` needs no LOOKUP per name.
+    let _ = config.add_capabilities(
+        fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
+    );
+}
+
 impl Filesystem for SfsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Best effort: an older kernel keeps its smaller limits.
-        let _ = config.set_max_write(MAX_WRITE);
-        let _ = config.set_max_readahead(MAX_WRITE);
-        // Listings carry handles and attributes: `ls -l` needs no LOOKUP per name.
-        let _ = config.add_capabilities(
-            fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
-        );
+        configure(config);
         Ok(())
     }
 

@@ -4,11 +4,13 @@
 //! FUSE file system ([`fuse`]) and a loopback NFSv3 server ([`nfs`]) so the kernel can mount a
 //! remote tree.
 
+mod bookmarks;
 mod cache;
 mod cli;
 mod commands;
 mod fuse;
 mod identity;
+mod namespace;
 mod nfs;
 mod progress;
 mod session;
@@ -115,13 +117,27 @@ fn run(cli: Cli) -> Result<(), CmdError> {
         return commands::mount::umount(dir);
     }
     if let Command::Mount {
+        namespace: None,
+        idle_secs: Some(_),
+        ..
+    } = &cli.command
+    {
+        return Err(CmdError::Usage(
+            "--idle-secs applies to --namespace mounts only".into(),
+        ));
+    }
+    if let Command::Mount {
         dir,
+        namespace,
         log,
         foreground: false,
         nfs: false,
         ..
     } = &cli.command
     {
+        let Some(dir) = namespace.as_ref().or(dir.as_ref()) else {
+            return Err(CmdError::Usage("no mount point".into()));
+        };
         // Before any thread exists: the background process is a fresh `sfs ... -f`.
         return commands::mount::daemonize(dir, log.as_deref(), cli.verbose);
     }
@@ -163,15 +179,27 @@ fn run(cli: Cli) -> Result<(), CmdError> {
             Command::Mv { from, to } => commands::edit::mv(&mut ctx, &from, &to).await,
             Command::Nfs { name, listen } => commands::mount::nfs(&mut ctx, &name, listen).await,
             Command::Mount {
-                name,
-                dir,
+                namespace: Some(dir),
+                idle_secs,
+                ..
+            } => {
+                commands::mount::mount_namespace(
+                    &mut ctx,
+                    &dir,
+                    std::time::Duration::from_secs_f64(idle_secs.unwrap_or(300.0)),
+                )
+                .await
+            }
+            Command::Mount {
+                name: Some(name),
+                dir: Some(dir),
                 nfs: true,
                 listen,
                 ..
             } => commands::mount::mount_nfs(&mut ctx, &name, &dir, listen).await,
             Command::Mount {
-                name,
-                dir,
+                name: Some(name),
+                dir: Some(dir),
                 multi_user,
                 identities,
                 ..
@@ -179,6 +207,9 @@ fn run(cli: Cli) -> Result<(), CmdError> {
                 let users = multi_user.then_some(identities);
                 commands::mount::mount_fuse(&mut ctx, &name, &dir, users).await
             }
+            Command::Mount { .. } => Err(CmdError::Usage(
+                "mount needs NAME DIR, or --namespace DIR".into(),
+            )),
             Command::Keygen { .. } | Command::Umount { .. } => Ok(()),
         }
     })

@@ -330,6 +330,18 @@ impl Client {
         Ok((c.read_max, c.write_max))
     }
 
+    /// Closes the connection (requests under way finish on it); the next call connects
+    /// again. Cached attributes are dropped and [`Invalidation::Everything`] is reported,
+    /// since no INVALIDATE can arrive while disconnected. Whether there was a connection.
+    pub async fn disconnect(&self) -> bool {
+        let was = self.inner.conn.lock().await.take().is_some();
+        if was {
+            self.inner.cache.clear();
+            self.inner.invalidated(Invalidation::Everything);
+        }
+        was
+    }
+
     /// The live connection, making one (with backoff) when there is none or it broke.
     async fn connection(&self) -> Result<Arc<Conn>, SessionError> {
         let mut slot = self.inner.conn.lock().await;

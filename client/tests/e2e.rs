@@ -279,3 +279,28 @@ fn keygen_refuses_to_overwrite_and_prints_the_key_last() {
     let second = ok(&run(c, LIMIT));
     assert_ne!(second.lines().last(), Some(public));
 }
+
+#[test]
+fn bookmarks_stand_for_servers_in_every_command() {
+    let s = setup(&[]);
+    fs::create_dir_all(s.home.join(".sfs")).unwrap();
+    fs::write(
+        s.home.join(".sfs/bookmarks"),
+        format!("# test\nwork {}\n", s.server.name),
+    )
+    .unwrap();
+    fs::write(s.export.join("note"), b"via alias\n").unwrap();
+    assert_eq!(ok(&s.sfs(&["cat", "work:/note"])), "via alias\n");
+    ok(&s.sfs(&["mkdir", "work:/d"]));
+    ok(&s.sfs(&["mv", "work:/note", "work:/d/note"]));
+    assert!(s.export.join("d/note").exists());
+    assert!(ok(&s.sfs(&["ls", "work:/d"])).contains("note"));
+    // An unknown alias is a usage error naming the bookmarks file.
+    let out = s.sfs(&["cat", "home:/note"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no bookmark \"home\"") && err.contains("bookmarks"),
+        "{err}"
+    );
+}

@@ -164,6 +164,16 @@ impl Setup {
 
     /// [`Setup::mount`] with extra `sfs mount` flags.
     fn mount_with(&self, name: &str, flags: &[&str]) -> Mount {
+        self.mount_args(name, &[&self.server.name], flags)
+    }
+
+    /// `sfs mount --namespace DIR` on a fresh directory named `name`.
+    fn mount_namespace(&self, name: &str, flags: &[&str]) -> Mount {
+        self.mount_args(name, &["--namespace"], flags)
+    }
+
+    /// `sfs mount ARGS DIR --log LOG FLAGS`.
+    fn mount_args(&self, name: &str, args: &[&str], flags: &[&str]) -> Mount {
         let dir = self.dir.path().join(name);
         fs::create_dir_all(&dir).unwrap();
         let dir = dir.canonicalize().unwrap();
@@ -171,7 +181,8 @@ impl Setup {
         let mut c = sfs_cmd(&self.home);
         c.arg("--identity")
             .arg(&self.identity)
-            .args(["-vv", "--timeout", "5", "mount", &self.server.name])
+            .args(["-vv", "--timeout", "5", "mount"])
+            .args(args)
             .arg(&dir)
             .arg("--log")
             .arg(&log)
@@ -842,4 +853,80 @@ fn many_users_on_one_stream() {
     // The owner is unaffected, and sees 65534's file.
     assert_eq!(fs::read(d.join("shared/byn")).unwrap(), b"mine\n");
     assert!(m.log().contains("uid=65534"), "{}", m.log());
+}
+
+#[test]
+fn namespace_connects_on_lookup_and_shows_bookmarks() {
+    need_fuse!();
+    let s = setup();
+    fs::write(s.export.join("file"), b"through the namespace\n").unwrap();
+    fs::create_dir_all(s.home.join(".sfs")).unwrap();
+    fs::write(
+        s.home.join(".sfs/bookmarks"),
+        format!("srv {}\n", s.server.name),
+    )
+    .unwrap();
+    let m = s.mount_namespace("ns", &["--idle-secs", "1"]);
+    let d = &m.dir;
+
+    // The root lists the bookmark (a symlink to the server's name) and nothing else.
+    let names: Vec<String> = fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["srv"]);
+    assert!(
+        fs::symlink_metadata(d.join("srv"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        fs::read_link(d.join("srv")).unwrap(),
+        Path::new(&s.server.name)
+    );
+
+    // A self-certifying name connects on lookup; the server's tree is below it.
+    let srv = d.join(&s.server.name);
+    assert_eq!(
+        fs::read(srv.join("file")).unwrap(),
+        b"through the namespace\n"
+    );
+    assert!(fs::metadata(&srv).unwrap().is_dir());
+    // Through the bookmark: the same tree, and writes reach the server.
+    assert_eq!(
+        fs::read(d.join("srv/file")).unwrap(),
+        b"through the namespace\n"
+    );
+    fs::write(d.join("srv/new"), b"written").unwrap();
+    assert_eq!(fs::read(s.export.join("new")).unwrap(), b"written");
+    let out = Command::new("cat").arg(srv.join("new")).output().unwrap();
+    assert_eq!(out.stdout, b"written");
+
+    // The same location with another HOSTID is refused (the handshake checks the key).
+    let (loc, _) = s.server.name.split_once(',').unwrap();
+    let bad = format!("{loc},{}", "a".repeat(32));
+    let e = fs::metadata(d.join(&bad)).unwrap_err();
+    assert_eq!(errno(&e), libc::EACCES, "{e}");
+    // Not a self-certifying name, or not a bookmark: no such entry.
+    for name in ["@not-a-name", "nobookmark"] {
+        let e = fs::metadata(d.join(name)).unwrap_err();
+        assert_eq!(errno(&e), libc::ENOENT, "{name}: {e}");
+    }
+    // Nothing can be made in the root.
+    assert!(fs::create_dir(d.join("x")).is_err());
+
+    // Idle for longer than --idle-secs: disconnected; the next use reconnects.
+    wait_for("the idle disconnect", Duration::from_secs(20), || {
+        m.log().contains("namespace: disconnected")
+    });
+    // (The root's entries are cached for a second only, so this looks the name up again and
+    // must find the existing session.)
+    fs::write(s.export.join("file"), b"changed while idle\n").unwrap();
+    assert_eq!(fs::read(srv.join("file")).unwrap(), b"changed while idle\n");
+    let log = m.log();
+    assert!(
+        log.contains("refusing server") || log.to_lowercase().contains("hostid"),
+        "{log}"
+    );
 }

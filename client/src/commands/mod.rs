@@ -26,9 +26,15 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parses `@HOST%PORT,HOSTID/path`.
+    /// Parses `@HOST%PORT,HOSTID/path`, or `ALIAS:/path` with an alias from the bookmarks
+    /// file ([`crate::bookmarks`]).
     pub fn parse(text: &str) -> Result<Target, CmdError> {
-        let name: ServerName = text
+        let full = match crate::bookmarks::expand(text) {
+            Ok(Some(full)) => full,
+            Ok(None) => text.to_owned(),
+            Err(e) => return Err(CmdError::Usage(e)),
+        };
+        let name: ServerName = full
             .parse()
             .map_err(|e| CmdError::Usage(format!("{text}: {e}")))?;
         let components = name
@@ -128,6 +134,11 @@ impl Ctx {
             opts,
             clients: HashMap::new(),
         }
+    }
+
+    /// The identity and session options new sessions get.
+    pub fn session_settings(&self) -> (Option<Identity>, Options) {
+        (self.identity.clone(), self.opts.clone())
     }
 
     /// The session with `server` and its root handle.

@@ -367,7 +367,6 @@ pub async fn mount_fuse(
     dir: &Path,
     users: Option<Option<PathBuf>>,
 ) -> Result<(), CmdError> {
-    use tokio::signal::unix::{SignalKind, signal};
     let abs = mount_point(dir)?;
     let multi_user = users.is_some();
     if multi_user && !may_allow_other() {
@@ -391,8 +390,58 @@ pub async fn mount_fuse(
         crate::fuse::Shared::new(client.clone(), root)
     };
     let rt = tokio::runtime::Handle::current();
-    let auto_unmount = may_allow_other();
     let fsname = name.split(',').next().unwrap_or("sfs").to_owned();
+    let sh2 = sh.clone();
+    let make = move || crate::fuse::SfsFuse::new(sh2.clone(), rt.clone());
+    let mounted = move |notifier: fuser::Notifier| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        client.on_invalidate(Box::new(move |ev| {
+            let _ = tx.send(ev);
+        }));
+        std::thread::Builder::new()
+            .name("sfs-invalidate".into())
+            .spawn(move || crate::fuse::invalidator(sh, notifier, rx))
+            .map(drop)
+    };
+    serve_fuse(&abs, name, fsname, multi_user, make, mounted).await
+}
+
+/// `sfs mount --namespace DIR -f` (and the background process): the self-certifying
+/// namespace ([`crate::namespace`]), serving until unmounted or signalled.
+pub async fn mount_namespace(ctx: &mut Ctx, dir: &Path, idle: Duration) -> Result<(), CmdError> {
+    let abs = mount_point(dir)?;
+    let (identity, opts) = ctx.session_settings();
+    let ns = crate::namespace::Namespace::new(tokio::runtime::Handle::current(), identity, opts);
+    let reaper = tokio::spawn(ns.clone().reap_idle(idle));
+    let ns2 = ns.clone();
+    let make = move || crate::namespace::NsFuse(ns2.clone());
+    let mounted = move |notifier: fuser::Notifier| {
+        ns.set_notifier(notifier);
+        Ok(())
+    };
+    let r = serve_fuse(&abs, "the namespace", "sfs".into(), false, make, mounted).await;
+    reaper.abort();
+    r
+}
+
+/// Mounts the file system `make` builds on `abs` (`fsname` in the mount table), hands the
+/// session's notifier to `mounted`, and serves until unmounted from outside or signalled
+/// (then unmounts, lazily if busy).
+async fn serve_fuse<F, M, N>(
+    abs: &Path,
+    name: &str,
+    fsname: String,
+    multi_user: bool,
+    make: M,
+    mounted: N,
+) -> Result<(), CmdError>
+where
+    F: fuser::Filesystem + Send + 'static,
+    M: Fn() -> F + Send + 'static,
+    N: FnOnce(fuser::Notifier) -> std::io::Result<()>,
+{
+    use tokio::signal::unix::{SignalKind, signal};
+    let auto_unmount = may_allow_other();
     let config = move |auto: bool| {
         use fuser::MountOption as O;
         let mut c = fuser::Config::default();
@@ -416,9 +465,9 @@ pub async fn mount_fuse(
         }
         c
     };
-    let (sh2, rt2, dir2) = (sh.clone(), rt.clone(), abs.clone());
+    let dir2 = abs.to_path_buf();
     let session = tokio::task::spawn_blocking(move || {
-        let fs = || crate::fuse::SfsFuse::new(sh2.clone(), rt2.clone());
+        let fs = make;
         match fuser::Session::new(fs(), &dir2, &config(auto_unmount)) {
             Err(e) if auto_unmount && !multi_user => {
                 tracing::warn!(
@@ -448,15 +497,7 @@ pub async fn mount_fuse(
             format!("cannot mount with FUSE: {e} (is /dev/fuse there, and fusermount3 from the fuse3 package?)"),
         )
     })?;
-    let notifier = session.notifier();
-    let (tx, rx) = std::sync::mpsc::channel();
-    client.on_invalidate(Box::new(move |ev| {
-        let _ = tx.send(ev);
-    }));
-    let sh3 = sh.clone();
-    std::thread::Builder::new()
-        .name("sfs-invalidate".into())
-        .spawn(move || crate::fuse::invalidator(sh3, notifier, rx))?;
+    mounted(session.notifier())?;
     // A thread of its own, not the runtime's blocking pool: a session kept alive by open
     // files after a lazy unmount must not hold up the runtime's shutdown.
     let (done_tx, mut run) = tokio::sync::oneshot::channel();
@@ -487,7 +528,7 @@ pub async fn mount_fuse(
         }
     }
     tracing::info!("signalled: unmounting {}", abs.display());
-    let dir2 = abs.clone();
+    let dir2 = abs.to_path_buf();
     let unmounted = tokio::task::spawn_blocking(move || {
         fuse_unmount(&dir2, false).or_else(|e| {
             // Busy: detach it (open files keep working until closed, then it goes away), so

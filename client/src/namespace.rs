@@ -1,0 +1,726 @@
+//! The self-certifying namespace (`sfs mount --namespace DIR`): a FUSE file system whose root
+//! is empty but for the bookmarks, where looking up `@HOST%PORT,HOSTID` connects to that
+//! server (the handshake verifies the HOSTID) and shows its tree.
+//!
+//! Each server reached this way is an ordinary [`SfsFuse`] (one [`Client`] session, its own
+//! inode table, lease and INVALIDATE handling) whose node ids live in a range of their own:
+//! server `n` (from 1) has its root at `n << 40` and allocates upwards from there, so every
+//! kernel request is routed by its node id's high bits without translating anything. Range 0
+//! is the namespace's own: the root ([`ROOT`]) and the bookmark symlinks.
+//!
+//! A server no kernel request touched for `idle` is disconnected ([`Client::disconnect`]); its
+//! node ids stay valid and the next request reconnects (verifying the HOSTID again).
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, Filesystem, Generation, INodeNo, KernelConfig, LockOwner,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+use protocol::{FileType, ServerName};
+use tokio::runtime::Handle;
+
+use crate::bookmarks::{self, Bookmark};
+use crate::fuse::{ROOT, SfsFuse, Shared, fattr, placeholder_dir, ttl};
+use crate::identity::Identity;
+use crate::session::{Client, Options, SessionError};
+
+/// Bits of a node id below the server number.
+const SHIFT: u32 = 40;
+
+// The namespace's own node ids (root, bookmarks) stay far below the first server's range.
+const _: () = assert!(ROOT + (1 << 30) < 1 << SHIFT);
+
+/// How long the kernel may cache the namespace's own entries (bookmarks may change).
+const NS_TTL: Duration = Duration::from_secs(1);
+
+/// One server reached through the namespace.
+struct Server {
+    name: String,
+    client: Client,
+    fs: SfsFuse,
+    root: protocol::FileHandle,
+    last_used: Mutex<Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Servers by number (index + 1).
+    servers: Vec<Arc<Server>>,
+    by_name: HashMap<String, usize>,
+    /// Node ids of the bookmark symlinks (range 0, never reused).
+    marks: HashMap<String, u64>,
+}
+
+/// The namespace file system.
+pub struct Namespace {
+    rt: Handle,
+    identity: Option<Identity>,
+    opts: Options,
+    state: Mutex<State>,
+    /// One connection attempt at a time (two lookups of one new name make one session).
+    connecting: tokio::sync::Mutex<()>,
+    notifier: OnceLock<Notifier>,
+}
+
+/// The kernel-facing handle ([`Filesystem`] for a shared [`Namespace`]).
+pub struct NsFuse(pub Arc<Namespace>);
+
+impl Namespace {
+    /// An empty namespace whose sessions log in as `identity` with `opts`.
+    pub fn new(rt: Handle, identity: Option<Identity>, opts: Options) -> Arc<Namespace> {
+        Arc::new(Namespace {
+            rt,
+            identity,
+            opts,
+            state: Mutex::new(State::default()),
+            connecting: tokio::sync::Mutex::new(()),
+            notifier: OnceLock::new(),
+        })
+    }
+
+    /// Where INVALIDATEs of servers connected from now on are sent (set once, after mounting).
+    pub fn set_notifier(&self, n: Notifier) {
+        let _ = self.notifier.set(n);
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The server whose range holds `ino` (None: the namespace's own range).
+    fn server(&self, ino: INodeNo) -> Option<Arc<Server>> {
+        let n = usize::try_from(ino.0 >> SHIFT).ok()?;
+        let s = self.state().servers.get(n.checked_sub(1)?).cloned()?;
+        *s.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        Some(s)
+    }
+
+    /// The bookmarks now (a broken file is logged and shows nothing).
+    fn bookmarks(&self) -> Vec<(u64, Bookmark)> {
+        let marks = match bookmarks::load() {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("bookmarks: {e}");
+                Vec::new()
+            }
+        };
+        let mut st = self.state();
+        let mut out = Vec::with_capacity(marks.len());
+        for b in marks {
+            let next = ROOT + 1 + st.marks.len() as u64;
+            let ino = *st.marks.entry(b.alias.clone()).or_insert(next);
+            out.push((ino, b));
+        }
+        out
+    }
+
+    /// The server for `name`, connecting (and verifying its HOSTID) on first use.
+    async fn connect(self: &Arc<Self>, name: &ServerName) -> Result<Arc<Server>, Errno> {
+        let key = name.to_string();
+        let _one = self.connecting.lock().await;
+        let known = {
+            let st = self.state();
+            st.by_name.get(&key).map(|&i| st.servers[i].clone())
+        };
+        if let Some(s) = known {
+            return Ok(s);
+        }
+        let client = Client::new(name, self.identity.clone(), self.opts.clone());
+        let (root, attr) = match client.mount("/").await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("namespace: {key}: {e}");
+                return Err(match e {
+                    SessionError::Handshake { .. } => Errno::EACCES,
+                    SessionError::Nfs(_) => crate::fuse::errno(e),
+                    _ => Errno::EHOSTUNREACH,
+                });
+            }
+        };
+        if attr.ftype != FileType::Directory {
+            tracing::warn!("namespace: {key}: its root is not a directory");
+            return Err(Errno::ENOTDIR);
+        }
+        let mut st = self.state();
+        let n = st.servers.len() + 1;
+        let base = (n as u64) << SHIFT;
+        let sh = Shared::with_base(client.clone(), root, None, base);
+        if let Some(notifier) = self.notifier.get().cloned() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            client.on_invalidate(Box::new(move |ev| {
+                let _ = tx.send(ev);
+            }));
+            let sh2 = sh.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("sfs-invalidate-{n}"))
+                .spawn(move || crate::fuse::invalidator(sh2, notifier, rx));
+            if let Err(e) = spawned {
+                tracing::warn!("namespace: {key}: no invalidation thread: {e}");
+            }
+        }
+        let s = Arc::new(Server {
+            name: key.clone(),
+            client,
+            fs: SfsFuse::new(sh, self.rt.clone()),
+            root,
+            last_used: Mutex::new(Instant::now()),
+        });
+        st.servers.push(s.clone());
+        st.by_name.insert(key.clone(), n - 1);
+        tracing::info!("namespace: connected to {key} (node ids from {base:#x})");
+        Ok(s)
+    }
+
+    /// Disconnects every server idle for at least `idle`, forever (every `idle / 4`).
+    pub async fn reap_idle(self: Arc<Self>, idle: Duration) {
+        let tick = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        loop {
+            tokio::time::sleep(tick).await;
+            let servers = self.state().servers.clone();
+            for s in servers {
+                let quiet = s
+                    .last_used
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .elapsed();
+                if quiet >= idle && s.client.disconnect().await {
+                    tracing::info!(
+                        "namespace: disconnected {} (idle {} s); the next use reconnects",
+                        s.name,
+                        quiet.as_secs()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Attributes of the namespace root or a bookmark symlink.
+    fn own_attr(ino: u64, target: Option<&str>) -> FileAttr {
+        let mut a = placeholder_dir();
+        let now = crate::fuse::time_from(SystemTime::now());
+        (a.atime, a.mtime, a.ctime) = (now, now, now);
+        // SAFETY: getuid/getgid cannot fail.
+        (a.uid, a.gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        if let Some(t) = target {
+            a.ftype = FileType::Symlink;
+            a.mode = 0o777;
+            a.nlink = 1;
+            a.size = t.len() as u64;
+        } else {
+            a.mode = 0o555;
+        }
+        fattr(ino, &a)
+    }
+
+    /// LOOKUP in the root: a bookmark, or a self-certifying name (connecting).
+    async fn lookup_root(self: Arc<Self>, name: Vec<u8>) -> Result<(Duration, FileAttr), Errno> {
+        let Ok(name) = String::from_utf8(name) else {
+            return Err(Errno::ENOENT);
+        };
+        if !name.starts_with('@') {
+            return self
+                .bookmarks()
+                .into_iter()
+                .find(|(_, b)| b.alias == name)
+                .map(|(ino, b)| (NS_TTL, Self::own_attr(ino, Some(&b.server.to_string()))))
+                .ok_or(Errno::ENOENT);
+        }
+        let server: ServerName = match name.parse() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("namespace: {name:?} is not a self-certifying name: {e}");
+                return Err(Errno::ENOENT);
+            }
+        };
+        if server.path().is_some() || server.to_string() != name {
+            // One name per server (no paths, no other spellings): each directory entry is one
+            // server, whose root must not appear under two names.
+            tracing::warn!(
+                "namespace: {name:?}: use the canonical form {}",
+                server.without_path()
+            );
+            return Err(Errno::ENOENT);
+        }
+        let s = self.connect(&server).await?;
+        let base = (self.state().by_name[&s.name] as u64 + 1) << SHIFT;
+        *s.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        let attr = s
+            .client
+            .getattr(&s.root)
+            .await
+            .map_err(crate::fuse::errno)?;
+        // The root's own entries are cached briefly (like the bookmarks), so a later lookup
+        // of the name comes here again and finds the session.
+        Ok((NS_TTL.min(ttl(&attr)), fattr(base, &attr)))
+    }
+}
+
+impl Filesystem for NsFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        crate::fuse::configure(config);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Some(fs) = self.route(parent) {
+            return fs.lookup(req, parent, name, reply);
+        }
+        if parent.0 != ROOT {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let ns = self.0.clone();
+        let name = name.as_bytes().to_vec();
+        self.0.rt.spawn(async move {
+            match ns.lookup_root(name).await {
+                Ok((ttl, attr)) => reply.entry(&ttl, &attr, Generation(0)),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        if let Some(fs) = self.route(ino) {
+            fs.forget(req, ino, nlookup);
+        }
+    }
+
+    fn getattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: Option<fuser::FileHandle>,
+        reply: ReplyAttr,
+    ) {
+        if let Some(fs) = self.route(ino) {
+            return fs.getattr(req, ino, fh, reply);
+        }
+        if ino.0 == ROOT {
+            return reply.attr(&NS_TTL, &Namespace::own_attr(ROOT, None));
+        }
+        match self.0.bookmarks().into_iter().find(|(i, _)| *i == ino.0) {
+            Some((i, b)) => reply.attr(
+                &NS_TTL,
+                &Namespace::own_attr(i, Some(&b.server.to_string())),
+            ),
+            None => reply.error(Errno::ESTALE),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        if let Some(fs) = self.route(ino) {
+            return fs.readlink(req, ino, reply);
+        }
+        match self.0.bookmarks().into_iter().find(|(i, _)| *i == ino.0) {
+            Some((_, b)) => reply.data(b.server.to_string().as_bytes()),
+            None => reply.error(Errno::EINVAL),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if parent.0 >> SHIFT != newparent.0 >> SHIFT {
+            return reply.error(Errno::EXDEV);
+        }
+        match self.route(parent) {
+            Some(fs) => fs.rename(req, parent, name, newparent, newname, flags, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        if ino.0 >> SHIFT != newparent.0 >> SHIFT {
+            return reply.error(Errno::EXDEV);
+        }
+        match self.route(ino) {
+            Some(fs) => fs.link(req, ino, newparent, newname, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.route(ino) {
+            Some(fs) => fs.opendir(req, ino, flags, reply),
+            None if ino.0 == ROOT => reply.opened(fuser::FileHandle(0), fuser::FopenFlags::empty()),
+            None => reply.error(Errno::ENOTDIR),
+        }
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        if let Some(fs) = self.route(ino) {
+            return fs.readdir(req, ino, fh, offset, reply);
+        }
+        for (i, (ino, kind, name)) in self
+            .root_entries()
+            .into_iter()
+            .enumerate()
+            .skip(offset as usize)
+        {
+            if reply.add(INodeNo(ino), i as u64 + 1, kind, OsStr::new(&name)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        if let Some(fs) = self.route(ino) {
+            return fs.readdirplus(req, ino, fh, offset, reply);
+        }
+        let marks = self.0.bookmarks();
+        for (i, (ino, _, name)) in self
+            .root_entries()
+            .into_iter()
+            .enumerate()
+            .skip(offset as usize)
+        {
+            let target = marks
+                .iter()
+                .find(|(m, _)| *m == ino && ino != ROOT)
+                .map(|(_, b)| b.server.to_string());
+            let attr = Namespace::own_attr(ino, target.as_deref());
+            if reply.add(
+                INodeNo(ino),
+                i as u64 + 1,
+                OsStr::new(&name),
+                &NS_TTL,
+                &attr,
+                Generation(0),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.route(ino) {
+            Some(fs) => fs.releasedir(req, ino, fh, flags, reply),
+            None => reply.ok(),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: fuser::FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.route(ino) {
+            Some(fs) => fs.statfs(req, ino, reply),
+            None => reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096),
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        match self.route(ino) {
+            Some(fs) => fs.access(req, ino, mask, reply),
+            None if mask.contains(AccessFlags::W_OK) => reply.error(Errno::EACCES),
+            None => reply.ok(),
+        }
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        fh: Option<fuser::FileHandle>,
+        crtime: Option<SystemTime>,
+        chgtime: Option<SystemTime>,
+        bkuptime: Option<SystemTime>,
+        flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        match self.route(ino) {
+            Some(fs) => fs.setattr(
+                req, ino, mode, uid, gid, size, atime, mtime, ctime, fh, crtime, chgtime, bkuptime,
+                flags, reply,
+            ),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        match self.route(parent) {
+            Some(fs) => fs.mknod(req, parent, name, mode, umask, rdev, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        match self.route(parent) {
+            Some(fs) => fs.mkdir(req, parent, name, mode, umask, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.route(parent) {
+            Some(fs) => fs.unlink(req, parent, name, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.route(parent) {
+            Some(fs) => fs.rmdir(req, parent, name, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        match self.route(parent) {
+            Some(fs) => fs.symlink(req, parent, link_name, target, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.route(ino) {
+            Some(fs) => fs.open(req, ino, flags, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        size: u32,
+        flags: OpenFlags,
+        lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.route(ino) {
+            Some(fs) => fs.read(req, ino, fh, offset, size, flags, lock_owner, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        flags: OpenFlags,
+        lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.route(ino) {
+            Some(fs) => fs.write(
+                req,
+                ino,
+                fh,
+                offset,
+                data,
+                write_flags,
+                flags,
+                lock_owner,
+                reply,
+            ),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn flush(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        match self.route(ino) {
+            Some(fs) => fs.flush(req, ino, fh, lock_owner, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        flags: OpenFlags,
+        lock_owner: Option<LockOwner>,
+        flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.route(ino) {
+            Some(fs) => fs.release(req, ino, fh, flags, lock_owner, flush, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.route(ino) {
+            Some(fs) => fs.fsync(req, ino, fh, datasync, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.route(parent) {
+            Some(fs) => fs.create(req, parent, name, mode, umask, flags, reply),
+            None => reply.error(Errno::EACCES),
+        }
+    }
+}
+
+impl NsFuse {
+    /// The server serving `ino` (None: the namespace's own range).
+    fn route(&self, ino: INodeNo) -> Option<Arc<Server>> {
+        self.0.server(ino)
+    }
+
+    /// `.`, `..` and the bookmarks (symlinks), in listing order.
+    fn root_entries(&self) -> Vec<(u64, fuser::FileType, String)> {
+        let mut v = vec![
+            (ROOT, fuser::FileType::Directory, ".".to_owned()),
+            (ROOT, fuser::FileType::Directory, "..".to_owned()),
+        ];
+        for (ino, b) in self.0.bookmarks() {
+            v.push((ino, fuser::FileType::Symlink, b.alias));
+        }
+        v
+    }
+}
+
+impl std::ops::Deref for Server {
+    type Target = SfsFuse;
+    fn deref(&self) -> &SfsFuse {
+        &self.fs
+    }
+}
