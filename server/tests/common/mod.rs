@@ -61,66 +61,7 @@ impl Area {
 
 impl Sfsd {
     pub fn start(dir: &Path, extra: &[&str]) -> Sfsd {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("log"))
-            .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sfsd"))
-            .arg("serve")
-            .arg("--state")
-            .arg(dir.join("state"))
-            .arg("--export")
-            .arg(dir.join("export"))
-            .args(["--listen", "127.0.0.1:0", "--stats"])
-            .args(
-                if extra.contains(&"--workers") || extra.contains(&"--uniprocessor") {
-                    &[][..]
-                } else {
-                    &["--workers", "2"][..]
-                },
-            )
-            .args(extra)
-            .env("SFSD_LOG", "debug")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let lines2 = lines.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if line.starts_with("sfsd: serving ") {
-                    let _ = tx.send(line.clone());
-                }
-                lines2.lock().unwrap().push(line);
-            }
-        });
-        let line = match rx.recv_timeout(TIMEOUT) {
-            Ok(l) => l,
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "sfsd did not start: {}",
-                    std::fs::read_to_string(dir.join("log")).unwrap_or_default()
-                );
-            }
-        };
-        // sfsd: serving @NAME on ADDR
-        let mut words = line.split_whitespace().skip(2);
-        let name: ServerName = words.next().unwrap().parse().unwrap();
-        let addr: SocketAddr = words.nth(1).unwrap().parse().unwrap();
-        Sfsd {
-            child: Some(child),
-            name,
-            addr,
-            stdout: lines,
-            dir: dir.to_path_buf(),
-            reader: Some(reader),
-        }
+        Sfsd::start_with(dir, extra, |_| {})
     }
 
     pub fn connect(&self) -> Client {
