@@ -25,10 +25,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Task-rate benchmark of paper 001 Table 2: chained callbacks of 16 colors under each
+    /// Task-rate benchmark of the libasync-smp paper Table 2: chained callbacks of 16 colors under each
     /// queue configuration, beside the same workload on tokio.
     Tasks(tasks::TasksArgs),
-    /// Read throughput of paper 001 Figure 10: K clients reading a cached file from sfsd with
+    /// Read throughput of the libasync-smp paper Figure 10: K clients reading a cached file from sfsd with
     /// 1..N CPUs, as one multiprocessor server, the uniprocessor baseline, and N copies.
     Read(read::ReadArgs),
 }

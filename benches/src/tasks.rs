@@ -1,4 +1,4 @@
-//! `sfs-bench tasks`: paper 001 Table 2 on libcolor, beside tokio, plus workloads that
+//! `sfs-bench tasks`: the libasync-smp paper Table 2 on libcolor, beside tokio, plus workloads that
 //! stress a colored scheduler where Table 2 does not (`--workloads`):
 //!
 //! * `table2`: the paper's chains (below), every configuration;

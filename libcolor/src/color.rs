@@ -1,6 +1,6 @@
 //! Colors: the unit of mutual exclusion and ordering.
 
-/// Number of entries in the color-to-worker table (paper 001, section 4.2: colors are
+/// Number of entries in the color-to-worker table (the libasync-smp paper, section 4.2: colors are
 /// mapped through a 1024-entry array; colors congruent modulo its size share an entry).
 pub const COLOR_SLOTS: usize = 1024;
 

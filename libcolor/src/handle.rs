@@ -79,7 +79,7 @@ impl std::fmt::Debug for Handle {
 }
 
 impl Handle {
-    /// Makes `callback` runnable now in `color` (paper 001's `cpucb`). It runs after every
+    /// Makes `callback` runnable now in `color` (the libasync-smp paper's `cpucb`). It runs after every
     /// earlier `cpucb` of the same color and, within its worker, ahead of I/O callbacks.
     pub fn cpucb(&self, color: impl Into<Color>, callback: impl FnOnce() + Send + 'static) {
         self.core

@@ -3,7 +3,7 @@
 //!
 //! # Design
 //!
-//! Each of the 1024 color slots (paper 001 section 4.2: colors map through a 1024-entry
+//! Each of the 1024 color slots (the libasync-smp paper section 4.2: colors map through a 1024-entry
 //! table; colors congruent modulo its size share a slot and are serialised together) owns a
 //! FIFO of callbacks in two lock-free lanes (`cpucb` ahead of I/O) and the small state machine
 //! of [`crate::state`]: idle, queued, running, running + notified. Run queues hold *slots*,
@@ -21,7 +21,8 @@
 //! * a worker takes a slot off a run queue, `start`s it (it is then the slot's only owner),
 //!   and runs its callbacks in FIFO order for a budget (64 callbacks or 500 µs, the time read
 //!   every 8 callbacks: cohort
-//!   batching, paper 004), then yields the slot to the back of its own deque, so no color, and
+//!   batching, after Larus and Parkes, "Using Cohort Scheduling to Enhance Server Performance"),
+//!   then yields the slot to the back of its own deque, so no color, and
 //!   nothing queued behind it, starves; a yielded turn begins with an I/O callback if one
 //!   waits, so a color that keeps re-posting `cpucb`s cannot starve its own I/O either;
 //! * an idle worker steals a *batch* of queued slots from another worker's inbox or deque.
@@ -72,7 +73,7 @@ use crate::state::SlotState;
 use crate::stats::WorkerClock;
 use crate::task::{Lane, Task};
 
-/// How the runtime arranges its run queues: the steps of paper 001's Table 2.
+/// How the runtime arranges its run queues: the steps of the libasync-smp paper's Table 2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueMode {
     /// One queue shared by all workers (the paper's "base" configuration).

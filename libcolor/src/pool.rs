@@ -1,6 +1,6 @@
 //! The bounded helper pool for blocking calls (disk I/O that may miss the page cache, user
 //! lookups, DNS): workers must never block, so such calls run here and their completion comes
-//! back as a callback (paper 001 section 4.3 makes the same split for SFS's disk reads).
+//! back as a callback (the libasync-smp paper section 4.3 makes the same split for SFS's disk reads).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

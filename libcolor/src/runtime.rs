@@ -80,7 +80,7 @@ impl Builder {
         self
     }
 
-    /// How run queues are arranged (paper 001, Table 2): `Shared` is the base configuration.
+    /// How run queues are arranged (the libasync-smp paper, Table 2): `Shared` is the base configuration.
     pub fn queue_mode(mut self, mode: QueueMode) -> Builder {
         self.queues = mode;
         self

@@ -18,7 +18,7 @@ pub(crate) enum Work {
 }
 
 /// Which lane of its color's FIFO a task joins: `cpucb` tasks run ahead of I/O tasks of the
-/// same color (paper 001 section 4.2, figure 5), because the state they touch was just
+/// same color (the libasync-smp paper section 4.2, figure 5), because the state they touch was just
 /// written by their creator. Each turn of a color runs at least one I/O task if any is
 /// waiting, so a color that keeps re-posting itself cannot starve its own I/O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! `sfs-bench read`: paper 001 Figure 10 on sfsd. K clients read a large, page-cached file
+//! `sfs-bench read`: the libasync-smp paper Figure 10 on sfsd. K clients read a large, page-cached file
 //! over one stream each; the server runs with 1..N pinned CPUs as one multiprocessor process
 //! (`mp`), as the uniprocessor baseline (`uni`, 1 CPU), or as N independent uniprocessor
 //! copies each exporting its own copy of the data (`ncopy`: the speedup the OS allows).

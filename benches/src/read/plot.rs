@@ -1,4 +1,4 @@
-//! The bar chart of paper 001 Figure 10: throughput per CPU count, one bar per mode.
+//! The bar chart of the libasync-smp paper Figure 10: throughput per CPU count, one bar per mode.
 
 use std::path::Path;
 
@@ -50,7 +50,7 @@ pub fn figure10(path: &Path, bars: &[Bar]) -> anyhow::Result<()> {
         root.fill(&WHITE)?;
         let mut chart = ChartBuilder::on(&root)
             .caption(
-                "sfsd read throughput (paper 001, Figure 10)",
+                "sfsd read throughput (the libasync-smp paper, Figure 10)",
                 ("sans-serif", 22),
             )
             .margin(16)
