@@ -218,6 +218,24 @@ mod tests {
     }
 
     #[test]
+    fn supplementary_groups_apply() {
+        if Mode::detect() != Mode::PerRequest {
+            eprintln!("skipped: credential switching needs root");
+            return;
+        }
+        let s = Switcher::new(Mode::PerRequest);
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("group-only");
+        std::fs::write(&f, b"g").unwrap();
+        std::os::unix::fs::chown(&f, Some(0), Some(4244)).unwrap();
+        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o040)).unwrap();
+        // Readable only through the second (supplementary) group.
+        let with_group = s.run(&creds(4242, &[4243, 4244]), || std::fs::read(&f).is_ok());
+        let without = s.run(&creds(4242, &[4243]), || std::fs::read(&f).is_ok());
+        assert_eq!((with_group.unwrap(), without.unwrap()), (true, false));
+    }
+
+    #[test]
     fn as_server_nests_inside_a_request() {
         if Mode::detect() != Mode::PerRequest {
             eprintln!("skipped: credential switching needs root");
