@@ -12,7 +12,8 @@
 //! connection only, and so does `idle_timeout` without a request.
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
+use std::fs::File;
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,11 +22,14 @@ use std::time::Instant;
 use libcolor::mio::net::TcpStream;
 use libcolor::{Color, ColorCell, IoRegistration};
 use protocol::{
-    AuthTable, LoginVerifier, NfsStatus, RecordReader, Reply, ReplyBody, Request, RequestOp,
-    Sealer, ServerHandshake, ServerMessage,
+    AuthTable, FileHandle, HandleData, LoginVerifier, NfsStatus, RecordReader, Reply, ReplyBody,
+    Request, RequestOp, Sealer, ServerHandshake, ServerMessage,
 };
 
+use crate::changes::Epoch;
+use crate::fs::{OpCtx, key_of};
 use crate::leases::ConnId;
+use crate::read::{LeaseChoice, ReadFailure, ReadState};
 use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
@@ -42,6 +46,8 @@ struct Open {
     auth: AuthTable<Creds>,
     /// Largest READ this peer can receive in one record.
     max_read: usize,
+    /// Cached descriptors and held leases of the READ fast path.
+    reads: ReadState,
 }
 
 pub struct Conn {
@@ -53,6 +59,9 @@ pub struct Conn {
     out: VecDeque<Vec<u8>>,
     out_off: usize,
     out_bytes: usize,
+    /// Sent READ reply buffers kept for the next READs (at most [`SPARE_BUFFERS`], dropped
+    /// when the connection goes quiet), so a stream of READs does not fault in fresh pages.
+    spare: Vec<Vec<u8>>,
     in_flight: usize,
     /// Reply bytes reserved by requests being worked on (counted with `out_bytes`).
     reserved: usize,
@@ -66,6 +75,20 @@ pub struct Conn {
 /// A connection's state belongs to its color: every callback that touches it runs there, so
 /// it needs no lock (libcolor checks the running color on every access).
 pub type ConnRef = Arc<ColorCell<Conn>>;
+
+/// Reply buffers a connection keeps for reuse.
+const SPARE_BUFFERS: usize = 2;
+/// Buffers handed to one `writev`.
+const WRITEV_MAX: usize = 16;
+
+/// A READ the connection's color answers (see [`crate::read`]).
+struct ReadRequest {
+    authno: u32,
+    fh: FileHandle,
+    handle: HandleData,
+    offset: u64,
+    count: usize,
+}
 
 /// Reply bytes reserved for a request other than READ and READDIR: the largest fixed-size
 /// reply (READLINK with a 4 KiB target, attributes) with room to spare.
@@ -101,22 +124,46 @@ impl Conn {
         }
     }
 
-    /// Writes queued output until the socket would block.
+    /// Writes queued output until the socket would block, several records per `writev`.
     fn flush(&mut self, srv: &Arc<Server>) {
-        while let Some(front) = self.out.front() {
-            match self.stream.write(&front[self.out_off..]) {
+        while !self.out.is_empty() {
+            let mut slices = [IoSlice::new(&[]); WRITEV_MAX];
+            let mut n_slices = 0;
+            for (i, buf) in self.out.iter().take(WRITEV_MAX).enumerate() {
+                let from = if i == 0 { self.out_off } else { 0 };
+                slices[i] = IoSlice::new(&buf[from..]);
+                n_slices += 1;
+            }
+            match self.stream.write_vectored(&slices[..n_slices]) {
                 Ok(0) => return self.close(srv, "peer stopped reading"),
-                Ok(n) => {
-                    self.out_off += n;
-                    self.out_bytes -= n;
-                    if self.out_off == front.len() {
-                        self.out.pop_front();
-                        self.out_off = 0;
-                    }
-                }
+                Ok(n) => self.consume_output(n),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return self.close(srv, "write failed"),
+            }
+        }
+    }
+
+    /// `n` bytes of queued output were written: drop what is done, keep READ-sized buffers
+    /// for reuse.
+    fn consume_output(&mut self, mut n: usize) {
+        self.out_bytes -= n;
+        while n > 0 {
+            let Some(front) = self.out.front() else {
+                return;
+            };
+            let left = front.len() - self.out_off;
+            if n < left {
+                self.out_off += n;
+                return;
+            }
+            n -= left;
+            self.out_off = 0;
+            if let Some(done) = self.out.pop_front()
+                && self.spare.len() < SPARE_BUFFERS
+                && done.capacity() >= 16 * 1024
+            {
+                self.spare.push(done);
             }
         }
     }
@@ -163,6 +210,7 @@ impl Conn {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
         self.out.clear();
         self.out_bytes = 0;
+        self.spare = Vec::new();
         srv.open_conns.fetch_sub(1, Ordering::SeqCst);
         tracing::info!(conn = self.id, peer = %self.peer, requests = self.requests, why, "connection closed");
         let srv2 = srv.clone();
@@ -202,6 +250,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             out: VecDeque::from([s0]),
             out_off: 0,
             out_bytes,
+            spare: Vec::new(),
             in_flight: 0,
             reserved: 0,
             requests: 0,
@@ -335,10 +384,15 @@ fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
 }
 
 /// Drops the receive buffer once everything received has been processed: an idle connection
-/// holds no receive buffer.
+/// holds no receive buffer; with nothing in flight or queued either, it keeps no reply buffers
+/// and no descriptors that can no longer serve.
 fn release_idle_buffer(c: &mut Conn) {
     if let Phase::Open(open) = &mut c.phase {
         open.reader.release_buffer();
+        if c.in_flight == 0 && c.out.is_empty() {
+            c.spare = Vec::new();
+            open.reads.sweep();
+        }
     }
 }
 
@@ -374,6 +428,7 @@ fn handshake_input(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, mut input: &
                     sealer: session.sealer,
                     auth: AuthTable::new(),
                     max_read,
+                    reads: ReadState::default(),
                 }));
                 tracing::debug!(conn = c.id, "session established");
                 arm_idle_timer(srv, conn, c.id, srv.limits.idle_timeout);
@@ -502,28 +557,152 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
         lease_ms,
     };
     match op {
-        RequestOp::Read { fh, offset, .. } => {
-            // Handle verification stays in the connection's color.
-            let hd = match srv.handle_key.verify(&fh) {
-                Ok(hd) => hd,
-                Err(e) => {
-                    return complete_locked(
-                        srv,
-                        c,
-                        reserved,
-                        Reply {
-                            id,
-                            result: Err(e.into()),
-                        },
-                    );
-                }
-            };
-            let srv2 = srv.clone();
-            srv.h.cpucb(Color::DEFAULT, move || {
-                srv2.dispatch_read(d, fh, hd, offset, read_count)
-            });
-        }
+        RequestOp::Read { fh, offset, .. } => match srv.handle_key.verify(&fh) {
+            Ok(handle) => start_read(
+                srv,
+                c,
+                d,
+                ReadRequest {
+                    authno,
+                    fh,
+                    handle,
+                    offset,
+                    count: read_count,
+                },
+            ),
+            Err(e) => complete_locked(
+                srv,
+                c,
+                reserved,
+                Reply {
+                    id,
+                    result: Err(e.into()),
+                },
+            ),
+        },
         op => srv.dispatch(d, op),
+    }
+}
+
+/// Connection color: answers a READ from a cached descriptor when the data is in the page
+/// cache, otherwise has a storage thread open and read it (see [`crate::read`]).
+fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
+    let Phase::Open(open) = &mut c.phase else {
+        return;
+    };
+    let epoch = srv.changes.now();
+    let lease = open
+        .reads
+        .lease_for(&r.fh, key_of(&r.handle), d.lease_ms, &srv.changes);
+    let cached = open.reads.cached_file(r.authno, &r.handle, &srv.changes);
+    if let Some(file) = &cached {
+        let buf = c.spare.pop().unwrap_or_default();
+        match crate::read::read_reply(buf, d.req_id, file, r.offset, r.count, lease.ms, true) {
+            Ok(buf) => return finish_read(srv, c, &d, &r, lease, epoch, Ok(buf)),
+            Err(ReadFailure::Status(s)) => {
+                return finish_read(srv, c, &d, &r, lease, epoch, Err(s));
+            }
+            Err(ReadFailure::WouldBlock) => {}
+        }
+    }
+    let storage = srv.storage.clone();
+    let ctx = OpCtx {
+        creds: d.creds.clone(),
+        lease_ms: lease.ms,
+    };
+    let (req_id, handle, offset, count) = (d.req_id, r.handle, r.offset, r.count);
+    let job = move || -> Result<(Vec<u8>, Option<Arc<File>>), NfsStatus> {
+        let (file, opened) = match cached {
+            Some(f) => (f, false),
+            None => (Arc::new(storage.open_read(&ctx, &handle)?), true),
+        };
+        match crate::read::read_reply(
+            Vec::new(),
+            req_id,
+            &file,
+            offset,
+            count,
+            ctx.lease_ms,
+            false,
+        ) {
+            Ok(buf) => Ok((buf, opened.then_some(file))),
+            Err(ReadFailure::Status(s)) => Err(s),
+            Err(ReadFailure::WouldBlock) => Err(NfsStatus::Jukebox),
+        }
+    };
+    let srv2 = srv.clone();
+    let conn = d.conn.clone();
+    let (id, reserved) = (d.id, d.reserved);
+    let submitted = srv.fs_pool.submit(id, move || {
+        let res = job();
+        let srv3 = srv2.clone();
+        srv2.h.cpucb(Color(id), move || {
+            conn.with(|c| {
+                let file = res.as_ref().ok().and_then(|(_, f)| f.clone());
+                if let (Some(file), Phase::Open(open)) = (file, &mut c.phase) {
+                    open.reads
+                        .remember_file(r.authno, &r.handle, file, epoch, &srv3.file_budget);
+                }
+                let res = res.map(|(buf, _)| buf);
+                finish_read(&srv3, c, &d, &r, lease, epoch, res);
+                pump_locked(&srv3, &d.conn, c);
+            })
+        });
+    });
+    if submitted.is_err() {
+        // The storage threads are full: "try later" instead of queueing more.
+        let result = Err(NfsStatus::Jukebox);
+        complete_locked(srv, c, reserved, Reply { id: req_id, result });
+    }
+}
+
+/// Connection color: seals a READ reply in place (the payload follows a 4-byte gap: no copy
+/// of the data) and queues it; then color 0 records the lease it announced, without the
+/// reply waiting for that.
+fn finish_read(
+    srv: &Arc<Server>,
+    c: &mut Conn,
+    d: &Dispatch,
+    r: &ReadRequest,
+    lease: LeaseChoice,
+    epoch: Epoch,
+    res: Result<Vec<u8>, NfsStatus>,
+) {
+    let mut buf = match res {
+        Ok(buf) => buf,
+        Err(status) => {
+            let reply = Reply {
+                id: d.req_id,
+                result: Err(status),
+            };
+            return complete_locked(srv, c, d.reserved, reply);
+        }
+    };
+    release(srv, c, d.reserved);
+    let Phase::Open(open) = &mut c.phase else {
+        return;
+    };
+    // `begin` on an empty buffer yields the start of a record at offset 0 and writes a
+    // 4-byte header placeholder, exactly the gap the reply left.
+    let start = open.sealer.begin(&mut Vec::new());
+    if open.sealer.finish(&mut buf, start).is_err() {
+        let reply = Reply {
+            id: d.req_id,
+            result: Err(NfsStatus::ServerFault),
+        };
+        c.send(srv, &ServerMessage::Reply(reply));
+        return c.flush(srv);
+    }
+    if lease.record {
+        open.reads.lease_announced(r.fh, lease.ms, epoch);
+    }
+    c.push(buf);
+    c.flush(srv);
+    if lease.record {
+        let (srv2, id, key, fh) = (srv.clone(), d.id, key_of(&r.handle), r.fh);
+        srv.h.cpucb(Color::DEFAULT, move || {
+            srv2.record_read_lease(id, key, fh, lease.ms, epoch)
+        });
     }
 }
 
@@ -551,61 +730,6 @@ fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Repl
     c.flush(srv);
 }
 
-/// Connection color: a READ reply whose payload the helper already wrote after a 4-byte
-/// header gap; seal it in place (no copy of the data).
-pub fn complete_read(
-    srv: &Arc<Server>,
-    conn: &ConnRef,
-    id: u64,
-    reserved: usize,
-    res: Result<Vec<u8>, NfsStatus>,
-) {
-    conn.with(|c| complete_read_in(srv, conn, c, id, reserved, res));
-}
-
-fn complete_read_in(
-    srv: &Arc<Server>,
-    conn: &ConnRef,
-    c: &mut Conn,
-    id: u64,
-    reserved: usize,
-    res: Result<Vec<u8>, NfsStatus>,
-) {
-    match res {
-        Err(status) => complete_locked(
-            srv,
-            c,
-            reserved,
-            Reply {
-                id,
-                result: Err(status),
-            },
-        ),
-        Ok(mut buf) => {
-            release(srv, c, reserved);
-            if let Phase::Open(open) = &mut c.phase {
-                // `begin` on an empty buffer yields the start of a record at offset 0 and
-                // writes a 4-byte header placeholder, exactly the gap the helper left.
-                let start = open.sealer.begin(&mut Vec::new());
-                if open.sealer.finish(&mut buf, start).is_ok() {
-                    c.push(buf);
-                    c.flush(srv);
-                } else {
-                    c.send(
-                        srv,
-                        &ServerMessage::Reply(Reply {
-                            id,
-                            result: Err(NfsStatus::ServerFault),
-                        }),
-                    );
-                    c.flush(srv);
-                }
-            }
-        }
-    }
-    pump_locked(srv, conn, c);
-}
-
 /// Connection color: an INVALIDATE caused by another connection.
 pub fn send_unsolicited(srv: &Arc<Server>, conn: &ConnRef, msg: &ServerMessage) {
     conn.with(|c| send_unsolicited_in(srv, c, msg));
@@ -619,6 +743,9 @@ fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage) {
     // is disconnected (its leases end with it) rather than buffered for without bound.
     if c.out_bytes > srv.limits.max_output {
         return c.close(srv, "peer not reading its invalidations");
+    }
+    if let (ServerMessage::Invalidate(inv), Phase::Open(open)) = (msg, &mut c.phase) {
+        open.reads.lease_ended(&inv.fh);
     }
     c.send(srv, msg);
     c.flush(srv);

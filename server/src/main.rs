@@ -1,5 +1,6 @@
 //! `sfsd`: the parallel SFS-like file server on libcolor. See `sfsd --help`.
 
+mod changes;
 mod cli;
 mod config;
 mod conn;
@@ -7,6 +8,7 @@ mod fs;
 mod leases;
 mod limits;
 mod listener;
+mod read;
 mod server;
 mod state;
 mod users;
@@ -191,6 +193,8 @@ fn serve(args: ServeArgs) -> Result<()> {
         max_io: max_io as usize,
         read_only: args.read_only,
         anonymous_read: args.anonymous_read,
+        changes: changes::Changes::new(),
+        file_budget: read::FileBudget::new(limits::CACHED_FILES),
         color0: libcolor::ColorCell::new(
             &h,
             libcolor::Color::DEFAULT,

@@ -56,7 +56,7 @@ use rustix::fs::{Access, AtFlags, Mode, OFlags, ResolveFlags, Timespec, Timestam
 
 use super::creds::Switcher;
 use super::index::Index;
-use super::{ObjKey, OpCtx, Outcome, ReadableFile, Storage};
+use super::{ObjKey, OpCtx, Outcome, Storage};
 use crate::server::lock;
 use crate::users::Creds;
 
@@ -1156,48 +1156,15 @@ impl Storage for LocalFs {
         out
     }
 
-    fn open_read(&self, ctx: &OpCtx, h: &HandleData) -> Result<ReadableFile, NfsStatus> {
+    fn open_read(&self, ctx: &OpCtx, h: &HandleData) -> Result<File, NfsStatus> {
         let opened = self.switcher.run(&ctx.creds, || {
             let o = self.resolve(h, &ctx.creds)?;
             o.require_regular()?;
-            let file = o.reopen(OFlags::RDONLY)?;
-            let meta = file.metadata().map_err(|e| io_status(&e))?;
-            Ok(ReadableFile {
-                file,
-                attr: Attr::from_metadata(&meta, ctx.lease_ms),
-            })
+            o.reopen(OFlags::RDONLY)
         });
         opened.unwrap_or_else(|e| {
             tracing::error!(error = %e, user = %ctx.creds.name, "cannot switch credentials");
             Err(NfsStatus::ServerFault)
         })
     }
-}
-
-/// Reads up to `count` bytes at `offset` straight into the end of `buf`; returns EOF. The
-/// buffer grows by at most what the file holds past `offset` (never by what was asked).
-pub fn read_into(
-    file: &File,
-    size: u64,
-    offset: u64,
-    count: usize,
-    buf: &mut Vec<u8>,
-) -> io::Result<bool> {
-    let start = buf.len();
-    let want = count.min(usize::try_from(size.saturating_sub(offset)).unwrap_or(usize::MAX));
-    buf.resize(start + want, 0);
-    let mut got = 0;
-    while got < want {
-        match file.read_at(&mut buf[start + got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                buf.truncate(start);
-                return Err(e);
-            }
-        }
-    }
-    buf.truncate(start + got);
-    Ok(offset + got as u64 >= size)
 }
