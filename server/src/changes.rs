@@ -31,7 +31,8 @@ pub struct Epoch {
     access: u64,
 }
 
-/// The change log. Written only by color 0 (serialised), read from any color.
+/// The change log. Objects are noted by color 0 (where leases are recorded, so the order of
+/// notes and grants is color 0's); access changes by the storage thread that made them.
 pub struct Changes {
     /// Number of the last change recorded.
     counter: AtomicU64,
@@ -80,8 +81,7 @@ impl Changes {
         self.slot(key).fetch_max(n, Ordering::AcqRel);
     }
 
-    /// Color 0: an operation that may change access rights completed (after [`Changes::note`]
-    /// of the objects it touched).
+    /// An operation that may change access rights completed (any thread, as soon as it did).
     pub fn note_access(&self) {
         let n = self.counter.fetch_add(1, Ordering::AcqRel) + 1;
         self.access.fetch_max(n, Ordering::AcqRel);

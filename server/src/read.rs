@@ -469,7 +469,7 @@ mod tests {
         assert!(again.ms <= 60_000 && again.ms > 59_000, "{again:?}");
 
         changes.note(key);
-        assert_eq!(st.lease_for(&fh, key, 60_000, &changes).record, true);
+        assert!(st.lease_for(&fh, key, 60_000, &changes).record);
 
         st.lease_announced(fh, 60_000, changes.now());
         st.lease_ended(&fh);

@@ -168,9 +168,13 @@ impl Server {
         let access = changes_access(&op);
         let submitted = self.fs_pool.submit(id, move || {
             let outcome = storage.execute(&ctx, op);
+            if access && !outcome.changed.is_empty() {
+                // As soon as it is done, so no cached descriptor serves after this reply.
+                srv.changes.note_access();
+            }
             let srv2 = srv.clone();
             srv.h.cpucb(Color::DEFAULT, move || {
-                srv2.finish(conn2, id, req_id, reserved, lease_ms, access, outcome)
+                srv2.finish(conn2, id, req_id, reserved, lease_ms, outcome)
             });
         });
         if submitted.is_err() {
@@ -187,7 +191,6 @@ impl Server {
         req_id: u64,
         reserved: usize,
         lease_ms: u32,
-        access: bool,
         outcome: crate::fs::Outcome,
     ) {
         let mut invalidations = Vec::new();
@@ -209,9 +212,6 @@ impl Server {
             }
             for (key, _, _) in &outcome.changed {
                 self.changes.note(*key);
-            }
-            if access && !outcome.changed.is_empty() {
-                self.changes.note_access();
             }
             for (key, fh, attr) in &outcome.changed {
                 let (who, _) = c0.leases.changed(*key, id);
