@@ -1,9 +1,13 @@
 //! sfs-bench: the experiments of "Multiprocessor Support for Event-Driven Programs"
 //! (Zeldovich et al., USENIX 2003) run on this code.
 
+mod cipher;
 mod cputime;
+mod idle;
+mod procs;
 mod read;
 mod report;
+mod stream;
 mod tasks;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +35,12 @@ enum Command {
     /// Read throughput of the libasync-smp paper Figure 10: K clients reading a cached file from sfsd with
     /// 1..N CPUs, as one multiprocessor server, the uniprocessor baseline, and N copies.
     Read(read::ReadArgs),
+    /// One client, one stream: `sfs get`/`put` of a cached file beside OpenSSH sftp and scp
+    /// with the same cipher, MB/s and CPU-s/GB of server and client.
+    Stream(stream::StreamArgs),
+    /// What idle authenticated connections cost the server (resident memory per connection),
+    /// and whether they slow an active reader.
+    Idle(idle::IdleArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +48,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Tasks(args) => tasks::run(args),
         Command::Read(args) => read::run(args),
+        Command::Stream(args) => stream::run(args),
+        Command::Idle(args) => idle::run(args),
     }
 }

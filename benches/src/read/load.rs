@@ -162,6 +162,17 @@ fn connect(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHa
     Ok((conn, file, max_io))
 }
 
+/// An authenticated connection (handshake, LOGIN, MOUNT, LOOKUP done) left idle: what
+/// `sfs-bench idle` opens by the thousand.
+pub struct IdleConnection {
+    _conn: Conn,
+}
+
+pub fn connect_idle(target: &Target, config: &LoadConfig) -> anyhow::Result<IdleConnection> {
+    let (conn, _, _) = connect(target, config)?;
+    Ok(IdleConnection { _conn: conn })
+}
+
 /// Reads the target file round and round until `progress.stop`, adding payload bytes to
 /// `progress.bytes`.
 pub fn run(target: &Target, config: &LoadConfig, progress: &Progress) -> anyhow::Result<()> {

@@ -45,8 +45,8 @@ pub fn check_available() -> anyhow::Result<()> {
 /// A running throwaway sshd.
 pub struct Sshd {
     child: Child,
-    port: u16,
-    client_key: PathBuf,
+    pub port: u16,
+    pub client_key: PathBuf,
 }
 
 fn keygen(path: &Path) -> anyhow::Result<()> {
@@ -125,6 +125,11 @@ impl Sshd {
         Ok(sshd)
     }
 
+    /// Process ids of sshd and every process it forked (one per connection).
+    pub fn processes(&self) -> Vec<u32> {
+        process_tree(self.child.id())
+    }
+
     /// CPU time of sshd and every process it forked (one per connection).
     pub fn cpu_time(&self) -> Duration {
         process_tree(self.child.id())
@@ -135,10 +140,7 @@ impl Sshd {
 
     fn kill(&mut self) {
         for pid in process_tree(self.child.id()).into_iter().rev() {
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg(pid.to_string())
-                .status();
+            crate::procs::signal(pid, rustix::process::Signal::KILL);
         }
         let _ = self.child.wait();
     }
@@ -151,7 +153,7 @@ impl Drop for Sshd {
 }
 
 /// `pid` and all its descendants (from /proc), parents first.
-fn process_tree(pid: u32) -> Vec<u32> {
+pub fn process_tree(pid: u32) -> Vec<u32> {
     let mut parent_of = Vec::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
@@ -231,6 +233,12 @@ impl SftpClient {
             }
         });
         Ok(SftpClient { child })
+    }
+}
+
+impl SftpClient {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
