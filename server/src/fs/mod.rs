@@ -8,7 +8,6 @@
 //! connections.
 
 pub mod creds;
-pub mod index;
 pub mod local;
 pub mod pool;
 

@@ -1,0 +1,246 @@
+//! Operations that make objects or names: CREATE, MKDIR, SYMLINK, LINK.
+//!
+//! New objects get exactly the mode the client asked for (the process umask is 0) and belong
+//! to whoever the kernel says made them (the storage thread runs as the caller).
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+
+use protocol::{CreateHow, FileHandle, FileType, NfsStatus, ReplyBody, SetAttr};
+use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
+
+use super::attrs::{changes_times, timespec};
+use super::resolve::{Obj, RESOLVE, new_component};
+use super::{LocalFs, MAX_LINK, errno, io_status};
+use crate::fs::{OpCtx, Outcome};
+
+/// The exclusive-create verifier, decoded once. NFS convention: the server keeps it in the
+/// new file's atime and mtime (seconds) until the client's follow-up SETATTR replaces them, so
+/// a retried CREATE finds the file it made and succeeds again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Verifier {
+    atime: i64,
+    mtime: i64,
+}
+
+impl Verifier {
+    fn decode(v: &[u8; 8]) -> Verifier {
+        let secs = |b: &[u8]| i64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+        Verifier {
+            atime: secs(&v[..4]),
+            mtime: secs(&v[4..]),
+        }
+    }
+
+    /// The times that store the verifier in a new file.
+    fn timestamps(self) -> Timestamps {
+        let at = |s: i64| Timespec {
+            tv_sec: s,
+            tv_nsec: 0,
+        };
+        Timestamps {
+            last_access: at(self.atime),
+            last_modification: at(self.mtime),
+        }
+    }
+
+    /// Whether `o` is the file an earlier CREATE with this verifier made.
+    fn made(self, o: &Obj) -> bool {
+        let a = o.attr(0);
+        o.ftype() == FileType::Regular
+            && a.atime.seconds == self.atime
+            && a.mtime.seconds == self.mtime
+    }
+}
+
+/// CREATE's mode with the verifier decoded.
+enum How {
+    /// Create, or truncate an existing regular file to the size asked.
+    Unchecked(SetAttr),
+    /// Create; an existing name is an error.
+    Guarded(SetAttr),
+    /// Create, or succeed again on the file an earlier try with this verifier made.
+    Exclusive(Verifier),
+}
+
+impl From<CreateHow> for How {
+    fn from(how: CreateHow) -> How {
+        match how {
+            CreateHow::Unchecked(s) => How::Unchecked(s),
+            CreateHow::Guarded(s) => How::Guarded(s),
+            CreateHow::Exclusive(v) => How::Exclusive(Verifier::decode(&v)),
+        }
+    }
+}
+
+impl LocalFs {
+    /// CREATE: a regular file, made with `O_CREAT | O_EXCL` and set up through the descriptor
+    /// that call returned; an existing name is handled as `how` says.
+    pub(super) fn create(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        name: &[u8],
+        how: CreateHow,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let d = self.dir(&dir, &ctx.creds)?;
+        let n = new_component(name)?;
+        let how = How::from(how);
+        let mode = match &how {
+            How::Unchecked(s) | How::Guarded(s) => s.mode,
+            How::Exclusive(_) => None,
+        };
+        let mode = Mode::from_raw_mode(mode.unwrap_or(0o644) & 0o7777);
+        let flags = OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::WRONLY
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::NOCTTY
+            | OFlags::CLOEXEC;
+        match rustix::fs::openat2(&d.fd, n, flags, mode, RESOLVE) {
+            Ok(fd) => self.created(ctx, &d, n, File::from(fd), &how, out),
+            Err(rustix::io::Errno::EXIST) => self.create_existing(ctx, &d, n, &how, out),
+            Err(e) => Err(errno(e)),
+        }
+    }
+
+    /// The file CREATE just made: its initial size and times, set through its descriptor.
+    fn created(
+        &self,
+        ctx: &OpCtx,
+        d: &Obj,
+        n: &OsStr,
+        file: File,
+        how: &How,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        match how {
+            How::Exclusive(v) => rustix::fs::futimens(&file, &v.timestamps()).map_err(errno)?,
+            How::Unchecked(s) | How::Guarded(s) => {
+                if let Some(size) = s.size {
+                    file.set_len(size).map_err(|e| io_status(&e))?;
+                }
+                if changes_times(s) {
+                    let ts = Timestamps {
+                        last_access: timespec(&s.atime),
+                        last_modification: timespec(&s.mtime),
+                    };
+                    rustix::fs::futimens(&file, &ts).map_err(errno)?;
+                }
+            }
+        }
+        let o = self.obj_from(file.into(), d.path.join(n))?;
+        self.remember(o.key, d.key, n);
+        Ok(ReplyBody::Create(self.new_object(ctx, d, &o, out)))
+    }
+
+    /// CREATE on a name that exists.
+    fn create_existing(
+        &self,
+        ctx: &OpCtx,
+        d: &Obj,
+        n: &OsStr,
+        how: &How,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        let o = self.child(d, n)?;
+        match how {
+            How::Guarded(_) => Err(NfsStatus::Exist),
+            How::Exclusive(v) if v.made(&o) => {
+                Ok(ReplyBody::Create(self.new_object(ctx, d, &o, out)))
+            }
+            How::Exclusive(_) => Err(NfsStatus::Exist),
+            How::Unchecked(s) => {
+                if o.ftype() != FileType::Regular {
+                    return Err(NfsStatus::Exist);
+                }
+                if let Some(size) = s.size {
+                    o.reopen(OFlags::WRONLY)?
+                        .set_len(size)
+                        .map_err(|e| io_status(&e))?;
+                }
+                let new = self.new_object(ctx, d, &o, out);
+                out.changed.push((o.key, new.fh, new.attr));
+                Ok(ReplyBody::Create(new))
+            }
+        }
+    }
+
+    /// MKDIR; the new directory is looked up once for its handle.
+    pub(super) fn mkdir(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        name: &[u8],
+        attr: &SetAttr,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let d = self.dir(&dir, &ctx.creds)?;
+        let n = new_component(name)?;
+        let mode = attr.mode.unwrap_or(0o755) & 0o7777;
+        rustix::fs::mkdirat(&d.fd, n, Mode::from_raw_mode(mode)).map_err(errno)?;
+        let o = self.child(&d, n)?;
+        Ok(ReplyBody::Mkdir(self.new_object(ctx, &d, &o, out)))
+    }
+
+    /// SYMLINK: the link holds `target` as text; the server never follows it.
+    pub(super) fn symlink(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        name: &[u8],
+        target: &[u8],
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let d = self.dir(&dir, &ctx.creds)?;
+        let n = new_component(name)?;
+        if target.is_empty() || target.contains(&0) || target.len() > MAX_LINK {
+            return Err(NfsStatus::Inval);
+        }
+        rustix::fs::symlinkat(OsStr::from_bytes(target), &d.fd, n).map_err(errno)?;
+        let o = self.child(&d, n)?;
+        Ok(ReplyBody::Symlink(self.new_object(ctx, &d, &o, out)))
+    }
+
+    /// LINK: a new name in `dir` for the object `fh` (never a directory).
+    pub(super) fn link(
+        &self,
+        ctx: &OpCtx,
+        fh: FileHandle,
+        dir: FileHandle,
+        name: &[u8],
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let o = self.obj(&fh, &ctx.creds)?;
+        let d = self.dir(&dir, &ctx.creds)?;
+        let n = new_component(name)?;
+        if o.ftype() == FileType::Directory {
+            return Err(NfsStatus::IsDir);
+        }
+        // Through the descriptor's /proc link, which names exactly this object; the kernel
+        // applies protected_hardlinks against the caller.
+        rustix::fs::linkat(
+            rustix::fs::CWD,
+            o.proc_path(),
+            &d.fd,
+            n,
+            AtFlags::SYMLINK_FOLLOW,
+        )
+        .map_err(errno)?;
+        self.remember(o.key, d.key, n);
+        let attr = o.fresh_attr(ctx.lease_ms);
+        let dir_attr = d.fresh_attr(ctx.lease_ms);
+        out.changed.push((o.key, fh, attr));
+        out.changed.push((d.key, dir, dir_attr));
+        out.leased.push((o.key, fh));
+        out.leased.push((d.key, dir));
+        Ok(ReplyBody::Link { attr, dir_attr })
+    }
+}

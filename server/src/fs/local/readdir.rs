@@ -1,0 +1,152 @@
+//! Directory listing: READDIR and READDIRPLUS.
+//!
+//! **Directory cursors.** Cookies are the file system's own directory offsets (what
+//! `getdents64` reports, as the kernel NFS server uses): a page seeks to its cookie and reads
+//! only what it returns, never the whole directory.
+
+use std::ffi::OsStr;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+
+use protocol::{DirEntry, DirEntryPlus, DirPage, FileHandle, NfsStatus, ReplyBody};
+
+use super::resolve::{Obj, open_dir_stream};
+use super::{LocalFs, MAX_DIR_REPLY, errno};
+use crate::fs::{OpCtx, Outcome};
+
+/// One page of a directory: the directory, its entries, and whether the page ends it.
+struct Page {
+    dir: Obj,
+    entries: Vec<DirEntryPlus>,
+    eof: bool,
+}
+
+impl LocalFs {
+    /// READDIR: names and file ids, within `count` bytes of reply.
+    pub(super) fn readdir(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        cookie: u64,
+        count: u32,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        let page = self.list(ctx, &dir, cookie, count as usize, 0, false)?;
+        out.leased.push((page.dir.key, dir));
+        Ok(ReplyBody::ReadDir(DirPage {
+            dir_attr: Some(page.dir.attr(ctx.lease_ms)),
+            verifier: [0; 8],
+            entries: page
+                .entries
+                .into_iter()
+                .map(|e| DirEntry {
+                    fileid: e.fileid,
+                    name: e.name,
+                    cookie: e.cookie,
+                })
+                .collect(),
+            eof: page.eof,
+        }))
+    }
+
+    /// READDIRPLUS: entries with attributes and handles (leased to the caller), within
+    /// `maxcount` bytes of reply and `dircount` bytes of names.
+    pub(super) fn readdirplus(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        cookie: u64,
+        dircount: u32,
+        maxcount: u32,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        let page = self.list(
+            ctx,
+            &dir,
+            cookie,
+            maxcount as usize,
+            dircount as usize,
+            true,
+        )?;
+        out.leased.push((page.dir.key, dir));
+        for e in &page.entries {
+            if let Some(fh) = e.fh
+                && let Ok(h) = self.key.verify(&fh)
+            {
+                out.leased.push(((h.device, h.inode), fh));
+            }
+        }
+        Ok(ReplyBody::ReadDirPlus(DirPage {
+            dir_attr: Some(page.dir.attr(ctx.lease_ms)),
+            verifier: [0; 8],
+            entries: page.entries,
+            eof: page.eof,
+        }))
+    }
+
+    /// One page of a directory from the cursor `cookie`, within the client's budget and the
+    /// server's own maximum.
+    fn list(
+        &self,
+        ctx: &OpCtx,
+        dir: &FileHandle,
+        cookie: u64,
+        budget: usize,
+        dir_budget: usize,
+        plus: bool,
+    ) -> Result<Page, NfsStatus> {
+        let d = self.dir(dir, &ctx.creds)?;
+        let budget = budget.min(MAX_DIR_REPLY);
+        let dir_budget = dir_budget.min(MAX_DIR_REPLY);
+        let mut stream = open_dir_stream(d.fd.as_fd())?;
+        if cookie != 0 {
+            let at = i64::try_from(cookie).map_err(|_| NfsStatus::BadCookie)?;
+            stream.seek(at).map_err(|_| NfsStatus::BadCookie)?;
+        }
+        // Reply overhead: status, attrs, verifier, count, eof.
+        let mut used = 200usize;
+        let mut dir_used = 0usize;
+        let mut entries = Vec::new();
+        let mut eof = true;
+        for e in stream {
+            let e = e.map_err(errno)?;
+            let name = e.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let base = 8 + 4 + name.len().div_ceil(4) * 4 + 8;
+            let cost = base + if plus { 4 + 104 + 4 + 48 } else { 0 };
+            if used + cost > budget || (dir_budget > 0 && dir_used + base > dir_budget) {
+                eof = false;
+                break;
+            }
+            used += cost;
+            dir_used += base;
+            let (attr, fh, fileid) = if plus {
+                // Under the caller's credentials: without search permission on the directory
+                // the kernel refuses and the entry carries no handle.
+                match self.child(&d, OsStr::from_bytes(name)) {
+                    Ok(o) => (Some(o.attr(ctx.lease_ms)), Some(self.fh(&o)), o.key.1),
+                    Err(_) => (None, None, e.ino()),
+                }
+            } else {
+                (None, None, e.ino())
+            };
+            entries.push(DirEntryPlus {
+                fileid,
+                name: name.to_vec(),
+                cookie: e.offset() as u64,
+                attr,
+                fh,
+            });
+        }
+        if entries.is_empty() && !eof {
+            return Err(NfsStatus::TooSmall);
+        }
+        Ok(Page {
+            dir: d,
+            entries,
+            eof,
+        })
+    }
+}

@@ -1,0 +1,133 @@
+//! Operations that take names away or move them: REMOVE, RMDIR, RENAME.
+//!
+//! The victim is looked up first only to tell other lease holders what changed and to keep
+//! the inode index right; the kernel decides the removal or rename itself, by name in the
+//! resolved directory.
+
+use std::os::unix::fs::MetadataExt;
+
+use protocol::{Attr, FileHandle, FileType, NfsStatus, ReplyBody};
+use rustix::fs::AtFlags;
+
+use super::resolve::old_component;
+use super::{LocalFs, errno};
+use crate::fs::{OpCtx, Outcome};
+
+impl LocalFs {
+    pub(super) fn remove(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        name: &[u8],
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        let dir_attr = self.unlink(ctx, dir, name, false, out)?;
+        Ok(ReplyBody::Remove { dir_attr })
+    }
+
+    pub(super) fn rmdir(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        name: &[u8],
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        let dir_attr = self.unlink(ctx, dir, name, true, out)?;
+        Ok(ReplyBody::Rmdir { dir_attr })
+    }
+
+    /// REMOVE (`rmdir` false) or RMDIR; returns the directory's attributes after.
+    fn unlink(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        name: &[u8],
+        rmdir: bool,
+        out: &mut Outcome,
+    ) -> Result<Option<Attr>, NfsStatus> {
+        self.writable()?;
+        let d = self.dir(&dir, &ctx.creds)?;
+        if rmdir && name == b"." {
+            return Err(NfsStatus::Inval);
+        }
+        if rmdir && name == b".." {
+            return Err(NfsStatus::NotEmpty);
+        }
+        let n = old_component(name)?;
+        let victim = self.child(&d, n)?;
+        let is_dir = victim.ftype() == FileType::Directory;
+        if rmdir && !is_dir {
+            return Err(NfsStatus::NotDir);
+        }
+        if !rmdir && is_dir {
+            return Err(NfsStatus::IsDir);
+        }
+        let flags = if rmdir {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        rustix::fs::unlinkat(&d.fd, n, flags).map_err(|e| match e {
+            rustix::io::Errno::EXIST | rustix::io::Errno::NOTEMPTY => NfsStatus::NotEmpty,
+            e => errno(e),
+        })?;
+        if victim.meta.nlink() <= 1 || is_dir {
+            self.forget(victim.key);
+        }
+        let dir_attr = d.fresh_attr(ctx.lease_ms);
+        out.changed.push((victim.key, self.fh(&victim), None));
+        out.changed.push((d.key, dir, dir_attr));
+        out.leased.push((d.key, dir));
+        Ok(dir_attr)
+    }
+
+    /// RENAME `from_dir/from_name` to `to_dir/to_name`, replacing what the target named.
+    pub(super) fn rename(
+        &self,
+        ctx: &OpCtx,
+        from_dir: FileHandle,
+        from_name: &[u8],
+        to_dir: FileHandle,
+        to_name: &[u8],
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let c = &ctx.creds;
+        let source_dir = self.dir(&from_dir, c)?;
+        let target_dir = self.dir(&to_dir, c)?;
+        let source_name = old_component(from_name)?;
+        let target_name = old_component(to_name)?;
+        let moving = self.child(&source_dir, source_name)?;
+        // What the target name named before, unless it is the same object (a no-op rename).
+        let replaced = self
+            .child(&target_dir, target_name)
+            .ok()
+            .filter(|r| r.key != moving.key);
+        rustix::fs::renameat(&source_dir.fd, source_name, &target_dir.fd, target_name).map_err(
+            |e| match e {
+                rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST => NfsStatus::NotEmpty,
+                e => errno(e),
+            },
+        )?;
+        let replaced_gone = replaced
+            .as_ref()
+            .filter(|r| r.meta.nlink() <= 1)
+            .map(|r| r.key);
+        self.renamed(moving.key, replaced_gone, target_dir.key, target_name);
+        let lease = ctx.lease_ms;
+        out.changed.push((moving.key, self.fh(&moving), None));
+        if let Some(r) = replaced {
+            out.changed.push((r.key, self.fh(&r), None));
+        }
+        let from_dir_attr = source_dir.fresh_attr(lease);
+        let to_dir_attr = target_dir.fresh_attr(lease);
+        out.changed.push((source_dir.key, from_dir, from_dir_attr));
+        out.changed.push((target_dir.key, to_dir, to_dir_attr));
+        out.leased.push((source_dir.key, from_dir));
+        out.leased.push((target_dir.key, to_dir));
+        Ok(ReplyBody::Rename {
+            from_dir_attr,
+            to_dir_attr,
+        })
+    }
+}

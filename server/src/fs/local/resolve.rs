@@ -1,0 +1,536 @@
+//! From handles and names to objects, never outside the export.
+//!
+//! This file is the one place that opens anything by name; every operation works on the
+//! [`Obj`]s it returns. Review it as a whole: the guarantees below hold because nothing else
+//! calls `openat2` with a client-supplied name.
+//!
+//! **Never escaping the export.** Every open by name is `openat2(2)` relative to the export
+//! root or an already-resolved directory with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV` and `O_NOFOLLOW` ([`RESOLVE`]): the kernel refuses
+//! `..` above the root, absolute paths, and any symlink (a symlink is served as an object of
+//! its own, READLINK returns its text, the server never follows it). Names from clients are
+//! single components ([`component`]). After every open by path the object's (dev, inode,
+//! generation) is compared with the handle's, so a rename racing with a request can only make
+//! it fail (STALE).
+//!
+//! **File descriptors, never names after a check.** A handle resolves to an `O_PATH` file
+//! descriptor; its type is checked on that descriptor, and data is read or written only after
+//! re-opening *that* descriptor through `/proc/self/fd` ([`Obj::reopen`]: the same inode, no
+//! name lookup), and only for regular files and directories: device nodes and FIFOs are never
+//! opened for data. Objects an operation creates are used through the descriptor the creating
+//! call returned where the kernel gives one (CREATE); MKDIR and SYMLINK look the new name up
+//! once to answer with its handle, and nothing is changed through that lookup.
+//!
+//! **Handles across restarts: the inode index.** [`Index`] maps (dev, inode) to (parent,
+//! name). On a miss (after a restart, or an external rename) the export is walked once with
+//! the server's own credentials. Walks are rate-limited globally, whatever triggers them: at
+//! most one per second, and never more than a tenth of the time (a slow walk widens the
+//! interval).
+//!
+//! **Generation.** The handle's generation is the object's birth time (`statx` `STATX_BTIME`)
+//! in nanoseconds. A deleted file whose inode number is reused gets a new birth time, so the
+//! old handle resolves to STALE. On a file system without birth times the generation is 0 and
+//! a reused inode number would still revive an old handle.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, UNIX_EPOCH};
+
+use protocol::{Attr, FileHandle, FileType, HandleData, NfsStatus};
+use rustix::fs::{Access, AtFlags, Mode, OFlags, ResolveFlags};
+
+use super::{EXPORT_ID, LocalFs, MAX_INDEX, NAME_MAX, WALK_DUTY, WALK_INTERVAL, errno, io_status};
+use crate::fs::ObjKey;
+use crate::server::lock;
+use crate::users::Creds;
+
+/// How every open by name resolves: beneath the starting directory, through no symlink of any
+/// kind, on the same mount.
+pub(super) const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS)
+    .union(ResolveFlags::NO_XDEV);
+
+/// Deepest path the index rebuilds.
+pub const MAX_DEPTH: usize = 2048;
+
+/// A resolved object: an `O_PATH` descriptor and its metadata, read from that descriptor.
+pub(super) struct Obj {
+    pub(super) key: ObjKey,
+    /// Below the export root; a hint for `..` and for naming children, never trusted alone.
+    pub(super) path: PathBuf,
+    pub(super) fd: OwnedFd,
+    pub(super) meta: std::fs::Metadata,
+}
+
+impl Obj {
+    pub(super) fn ftype(&self) -> FileType {
+        Attr::from_metadata(&self.meta, 0).ftype
+    }
+
+    pub(super) fn attr(&self, lease_ms: u32) -> Attr {
+        Attr::from_metadata(&self.meta, lease_ms)
+    }
+
+    /// Current attributes, read again from the descriptor.
+    pub(super) fn fresh_attr(&self, lease_ms: u32) -> Option<Attr> {
+        stat_fd(self.fd.as_fd())
+            .ok()
+            .map(|m| Attr::from_metadata(&m, lease_ms))
+    }
+
+    /// `/proc/self/fd/N`: names exactly this already-resolved object.
+    pub(super) fn proc_path(&self) -> String {
+        format!("/proc/self/fd/{}", self.fd.as_raw_fd())
+    }
+
+    /// Opens this object's inode for data. Only for regular files, checked on the `O_PATH`
+    /// descriptor by the caller; the kernel checks the access mode against the thread's
+    /// credentials.
+    pub(super) fn reopen(&self, flags: OFlags) -> Result<File, NfsStatus> {
+        debug_assert_eq!(self.ftype(), FileType::Regular);
+        let flags = flags | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+        rustix::fs::openat(rustix::fs::CWD, self.proc_path(), flags, Mode::empty())
+            .map(File::from)
+            .map_err(errno)
+    }
+
+    /// Whether the calling thread's credentials grant `want` on this object (the kernel's
+    /// answer, `faccessat` with `AT_EACCESS`, which uses the fsuid).
+    pub(super) fn may(&self, want: Access) -> bool {
+        rustix::fs::accessat(rustix::fs::CWD, self.proc_path(), want, AtFlags::EACCESS).is_ok()
+    }
+
+    pub(super) fn require_regular(&self) -> Result<(), NfsStatus> {
+        match self.ftype() {
+            FileType::Regular => Ok(()),
+            FileType::Directory => Err(NfsStatus::IsDir),
+            _ => Err(NfsStatus::Inval),
+        }
+    }
+}
+
+pub(super) fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<std::fs::Metadata> {
+    File::from(fd.try_clone_to_owned()?).metadata()
+}
+
+/// Checks a client-supplied name is one component.
+pub(super) fn component(name: &[u8]) -> Result<&OsStr, NfsStatus> {
+    if name.len() > NAME_MAX {
+        return Err(NfsStatus::NameTooLong);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(NfsStatus::Inval);
+    }
+    Ok(OsStr::from_bytes(name))
+}
+
+/// A name that may be created (not `.` or `..`).
+pub(super) fn new_component(name: &[u8]) -> Result<&OsStr, NfsStatus> {
+    let n = component(name)?;
+    if name == b"." || name == b".." {
+        return Err(NfsStatus::Exist);
+    }
+    Ok(n)
+}
+
+/// A name that may be removed or renamed (`.` and `..` are invalid there).
+pub(super) fn old_component(name: &[u8]) -> Result<&OsStr, NfsStatus> {
+    new_component(name).map_err(|e| match e {
+        NfsStatus::Exist => NfsStatus::Inval,
+        e => e,
+    })
+}
+
+/// Handle generation of an object: its birth time in nanoseconds since the epoch, or 0 where
+/// the file system records no birth time (see the module docs).
+fn generation(meta: &std::fs::Metadata) -> u64 {
+    let Ok(born) = meta.created() else {
+        return 0;
+    };
+    let nanos: i128 = match born.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    };
+    nanos as u64
+}
+
+/// Opens directory `dir` for reading (the kernel checks read permission) as a stream.
+pub(super) fn open_dir_stream(dir: BorrowedFd<'_>) -> Result<rustix::fs::Dir, NfsStatus> {
+    let fd = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(errno)?;
+    rustix::fs::Dir::new(fd).map_err(errno)
+}
+
+impl LocalFs {
+    fn handle(&self, key: ObjKey, generation: u64) -> FileHandle {
+        self.key.seal(&HandleData {
+            export_id: EXPORT_ID,
+            device: key.0,
+            inode: key.1,
+            generation,
+        })
+    }
+
+    /// The handle of a resolved object.
+    pub(super) fn fh(&self, o: &Obj) -> FileHandle {
+        self.handle(o.key, generation(&o.meta))
+    }
+
+    /// `openat2` beneath `dir` as an `O_PATH` descriptor (a symlink is opened itself).
+    fn open_path_at(&self, dir: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, NfsStatus> {
+        let p: &Path = if path.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            path
+        };
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut tries = 0;
+        loop {
+            match rustix::fs::openat2(dir, p, flags, Mode::empty(), RESOLVE) {
+                Ok(fd) => return Ok(fd),
+                // A concurrent rename somewhere in the tree: the kernel asks to retry.
+                Err(rustix::io::Errno::AGAIN) if tries < 8 => tries += 1,
+                Err(e) => return Err(errno(e)),
+            }
+        }
+    }
+
+    /// An object from a descriptor just opened (by this file, or by the call that created it).
+    pub(super) fn obj_from(&self, fd: OwnedFd, path: PathBuf) -> Result<Obj, NfsStatus> {
+        let meta = stat_fd(fd.as_fd()).map_err(|e| io_status(&e))?;
+        Ok(Obj {
+            key: (meta.dev(), meta.ino()),
+            path,
+            fd,
+            meta,
+        })
+    }
+
+    /// The export root itself, opened afresh.
+    pub(super) fn root_obj(&self) -> Result<Obj, NfsStatus> {
+        let root_fd = self.open_path_at(self.root.as_fd(), Path::new(""))?;
+        self.obj_from(root_fd, PathBuf::new())
+    }
+
+    /// Opens `path` below the root and checks it is still the object `key` born at `birth`.
+    fn open_at_path(&self, key: ObjKey, birth: u64, path: &Path) -> Result<Obj, NfsStatus> {
+        let fd = self.open_path_at(self.root.as_fd(), path)?;
+        let o = self.obj_from(fd, path.to_path_buf())?;
+        if o.key != key || generation(&o.meta) != birth {
+            return Err(NfsStatus::Stale);
+        }
+        Ok(o)
+    }
+
+    /// From a verified handle to the object (an `O_PATH` descriptor).
+    pub(super) fn resolve(&self, h: &HandleData, creds: &Creds) -> Result<Obj, NfsStatus> {
+        if h.export_id != EXPORT_ID {
+            return Err(NfsStatus::Stale);
+        }
+        let key = (h.device, h.inode);
+        let birth = h.generation;
+        let known = lock(&self.index).path(key);
+        let was_known = known.is_some();
+        if let Some(path) = known {
+            match self.open_path_at(self.root.as_fd(), &path) {
+                Ok(fd) => {
+                    let o = self.obj_from(fd, path)?;
+                    if o.key == key {
+                        // The inode number is live: either it is this object, or the object
+                        // is gone and its number reused (another birth time). No walk needed.
+                        return if generation(&o.meta) == birth {
+                            Ok(o)
+                        } else {
+                            Err(NfsStatus::Stale)
+                        };
+                    }
+                }
+                Err(NfsStatus::Stale | NfsStatus::NoEnt | NfsStatus::NotDir) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // Unknown (restart) or moved outside the server: walk the export, rate-limited.
+        let found = {
+            let mut gate = lock(&self.walks);
+            let known = lock(&self.index).path(key);
+            match known {
+                // Another request's walk found it while we waited.
+                Some(p) if self.open_at_path(key, birth, &p).is_ok() => Some(p),
+                _ if !gate.may_walk() => {
+                    // A handle this server knew is worth retrying after the next walk; an
+                    // unknown one (a deleted object, a replay) is stale.
+                    return Err(if was_known {
+                        NfsStatus::Jukebox
+                    } else {
+                        NfsStatus::Stale
+                    });
+                }
+                _ => {
+                    let started = Instant::now();
+                    let found = self.switcher.as_server(creds, || self.walk(key));
+                    gate.last_end = Some(Instant::now());
+                    gate.last_took = started.elapsed();
+                    found
+                }
+            }
+        };
+        match found {
+            Some(path) => self.open_at_path(key, birth, &path).map_err(|e| match e {
+                NfsStatus::NoEnt => NfsStatus::Stale,
+                e => e,
+            }),
+            None => {
+                lock(&self.index).forget(key);
+                Err(NfsStatus::Stale)
+            }
+        }
+    }
+
+    /// Walks the export breadth-first (never following symlinks, never leaving the file
+    /// system), rebuilding the index; returns the path of `want` if found.
+    fn walk(&self, want: ObjKey) -> Option<PathBuf> {
+        tracing::debug!(?want, "walking the export to find a handle");
+        let mut fresh = Index::new(self.root_key, MAX_INDEX);
+        let mut seen = HashSet::from([self.root_key]);
+        let mut queue = VecDeque::new();
+        if let Ok(fd) = self.open_path_at(self.root.as_fd(), Path::new("")) {
+            queue.push_back((self.root_key, fd));
+        }
+        while let Some((dir_key, dir_fd)) = queue.pop_front() {
+            let Ok(dir) = open_dir_stream(dir_fd.as_fd()) else {
+                continue;
+            };
+            for entry in dir.flatten() {
+                let name = entry.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                let Ok(st) = rustix::fs::statat(&dir_fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                    continue;
+                };
+                let key = (st.st_dev, st.st_ino);
+                fresh.remember(key, dir_key, name);
+                let is_dir = (st.st_mode & libc::S_IFMT) == libc::S_IFDIR;
+                if is_dir
+                    && st.st_dev == self.root_key.0
+                    && seen.insert(key)
+                    && let Ok(fd) =
+                        self.open_path_at(dir_fd.as_fd(), Path::new(OsStr::from_bytes(name)))
+                {
+                    queue.push_back((key, fd));
+                }
+                if fresh.len() >= MAX_INDEX {
+                    queue.clear();
+                    break;
+                }
+            }
+        }
+        let found = fresh.path(want);
+        lock(&self.index).replace(fresh);
+        found
+    }
+
+    /// Opens `name` in directory `dir` (the kernel checks search permission on `dir`).
+    pub(super) fn child(&self, dir: &Obj, name: &OsStr) -> Result<Obj, NfsStatus> {
+        let fd = self.open_path_at(dir.fd.as_fd(), Path::new(name))?;
+        let o = self.obj_from(fd, dir.path.join(name))?;
+        lock(&self.index).remember(o.key, dir.key, name.as_bytes());
+        Ok(o)
+    }
+
+    /// LOOKUP semantics including `.` and `..` (which stops at the root).
+    pub(super) fn lookup_child(&self, dir: &Obj, name: &[u8]) -> Result<Obj, NfsStatus> {
+        match name {
+            b"." => self.open_at_path(dir.key, generation(&dir.meta), &dir.path),
+            b".." => {
+                let parent = dir.path.parent().unwrap_or(Path::new("")).to_path_buf();
+                let fd = self.open_path_at(self.root.as_fd(), &parent)?;
+                self.obj_from(fd, parent)
+            }
+            _ => self.child(dir, component(name)?),
+        }
+    }
+
+    /// Records that `obj` is also called `name` in `dir` (after CREATE or LINK made it so).
+    pub(super) fn remember(&self, obj: ObjKey, dir: ObjKey, name: &OsStr) {
+        lock(&self.index).remember(obj, dir, name.as_bytes());
+    }
+
+    /// Forgets `obj` (its last name is gone).
+    pub(super) fn forget(&self, obj: ObjKey) {
+        lock(&self.index).forget(obj);
+    }
+
+    /// After RENAME: `moved` is now `name` in `dir`, and `replaced` (the object the rename
+    /// overwrote, if it had no other name) is gone; one update, under one lock.
+    pub(super) fn renamed(
+        &self,
+        moved: ObjKey,
+        replaced: Option<ObjKey>,
+        dir: ObjKey,
+        name: &OsStr,
+    ) {
+        let mut ix = lock(&self.index);
+        if let Some(r) = replaced {
+            ix.forget(r);
+        }
+        ix.remember(moved, dir, name.as_bytes());
+    }
+
+    /// The object a client's handle names.
+    pub(super) fn obj(&self, h: &FileHandle, creds: &Creds) -> Result<Obj, NfsStatus> {
+        self.resolve(&self.key.verify(h)?, creds)
+    }
+
+    /// The directory a client's handle names.
+    pub(super) fn dir(&self, h: &FileHandle, creds: &Creds) -> Result<Obj, NfsStatus> {
+        let o = self.obj(h, creds)?;
+        if o.ftype() != FileType::Directory {
+            return Err(NfsStatus::NotDir);
+        }
+        Ok(o)
+    }
+}
+
+/// When the last walk ended and how long it took.
+#[derive(Default)]
+pub(super) struct WalkGate {
+    last_end: Option<Instant>,
+    last_took: std::time::Duration,
+}
+
+impl WalkGate {
+    fn may_walk(&self) -> bool {
+        match self.last_end {
+            None => true,
+            Some(t) => t.elapsed() >= WALK_INTERVAL.max(self.last_took * WALK_DUTY),
+        }
+    }
+}
+
+/// The inode index: from a handle's (device, inode) back to a path below the export root.
+///
+/// Each known object records its parent directory and its name there (a dentry, in kernel
+/// terms), so renaming a directory updates one entry and every path below it follows; the
+/// path is rebuilt by walking up the parents. Bounded: at most `max` entries, paths at most
+/// [`MAX_DEPTH`] components (a stale loop of parents ends there instead of spinning).
+///
+/// The index is only a hint: every path it yields is opened beneath the export root and the
+/// opened object's identity checked against the handle, so a stale entry can make a request
+/// fail, never act on another object.
+#[derive(Debug)]
+pub(super) struct Index {
+    root: ObjKey,
+    entries: HashMap<ObjKey, Entry>,
+    max: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    parent: ObjKey,
+    name: Box<[u8]>,
+}
+
+impl Index {
+    pub(super) fn new(root: ObjKey, max: usize) -> Index {
+        Index {
+            root,
+            entries: HashMap::new(),
+            max,
+        }
+    }
+
+    /// Records that `key` is called `name` in directory `parent`.
+    fn remember(&mut self, key: ObjKey, parent: ObjKey, name: &[u8]) {
+        if key == self.root || key == parent {
+            return;
+        }
+        if self.entries.len() >= self.max && !self.entries.contains_key(&key) {
+            return;
+        }
+        self.entries.insert(
+            key,
+            Entry {
+                parent,
+                name: name.into(),
+            },
+        );
+    }
+
+    fn forget(&mut self, key: ObjKey) {
+        self.entries.remove(&key);
+    }
+
+    /// The path of `key` relative to the root (empty for the root), if known.
+    fn path(&self, key: ObjKey) -> Option<PathBuf> {
+        let mut names: Vec<&[u8]> = Vec::new();
+        let mut at = key;
+        while at != self.root {
+            if names.len() >= MAX_DEPTH {
+                return None;
+            }
+            let e = self.entries.get(&at)?;
+            names.push(&e.name);
+            at = e.parent;
+        }
+        Some(names.iter().rev().map(|n| OsStr::from_bytes(n)).collect())
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Replaces everything with the result of a fresh walk.
+    fn replace(&mut self, fresh: Index) {
+        self.entries = fresh.entries;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_follow_a_renamed_directory() {
+        let mut ix = Index::new((1, 1), 100);
+        ix.remember((1, 2), (1, 1), b"a");
+        ix.remember((1, 3), (1, 2), b"b");
+        ix.remember((1, 4), (1, 3), b"f");
+        assert_eq!(ix.path((1, 4)), Some(PathBuf::from("a/b/f")));
+        assert_eq!(ix.path((1, 1)), Some(PathBuf::new()));
+        // Rename a -> z: one update, the file below follows.
+        ix.remember((1, 2), (1, 1), b"z");
+        assert_eq!(ix.path((1, 4)), Some(PathBuf::from("z/b/f")));
+        ix.forget((1, 3));
+        assert_eq!(ix.path((1, 4)), None, "a missing ancestor: unknown");
+        assert_eq!(ix.path((9, 9)), None);
+    }
+
+    #[test]
+    fn bounded_and_loop_safe() {
+        let mut ix = Index::new((1, 1), 2);
+        ix.remember((1, 2), (1, 3), b"x");
+        ix.remember((1, 3), (1, 2), b"y");
+        assert_eq!(ix.path((1, 2)), None, "a parent loop ends");
+        ix.remember((1, 4), (1, 1), b"z");
+        assert_eq!(ix.len(), 2, "full: new entries are not added");
+        ix.remember((1, 2), (1, 1), b"x");
+        assert_eq!(
+            ix.path((1, 2)),
+            Some(PathBuf::from("x")),
+            "known ones update"
+        );
+    }
+}
