@@ -84,7 +84,7 @@ pub use message::{
     max_io_size,
 };
 pub use name::{DEFAULT_PORT, HostId, Location, ServerName};
-pub use record::{Opener, RecordReader, RecordStart, Sealer};
+pub use record::{DeferredSeal, Opener, RecordReader, RecordStart, Sealer};
 pub use reply::{DirEntry, DirEntryPlus, DirPage, FsInfo, FsStat, NewObject, PathConf, ReplyBody};
 pub use request::{CreateHow, Proc, RequestOp, StableHow, access};
 pub use status::NfsStatus;

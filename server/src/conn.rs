@@ -11,9 +11,8 @@
 //! disconnected. Any protocol violation (bad record, undecodable request) closes this
 //! connection only, and so does `idle_timeout` without a request.
 
-use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,13 +21,14 @@ use std::time::Instant;
 use libcolor::mio::net::TcpStream;
 use libcolor::{Color, ColorCell, IoRegistration};
 use protocol::{
-    AuthTable, FileHandle, HandleData, LoginVerifier, NfsStatus, RecordReader, Reply, ReplyBody,
-    Request, RequestOp, Sealer, ServerHandshake, ServerMessage,
+    AuthTable, FileHandle, HandleData, LoginVerifier, NfsStatus, RecordReader, RecordStart, Reply,
+    ReplyBody, Request, RequestOp, Sealer, ServerHandshake, ServerMessage,
 };
 
 use crate::changes::Epoch;
 use crate::fs::{OpCtx, key_of};
 use crate::leases::ConnId;
+use crate::output::{Flushed, Output};
 use crate::read::{LeaseChoice, ReadFailure, ReadState};
 use crate::server::{Dispatch, Server};
 use crate::users::Creds;
@@ -56,12 +56,7 @@ pub struct Conn {
     stream: TcpStream,
     reg: Option<IoRegistration>,
     phase: Phase,
-    out: VecDeque<Vec<u8>>,
-    out_off: usize,
-    out_bytes: usize,
-    /// Sent READ reply buffers kept for the next READs (at most [`SPARE_BUFFERS`], dropped
-    /// when the connection goes quiet), so a stream of READs does not fault in fresh pages.
-    spare: Vec<Vec<u8>>,
+    out: Output,
     in_flight: usize,
     /// Reply bytes reserved by requests being worked on (counted with `out_bytes`).
     reserved: usize,
@@ -76,10 +71,12 @@ pub struct Conn {
 /// it needs no lock (libcolor checks the running color on every access).
 pub type ConnRef = Arc<ColorCell<Conn>>;
 
-/// Reply buffers a connection keeps for reuse.
-const SPARE_BUFFERS: usize = 2;
-/// Buffers handed to one `writev`.
-const WRITEV_MAX: usize = 16;
+/// Smallest READ reply worth sealing on another worker (below it the hops cost more than the
+/// cipher).
+const PARALLEL_SEAL_MIN: usize = 16 * 1024;
+/// Colors of a connection's sealing lanes are its own plus this (and one more per lane): a
+/// different color slot from the connection's own.
+const SEAL_LANE_OFFSET: u32 = libcolor::COLOR_SLOTS as u32 / 2;
 
 /// A READ the connection's color answers (see [`crate::read`]).
 struct ReadRequest {
@@ -114,57 +111,19 @@ impl Conn {
 
     fn paused(&self, srv: &Server) -> bool {
         self.in_flight >= srv.limits.max_in_flight
-            || self.out_bytes + self.reserved > srv.limits.max_output
+            || self.out.bytes() + self.reserved > srv.limits.max_output
     }
 
     fn push(&mut self, buf: Vec<u8>) {
-        if !buf.is_empty() {
-            self.out_bytes += buf.len();
-            self.out.push_back(buf);
-        }
+        self.out.push(buf);
     }
 
-    /// Writes queued output until the socket would block, several records per `writev`.
+    /// Writes queued output until the socket would block.
     fn flush(&mut self, srv: &Arc<Server>) {
-        while !self.out.is_empty() {
-            let mut slices = [IoSlice::new(&[]); WRITEV_MAX];
-            let mut n_slices = 0;
-            for (i, buf) in self.out.iter().take(WRITEV_MAX).enumerate() {
-                let from = if i == 0 { self.out_off } else { 0 };
-                slices[i] = IoSlice::new(&buf[from..]);
-                n_slices += 1;
-            }
-            match self.stream.write_vectored(&slices[..n_slices]) {
-                Ok(0) => return self.close(srv, "peer stopped reading"),
-                Ok(n) => self.consume_output(n),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return self.close(srv, "write failed"),
-            }
-        }
-    }
-
-    /// `n` bytes of queued output were written: drop what is done, keep READ-sized buffers
-    /// for reuse.
-    fn consume_output(&mut self, mut n: usize) {
-        self.out_bytes -= n;
-        while n > 0 {
-            let Some(front) = self.out.front() else {
-                return;
-            };
-            let left = front.len() - self.out_off;
-            if n < left {
-                self.out_off += n;
-                return;
-            }
-            n -= left;
-            self.out_off = 0;
-            if let Some(done) = self.out.pop_front()
-                && self.spare.len() < SPARE_BUFFERS
-                && done.capacity() >= 16 * 1024
-            {
-                self.spare.push(done);
-            }
+        match self.out.write_to(&mut self.stream) {
+            Ok(Flushed::Done | Flushed::WouldBlock) => {}
+            Ok(Flushed::Closed) => self.close(srv, "peer stopped reading"),
+            Err(_) => self.close(srv, "write failed"),
         }
     }
 
@@ -209,8 +168,6 @@ impl Conn {
         }
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
         self.out.clear();
-        self.out_bytes = 0;
-        self.spare = Vec::new();
         srv.open_conns.fetch_sub(1, Ordering::SeqCst);
         tracing::info!(conn = self.id, peer = %self.peer, requests = self.requests, why, "connection closed");
         let srv2 = srv.clone();
@@ -236,7 +193,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     let s0 = hs.take_output();
     let lease_capped = Arc::new(AtomicBool::new(false));
     let color = Color(id);
-    let out_bytes = s0.len();
+
     let conn = Arc::new(ColorCell::new(
         &srv.h,
         color,
@@ -247,10 +204,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             reg: None,
             phase: Phase::Handshake(Box::new(hs)),
             // The server's first handshake message goes out before anything else.
-            out: VecDeque::from([s0]),
-            out_off: 0,
-            out_bytes,
-            spare: Vec::new(),
+            out: Output::with_first(s0),
             in_flight: 0,
             reserved: 0,
             requests: 0,
@@ -390,7 +344,7 @@ fn release_idle_buffer(c: &mut Conn) {
     if let Phase::Open(open) = &mut c.phase {
         open.reader.release_buffer();
         if c.in_flight == 0 && c.out.is_empty() {
-            c.spare = Vec::new();
+            c.out.release_spare();
             open.reads.sweep();
         }
     }
@@ -540,6 +494,9 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
         _ => 0,
     };
     let reserved = reply_reservation(&op, read_count);
+    if c.in_flight == 0 {
+        srv.busy_conns.fetch_add(1, Ordering::Relaxed);
+    }
     c.in_flight += 1;
     c.reserved += reserved;
     srv.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -596,7 +553,7 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
         .lease_for(&r.fh, key_of(&r.handle), d.lease_ms, &srv.changes);
     let cached = open.reads.cached_file(r.authno, &r.handle, &srv.changes);
     if let Some(file) = &cached {
-        let buf = c.spare.pop().unwrap_or_default();
+        let buf = c.out.take_spare();
         match crate::read::read_reply(buf, d.req_id, file, r.offset, r.count, lease.ms, true) {
             Ok(buf) => return finish_read(srv, c, &d, &r, lease, epoch, Ok(buf)),
             Err(ReadFailure::Status(s)) => {
@@ -682,22 +639,29 @@ fn finish_read(
     let Phase::Open(open) = &mut c.phase else {
         return;
     };
-    // `begin` on an empty buffer yields the start of a record at offset 0 and writes a
-    // 4-byte header placeholder, exactly the gap the reply left.
-    let start = open.sealer.begin(&mut Vec::new());
-    if open.sealer.finish(&mut buf, start).is_err() {
+    if lease.record {
+        open.reads.lease_announced(r.fh, lease.ms, epoch);
+    }
+    if seal_elsewhere(srv, &c.out, buf.len()) {
+        match open.sealer.defer() {
+            Ok(seal) => seal_on_lane(srv, c, &d.conn, seal, buf),
+            Err(_) => c.close(srv, "cannot seal"),
+        }
+    } else if open
+        .sealer
+        .finish(&mut buf, RecordStart::BUFFER_START)
+        .is_ok()
+    {
+        c.push(buf);
+        c.flush(srv);
+    } else {
         let reply = Reply {
             id: d.req_id,
             result: Err(NfsStatus::ServerFault),
         };
         c.send(srv, &ServerMessage::Reply(reply));
-        return c.flush(srv);
+        c.flush(srv);
     }
-    if lease.record {
-        open.reads.lease_announced(r.fh, lease.ms, epoch);
-    }
-    c.push(buf);
-    c.flush(srv);
     if lease.record {
         let (srv2, id, key, fh) = (srv.clone(), d.id, key_of(&r.handle), r.fh);
         srv.h.cpucb(Color::DEFAULT, move || {
@@ -716,6 +680,9 @@ pub fn complete(srv: &Arc<Server>, conn: &ConnRef, reserved: usize, reply: Reply
 
 /// A request is answered: its slot and its reservation are released.
 fn release(srv: &Server, c: &mut Conn, reserved: usize) {
+    if c.in_flight == 1 {
+        srv.busy_conns.fetch_sub(1, Ordering::Relaxed);
+    }
     c.in_flight = c.in_flight.saturating_sub(1);
     c.reserved = c.reserved.saturating_sub(reserved);
     srv.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -730,6 +697,52 @@ fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Repl
     c.flush(srv);
 }
 
+/// Whether a READ reply of `len` bytes should be sealed on another worker: only when it is
+/// large, the runtime has more workers than connections with work (a core would otherwise
+/// idle: one client streaming), and this connection has a lane free.
+fn seal_elsewhere(srv: &Server, out: &Output, len: usize) -> bool {
+    let lanes = srv.h.workers().saturating_sub(1);
+    len >= PARALLEL_SEAL_MIN
+        && out.pending() < lanes
+        && srv.busy_conns.load(Ordering::Relaxed) < srv.h.workers()
+}
+
+/// Connection color: queues a place for `buf`'s record and seals it in a lane color (in
+/// parallel with this color); the lane hands it back to this color, which writes it in its
+/// place.
+fn seal_on_lane(
+    srv: &Arc<Server>,
+    c: &mut Conn,
+    conn: &ConnRef,
+    seal: protocol::DeferredSeal,
+    mut buf: Vec<u8>,
+) {
+    let token = c.out.push_pending(buf.len() + protocol::record::TAG_LEN);
+    let lanes = srv.h.workers().saturating_sub(1).max(1) as u64;
+    let lane = Color(
+        c.id.wrapping_add(SEAL_LANE_OFFSET)
+            .wrapping_add((token % lanes) as u32),
+    );
+    let (srv2, conn, id) = (srv.clone(), conn.clone(), c.id);
+    srv.h.cpucb(lane, move || {
+        let sealed = seal.finish(&mut buf, RecordStart::BUFFER_START).is_ok();
+        let srv3 = srv2.clone();
+        srv2.h.cpucb(Color(id), move || {
+            conn.with(|c| {
+                if c.closed() {
+                    return;
+                }
+                if !sealed || !c.out.fill(token, buf) {
+                    return c.close(&srv3, "cannot seal");
+                }
+                c.flush(&srv3);
+                // Output drained: a connection paused on its output limit reads again.
+                pump_locked(&srv3, &conn, c);
+            })
+        });
+    });
+}
+
 /// Connection color: an INVALIDATE caused by another connection.
 pub fn send_unsolicited(srv: &Arc<Server>, conn: &ConnRef, msg: &ServerMessage) {
     conn.with(|c| send_unsolicited_in(srv, c, msg));
@@ -741,7 +754,7 @@ fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage) {
     }
     // Invalidations are not throttled by the peer's requests: a peer that does not read them
     // is disconnected (its leases end with it) rather than buffered for without bound.
-    if c.out_bytes > srv.limits.max_output {
+    if c.out.bytes() > srv.limits.max_output {
         return c.close(srv, "peer not reading its invalidations");
     }
     if let (ServerMessage::Invalidate(inv), Phase::Open(open)) = (msg, &mut c.phase) {

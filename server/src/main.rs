@@ -8,6 +8,7 @@ mod fs;
 mod leases;
 mod limits;
 mod listener;
+mod output;
 mod read;
 mod server;
 mod state;
@@ -210,6 +211,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         in_flight: AtomicUsize::new(0),
         lease_ms_now: AtomicU32::new(u32::try_from(lease.as_millis()).unwrap_or(u32::MAX)),
         open_conns: AtomicUsize::new(0),
+        busy_conns: AtomicUsize::new(0),
         draining: AtomicBool::new(false),
         limits,
     });

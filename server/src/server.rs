@@ -78,6 +78,9 @@ pub struct Server {
     /// from any color.
     pub lease_ms_now: AtomicU32,
     pub open_conns: AtomicUsize,
+    /// Connections with requests in flight (a core idles when there are fewer than workers:
+    /// then one connection's replies may be sealed on several).
+    pub busy_conns: AtomicUsize,
     pub draining: AtomicBool,
 }
 
