@@ -4,9 +4,12 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use protocol::{
-    FileType, Invalidate, Location, Reply, ServerHandshake, ServerKeypair, Time, UserKeypair,
+    FileType, Invalidate, Location, NfsStatus, RecordReader, Reply, ReplyBody, Request, RequestOp,
+    ServerHandshake, ServerKeypair, ServerMessage, StableHow, Time, UserKeypair,
 };
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
 use super::*;
 
@@ -317,8 +320,19 @@ async fn wrong_hostid_is_refused_clearly() {
     let other = ServerKeypair::generate().server_name(f.name.location().clone());
     let c = Client::new(&other, None, quick());
     let e = c.call(RequestOp::Null).await.unwrap_err();
-    assert!(matches!(e, SessionError::Handshake { .. }), "{e}");
-    assert!(e.to_string().to_lowercase().contains("hostid"), "{e}");
+    assert!(
+        matches!(
+            e,
+            SessionError::Handshake {
+                source: protocol::HandshakeError::HostIdMismatch { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // What the user reads: the message with its cause (the CLI prints the whole chain).
+    let msg = e.report().to_string();
+    assert!(msg.to_lowercase().contains("hostid"), "{msg}");
     assert_eq!(f.conns.load(Ordering::SeqCst), 1, "no retry of a wrong key");
     let _ = &f.key;
 }
