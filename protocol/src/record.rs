@@ -688,7 +688,7 @@ mod tests {
         let skipped = sealer.defer().unwrap();
         let second = sealer.seal(b"second").unwrap();
         assert!(opener.open(&second).is_err());
-        drop(skipped);
+        let _ = skipped;
     }
 
     #[test]

@@ -63,13 +63,15 @@ impl Client {
                 abort(&mut inflight);
                 return Err(e.into());
             }
-            total += data.len() as u64;
-            offset += data.len() as u64;
-            if eof || data.is_empty() {
+            let got = data.len() as u64;
+            self.inner.recycle(data);
+            total += got;
+            offset += got;
+            if eof || got == 0 {
                 abort(&mut inflight);
                 return Ok(total);
             }
-            if (data.len() as u64) < chunk {
+            if got < chunk {
                 // A short read that is not the end: the later requests assumed full chunks,
                 // so restart the pipeline from where this one ended.
                 abort(&mut inflight);

@@ -332,7 +332,11 @@ async fn read_records(
                     return;
                 }
             };
-            match ServerMessage::decode(rec) {
+            let spare = client
+                .upgrade()
+                .map(|inner| inner.buffer_for(rec.len()))
+                .unwrap_or_default();
+            match ServerMessage::decode_reusing(rec, spare) {
                 Ok(ServerMessage::Reply(r)) => {
                     let w = lock(&pending).waiters.remove(&r.id);
                     if let Some(w) = w {

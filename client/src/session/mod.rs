@@ -110,9 +110,32 @@ struct Inner {
     on_invalidate: std::sync::OnceLock<InvalidateHook>,
     resolver: std::sync::OnceLock<IdentityResolver>,
     user_ids: Mutex<HashMap<u32, Option<Identity>>>,
+    /// READ data buffers handed back by bulk transfers, reused by the reader task.
+    buffers: Mutex<Vec<Vec<u8>>>,
 }
 
+/// READ data buffers kept for reuse (the window of a bulk transfer, with room).
+const KEPT_BUFFERS: usize = 16;
+/// Records smaller than this are decoded into fresh allocations.
+const REUSE_ABOVE: usize = 16 * 1024;
+
 impl Inner {
+    /// A buffer for a record of `len` payload bytes: a recycled one when the record is large.
+    fn buffer_for(&self, len: usize) -> Vec<u8> {
+        if len < REUSE_ABOVE {
+            return Vec::new();
+        }
+        lock(&self.buffers).pop().unwrap_or_default()
+    }
+
+    /// Keeps `buf` for a later READ reply (if it is large and few are kept).
+    fn recycle(&self, buf: Vec<u8>) {
+        let mut kept = lock(&self.buffers);
+        if buf.capacity() >= REUSE_ABOVE && kept.len() < KEPT_BUFFERS {
+            kept.push(buf);
+        }
+    }
+
     fn invalidated(&self, what: Invalidation) {
         if let Some(hook) = self.on_invalidate.get() {
             hook(what);
@@ -142,6 +165,7 @@ impl Client {
                 on_invalidate: std::sync::OnceLock::new(),
                 resolver: std::sync::OnceLock::new(),
                 user_ids: Mutex::new(HashMap::new()),
+                buffers: Mutex::new(Vec::new()),
             }),
             who: None,
         }
