@@ -1,5 +1,5 @@
-//! Whole-file transfers: READ and WRITE with a window of requests in flight, so one stream
-//! can fill the link. The single requests are [`Client::read`] and [`Client::write`].
+//! Whole-file transfers: READ and WRITE with a window of requests in flight (sized in bytes:
+//! [`super::Options::requests_in_flight`]), so one stream can fill the link. The single requests are [`Client::read`] and [`Client::write`].
 
 use std::collections::VecDeque;
 
@@ -25,7 +25,7 @@ impl Client {
     ) -> Result<u64, anyhow::Error> {
         let (rmax, _) = self.io_sizes().await?;
         let chunk = u64::from(rmax.max(1));
-        let window = self.inner.opts.window.max(1);
+        let window = self.inner.opts.requests_in_flight(chunk);
         let mut inflight: VecDeque<ReadTask> = VecDeque::new();
         let mut next = offset;
         let mut total = 0u64;
@@ -90,7 +90,7 @@ impl Client {
         mut progress: impl FnMut(u64),
     ) -> Result<u64, anyhow::Error> {
         let (_, wmax) = self.io_sizes().await?;
-        let window = self.inner.opts.window.max(1);
+        let window = self.inner.opts.requests_in_flight(u64::from(wmax));
         let mut inflight: VecDeque<WriteTask> = VecDeque::new();
         let mut offset = 0u64;
         let mut done = false;

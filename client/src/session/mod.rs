@@ -53,8 +53,12 @@ pub struct Options {
     pub max_backoff: Duration,
     /// Time allowed for TCP connect plus handshake.
     pub connect_timeout: Duration,
-    /// Outstanding READ/WRITE requests per bulk transfer.
+    /// Most READ/WRITE requests outstanding per bulk transfer.
     pub window: usize,
+    /// Bytes a bulk transfer keeps in flight: as many requests as carry this much (at least
+    /// two, at most `window`), so large records do not pile up megabytes the server would only
+    /// hold back, and small ones still keep the stream full.
+    pub window_bytes: usize,
     /// Times an idempotent request is retried after the stream broke.
     pub retries: u32,
     /// How long a request waits for its reply. When it expires the stream is treated as
@@ -76,7 +80,8 @@ impl Default for Options {
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
-            window: 8,
+            window: 32,
+            window_bytes: 8 << 20,
             retries: 8,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
@@ -118,6 +123,15 @@ struct Inner {
 const KEPT_BUFFERS: usize = 16;
 /// Records smaller than this are decoded into fresh allocations.
 const REUSE_ABOVE: usize = 16 * 1024;
+
+impl Options {
+    /// Requests a bulk transfer keeps outstanding with records of `chunk` bytes.
+    pub fn requests_in_flight(&self, chunk: u64) -> usize {
+        let by_bytes =
+            usize::try_from(self.window_bytes as u64 / chunk.max(1)).unwrap_or(usize::MAX);
+        by_bytes.max(2).min(self.window.max(1))
+    }
+}
 
 impl Inner {
     /// A buffer for a record of `len` payload bytes: a recycled one when the record is large.

@@ -604,3 +604,20 @@ async fn timeout_then_failed_reconnect_says_the_server_did_not_answer() {
 fn default_request_timeout_is_thirty_seconds() {
     assert_eq!(Options::default().request_timeout, Duration::from_secs(30));
 }
+
+#[test]
+fn bulk_windows_are_sized_in_bytes_within_the_request_bounds() {
+    let opts = Options::default();
+    assert_eq!(
+        opts.requests_in_flight(1 << 20),
+        8,
+        "8 MiB of 1 MiB records"
+    );
+    assert_eq!(opts.requests_in_flight(64 << 10), 32, "capped by `window`");
+    assert_eq!(opts.requests_in_flight(64 << 20), 2, "never fewer than two");
+    let narrow = Options {
+        window: 1,
+        ..Options::default()
+    };
+    assert_eq!(narrow.requests_in_flight(1 << 20), 1, "`window` wins");
+}
