@@ -10,7 +10,9 @@
 //!    `@host%port,HOSTID`; the HOSTID is a hash of the server's public key.
 //! 2. **Handshake** ([`handshake`]): [`ServerHandshake`] and [`ClientHandshake`] exchange three
 //!    messages (server key, Noise NK) and yield a [`Session`]: session id, negotiated version and
-//!    one [`Sealer`] and one [`Opener`], which can go to different threads.
+//!    one [`Sealer`] and one [`Opener`], which can go to different threads. Both are one
+//!    sans-IO machine, [`handshake::Handshake`]; [`handshake::complete`] drives it over a
+//!    blocking `Read + Write` stream.
 //! 3. **Records** ([`record`]): every later message is one sealed, length-prefixed record;
 //!    [`RecordReader`] cuts a byte stream into opened records without copying payloads.
 //! 4. **Messages** ([`message`]): [`Request`] from client to server, [`ServerMessage`] (a

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use protocol::handshake::{Completed, DriveError};
 use protocol::{
     ClientHandshake, LoginSigner, NfsStatus, RecordReader, ReplyBody, Request, RequestOp,
     ServerMessage, max_io_size,
@@ -21,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::error::{ConnectError, ProtocolError, SessionError, status_message};
+use super::handshake;
 use super::{Client, Inner, Invalidation, lock};
 use crate::identity::Identity;
 
@@ -162,11 +164,11 @@ impl Client {
         stream
             .set_nodelay(true)
             .map_err(|e| self.connect_error(e))?;
-        let (session, leftover) = self.handshake(&mut stream).await?;
+        let Completed { session, rest } = self.handshake(&mut stream).await?;
         let write_max = max_io_size(session.sealer.max_payload());
         let read_max = max_io_size(session.opener.max_payload());
         let mut reader = RecordReader::new(session.opener);
-        reader.extend_from_slice(&leftover);
+        reader.extend_from_slice(&rest);
 
         let pending = Arc::new(Mutex::new(Pending::default()));
         let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -195,48 +197,19 @@ impl Client {
         Ok(conn)
     }
 
-    /// Runs the client side of the handshake on `stream`: the session keys, and whatever the
-    /// server sent after its last handshake message (the start of the first records).
-    async fn handshake(
-        &self,
-        stream: &mut TcpStream,
-    ) -> Result<(protocol::Session, Vec<u8>), SessionError> {
+    /// Runs the client side of the handshake on `stream`.
+    async fn handshake(&self, stream: &mut TcpStream) -> Result<Completed, SessionError> {
         let name = &self.inner.name;
-        let refused = |source| SessionError::Handshake {
-            name: name.to_string(),
-            source,
-        };
-        let mut hs = ClientHandshake::new(name);
-        let mut buf = vec![0u8; 4096];
-        let mut leftover = Vec::new();
-        while !hs.is_done() {
-            if hs.has_output() {
-                stream
-                    .write_all(&hs.take_output())
-                    .await
-                    .map_err(|e| self.connect_error(e))?;
-            }
-            if !hs.wants_input() {
-                break;
-            }
-            let n = stream
-                .read(&mut buf)
-                .await
-                .map_err(|e| self.connect_error(e))?;
-            if n == 0 {
-                return Err(self.connect_error(ConnectError::ClosedInHandshake));
-            }
-            let used = hs.receive(&buf[..n]).map_err(refused)?;
-            leftover.extend_from_slice(&buf[used..n]);
-        }
-        if hs.has_output() {
-            stream
-                .write_all(&hs.take_output())
-                .await
-                .map_err(|e| self.connect_error(e))?;
-        }
-        let session = hs.into_session().map_err(refused)?;
-        Ok((session, leftover))
+        handshake::complete(ClientHandshake::new(name), stream)
+            .await
+            .map_err(|e| match e {
+                DriveError::Io(e) => self.connect_error(e),
+                DriveError::Closed => self.connect_error(ConnectError::ClosedInHandshake),
+                DriveError::Handshake(source) => SessionError::Handshake {
+                    name: name.to_string(),
+                    source,
+                },
+            })
     }
 
     /// LOGIN as `id` on `conn`: the authno, or ANONYMOUS when the server refuses (not fatal:

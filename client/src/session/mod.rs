@@ -18,6 +18,7 @@
 //! |-------------|------------------------------------------------------------------------|
 //! | [`error`]   | [`SessionError`], with the underlying error as its source              |
 //! | [`conn`]    | one connection: TCP, handshake, reader and writer tasks, LOGIN         |
+//! | [`handshake`] | the async driver of the protocol crate's handshake machine           |
 //! | [`call`]    | sending a request: the retry and timeout policy                        |
 //! | [`ops`]     | one typed method per NFS operation                                     |
 //! | [`bulk`]    | whole-file READ and WRITE with a window of requests in flight          |
@@ -27,6 +28,7 @@ mod bulk;
 mod call;
 mod conn;
 pub mod error;
+mod handshake;
 mod ops;
 
 use std::collections::HashMap;

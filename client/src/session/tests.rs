@@ -100,33 +100,14 @@ async fn serve(
     conn: usize,
     behaviour: Arc<Mutex<Behaviour>>,
 ) {
-    let mut hs = ServerHandshake::new(&key);
-    let mut buf = vec![0u8; 65536];
-    let mut left = Vec::new();
-    while !hs.is_done() {
-        if hs.has_output() {
-            s.write_all(&hs.take_output()).await.unwrap();
-        }
-        if !hs.wants_input() {
-            break;
-        }
-        let n = s.read(&mut buf).await.unwrap();
-        if n == 0 {
-            return;
-        }
-        let Ok(used) = hs.receive(&buf[..n]) else {
-            return;
-        };
-        left.extend_from_slice(&buf[used..n]);
-    }
-    if hs.has_output() {
-        s.write_all(&hs.take_output()).await.unwrap();
-    }
-    let session = hs.into_session().unwrap();
+    let Ok(done) = super::handshake::complete(ServerHandshake::new(&key), &mut s).await else {
+        return;
+    };
+    let session = done.session;
     let mut verifier = protocol::LoginVerifier::new(session.session_id, host_id);
     let mut sealer = session.sealer;
     let mut reader = RecordReader::new(session.opener);
-    reader.extend_from_slice(&left);
+    reader.extend_from_slice(&done.rest);
     loop {
         let mut outs = Vec::new();
         while let Ok(Some(rec)) = reader.next_record() {
