@@ -1200,6 +1200,30 @@ impl Client {
         }
     }
 
+    /// MKNOD: a FIFO, socket or device node (the server makes it as the caller; the kernel
+    /// there decides whether that user may make a device).
+    pub async fn mknod(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: protocol::SpecialKind,
+        attr: protocol::SetAttr,
+    ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.invalidate(dir);
+        let body = self
+            .call(RequestOp::Mknod {
+                dir: *dir,
+                name: name.to_vec(),
+                kind,
+                attr,
+            })
+            .await?;
+        match body {
+            ReplyBody::Mknod(o) => self.new_object(o).await,
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
     async fn new_object(&self, o: protocol::NewObject) -> Result<(FileHandle, Attr), SessionError> {
         match o.attr {
             Some(a) => {
@@ -1287,6 +1311,33 @@ impl Client {
         })
         .await
         .map(|_| ())
+    }
+
+    /// RENAME2 with `flags` ([`protocol::rename_flags`]): with NOREPLACE the server fails with
+    /// `Exist` rather than replace `to_name`, in the same system call as the rename.
+    pub async fn rename2(
+        &self,
+        from_dir: &FileHandle,
+        from_name: &[u8],
+        to_dir: &FileHandle,
+        to_name: &[u8],
+        flags: u32,
+    ) -> Result<(), SessionError> {
+        self.inner.cache.invalidate(from_dir);
+        self.inner.cache.invalidate(to_dir);
+        match self
+            .call(RequestOp::Rename2 {
+                from_dir: *from_dir,
+                from_name: from_name.to_vec(),
+                to_dir: *to_dir,
+                to_name: to_name.to_vec(),
+                flags,
+            })
+            .await?
+        {
+            ReplyBody::Rename2 { .. } => Ok(()),
+            other => Err(self.unexpected(&other)),
+        }
     }
 }
 
