@@ -2,6 +2,7 @@
 //! (Zeldovich et al., USENIX 2003) run on this code.
 
 mod cputime;
+mod mount;
 mod read;
 mod report;
 mod tasks;
@@ -31,6 +32,10 @@ enum Command {
     /// Read throughput of the libasync-smp paper Figure 10: K clients reading a cached file from sfsd with
     /// 1..N CPUs, as one multiprocessor server, the uniprocessor baseline, and N copies.
     Read(read::ReadArgs),
+    /// File-system workloads through a real mount: sequential write and read of a large file,
+    /// untar and find+stat of a source tree, on `sfs mount` (FUSE) and on sshfs with the same
+    /// cipher (chacha20-poly1305), side by side.
+    Mount(mount::MountArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +43,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Tasks(args) => tasks::run(args),
         Command::Read(args) => read::run(args),
+        Command::Mount(args) => mount::run(args),
     }
 }

@@ -125,6 +125,16 @@ impl Sshd {
         Ok(sshd)
     }
 
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The private key it accepts.
+    pub fn client_key(&self) -> &Path {
+        &self.client_key
+    }
+
     /// CPU time of sshd and every process it forked (one per connection).
     pub fn cpu_time(&self) -> Duration {
         process_tree(self.child.id())
@@ -151,7 +161,7 @@ impl Drop for Sshd {
 }
 
 /// `pid` and all its descendants (from /proc), parents first.
-fn process_tree(pid: u32) -> Vec<u32> {
+pub fn process_tree(pid: u32) -> Vec<u32> {
     let mut parent_of = Vec::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
