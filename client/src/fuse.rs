@@ -951,6 +951,12 @@ pub fn configure(config: &mut KernelConfig) {
     let _ = config.add_capabilities(
         fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
     );
+    // A write or truncate by someone without CAP_FSETID must clear set-user-ID and
+    // set-group-ID bits. Without this flag the kernel does it itself, with a SETATTR of the
+    // mode sent as the writer, which the server (acting as the writer, who need not own the
+    // file) is refused: the write fails with EPERM. With it, the server's own write or
+    // truncate, made as the writer, has the server's kernel clear the bits.
+    let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
 }
 
 impl Filesystem for SfsFuse {
