@@ -946,6 +946,22 @@ fn many_users_on_one_stream() {
     let (ok, _) = as_uid(65533, &format!("echo a > {}/shared/anon", d.display()));
     assert!(!ok);
     assert!(!s.export.join("shared/anon").exists());
+    // A write by a non-owner clears set-user-ID and set-group-ID bits, and succeeds: the
+    // server's kernel clears them as part of the write made as 65534 (the mount's kernel
+    // would otherwise send a chmod as 65534, which the server must refuse).
+    fs::write(d.join("shared/setid"), b"").unwrap();
+    fs::set_permissions(d.join("shared/setid"), fs::Permissions::from_mode(0o6777)).unwrap();
+    let (ok, err) = as_uid(65534, &format!("echo x >> {}/shared/setid", d.display()));
+    assert!(ok, "{err}\n{}", m.log());
+    assert_eq!(
+        fs::metadata(s.export.join("shared/setid")).unwrap().mode() & 0o7777,
+        0o777
+    );
+    assert_eq!(
+        fs::metadata(d.join("shared/setid")).unwrap().mode() & 0o7777,
+        0o777,
+        "the mount shows the server's mode at once"
+    );
     // The owner is unaffected, and sees 65534's file.
     assert_eq!(fs::read(d.join("shared/byn")).unwrap(), b"mine\n");
     assert!(m.log().contains("uid=65534"), "{}", m.log());
