@@ -4,6 +4,7 @@
 mod cipher;
 mod cputime;
 mod idle;
+mod mount;
 mod procs;
 mod read;
 mod report;
@@ -41,6 +42,10 @@ enum Command {
     /// What idle authenticated connections cost the server (resident memory per connection),
     /// and whether they slow an active reader.
     Idle(idle::IdleArgs),
+    /// File-system workloads through a real mount: sequential write and read of a large file,
+    /// untar and find+stat of a source tree, on `sfs mount` (FUSE) and on sshfs with the same
+    /// cipher (chacha20-poly1305), side by side.
+    Mount(mount::MountArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -50,5 +55,6 @@ fn main() -> anyhow::Result<()> {
         Command::Read(args) => read::run(args),
         Command::Stream(args) => stream::run(args),
         Command::Idle(args) => idle::run(args),
+        Command::Mount(args) => mount::run(args),
     }
 }

@@ -295,8 +295,8 @@ fn measure(setup: &Setup, c: Config) -> anyhow::Result<Sample> {
                 "put.bin"
             });
             let mut cmd = Command::new(if c.tool == Tool::Sftp { "sftp" } else { "scp" });
-            cmd.arg("-i").arg(&sshd.client_key);
-            cmd.args(["-P", &sshd.port.to_string(), "-c", SSH_CIPHER]);
+            cmd.arg("-i").arg(sshd.client_key());
+            cmd.args(["-P", &sshd.port().to_string(), "-c", SSH_CIPHER]);
             cmd.args([
                 "-o",
                 "StrictHostKeyChecking=no",

@@ -452,6 +452,23 @@ impl Shared {
         Ok(self.entry(parent, name, fh, &a))
     }
 
+    async fn mknod(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        kind: protocol::SpecialKind,
+        mode: u32,
+    ) -> Result<Entry, Errno> {
+        let dir = self.fh(parent)?;
+        let attr = SetAttr {
+            mode: Some(mode & 0o7777),
+            ..crate::commands::transfer::set_nothing()
+        };
+        let (fh, a) = c.mknod(&dir, name, kind, attr).await.map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
     async fn symlink(
         &self,
         c: &Client,
@@ -575,16 +592,16 @@ impl Shared {
             return Err(Errno::EINVAL);
         }
         if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-            // The protocol's RENAME always replaces; check first (not atomic with the rename).
-            match c.lookup(&to, newname).await {
-                Ok(_) => return Err(Errno::EEXIST),
-                Err(SessionError::Nfs(NfsStatus::NoEnt)) => {}
-                Err(e) => return Err(errno(e)),
-            }
+            // One RENAME2 on the server: the existence check and the rename are one
+            // renameat2(RENAME_NOREPLACE), so a racing creator cannot be replaced.
+            c.rename2(&from, name, &to, newname, protocol::rename_flags::NOREPLACE)
+                .await
+                .map_err(errno)?;
+        } else {
+            // Replacing a file some program has open: keep it alive under a hidden name.
+            self.hide_if_open(c, &to, newname).await?;
+            c.rename(&from, name, &to, newname).await.map_err(errno)?;
         }
-        // Replacing a file some program has open: keep it alive under a hidden name.
-        self.hide_if_open(c, &to, newname).await?;
-        c.rename(&from, name, &to, newname).await.map_err(errno)?;
         self.forget_name(parent, name);
         Ok(())
     }
@@ -772,9 +789,34 @@ pub fn fattr(ino: u64, a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: (a.rdev.0 << 8) | (a.rdev.1 & 0xff),
+        rdev: encode_dev(a.rdev.0, a.rdev.1),
         blksize: BLKSIZE,
         flags: 0,
+    }
+}
+
+/// A device number as the kernel passes it over FUSE (`new_encode_dev`: minor's low byte,
+/// 12 bits of major, then minor's upper bits), from (major, minor).
+fn encode_dev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
+}
+
+/// (major, minor) from the kernel's FUSE encoding (`new_decode_dev`).
+fn decode_dev(dev: u32) -> (u32, u32) {
+    ((dev & 0xfff00) >> 8, (dev & 0xff) | ((dev >> 12) & 0xfff00))
+}
+
+/// What a FUSE MKNOD of `mode` (with its `S_IFMT` bits) and `rdev` asks for; `None` for a
+/// type the protocol's MKNOD does not make (regular files are CREATE).
+fn special_kind(mode: u32, rdev: u32) -> Option<protocol::SpecialKind> {
+    use protocol::SpecialKind;
+    let (major, minor) = decode_dev(rdev);
+    match mode & libc::S_IFMT {
+        libc::S_IFIFO => Some(SpecialKind::Fifo),
+        libc::S_IFSOCK => Some(SpecialKind::Socket),
+        libc::S_IFCHR => Some(SpecialKind::Char(major, minor)),
+        libc::S_IFBLK => Some(SpecialKind::Block(major, minor)),
+        _ => None,
     }
 }
 
@@ -909,6 +951,12 @@ pub fn configure(config: &mut KernelConfig) {
     let _ = config.add_capabilities(
         fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
     );
+    // A write or truncate by someone without CAP_FSETID must clear set-user-ID and
+    // set-group-ID bits. Without this flag the kernel does it itself, with a SETATTR of the
+    // mode sent as the writer, which the server (acting as the writer, who need not own the
+    // file) is refused: the write fails with EPERM. With it, the server's own write or
+    // truncate, made as the writer, has the server's kernel clear the bits.
+    let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
 }
 
 impl Filesystem for SfsFuse {
@@ -987,17 +1035,22 @@ impl Filesystem for SfsFuse {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            // The protocol has no MKNOD: devices, FIFOs and sockets cannot be made remotely.
-            reply.error(Errno::EPERM);
+        let name = name.as_bytes().to_vec();
+        if mode & libc::S_IFMT == libc::S_IFREG {
+            self.spawn(req, |sh, c| async move {
+                reply_entry(sh.create(&c, parent, &name, mode, true).await, reply)
+            });
             return;
         }
-        let name = name.as_bytes().to_vec();
+        let Some(kind) = special_kind(mode, rdev) else {
+            reply.error(Errno::EINVAL);
+            return;
+        };
         self.spawn(req, |sh, c| async move {
-            reply_entry(sh.create(&c, parent, &name, mode, true).await, reply)
+            reply_entry(sh.mknod(&c, parent, &name, kind, mode).await, reply)
         });
     }
 
@@ -1499,6 +1552,45 @@ mod tests {
             };
             assert_eq!(time_from(time(t)), t, "{s}.{n}");
         }
+    }
+
+    /// The kernel's device encoding, checked against glibc's `makedev` (whose low 32 bits are
+    /// the same layout for majors below 4096 and minors below 2^20).
+    #[test]
+    fn device_numbers_round_trip_the_kernel_encoding() {
+        for (major, minor) in [
+            (0, 0),
+            (1, 3),
+            (8, 1),
+            (4095, 255),
+            (7, 256),
+            (259, 0xfffff),
+        ] {
+            let dev = encode_dev(major, minor);
+            assert_eq!(
+                u64::from(dev),
+                libc::makedev(major, minor),
+                "{major}:{minor}"
+            );
+            assert_eq!(decode_dev(dev), (major, minor));
+        }
+        use protocol::SpecialKind;
+        let dev = encode_dev(10, 300);
+        assert_eq!(
+            special_kind(libc::S_IFCHR | 0o600, dev),
+            Some(SpecialKind::Char(10, 300))
+        );
+        assert_eq!(
+            special_kind(libc::S_IFBLK, dev),
+            Some(SpecialKind::Block(10, 300))
+        );
+        assert_eq!(
+            special_kind(libc::S_IFIFO | 0o644, 0),
+            Some(SpecialKind::Fifo)
+        );
+        assert_eq!(special_kind(libc::S_IFSOCK, 0), Some(SpecialKind::Socket));
+        assert_eq!(special_kind(libc::S_IFDIR, 0), None);
+        assert_eq!(special_kind(libc::S_IFLNK, 0), None);
     }
 
     #[test]

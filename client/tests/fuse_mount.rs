@@ -482,6 +482,102 @@ fn posix_details_sparse_large_offsets_times_open_unlinked() {
     assert!(names <= 3, "hidden names are not listed ({names})");
 }
 
+/// MKNOD and RENAME2 end to end: FIFOs and sockets made by ordinary programs exist on the
+/// server (data through a FIFO flows in the local kernel, never to the server); a device node
+/// is made only if the server's kernel lets the mapped user; `renameat2(RENAME_NOREPLACE)`
+/// refuses an existing target.
+#[test]
+fn special_files_and_noreplace_rename() {
+    use std::os::unix::fs::FileTypeExt;
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let d = &m.dir;
+
+    let out = Command::new("mkfifo")
+        .args(["-m", "0640"])
+        .arg(d.join("pipe"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = fs::symlink_metadata(d.join("pipe")).unwrap();
+    assert!(md.file_type().is_fifo());
+    assert_eq!(md.mode() & 0o7777, 0o640);
+    assert!(
+        fs::symlink_metadata(s.export.join("pipe"))
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    let pipe = d.join("pipe");
+    let writer = std::thread::spawn(move || fs::write(pipe, b"through the local kernel"));
+    assert_eq!(
+        fs::read(d.join("pipe")).unwrap(),
+        b"through the local kernel"
+    );
+    writer.join().unwrap().unwrap();
+
+    let _listener = std::os::unix::net::UnixListener::bind(d.join("sock")).unwrap();
+    assert!(
+        fs::symlink_metadata(s.export.join("sock"))
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+
+    // A device node as the user the server maps us to (alice: the owner of the temp dir).
+    let server_uid = fs::metadata(s.dir.path()).unwrap().uid();
+    let local_root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    let out = Command::new("mknod")
+        .arg(d.join("null"))
+        .args(["c", "1", "300"])
+        .output()
+        .unwrap();
+    if server_uid == 0 && local_root {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let md = fs::symlink_metadata(d.join("null")).unwrap();
+        assert!(md.file_type().is_char_device());
+        // Through the kernel's device encoding both ways (minor above 255).
+        assert_eq!(md.rdev(), rustix::fs::makedev(1, 300));
+        let on_server = fs::symlink_metadata(s.export.join("null")).unwrap();
+        assert_eq!(on_server.rdev(), rustix::fs::makedev(1, 300));
+    } else {
+        assert!(!out.status.success(), "a device node as an ordinary user");
+        assert!(!s.export.join("null").exists());
+    }
+
+    // renameat2(RENAME_NOREPLACE): one atomic refusal on the server.
+    fs::write(d.join("a"), b"a").unwrap();
+    fs::write(d.join("b"), b"b").unwrap();
+    let r = rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        d.join("a"),
+        rustix::fs::CWD,
+        d.join("b"),
+        rustix::fs::RenameFlags::NOREPLACE,
+    );
+    assert_eq!(r, Err(rustix::io::Errno::EXIST));
+    assert_eq!(fs::read(s.export.join("b")).unwrap(), b"b");
+    rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        d.join("a"),
+        rustix::fs::CWD,
+        d.join("c"),
+        rustix::fs::RenameFlags::NOREPLACE,
+    )
+    .unwrap();
+    assert!(!d.join("a").exists());
+    assert_eq!(fs::read(d.join("c")).unwrap(), b"a");
+}
+
 #[test]
 fn copy_64_mib_in_and_out() {
     need_fuse!();
@@ -850,6 +946,22 @@ fn many_users_on_one_stream() {
     let (ok, _) = as_uid(65533, &format!("echo a > {}/shared/anon", d.display()));
     assert!(!ok);
     assert!(!s.export.join("shared/anon").exists());
+    // A write by a non-owner clears set-user-ID and set-group-ID bits, and succeeds: the
+    // server's kernel clears them as part of the write made as 65534 (the mount's kernel
+    // would otherwise send a chmod as 65534, which the server must refuse).
+    fs::write(d.join("shared/setid"), b"").unwrap();
+    fs::set_permissions(d.join("shared/setid"), fs::Permissions::from_mode(0o6777)).unwrap();
+    let (ok, err) = as_uid(65534, &format!("echo x >> {}/shared/setid", d.display()));
+    assert!(ok, "{err}\n{}", m.log());
+    assert_eq!(
+        fs::metadata(s.export.join("shared/setid")).unwrap().mode() & 0o7777,
+        0o777
+    );
+    assert_eq!(
+        fs::metadata(d.join("shared/setid")).unwrap().mode() & 0o7777,
+        0o777,
+        "the mount shows the server's mode at once"
+    );
     // The owner is unaffected, and sees 65534's file.
     assert_eq!(fs::read(d.join("shared/byn")).unwrap(), b"mine\n");
     assert!(m.log().contains("uid=65534"), "{}", m.log());

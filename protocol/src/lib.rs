@@ -88,7 +88,7 @@ pub use message::{
 pub use name::{DEFAULT_PORT, HostId, Location, ServerName};
 pub use record::{DeferredSeal, Opener, RecordReader, RecordStart, Sealer};
 pub use reply::{DirEntry, DirEntryPlus, DirPage, FsInfo, FsStat, NewObject, PathConf, ReplyBody};
-pub use request::{CreateHow, Proc, RequestOp, StableHow, access};
+pub use request::{CreateHow, Proc, RequestOp, SpecialKind, StableHow, access, rename_flags};
 pub use status::NfsStatus;
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use crate::handle::FileHandle;
 use crate::request::{MAX_PATH_LEN, Proc, StableHow, get_fh, get_name, put_fh};
 use crate::xdr::{self, Reader};
 
-/// A new object made by CREATE, MKDIR or SYMLINK.
+/// A new object made by CREATE, MKDIR, SYMLINK or MKNOD.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewObject {
     /// Its handle.
@@ -203,6 +203,8 @@ pub enum ReplyBody {
     Mkdir(NewObject),
     /// SYMLINK.
     Symlink(NewObject),
+    /// MKNOD.
+    Mknod(NewObject),
     /// REMOVE.
     Remove {
         /// The directory's attributes after the removal.
@@ -215,6 +217,13 @@ pub enum ReplyBody {
     },
     /// RENAME.
     Rename {
+        /// Source directory attributes after the rename.
+        from_dir_attr: Option<Attr>,
+        /// Target directory attributes after the rename.
+        to_dir_attr: Option<Attr>,
+    },
+    /// RENAME2 (the same results as RENAME).
+    Rename2 {
         /// Source directory attributes after the rename.
         from_dir_attr: Option<Attr>,
         /// Target directory attributes after the rename.
@@ -312,9 +321,11 @@ impl ReplyBody {
             ReplyBody::Create(_) => Proc::Create,
             ReplyBody::Mkdir(_) => Proc::Mkdir,
             ReplyBody::Symlink(_) => Proc::Symlink,
+            ReplyBody::Mknod(_) => Proc::Mknod,
             ReplyBody::Remove { .. } => Proc::Remove,
             ReplyBody::Rmdir { .. } => Proc::Rmdir,
             ReplyBody::Rename { .. } => Proc::Rename,
+            ReplyBody::Rename2 { .. } => Proc::Rename2,
             ReplyBody::Link { .. } => Proc::Link,
             ReplyBody::ReadDir(_) => Proc::ReadDir,
             ReplyBody::ReadDirPlus(_) => Proc::ReadDirPlus,
@@ -346,11 +357,18 @@ impl ReplyBody {
                 out.extend(attr.as_mut());
                 out.extend(dir_attr.as_mut());
             }
-            ReplyBody::Create(o) | ReplyBody::Mkdir(o) | ReplyBody::Symlink(o) => {
+            ReplyBody::Create(o)
+            | ReplyBody::Mkdir(o)
+            | ReplyBody::Symlink(o)
+            | ReplyBody::Mknod(o) => {
                 out.extend(o.attr.as_mut());
                 out.extend(o.dir_attr.as_mut());
             }
             ReplyBody::Rename {
+                from_dir_attr,
+                to_dir_attr,
+            }
+            | ReplyBody::Rename2 {
                 from_dir_attr,
                 to_dir_attr,
             } => {
@@ -407,13 +425,20 @@ impl ReplyBody {
                 xdr::put_u32(buf, *committed as u32);
                 xdr::put_fixed(buf, verifier);
             }
-            ReplyBody::Create(o) | ReplyBody::Mkdir(o) | ReplyBody::Symlink(o) => {
+            ReplyBody::Create(o)
+            | ReplyBody::Mkdir(o)
+            | ReplyBody::Symlink(o)
+            | ReplyBody::Mknod(o) => {
                 encode_new(buf, o);
             }
             ReplyBody::Remove { dir_attr } | ReplyBody::Rmdir { dir_attr } => {
                 encode_opt_attr(buf, dir_attr.as_ref());
             }
             ReplyBody::Rename {
+                from_dir_attr,
+                to_dir_attr,
+            }
+            | ReplyBody::Rename2 {
                 from_dir_attr,
                 to_dir_attr,
             } => {
@@ -518,6 +543,7 @@ impl ReplyBody {
             Proc::Create => ReplyBody::Create(decode_new(r)?),
             Proc::Mkdir => ReplyBody::Mkdir(decode_new(r)?),
             Proc::Symlink => ReplyBody::Symlink(decode_new(r)?),
+            Proc::Mknod => ReplyBody::Mknod(decode_new(r)?),
             Proc::Remove => ReplyBody::Remove {
                 dir_attr: decode_opt_attr(r)?,
             },
@@ -525,6 +551,10 @@ impl ReplyBody {
                 dir_attr: decode_opt_attr(r)?,
             },
             Proc::Rename => ReplyBody::Rename {
+                from_dir_attr: decode_opt_attr(r)?,
+                to_dir_attr: decode_opt_attr(r)?,
+            },
+            Proc::Rename2 => ReplyBody::Rename2 {
                 from_dir_attr: decode_opt_attr(r)?,
                 to_dir_attr: decode_opt_attr(r)?,
             },

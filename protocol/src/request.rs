@@ -1,7 +1,9 @@
 //! Request operations (client to server) and their arguments.
 //!
-//! The operation set is NFSv3's (RFC 1813) minus MKNOD, with the same procedure numbers, plus
-//! two SFS extensions: MOUNT (get the root handle of a path) and LOGIN (user authentication).
+//! The operation set is NFSv3's (RFC 1813), with the same procedure numbers, plus three SFS
+//! extensions: MOUNT (get the root handle of a path), LOGIN (user authentication) and RENAME2
+//! (RENAME with `renameat2(2)` flags, so a no-replace rename is one atomic operation on the
+//! server instead of a LOOKUP racing a RENAME).
 
 use crate::attr::{SetAttr, Time};
 use crate::error::DecodeError;
@@ -42,6 +44,8 @@ pub enum Proc {
     Mkdir = 9,
     /// Create a symbolic link.
     Symlink = 10,
+    /// Create a special file (FIFO, socket, device node).
+    Mknod = 11,
     /// Remove a file.
     Remove = 12,
     /// Remove a directory.
@@ -66,6 +70,8 @@ pub enum Proc {
     Mount = 100,
     /// SFS extension: user login.
     Login = 101,
+    /// SFS extension: rename with flags ([`rename_flags`]).
+    Rename2 = 102,
 }
 
 impl Proc {
@@ -82,6 +88,7 @@ impl Proc {
         Proc::Create,
         Proc::Mkdir,
         Proc::Symlink,
+        Proc::Mknod,
         Proc::Remove,
         Proc::Rmdir,
         Proc::Rename,
@@ -94,6 +101,7 @@ impl Proc {
         Proc::Commit,
         Proc::Mount,
         Proc::Login,
+        Proc::Rename2,
     ];
 
     /// The wire number.
@@ -123,9 +131,11 @@ impl Proc {
                 | Proc::Create
                 | Proc::Mkdir
                 | Proc::Symlink
+                | Proc::Mknod
                 | Proc::Remove
                 | Proc::Rmdir
                 | Proc::Rename
+                | Proc::Rename2
                 | Proc::Link
                 | Proc::Login
         )
@@ -146,6 +156,41 @@ pub mod access {
     pub const DELETE: u32 = 0x10;
     /// Execute a file or search a directory.
     pub const EXECUTE: u32 = 0x20;
+}
+
+/// RENAME2 flags (the values of Linux's `renameat2(2)` flags, so a server passes them on).
+pub mod rename_flags {
+    /// Fail with `Exist` instead of replacing an existing target.
+    pub const NOREPLACE: u32 = 0x1;
+    /// Every flag this protocol version defines; a request with any other bit does not decode.
+    pub const ALL: u32 = NOREPLACE;
+}
+
+/// What MKNOD makes (NFSv3 `mknoddata3`): only the special types, so a request can never name
+/// a regular file, directory or symlink here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SpecialKind {
+    /// A named pipe.
+    Fifo,
+    /// A Unix-domain socket's name.
+    Socket,
+    /// A character device (major, minor).
+    Char(u32, u32),
+    /// A block device (major, minor).
+    Block(u32, u32),
+}
+
+impl SpecialKind {
+    /// The file type of the object made.
+    pub fn ftype(self) -> crate::attr::FileType {
+        use crate::attr::FileType;
+        match self {
+            SpecialKind::Fifo => FileType::Fifo,
+            SpecialKind::Socket => FileType::Socket,
+            SpecialKind::Char(..) => FileType::Char,
+            SpecialKind::Block(..) => FileType::Block,
+        }
+    }
 }
 
 /// How durably WRITE must store data (NFSv3 `stable_how`).
@@ -281,6 +326,17 @@ pub enum RequestOp {
         /// What the link points to.
         target: Vec<u8>,
     },
+    /// Create a FIFO, socket or device node.
+    Mknod {
+        /// Directory.
+        dir: FileHandle,
+        /// Name.
+        name: Vec<u8>,
+        /// Type (and device numbers).
+        kind: SpecialKind,
+        /// Initial attributes.
+        attr: SetAttr,
+    },
     /// Remove a non-directory.
     Remove {
         /// Directory.
@@ -305,6 +361,19 @@ pub enum RequestOp {
         to_dir: FileHandle,
         /// Target name.
         to_name: Vec<u8>,
+    },
+    /// Rename with [`rename_flags`] (RENAME2).
+    Rename2 {
+        /// Source directory.
+        from_dir: FileHandle,
+        /// Source name.
+        from_name: Vec<u8>,
+        /// Target directory.
+        to_dir: FileHandle,
+        /// Target name.
+        to_name: Vec<u8>,
+        /// Flags (only bits of [`rename_flags::ALL`]).
+        flags: u32,
     },
     /// Make a hard link to `fh` as `dir/name`.
     Link {
@@ -396,9 +465,11 @@ impl RequestOp {
             RequestOp::Create { .. } => Proc::Create,
             RequestOp::Mkdir { .. } => Proc::Mkdir,
             RequestOp::Symlink { .. } => Proc::Symlink,
+            RequestOp::Mknod { .. } => Proc::Mknod,
             RequestOp::Remove { .. } => Proc::Remove,
             RequestOp::Rmdir { .. } => Proc::Rmdir,
             RequestOp::Rename { .. } => Proc::Rename,
+            RequestOp::Rename2 { .. } => Proc::Rename2,
             RequestOp::Link { .. } => Proc::Link,
             RequestOp::ReadDir { .. } => Proc::ReadDir,
             RequestOp::ReadDirPlus { .. } => Proc::ReadDirPlus,
@@ -486,6 +557,21 @@ impl RequestOp {
                 attr.encode(buf);
                 xdr::put_opaque(buf, target);
             }
+            RequestOp::Mknod {
+                dir,
+                name,
+                kind,
+                attr,
+            } => {
+                put_fh(buf, dir);
+                xdr::put_opaque(buf, name);
+                xdr::put_u32(buf, kind.ftype() as u32);
+                attr.encode(buf);
+                if let SpecialKind::Char(major, minor) | SpecialKind::Block(major, minor) = kind {
+                    xdr::put_u32(buf, *major);
+                    xdr::put_u32(buf, *minor);
+                }
+            }
             RequestOp::Rename {
                 from_dir,
                 from_name,
@@ -496,6 +582,19 @@ impl RequestOp {
                 xdr::put_opaque(buf, from_name);
                 put_fh(buf, to_dir);
                 xdr::put_opaque(buf, to_name);
+            }
+            RequestOp::Rename2 {
+                from_dir,
+                from_name,
+                to_dir,
+                to_name,
+                flags,
+            } => {
+                put_fh(buf, from_dir);
+                xdr::put_opaque(buf, from_name);
+                put_fh(buf, to_dir);
+                xdr::put_opaque(buf, to_name);
+                xdr::put_u32(buf, *flags);
             }
             RequestOp::Link { fh, dir, name } => {
                 put_fh(buf, fh);
@@ -621,6 +720,45 @@ impl RequestOp {
                 from_name: get_name(r)?,
                 to_dir: get_fh(r)?,
                 to_name: get_name(r)?,
+            },
+            Proc::Mknod => {
+                let dir = get_fh(r)?;
+                let name = get_name(r)?;
+                let ftype = r.u32("mknod type")?;
+                let attr = SetAttr::decode(r)?;
+                let kind = match ftype {
+                    3 => SpecialKind::Block(r.u32("device major")?, r.u32("device minor")?),
+                    4 => SpecialKind::Char(r.u32("device major")?, r.u32("device minor")?),
+                    6 => SpecialKind::Socket,
+                    7 => SpecialKind::Fifo,
+                    value => {
+                        return Err(DecodeError::BadDiscriminant {
+                            what: "mknod type",
+                            value,
+                        });
+                    }
+                };
+                RequestOp::Mknod {
+                    dir,
+                    name,
+                    kind,
+                    attr,
+                }
+            }
+            Proc::Rename2 => RequestOp::Rename2 {
+                from_dir: get_fh(r)?,
+                from_name: get_name(r)?,
+                to_dir: get_fh(r)?,
+                to_name: get_name(r)?,
+                flags: match r.u32("rename flags")? {
+                    f if f & !rename_flags::ALL == 0 => f,
+                    value => {
+                        return Err(DecodeError::BadDiscriminant {
+                            what: "rename flags",
+                            value,
+                        });
+                    }
+                },
             },
             Proc::Link => RequestOp::Link {
                 fh: get_fh(r)?,

@@ -518,12 +518,12 @@ fn decoders_reject_huge_counts_without_allocating() {
         op: RequestOp::Null,
     }
     .encode();
-    b[12..16].copy_from_slice(&11u32.to_be_bytes()); // MKNOD is not in the set
+    b[12..16].copy_from_slice(&103u32.to_be_bytes()); // not in the set
     assert_eq!(
         Request::decode(&b),
         Err(DecodeError::BadDiscriminant {
             what: "procedure",
-            value: 11
+            value: 103
         })
     );
     assert!(ServerMessage::decode(&[0, 0, 0, 3]).is_err());
@@ -538,6 +538,84 @@ fn decoders_reject_huge_counts_without_allocating() {
         ServerMessage::decode(&b),
         Err(DecodeError::BadBool { value: 2, .. })
     ));
+}
+
+/// MKNOD names only special types, and RENAME2 only the flags this version defines: a request
+/// that would make a regular file through MKNOD, or pass an undefined `renameat2` bit (such as
+/// RENAME_EXCHANGE or RENAME_WHITEOUT) to a server, does not decode.
+#[test]
+fn mknod_types_and_rename_flags_are_closed_sets() {
+    let fh = FileHandle::from_bytes([0; HANDLE_LEN]);
+    let mknod = Request {
+        id: 1,
+        authno: 0,
+        op: RequestOp::Mknod {
+            dir: fh,
+            name: b"p".to_vec(),
+            kind: SpecialKind::Fifo,
+            attr: SetAttr::default(),
+        },
+    }
+    .encode();
+    // id 8, authno 4, proc 4, handle, name length 4 + "p" padded to 4: then the type.
+    let at = 16 + HANDLE_LEN + 8;
+    assert_eq!(mknod[at..at + 4], 7u32.to_be_bytes());
+    for (bad, what) in [
+        (1u32, "regular"),
+        (2, "directory"),
+        (5, "symlink"),
+        (8, "unknown"),
+    ] {
+        let mut b = mknod.clone();
+        b[at..at + 4].copy_from_slice(&bad.to_be_bytes());
+        assert_eq!(
+            Request::decode(&b),
+            Err(DecodeError::BadDiscriminant {
+                what: "mknod type",
+                value: bad
+            }),
+            "{what}"
+        );
+    }
+    // A device carries its numbers; a FIFO does not.
+    let dev = Request {
+        id: 1,
+        authno: 0,
+        op: RequestOp::Mknod {
+            dir: fh,
+            name: b"p".to_vec(),
+            kind: SpecialKind::Char(1, 3),
+            attr: SetAttr::default(),
+        },
+    }
+    .encode();
+    assert_eq!(dev.len(), mknod.len() + 8);
+
+    let rename = Request {
+        id: 1,
+        authno: 0,
+        op: RequestOp::Rename2 {
+            from_dir: fh,
+            from_name: b"a".to_vec(),
+            to_dir: fh,
+            to_name: b"b".to_vec(),
+            flags: rename_flags::NOREPLACE,
+        },
+    }
+    .encode();
+    assert!(Request::decode(&rename).is_ok());
+    let last = rename.len() - 4;
+    for bad in [2u32, 4, 0x8000_0000, 3] {
+        let mut b = rename.clone();
+        b[last..].copy_from_slice(&bad.to_be_bytes());
+        assert_eq!(
+            Request::decode(&b),
+            Err(DecodeError::BadDiscriminant {
+                what: "rename flags",
+                value: bad
+            })
+        );
+    }
 }
 
 #[test]

@@ -395,3 +395,71 @@ fn exclusive_create_is_idempotent() {
         Err(NfsStatus::Exist)
     );
 }
+
+/// SETATTR of times on a symlink changes the link (`utimensat(AT_SYMLINK_NOFOLLOW)` through a
+/// mount), never what it points to; a mode on a symlink is refused, as Linux refuses lchmod.
+#[test]
+fn symlink_times_are_the_links_own() {
+    use std::os::unix::fs::MetadataExt;
+    let (area, _s, mut c, a, root) = setup();
+    c.create(a, root, "target", 0o644).unwrap();
+    let link = match c
+        .call(
+            a,
+            RequestOp::Symlink {
+                dir: root,
+                name: b"link".to_vec(),
+                attr: SetAttr::default(),
+                target: b"target".to_vec(),
+            },
+        )
+        .unwrap()
+    {
+        ReplyBody::Symlink(o) => o.fh,
+        o => panic!("{o:?}"),
+    };
+    let t = |s| {
+        SetTime::ClientTime(Time {
+            seconds: s,
+            nanos: 0,
+        })
+    };
+    let times = SetAttr {
+        atime: t(1_960_000_000),
+        mtime: t(1_970_000_000),
+        ..SetAttr::default()
+    };
+    assert!(matches!(
+        c.call(
+            a,
+            RequestOp::SetAttr {
+                fh: link,
+                attr: times,
+                guard: None
+            }
+        ),
+        Ok(ReplyBody::SetAttr { .. })
+    ));
+    let ex = area.export();
+    let l = std::fs::symlink_metadata(ex.join("link")).unwrap();
+    assert_eq!((l.atime(), l.mtime()), (1_960_000_000, 1_970_000_000));
+    assert_ne!(
+        std::fs::metadata(ex.join("target")).unwrap().mtime(),
+        1_970_000_000
+    );
+    let mode = SetAttr {
+        mode: Some(0o600),
+        ..SetAttr::default()
+    };
+    assert_eq!(
+        c.call(
+            a,
+            RequestOp::SetAttr {
+                fh: link,
+                attr: mode,
+                guard: None
+            }
+        ),
+        Err(NfsStatus::NotSupp)
+    );
+}

@@ -5,8 +5,8 @@
 
 pub mod load;
 mod plot;
-pub mod servers;
-pub mod sftp;
+pub(crate) mod servers;
+pub(crate) mod sftp;
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -163,7 +163,7 @@ struct Row {
 }
 
 /// Parses sizes such as `200MiB`, `1GiB`, `64MB`, `4096`.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())

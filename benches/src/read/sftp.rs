@@ -45,8 +45,8 @@ pub fn check_available() -> anyhow::Result<()> {
 /// A running throwaway sshd.
 pub struct Sshd {
     child: Child,
-    pub port: u16,
-    pub client_key: PathBuf,
+    port: u16,
+    client_key: PathBuf,
 }
 
 fn keygen(path: &Path) -> anyhow::Result<()> {
@@ -128,6 +128,16 @@ impl Sshd {
     /// Process ids of sshd and every process it forked (one per connection).
     pub fn processes(&self) -> Vec<u32> {
         process_tree(self.child.id())
+    }
+
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The private key it accepts.
+    pub fn client_key(&self) -> &Path {
+        &self.client_key
     }
 
     /// CPU time of sshd and every process it forked (one per connection).

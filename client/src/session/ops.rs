@@ -277,6 +277,26 @@ impl Client {
     }
 
     /// The handle and attributes of an object just made (asked for when the reply has none).
+    /// MKNOD: a FIFO, socket or device node (the server makes it as the caller; the kernel
+    /// there decides whether that user may make a device).
+    pub async fn mknod(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: protocol::SpecialKind,
+        attr: SetAttr,
+    ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.invalidate(dir);
+        let op = RequestOp::Mknod {
+            dir: *dir,
+            name: name.to_vec(),
+            kind,
+            attr,
+        };
+        let_reply!(self, ReplyBody::Mknod(o) = self.call(op).await?);
+        self.new_object(o).await
+    }
+
     async fn new_object(&self, o: NewObject) -> Result<(FileHandle, Attr), SessionError> {
         match o.attr {
             Some(a) => {
@@ -359,5 +379,28 @@ impl Client {
         })
         .await
         .map(|_| ())
+    }
+
+    /// RENAME2 with `flags` ([`protocol::rename_flags`]): with NOREPLACE the server fails with
+    /// `Exist` rather than replace `to_name`, in the same system call as the rename.
+    pub async fn rename2(
+        &self,
+        from_dir: &FileHandle,
+        from_name: &[u8],
+        to_dir: &FileHandle,
+        to_name: &[u8],
+        flags: u32,
+    ) -> Result<(), SessionError> {
+        self.inner.cache.invalidate(from_dir);
+        self.inner.cache.invalidate(to_dir);
+        let op = RequestOp::Rename2 {
+            from_dir: *from_dir,
+            from_name: from_name.to_vec(),
+            to_dir: *to_dir,
+            to_name: to_name.to_vec(),
+            flags,
+        };
+        let_reply!(self, ReplyBody::Rename2 { .. } = self.call(op).await?);
+        Ok(())
     }
 }

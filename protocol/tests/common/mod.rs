@@ -183,6 +183,35 @@ pub fn request_op() -> impl Strategy<Value = RequestOp> {
                 target,
             })
             .boxed(),
+        (
+            fh(),
+            name(),
+            prop_oneof![
+                Just(SpecialKind::Fifo),
+                Just(SpecialKind::Socket),
+                any::<(u32, u32)>().prop_map(|(a, b)| SpecialKind::Char(a, b)),
+                any::<(u32, u32)>().prop_map(|(a, b)| SpecialKind::Block(a, b)),
+            ],
+            set_attr(),
+        )
+            .prop_map(|(dir, name, kind, attr)| RequestOp::Mknod {
+                dir,
+                name,
+                kind,
+                attr,
+            })
+            .boxed(),
+        (fh(), name(), fh(), name(), 0..=rename_flags::ALL)
+            .prop_map(
+                |(from_dir, from_name, to_dir, to_name, flags)| RequestOp::Rename2 {
+                    from_dir,
+                    from_name,
+                    to_dir,
+                    to_name,
+                    flags,
+                },
+            )
+            .boxed(),
         (fh(), name())
             .prop_map(|(dir, name)| RequestOp::Remove { dir, name })
             .boxed(),
@@ -316,6 +345,13 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
         new_object().prop_map(ReplyBody::Create).boxed(),
         new_object().prop_map(ReplyBody::Mkdir).boxed(),
         new_object().prop_map(ReplyBody::Symlink).boxed(),
+        new_object().prop_map(ReplyBody::Mknod).boxed(),
+        (opt_attr(), opt_attr())
+            .prop_map(|(from_dir_attr, to_dir_attr)| ReplyBody::Rename2 {
+                from_dir_attr,
+                to_dir_attr,
+            })
+            .boxed(),
         opt_attr()
             .prop_map(|dir_attr| ReplyBody::Remove { dir_attr })
             .boxed(),

@@ -71,9 +71,11 @@ pub fn is_mutating(op: &RequestOp) -> bool {
             | RequestOp::Create { .. }
             | RequestOp::Mkdir { .. }
             | RequestOp::Symlink { .. }
+            | RequestOp::Mknod { .. }
             | RequestOp::Remove { .. }
             | RequestOp::Rmdir { .. }
             | RequestOp::Rename { .. }
+            | RequestOp::Rename2 { .. }
             | RequestOp::Link { .. }
             | RequestOp::Commit { .. }
     )

@@ -167,7 +167,9 @@ fn access_bits(o: &Obj, may_modify: bool, asked: u32) -> u32 {
 fn apply_setattr(o: &Obj, sa: &SetAttr) -> Result<(), NfsStatus> {
     let is_link = o.ftype() == FileType::Symlink;
     let changes_times = changes_times(sa);
-    if is_link && (sa.mode.is_some() || changes_times) {
+    // Linux has no mode on symlinks (lchmod is EOPNOTSUPP). Their times can be set: the
+    // descriptor's /proc link leads to the symlink's own inode, never to its target.
+    if is_link && sa.mode.is_some() {
         return Err(NfsStatus::NotSupp);
     }
     if let Some(size) = sa.size {

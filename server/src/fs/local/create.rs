@@ -1,13 +1,16 @@
-//! Operations that make objects or names: CREATE, MKDIR, SYMLINK, LINK.
+//! Operations that make objects or names: CREATE, MKDIR, SYMLINK, MKNOD, LINK.
 //!
 //! New objects get exactly the mode the client asked for (the process umask is 0) and belong
-//! to whoever the kernel says made them (the storage thread runs as the caller).
+//! to whoever the kernel says made them (the storage thread runs as the caller). That includes
+//! the decision whether a device node may be made at all: only a caller mapped to root keeps
+//! CAP_MKNOD on its storage thread (a non-zero fsuid drops it), so an ordinary user's MKNOD of
+//! a device fails with the kernel's EPERM.
 
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 
-use protocol::{CreateHow, FileHandle, FileType, NfsStatus, ReplyBody, SetAttr};
+use protocol::{CreateHow, FileHandle, FileType, NfsStatus, ReplyBody, SetAttr, SpecialKind};
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 
 use super::attrs::{changes_times, timespec};
@@ -206,6 +209,39 @@ impl LocalFs {
         rustix::fs::symlinkat(OsStr::from_bytes(target), &d.fd, n).map_err(errno)?;
         let o = self.child(&d, n)?;
         Ok(ReplyBody::Symlink(self.new_object(ctx, &d, &o, out)))
+    }
+
+    /// MKNOD: a FIFO, socket or device node, made with `mknodat(2)` as the caller and looked
+    /// up once (as an `O_PATH` descriptor, never opened for data) for its handle. Only the
+    /// mode of `attr` is used, as for MKDIR.
+    pub(super) fn mknod(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        name: &[u8],
+        kind: SpecialKind,
+        attr: &SetAttr,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let d = self.dir(&dir, &ctx.creds)?;
+        let n = new_component(name)?;
+        let mode = Mode::from_raw_mode(attr.mode.unwrap_or(0o644) & 0o7777);
+        let (ftype, dev) = match kind {
+            SpecialKind::Fifo => (rustix::fs::FileType::Fifo, 0),
+            SpecialKind::Socket => (rustix::fs::FileType::Socket, 0),
+            SpecialKind::Char(major, minor) => (
+                rustix::fs::FileType::CharacterDevice,
+                rustix::fs::makedev(major, minor),
+            ),
+            SpecialKind::Block(major, minor) => (
+                rustix::fs::FileType::BlockDevice,
+                rustix::fs::makedev(major, minor),
+            ),
+        };
+        rustix::fs::mknodat(&d.fd, n, ftype, mode, dev).map_err(errno)?;
+        let o = self.child(&d, n)?;
+        Ok(ReplyBody::Mknod(self.new_object(ctx, &d, &o, out)))
     }
 
     /// LINK: a new name in `dir` for the object `fh` (never a directory).

@@ -179,12 +179,33 @@ impl LocalFs {
             } => self.symlink(ctx, dir, &name, &target, out),
             Op::Remove { dir, name } => self.remove(ctx, dir, &name, out),
             Op::Rmdir { dir, name } => self.rmdir(ctx, dir, &name, out),
+            Op::Mknod {
+                dir,
+                name,
+                kind,
+                attr,
+            } => self.mknod(ctx, dir, &name, kind, &attr, out),
             Op::Rename {
                 from_dir,
                 from_name,
                 to_dir,
                 to_name,
-            } => self.rename(ctx, from_dir, &from_name, to_dir, &to_name, out),
+            } => self.rename(ctx, from_dir, &from_name, to_dir, &to_name, None, out),
+            Op::Rename2 {
+                from_dir,
+                from_name,
+                to_dir,
+                to_name,
+                flags,
+            } => self.rename(
+                ctx,
+                from_dir,
+                &from_name,
+                to_dir,
+                &to_name,
+                Some(flags),
+                out,
+            ),
             Op::Link { fh, dir, name } => self.link(ctx, fh, dir, &name, out),
             Op::ReadDir {
                 dir, cookie, count, ..

@@ -1,4 +1,4 @@
-//! Operations that take names away or move them: REMOVE, RMDIR, RENAME.
+//! Operations that take names away or move them: REMOVE, RMDIR, RENAME, RENAME2.
 //!
 //! The victim is looked up first only to tell other lease holders what changed and to keep
 //! the inode index right; the kernel decides the removal or rename itself, by name in the
@@ -6,8 +6,8 @@
 
 use std::os::unix::fs::MetadataExt;
 
-use protocol::{Attr, FileHandle, FileType, NfsStatus, ReplyBody};
-use rustix::fs::AtFlags;
+use protocol::{Attr, FileHandle, FileType, NfsStatus, ReplyBody, rename_flags};
+use rustix::fs::{AtFlags, RenameFlags};
 
 use super::resolve::old_component;
 use super::{LocalFs, errno};
@@ -82,6 +82,9 @@ impl LocalFs {
     }
 
     /// RENAME `from_dir/from_name` to `to_dir/to_name`, replacing what the target named.
+    /// RENAME (`flags` `None`) and RENAME2: one `renameat2(2)` with the protocol's flags, so
+    /// with NOREPLACE the existence check and the rename are one atomic step in the kernel.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn rename(
         &self,
         ctx: &OpCtx,
@@ -89,8 +92,20 @@ impl LocalFs {
         from_name: &[u8],
         to_dir: FileHandle,
         to_name: &[u8],
+        rename2: Option<u32>,
         out: &mut Outcome,
     ) -> Result<ReplyBody, NfsStatus> {
+        let flags = rename2.unwrap_or(0);
+        // The decoder admits only defined bits; refuse anything else rather than pass it on.
+        if flags & !rename_flags::ALL != 0 {
+            return Err(NfsStatus::Inval);
+        }
+        let noreplace = flags & rename_flags::NOREPLACE != 0;
+        let kernel_flags = if noreplace {
+            RenameFlags::NOREPLACE
+        } else {
+            RenameFlags::empty()
+        };
         self.writable()?;
         let c = &ctx.creds;
         let source_dir = self.dir(&from_dir, c)?;
@@ -103,12 +118,20 @@ impl LocalFs {
             .child(&target_dir, target_name)
             .ok()
             .filter(|r| r.key != moving.key);
-        rustix::fs::renameat(&source_dir.fd, source_name, &target_dir.fd, target_name).map_err(
-            |e| match e {
-                rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST => NfsStatus::NotEmpty,
-                e => errno(e),
-            },
-        )?;
+        rustix::fs::renameat_with(
+            &source_dir.fd,
+            source_name,
+            &target_dir.fd,
+            target_name,
+            kernel_flags,
+        )
+        .map_err(|e| match e {
+            // With NOREPLACE, EEXIST is "the target exists"; without, the kernel uses it (like
+            // ENOTEMPTY) for a directory target that is not empty.
+            rustix::io::Errno::EXIST if noreplace => NfsStatus::Exist,
+            rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST => NfsStatus::NotEmpty,
+            e => errno(e),
+        })?;
         let replaced_gone = replaced
             .as_ref()
             .filter(|r| r.meta.nlink() <= 1)
@@ -125,9 +148,16 @@ impl LocalFs {
         out.changed.push((target_dir.key, to_dir, to_dir_attr));
         out.leased.push((source_dir.key, from_dir));
         out.leased.push((target_dir.key, to_dir));
-        Ok(ReplyBody::Rename {
-            from_dir_attr,
-            to_dir_attr,
+        Ok(if rename2.is_none() {
+            ReplyBody::Rename {
+                from_dir_attr,
+                to_dir_attr,
+            }
+        } else {
+            ReplyBody::Rename2 {
+                from_dir_attr,
+                to_dir_attr,
+            }
         })
     }
 }

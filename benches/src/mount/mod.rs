@@ -1,0 +1,407 @@
+//! `sfs-bench mount`: what a user of a network file system sees, through a real kernel mount.
+//! The same workloads run on `sfs mount` (FUSE, to a local sfsd) and on sshfs (to a throwaway
+//! OpenSSH sshd on loopback, with chacha20-poly1305@openssh.com, the AEAD sfs uses), in one
+//! run, interleaved, several repetitions, medians:
+//!
+//! - `seq-write`: a large file written in 1 MiB calls, then fsync;
+//! - `seq-read`: that file read back on a fresh mount (the client's page cache is empty; the
+//!   server's is warm, so this measures protocol and client, not the disk);
+//! - `untar`: `tar -x` of a source tree (a tarball made from `--tree`, several copies), then
+//!   `sync -f`;
+//! - `find+stat`: a walk of the extracted trees on a fresh mount, `lstat` of every entry.
+//!
+//! Both systems export the same directory, cleaned between runs through the local file
+//! system. CPU seconds are read from /proc: server = sfsd, or sshd with its session
+//! processes; client = the `sfs mount` process, or sshfs with its ssh. Work the kernel does
+//! for the FUSE requests is charged to the benchmark process and reported for neither.
+
+mod mounts;
+mod workloads;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+
+use crate::read::servers::Server;
+use crate::read::sftp::{self, Sshd};
+use crate::report::{median, spread};
+use mounts::{Mounted, Recipe, System};
+use workloads::{Outcome, Workload};
+
+const BIG_FILE: &str = "big.bin";
+const TREE_DIR: &str = "tree";
+const BENCH_USER: &str = "bench";
+/// The sshfs cipher: the same AEAD as sfs's records.
+const CIPHER: &str = "chacha20-poly1305@openssh.com";
+
+#[derive(clap::Args, Debug)]
+pub struct MountArgs {
+    /// Size of the file of seq-write and seq-read, e.g. 256MiB, 1GiB
+    #[arg(long, default_value = "256MiB", value_parser = crate::read::parse_size)]
+    file_size: u64,
+    /// Source tree to tar for untar and find+stat (build output and .git excluded)
+    #[arg(long, default_value = ".")]
+    tree: PathBuf,
+    /// Copies of the tree extracted per untar run
+    #[arg(long, default_value_t = 4)]
+    tree_copies: usize,
+    /// Repetitions; the systems alternate within each
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Only sfs (no sshd/sshfs)
+    #[arg(long)]
+    no_sshfs: bool,
+    /// Write one JSON object per workload and system and line to FILE
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The sfsd binary [default: next to sfs-bench]
+    #[arg(long)]
+    sfsd: Option<PathBuf>,
+    /// The sfs binary [default: next to sfs-bench]
+    #[arg(long)]
+    sfs: Option<PathBuf>,
+    /// Directory for the export, server state and mount points [default: a temporary
+    /// directory]
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+}
+
+/// One run of one workload on one system, with the CPU it cost.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    outcome: Outcome,
+    server_cpu: Duration,
+    client_cpu: Duration,
+}
+
+/// A summary line of the table and of the JSON output.
+#[derive(Debug, Serialize)]
+struct Row {
+    workload: Workload,
+    system: &'static str,
+    unit: &'static str,
+    /// Median rate over the repetitions.
+    rate: f64,
+    min: f64,
+    max: f64,
+    /// Bytes or entries per run.
+    amount: u64,
+    /// Median CPU seconds per run.
+    server_cpu_s: f64,
+    client_cpu_s: f64,
+    reps: usize,
+}
+
+/// `NAME` next to this executable, or `explicit`.
+fn locate(name: &str, explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    let candidate = std::env::current_exe()?.with_file_name(name);
+    if candidate.is_file() {
+        return Ok(candidate);
+    }
+    bail!(
+        "cannot find {name} next to sfs-bench (build it with `cargo build --release -p {name}`, or pass --{name} PATH)"
+    )
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// The name of the user this process runs as (the sshfs login).
+fn user_name() -> anyhow::Result<String> {
+    let out = Command::new("id")
+        .arg("-un")
+        .output()
+        .context("running id -un")?;
+    let name = String::from_utf8(out.stdout)?.trim().to_string();
+    if name.is_empty() {
+        bail!("id -un printed no user name");
+    }
+    Ok(name)
+}
+
+/// `sfs keygen --out KEY`: the public key (its last line of output).
+fn keygen(sfs: &Path, home: &Path, key: &Path) -> anyhow::Result<String> {
+    let out = Command::new(sfs)
+        .env("HOME", home)
+        .args(["keygen", "--out"])
+        .arg(key)
+        .output()
+        .context("running sfs keygen")?;
+    if !out.status.success() {
+        bail!("sfs keygen: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    String::from_utf8(out.stdout)?
+        .lines()
+        .last()
+        .map(|l| l.trim().to_string())
+        .context("sfs keygen printed no key")
+}
+
+/// Everything the runs share.
+struct Bench {
+    workdir: PathBuf,
+    export: PathBuf,
+    recipe: Recipe,
+    server: Server,
+    sshd: Option<Sshd>,
+    tarball: PathBuf,
+    entries: u64,
+    copies: usize,
+    file_size: u64,
+}
+
+pub fn run(args: MountArgs) -> anyhow::Result<()> {
+    for tool in ["fusermount3", "tar", "sync", "taskset"] {
+        if !have(tool) {
+            bail!("`{tool}` not found (fusermount3 is in the fuse3 package)");
+        }
+    }
+    if !Path::new("/dev/fuse").exists() {
+        bail!("/dev/fuse is missing: no FUSE here");
+    }
+    if !args.no_sshfs {
+        sftp::check_available()?;
+        if !have("sshfs") {
+            bail!("`sshfs` not found (install sshfs, or pass --no-sshfs)");
+        }
+    }
+    if args.reps == 0 || args.tree_copies == 0 {
+        bail!("--reps and --tree-copies must be at least 1");
+    }
+    let sfsd = crate::read::servers::locate_sfsd(args.sfsd.as_deref())?;
+    let sfs = locate("sfs", args.sfs.as_deref())?;
+    let _tmp;
+    let workdir = match &args.workdir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.canonicalize()?
+        }
+        None => {
+            _tmp = tempfile::tempdir()?;
+            _tmp.path().to_path_buf()
+        }
+    };
+    let export = workdir.join("export");
+    let home = workdir.join("home");
+    for d in [&export, &home] {
+        std::fs::create_dir_all(d)?;
+    }
+    let tarball = workdir.join("tree.tar");
+    workloads::make_tarball(&args.tree, &tarball)?;
+    let entries = workloads::tar_entries(&tarball)?;
+
+    let identity = workdir.join("bench.key");
+    let public = keygen(&sfs, &home, &identity)?;
+    let users = workdir.join("users");
+    // The export was just made by this process: its owner is who the files should belong to.
+    let (uid, gid) = {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&export)?;
+        (m.uid(), m.gid())
+    };
+    std::fs::write(&users, format!("{BENCH_USER} {public} {uid} {gid}\n"))?;
+    let cpus: Vec<usize> =
+        (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+    let server = Server::start(&sfsd, &cpus, &[], &workdir.join("state"), &export, &users)?;
+    let sshd = if args.no_sshfs {
+        None
+    } else {
+        Some(Sshd::start(&workdir.join("ssh"), &cpus, CIPHER)?)
+    };
+    let recipe = Recipe {
+        sfs,
+        identity,
+        user: BENCH_USER.to_string(),
+        server: server.name.to_string(),
+        sshfs_remote: format!("{}@127.0.0.1:{}", user_name()?, export.display()),
+    };
+    let bench = Bench {
+        workdir: workdir.clone(),
+        export,
+        recipe,
+        server,
+        sshd,
+        tarball,
+        entries,
+        copies: args.tree_copies,
+        file_size: args.file_size,
+    };
+    let mut systems = vec![System::Sfs];
+    if !args.no_sshfs {
+        systems.push(System::Sshfs);
+    }
+    eprintln!(
+        "mount: {} file, tree of {} entries x {} copies, {} rep(s); {} CPU(s), shared with \
+         whatever else runs here",
+        human(args.file_size),
+        entries,
+        args.tree_copies,
+        args.reps,
+        cpus.len()
+    );
+    // samples[system][workload] = one Sample per repetition.
+    let mut samples = vec![vec![Vec::new(); Workload::ALL.len()]; systems.len()];
+    for rep in 0..args.reps {
+        for (si, &system) in systems.iter().enumerate() {
+            eprint!("  rep {}/{}: {} ... ", rep + 1, args.reps, system.name());
+            let got = measure(&bench, system)
+                .with_context(|| format!("{} (rep {})", system.name(), rep + 1))?;
+            for (wi, s) in got.into_iter().enumerate() {
+                eprint!(
+                    "{} {:.0} ",
+                    Workload::ALL[wi].name(),
+                    s.outcome.rate(Workload::ALL[wi])
+                );
+                samples[si][wi].push(s);
+            }
+            eprintln!();
+        }
+    }
+    let mut rows = Vec::new();
+    for (wi, &w) in Workload::ALL.iter().enumerate() {
+        for (si, &system) in systems.iter().enumerate() {
+            rows.push(summarise(w, system, &samples[si][wi]));
+        }
+    }
+    print_table(&rows, &systems);
+    if let Some(path) = &args.json {
+        let mut out = BufWriter::new(File::create(path)?);
+        for row in &rows {
+            writeln!(out, "{}", serde_json::to_string(row)?)?;
+        }
+        out.flush()?;
+        eprintln!("wrote {}", path.display());
+    }
+    bench.server.stop();
+    Ok(())
+}
+
+/// Every workload once on `system`, each mount fresh where the workload needs a cold client.
+fn measure(b: &Bench, system: System) -> anyhow::Result<Vec<Sample>> {
+    let mnt = b.workdir.join(format!("mnt-{}", system.name()));
+    let log = b.workdir.join(format!("{}.log", system.name()));
+    let server_cpu = || match system {
+        System::Sfs => b.server.cpu_time(),
+        System::Sshfs => b.sshd.as_ref().map(Sshd::cpu_time).unwrap_or_default(),
+    };
+    let mount = || Mounted::mount(system, &b.recipe, b.sshd.as_ref(), &mnt, &log);
+    let timed = |m: &Mounted, f: &dyn Fn(&Path) -> anyhow::Result<Outcome>| {
+        let (s0, c0) = (server_cpu(), m.cpu_time());
+        let outcome = f(&m.dir)?;
+        Ok::<_, anyhow::Error>(Sample {
+            outcome,
+            server_cpu: server_cpu().saturating_sub(s0),
+            client_cpu: m.cpu_time().saturating_sub(c0),
+        })
+    };
+    clean(&b.export)?;
+    let mut out = Vec::new();
+    let m = mount()?;
+    out.push(timed(&m, &|d| {
+        workloads::seq_write(&d.join(BIG_FILE), b.file_size)
+    })?);
+    m.unmount();
+    let m = mount()?;
+    out.push(timed(&m, &|d| {
+        workloads::seq_read(&d.join(BIG_FILE), b.file_size)
+    })?);
+    out.push(timed(&m, &|d| {
+        workloads::untar(&b.tarball, &d.join(TREE_DIR), b.copies, b.entries)
+    })?);
+    m.unmount();
+    let m = mount()?;
+    out.push(timed(&m, &|d| workloads::find_stat(&d.join(TREE_DIR)))?);
+    m.unmount();
+    clean(&b.export)?;
+    Ok(out)
+}
+
+/// Removes what the workloads made, through the local file system.
+fn clean(export: &Path) -> anyhow::Result<()> {
+    let _ = std::fs::remove_file(export.join(BIG_FILE));
+    match std::fs::remove_dir_all(export.join(TREE_DIR)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).context("cleaning the export"),
+    }
+}
+
+fn summarise(w: Workload, system: System, samples: &[Sample]) -> Row {
+    let rates: Vec<f64> = samples.iter().map(|s| s.outcome.rate(w)).collect();
+    let (min, max) = spread(&rates);
+    let secs = |f: fn(&Sample) -> Duration| {
+        median(
+            &samples
+                .iter()
+                .map(|s| f(s).as_secs_f64())
+                .collect::<Vec<_>>(),
+        )
+    };
+    Row {
+        workload: w,
+        system: system.name(),
+        unit: w.unit(),
+        rate: median(&rates),
+        min,
+        max,
+        amount: samples.first().map_or(0, |s| s.outcome.amount),
+        server_cpu_s: secs(|s| s.server_cpu),
+        client_cpu_s: secs(|s| s.client_cpu),
+        reps: samples.len(),
+    }
+}
+
+fn print_table(rows: &[Row], systems: &[System]) {
+    print!("{:<11}{:>6}", "workload", "unit");
+    for s in systems {
+        print!("{:>28}", format!("{} (min-max)", s.name()));
+    }
+    if systems.len() == 2 {
+        print!("{:>11}", "sfs/sshfs");
+    }
+    for s in systems {
+        print!("{:>22}", format!("cpu-s srv/cli {}", s.name()));
+    }
+    println!();
+    for chunk in rows.chunks(systems.len()) {
+        let w = chunk[0].workload;
+        print!("{:<11}{:>6}", w.name(), w.unit());
+        for r in chunk {
+            print!(
+                "{:>28}",
+                format!("{:.1} ({:.1}-{:.1})", r.rate, r.min, r.max)
+            );
+        }
+        if chunk.len() == 2 {
+            print!("{:>10.2}x", chunk[0].rate / chunk[1].rate);
+        }
+        for r in chunk {
+            print!(
+                "{:>22}",
+                format!("{:.2} / {:.2}", r.server_cpu_s, r.client_cpu_s)
+            );
+        }
+        println!();
+    }
+}
+
+fn human(n: u64) -> String {
+    if n >= 1 << 30 {
+        format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.0} MiB", n as f64 / (1u64 << 20) as f64)
+    }
+}
