@@ -12,6 +12,8 @@ use crate::cli::ServeArgs;
 pub struct FileConfig {
     pub state: Option<PathBuf>,
     pub export: Option<PathBuf>,
+    pub backend: Option<String>,
+    pub backend_connections: Option<usize>,
     pub listen: Option<String>,
     pub location: Option<String>,
     pub workers: Option<usize>,
@@ -51,6 +53,8 @@ pub fn merge(mut a: ServeArgs, path: &Path) -> Result<ServeArgs> {
     opt!(
         state,
         export,
+        backend,
+        backend_connections,
         listen,
         location,
         workers,

@@ -10,7 +10,10 @@
 pub mod creds;
 pub mod index;
 pub mod local;
+pub mod nfs;
 pub mod pool;
+
+use std::sync::Arc;
 
 use protocol::{Attr, FileHandle, HandleData, NfsStatus, ReplyBody, RequestOp};
 
@@ -66,6 +69,37 @@ pub trait Storage: Send + Sync + 'static {
     fn execute(&self, ctx: &OpCtx, op: RequestOp) -> Outcome;
     /// Opens `fh` for READ after checking the caller may read it.
     fn open_read(&self, ctx: &OpCtx, fh: &HandleData) -> Result<ReadableFile, NfsStatus>;
+}
+
+/// A completion: runs once with the result, in whatever color the backend completes in.
+pub type Done<T> = Box<dyn FnOnce(T) + Send>;
+
+/// A storage backend that never blocks: each operation is submitted with its completion, and
+/// the backend calls `done` from a callback when the result is in (the NFS backend sends an
+/// RPC and completes when the reply arrives).
+pub trait AsyncStorage: Send + Sync + 'static {
+    /// Runs any request except NULL, LOGIN and READ.
+    fn submit(&self, ctx: OpCtx, op: RequestOp, done: Done<Outcome>);
+    /// READ of a verified handle: `done` gets the reply record for request `req_id`, laid out
+    /// as [`protocol::encode_read_reply_into`] writes it after a 4-byte gap for the record
+    /// header, ready to be sealed in place.
+    fn submit_read(
+        &self,
+        ctx: OpCtx,
+        hd: HandleData,
+        offset: u64,
+        count: usize,
+        req_id: u64,
+        done: Done<Result<Vec<u8>, NfsStatus>>,
+    );
+}
+
+/// Where the files are: sfsd's own blocking backend on its storage threads, or a backend that
+/// completes operations as callbacks.
+#[derive(Clone)]
+pub enum Backend {
+    Local(Arc<dyn Storage>),
+    Async(Arc<dyn AsyncStorage>),
 }
 
 /// Procedures that change the file system (refused on read-only exports and to anonymous
