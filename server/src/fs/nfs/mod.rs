@@ -176,6 +176,16 @@ fn old_component(name: &[u8]) -> Result<(), NfsStatus> {
     })
 }
 
+/// An object no directory links to any more is gone for sfs clients, as with the local
+/// backend (which resolves handles through names): a backend that still has it open (Ganesha
+/// keeps descriptors) reports `nlink` 0, and the handle is answered STALE.
+fn alive(a: Option<&Attr>) -> Result<(), NfsStatus> {
+    match a {
+        Some(a) if a.nlink == 0 => Err(NfsStatus::Stale),
+        _ => Ok(()),
+    }
+}
+
 fn key(a: &Attr) -> ObjKey {
     (a.fsid, a.fileid)
 }
@@ -287,6 +297,7 @@ impl Inner {
                 self.call(c, Proc::GetAttr, args, move |_, res| {
                     let r = results(res, ops::fattr);
                     done(outcome(r, |a, out| {
+                        alive(Some(&a))?;
                         out.leased.push((o.key, o.fh));
                         Ok(ReplyBody::GetAttr {
                             attr: Attr {
@@ -352,6 +363,7 @@ impl Inner {
                 self.call(c, Proc::Access, args, move |_, res| {
                     let r = results(res, |r| Ok((ops::post_op_attr(r)?, r.u32("access")?)));
                     done(outcome(r, |(attr, mut granted), out| {
+                        alive(attr.as_ref())?;
                         if no_modify {
                             granted &= !(access::MODIFY | access::EXTEND | access::DELETE);
                         }
@@ -963,6 +975,9 @@ impl Inner {
         self.call(&ctx.creds, Proc::Read, args, move |_, res| {
             let r = results(res, |r| {
                 let attr = ops::post_op_attr(r)?;
+                if alive(attr.as_ref()).is_err() {
+                    return Ok(Err(NfsStatus::Stale));
+                }
                 let _count = r.u32("count")?;
                 let eof = r.bool("eof")?;
                 let data = r.opaque(count as usize, "data")?;
@@ -974,9 +989,9 @@ impl Inner {
                     b.extend_from_slice(data);
                     Ok::<bool, std::convert::Infallible>(eof)
                 });
-                Ok(buf)
+                Ok(Ok(buf))
             });
-            done(r)
+            done(r.and_then(|r| r))
         });
     }
 }
