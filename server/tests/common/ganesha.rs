@@ -81,7 +81,12 @@ impl Ganesha {
         }
     }
 
-    fn try_start(dir: &Path, export: &Path, nfs_port: u16, mount_port: u16) -> Result<Ganesha, String> {
+    fn try_start(
+        dir: &Path,
+        export: &Path,
+        nfs_port: u16,
+        mount_port: u16,
+    ) -> Result<Ganesha, String> {
         let conf = dir.join("ganesha.conf");
         let log = dir.join("ganesha.log");
         std::fs::write(
@@ -126,7 +131,10 @@ exec ganesha.nfsd -F -f '{}' -L '{}' -p /run/ganesha/ganesha.pid -N NIV_EVENT",
         );
         let child = Command::new("unshare")
             .args(["-m", "--propagation", "private", "sh", "-c", &script])
-            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

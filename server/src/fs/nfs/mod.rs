@@ -538,21 +538,7 @@ impl Inner {
                 let o = obj!(fh);
                 let d = obj!(dir);
                 check!(new_component(&name));
-                let args = ops::pack(&nfs3_types::nfs3::LINK3args {
-                    file: ops::fh3(o.b.as_slice()),
-                    link: ops::dirop(d.b.as_slice(), &name),
-                });
-                self.call(c, Proc::Link, args, move |_, res| {
-                    let r = results(res, |r| Ok((ops::post_op_attr(r)?, ops::wcc(r)?)));
-                    done(outcome(r, |(attr, dir_attr), out| {
-                        let (attr, dir_attr) = (leased(attr, lease), leased(dir_attr, lease));
-                        out.changed.push((o.key, o.fh, attr));
-                        out.changed.push((d.key, d.fh, dir_attr));
-                        out.leased.push((o.key, o.fh));
-                        out.leased.push((d.key, d.fh));
-                        Ok(ReplyBody::Link { attr, dir_attr })
-                    }))
-                });
+                self.link(ctx, o, d, name, done);
             }
             RequestOp::ReadDir {
                 dir,
@@ -830,6 +816,58 @@ impl Inner {
                 Ok(next) => me.mount_step(ctx, next, rest, done),
                 Err(s) => done(Outcome::err(s)),
             }
+        });
+    }
+
+    /// LINK, after the check the local kernel makes with `protected_hardlinks` (an NFS server
+    /// such as Ganesha links as root or without that check): a user may link only a file it
+    /// owns, or a regular, non-setuid, non-setgid-executable file it may both read and write.
+    /// The read/write answer is the backend's own (ACCESS with the user's credentials).
+    fn link(self: &Arc<Self>, ctx: OpCtx, o: Obj, d: Obj, name: Vec<u8>, done: Done<Outcome>) {
+        let args = ops::pack(&nfs3_types::nfs3::ACCESS3args {
+            object: ops::fh3(o.b.as_slice()),
+            access: access::READ | access::MODIFY,
+        });
+        let c = ctx.creds.clone();
+        self.call(&c, Proc::Access, args, move |me, res| {
+            let r = results(res, |r| Ok((ops::post_op_attr(r)?, r.u32("access")?)));
+            let allowed = r.and_then(|(attr, granted)| {
+                let Some(a) = attr else {
+                    return Err(NfsStatus::Io);
+                };
+                if a.ftype == FileType::Directory {
+                    return Err(NfsStatus::IsDir);
+                }
+                let owner = ctx.creds.uid == 0 || a.uid == ctx.creds.uid;
+                let safe = a.ftype == FileType::Regular
+                    && a.mode & 0o4000 == 0
+                    && a.mode & 0o2010 != 0o2010
+                    && granted & (access::READ | access::MODIFY) == access::READ | access::MODIFY;
+                if owner || safe {
+                    Ok(())
+                } else {
+                    Err(NfsStatus::Perm)
+                }
+            });
+            if let Err(s) = allowed {
+                return done(Outcome::err(s));
+            }
+            let lease = ctx.lease_ms;
+            let args = ops::pack(&nfs3_types::nfs3::LINK3args {
+                file: ops::fh3(o.b.as_slice()),
+                link: ops::dirop(d.b.as_slice(), &name),
+            });
+            me.call(&ctx.creds, Proc::Link, args, move |_, res| {
+                let r = results(res, |r| Ok((ops::post_op_attr(r)?, ops::wcc(r)?)));
+                done(outcome(r, |(attr, dir_attr), out| {
+                    let (attr, dir_attr) = (leased(attr, lease), leased(dir_attr, lease));
+                    out.changed.push((o.key, o.fh, attr));
+                    out.changed.push((d.key, d.fh, dir_attr));
+                    out.leased.push((o.key, o.fh));
+                    out.leased.push((d.key, d.fh));
+                    Ok(ReplyBody::Link { attr, dir_attr })
+                }))
+            });
         });
     }
 
