@@ -165,6 +165,25 @@ exec ganesha.nfsd -F -f '{}' -L '{}' -p /run/ganesha/ganesha.pid -N NIV_EVENT",
         Ok(g)
     }
 
+    /// Stops Ganesha and starts it again on the same ports (a backend restart).
+    pub fn restart(&mut self, dir: &Path, export: &Path) {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match Ganesha::try_start(dir, export, self.nfs_port, self.mount_port) {
+                Ok(mut g) => {
+                    self.child = g.child.take();
+                    return;
+                }
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("ganesha did not restart ({e}), retrying");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("NFS-Ganesha did not restart: {e}"),
+            }
+        }
+    }
+
     /// The `--backend` URL for sfsd.
     pub fn url(&self) -> String {
         format!(

@@ -433,11 +433,19 @@ impl Sfsd {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sfsd"));
         cmd.arg("serve").arg("--state").arg(dir.join("state"));
         // The same tests, in front of NFS-Ganesha exporting the same directory.
-        let backend = ganesha::enabled().then(|| ganesha::Ganesha::start(dir, &dir.join("export")));
+        // (Unless the test names its own backend.)
+        let own_backend = extra.contains(&"--backend");
+        let backend = (ganesha::enabled() && !own_backend)
+            .then(|| ganesha::Ganesha::start(dir, &dir.join("export")));
         match &backend {
-            Some(g) => cmd.arg("--backend").arg(g.url()),
-            None => cmd.arg("--export").arg(dir.join("export")),
-        };
+            Some(g) => {
+                cmd.arg("--backend").arg(g.url());
+            }
+            None if !own_backend => {
+                cmd.arg("--export").arg(dir.join("export"));
+            }
+            None => {}
+        }
         cmd.args(["--listen", "127.0.0.1:0", "--stats"])
             .args(
                 if extra.contains(&"--workers") || extra.contains(&"--uniprocessor") {
