@@ -30,6 +30,8 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// First and longest wait before reconnecting.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Bytes read from a socket at a time.
+const READ_CHUNK: usize = 64 * 1024;
 /// Colors of the links: far from the connection ids the listener hands out first.
 const LINK_COLOR_BASE: u32 = 0x4e46_0000;
 
@@ -87,6 +89,8 @@ pub struct Link {
     reconnect_armed: bool,
     /// Completions to run once the link's state is released.
     done: Vec<(Waiter, Result<Body, CallError>)>,
+    /// Reused for every read from the socket.
+    read_buf: Vec<u8>,
 }
 
 type LinkRef = Arc<ColorCell<Link>>;
@@ -116,6 +120,7 @@ impl Pool {
                         backoff: BACKOFF_MIN,
                         reconnect_armed: false,
                         done: Vec::new(),
+                        read_buf: vec![0; READ_CHUNK],
                     },
                 ))
             })
@@ -322,15 +327,14 @@ impl Link {
     }
 
     fn on_readable(&mut self, h: &Handle, me: &LinkRef) {
-        let mut buf = vec![0u8; 64 * 1024];
         loop {
             let Some(sock) = &mut self.sock else {
                 return;
             };
-            match sock.stream.read(&mut buf) {
+            match sock.stream.read(&mut self.read_buf) {
                 Ok(0) => return self.down(h, me, "the backend closed the connection"),
                 Ok(n) => {
-                    sock.reader.push(&buf[..n]);
+                    sock.reader.push(&self.read_buf[..n]);
                     loop {
                         let Some(sock) = &mut self.sock else {
                             return;
