@@ -9,7 +9,7 @@ use libcolor::Color;
 use protocol::HandleData;
 
 use crate::conn;
-use crate::fs::{AsyncStorage, OpCtx};
+use crate::fs::{AsyncStorage, OpCtx, ReadArgs};
 use crate::server::{Dispatch, Server};
 
 impl Server {
@@ -44,8 +44,8 @@ impl Server {
     }
 
     /// Color 0, after the READ's lease is recorded: the call is made from the connection's
-    /// color (so color 0 pays only for the bookkeeping) and the reply record, built where the
-    /// backend's reply arrives, is sealed in the connection's color.
+    /// color (so color 0 pays only for the bookkeeping), and the backend's reply is decoded,
+    /// copied into the reply record and sealed in the connection's color.
     pub(crate) fn dispatch_read_async(
         self: &Arc<Self>,
         backend: Arc<dyn AsyncStorage>,
@@ -64,17 +64,15 @@ impl Server {
         self.h.cpucb(Color(id), move || {
             let srv2 = srv.clone();
             backend.submit_read(
+                Color(id),
                 ctx,
-                hd,
-                offset,
-                count,
-                req_id,
-                Box::new(move |res| {
-                    let srv3 = srv2.clone();
-                    srv2.h.cpucb(Color(id), move || {
-                        conn::complete_read(&srv3, &conn, req_id, reserved, res)
-                    });
-                }),
+                ReadArgs {
+                    hd,
+                    offset,
+                    count,
+                    req_id,
+                },
+                Box::new(move |res| conn::complete_read(&srv2, &conn, req_id, reserved, res)),
             );
         });
     }

@@ -80,18 +80,28 @@ pub type Done<T> = Box<dyn FnOnce(T) + Send>;
 pub trait AsyncStorage: Send + Sync + 'static {
     /// Runs any request except NULL, LOGIN and READ.
     fn submit(&self, ctx: OpCtx, op: RequestOp, done: Done<Outcome>);
-    /// READ of a verified handle: `done` gets the reply record for request `req_id`, laid out
-    /// as [`protocol::encode_read_reply_into`] writes it after a 4-byte gap for the record
-    /// header, ready to be sealed in place.
+    /// READ of a verified handle: `done` runs in `color` (the client connection's, where the
+    /// record is sealed) with the reply record for request `read.req_id`, laid out as
+    /// [`protocol::encode_read_reply_into`] writes it after a 4-byte gap for the record
+    /// header. The reply is decoded and copied there too, in parallel with other connections.
     fn submit_read(
         &self,
+        color: libcolor::Color,
         ctx: OpCtx,
-        hd: HandleData,
-        offset: u64,
-        count: usize,
-        req_id: u64,
+        read: ReadArgs,
         done: Done<Result<Vec<u8>, NfsStatus>>,
     );
+}
+
+/// What a READ asks, once its handle is verified.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadArgs {
+    pub hd: HandleData,
+    pub offset: u64,
+    /// Already clamped to the client's and the server's limits.
+    pub count: usize,
+    /// The request's id, for the reply record.
+    pub req_id: u64,
 }
 
 /// Where the files are: sfsd's own blocking backend on its storage threads, or a backend that

@@ -141,6 +141,11 @@ impl Pool {
         })
     }
 
+    /// The runtime the links run on.
+    pub fn handle(&self) -> &Handle {
+        &self.h
+    }
+
     /// Sends one call; `done` runs in the link's color with the results or why there are
     /// none. `encode(xid, out)` appends the call's record.
     pub fn call(&self, encode: impl FnOnce(u32, &mut Vec<u8>), done: Waiter) {

@@ -40,7 +40,7 @@ use self::ops::Raw;
 use self::rpc::AuthSys;
 use self::setup::{NFS_PROG, NFS_VERS};
 use self::xdr::{Malformed, Xdr};
-use super::{AsyncStorage, Done, ObjKey, OpCtx, Outcome};
+use super::{AsyncStorage, Done, ObjKey, OpCtx, Outcome, ReadArgs};
 use crate::users::Creds;
 
 pub use self::setup::BackendUrl;
@@ -992,13 +992,17 @@ impl Inner {
 
     fn read(
         self: &Arc<Self>,
+        color: libcolor::Color,
         ctx: OpCtx,
-        hd: HandleData,
-        offset: u64,
-        count: usize,
-        req_id: u64,
+        read: ReadArgs,
         done: Done<Result<Vec<u8>, NfsStatus>>,
     ) {
+        let ReadArgs {
+            hd,
+            offset,
+            count,
+            req_id,
+        } = read;
         let b = match hd.backend {
             Some(b) if hd.export_id == EXPORT_ID => b,
             _ => return done(Err(NfsStatus::Stale)),
@@ -1010,26 +1014,32 @@ impl Inner {
             count,
         });
         let lease = ctx.lease_ms;
+        let h = self.pool.handle().clone();
+        // The link only matches the reply; decoding and copying the data happen in the
+        // client connection's color, in parallel with the other connections.
         self.call(&ctx.creds, Proc::Read, args, move |_, res| {
-            let r = results(res, |r| {
-                let attr = ops::post_op_attr(r)?;
-                if alive(attr.as_ref()).is_err() {
-                    return Ok(Err(NfsStatus::Stale));
-                }
-                let _count = r.u32("count")?;
-                let eof = r.bool("eof")?;
-                let data = r.opaque(count as usize, "data")?;
-                // The record: a 4-byte gap for the record header, the reply, data last.
-                let mut buf = Vec::with_capacity(4 + 160 + data.len() + 16);
-                buf.extend_from_slice(&[0; 4]);
-                let attr = leased(attr, lease);
-                let _ = protocol::encode_read_reply_into(&mut buf, req_id, attr.as_ref(), |b| {
-                    b.extend_from_slice(data);
-                    Ok::<bool, std::convert::Infallible>(eof)
+            h.cpucb(color, move || {
+                let r = results(res, |r| {
+                    let attr = ops::post_op_attr(r)?;
+                    if alive(attr.as_ref()).is_err() {
+                        return Ok(Err(NfsStatus::Stale));
+                    }
+                    let _count = r.u32("count")?;
+                    let eof = r.bool("eof")?;
+                    let data = r.opaque(count as usize, "data")?;
+                    // The record: a 4-byte gap for the record header, the reply, data last.
+                    let mut buf = Vec::with_capacity(4 + 160 + data.len() + 16);
+                    buf.extend_from_slice(&[0; 4]);
+                    let attr = leased(attr, lease);
+                    let _ =
+                        protocol::encode_read_reply_into(&mut buf, req_id, attr.as_ref(), |b| {
+                            b.extend_from_slice(data);
+                            Ok::<bool, std::convert::Infallible>(eof)
+                        });
+                    Ok(Ok(buf))
                 });
-                Ok(Ok(buf))
-            });
-            done(r.and_then(|r| r))
+                done(r.and_then(|r| r))
+            })
         });
     }
 }
@@ -1056,13 +1066,11 @@ impl AsyncStorage for NfsBackend {
 
     fn submit_read(
         &self,
+        color: libcolor::Color,
         ctx: OpCtx,
-        hd: HandleData,
-        offset: u64,
-        count: usize,
-        req_id: u64,
+        read: ReadArgs,
         done: Done<Result<Vec<u8>, NfsStatus>>,
     ) {
-        self.inner.read(ctx, hd, offset, count, req_id, done)
+        self.inner.read(color, ctx, read, done)
     }
 }
