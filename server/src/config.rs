@@ -94,6 +94,14 @@ mod tests {
         assert_eq!(m.workers, Some(5));
         assert_eq!(m.export, Some(PathBuf::from("/srv")));
         assert!(m.read_only);
+        std::fs::write(
+            &p,
+            "backend = \"nfs://nas/export\"\nbackend-connections = 4\n",
+        )
+        .unwrap();
+        let m = merge(ServeArgs::default(), &p).unwrap();
+        assert_eq!(m.backend.as_deref(), Some("nfs://nas/export"));
+        assert_eq!(m.backend_connections, Some(4));
         std::fs::write(&p, "bogus = 1\n").unwrap();
         assert!(merge(ServeArgs::default(), &p).is_err());
     }
