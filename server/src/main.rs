@@ -135,7 +135,11 @@ fn serve(args: ServeArgs) -> Result<()> {
     } else {
         args.workers.unwrap_or_else(libcolor::available_cpus)
     };
-    let storage_threads = args.helpers.unwrap_or((4 * workers).max(8)).max(1);
+    // The NFS backend needs no storage threads (its calls complete as callbacks): keep one.
+    let storage_threads = match &backend_url {
+        Some(_) => 1,
+        None => args.helpers.unwrap_or((4 * workers).max(8)).max(1),
+    };
     limits.max_connections =
         limits::fit_connections_to_fd_limit(limits.max_connections, storage_threads);
     // New objects get exactly the mode the client asked for.
