@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// RPC connections to the NFS backend (default 2).
     #[arg(long)]
     pub backend_connections: Option<usize>,
+    /// Seconds an NFS backend call may stay unanswered before its connection is dropped and
+    /// reopened (default 15; mainly for tests).
+    #[arg(long, hide = true)]
+    pub backend_timeout_secs: Option<u64>,
     /// TOML file with the same settings as these flags (`export = "/srv"`, `workers = 4`...).
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -200,6 +200,11 @@ fn serve(args: ServeArgs) -> Result<()> {
                 max_pending: limits.max_in_flight.saturating_mul(64).clamp(64, 4096),
                 max_io,
                 read_only: args.read_only,
+                call_timeout: args
+                    .backend_timeout_secs
+                    .map_or(fs::nfs::link::CALL_TIMEOUT, |s| {
+                        Duration::from_secs(s.max(1))
+                    }),
             };
             let b =
                 fs::nfs::NfsBackend::start(&h, &cfg, st.handle_key.clone()).with_context(|| {

@@ -35,6 +35,8 @@ enum Mode {
     Hangup = 4,
     /// An RPC-level refusal (AUTH_ERROR).
     Denied = 5,
+    /// Reads calls and never answers.
+    Silent = 6,
 }
 
 fn words(v: &mut Vec<u8>, ws: &[u32]) {
@@ -141,6 +143,7 @@ impl Fake {
                                 record(&v)
                             }
                             4 => return,
+                            6 => continue,
                             _ => {
                                 let mut v = Vec::new();
                                 words(&mut v, &[xid, 1, 1, 1, 5]);
@@ -187,6 +190,8 @@ fn hostile_backend_replies_never_crash_sfsd_and_it_recovers() {
         "4242",
         "--anonymous-gid",
         "4343",
+        "--backend-timeout-secs",
+        "1",
     ]);
     let mut c = s.connect();
     assert!(matches!(mount_root(&mut c), Ok(ReplyBody::Mount { .. })));
@@ -196,6 +201,7 @@ fn hostile_backend_replies_never_crash_sfsd_and_it_recovers() {
         Mode::Garbage,
         Mode::Hangup,
         Mode::Denied,
+        Mode::Silent,
     ] {
         fake.mode.store(mode as u8, Ordering::SeqCst);
         let want = if mode == Mode::Denied {

@@ -7,7 +7,7 @@
 //! released, so a completion may immediately issue the next call of a multi-call operation.
 //!
 //! A link that fails (connection refused or reset, EOF, a malformed or oversized record, or a
-//! call unanswered for [`CALL_TIMEOUT`]) completes every call in flight with
+//! call unanswered for [`CALL_TIMEOUT`] by default) completes every call in flight with
 //! [`CallError::Down`] and reconnects with backoff; while it is down, calls fail at once (the
 //! client gets JUKEBOX and retries) rather than queue without bound.
 
@@ -23,7 +23,7 @@ use libcolor::{Color, ColorCell, Handle, IoRegistration};
 
 use super::rpc::{self, RecordReader, RpcError};
 
-/// A call unanswered this long takes its link down (and is answered JUKEBOX).
+/// By default, a call unanswered this long takes its link down (and is answered JUKEBOX).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// How often a link checks for calls past [`CALL_TIMEOUT`].
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -67,6 +67,8 @@ pub struct LinkLimits {
     pub max_record: usize,
     /// Calls in flight on one link.
     pub max_pending: usize,
+    /// A call unanswered this long takes its link down ([`CALL_TIMEOUT`] by default).
+    pub call_timeout: Duration,
 }
 
 struct Sock {
@@ -182,7 +184,7 @@ fn sweep_later(h: &Handle, link: &LinkRef) {
             let late = l
                 .pending
                 .values()
-                .any(|(sent, _)| sent.elapsed() >= CALL_TIMEOUT);
+                .any(|(sent, _)| sent.elapsed() >= l.limits.call_timeout);
             if late {
                 l.down(&h2, &link, "the backend did not answer in time");
             }

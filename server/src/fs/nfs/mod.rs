@@ -69,6 +69,8 @@ pub struct NfsConfig {
     /// Largest READ/WRITE sfsd does (FSINFO reports the smaller of this and the backend's).
     pub max_io: u32,
     pub read_only: bool,
+    /// A call unanswered this long takes its connection down (its calls get JUKEBOX).
+    pub call_timeout: std::time::Duration,
 }
 
 struct Inner {
@@ -97,6 +99,7 @@ impl NfsBackend {
             LinkLimits {
                 max_record: cfg.max_io as usize + RECORD_OVERHEAD + MAX_DIR_REPLY,
                 max_pending: cfg.max_pending,
+                call_timeout: cfg.call_timeout,
             },
         );
         Ok(NfsBackend {
