@@ -254,7 +254,8 @@ impl Inner {
         );
     }
 
-    /// Calls whose results are `post_op_attr` + `T`, on one object `o`.
+    /// One request: checks what the local backend checks before the kernel would, then the
+    /// NFSv3 call(s); `done` gets the reply and the lease bookkeeping.
     fn submit(self: &Arc<Self>, ctx: OpCtx, op: RequestOp, done: Done<Outcome>) {
         let fail = |done: Done<Outcome>, s: NfsStatus| done(Outcome::err(s));
         if self.read_only && super::is_mutating(&op) && !matches!(op, RequestOp::Commit { .. }) {
