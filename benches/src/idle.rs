@@ -86,6 +86,7 @@ pub fn run(args: IdleArgs) -> anyhow::Result<()> {
         ],
         &work.join("state"),
         &export,
+        None,
         &users,
     )?;
     let target = Target {

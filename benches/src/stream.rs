@@ -265,6 +265,7 @@ fn measure(setup: &Setup, c: Config) -> anyhow::Result<Sample> {
                 &["--workers".to_string(), c.cpus.to_string()],
                 &setup.work.join("state"),
                 &setup.export,
+                None,
                 &setup.users,
             )?;
             let remote = format!(

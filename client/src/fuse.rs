@@ -3,7 +3,7 @@
 //! Every request is handed to the tokio runtime and answered from there, so one kernel thread
 //! keeps many requests in flight on the one encrypted stream (reads ahead, parallel lookups).
 //!
-//! **Inodes.** The kernel names objects by a 64-bit node id; the server by an opaque 48-byte
+//! **Inodes.** The kernel names objects by a 64-bit node id; the server by an opaque (48-113 byte)
 //! handle. [`Table`] maps between them: a handle gets a node id the first time an entry for it
 //! is sent to the kernel (LOOKUP, CREATE, MKDIR, SYMLINK, LINK), the kernel's lookup count is
 //! kept, and the node is dropped when the kernel FORGETs it. Node ids are never reused, so a

@@ -125,6 +125,9 @@ pub enum KeyError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecodeError {
+    /// A file handle has a length no handle layout has.
+    #[error("file handle of {0} bytes (handles are 48 or 50 to 113 bytes)")]
+    BadHandleLength(usize),
     /// The record ended inside a field.
     #[error("record ends inside {what}: {needed} bytes needed, {remaining} left")]
     UnexpectedEnd {
@@ -328,8 +331,11 @@ pub enum LoginError {
 #[non_exhaustive]
 pub enum HandleError {
     /// The handle has the wrong size.
-    #[error("file handle is {0} bytes, expected 48")]
+    #[error("file handle is {0} bytes, expected 48 or 50 to 113")]
     BadLength(usize),
+    /// A storage backend's handle is empty or longer than 64 bytes.
+    #[error("backend file handle is {0} bytes, expected 1 to 64")]
+    BadBackendLength(usize),
     /// The handle's MAC does not verify.
     #[error(
         "file handle MAC does not verify: forged, altered, or issued under another server secret"

@@ -135,20 +135,21 @@ pub fn server_name(data: &[u8]) {
 pub fn handle_verify(data: &[u8]) {
     let key = HandleKey::new(FUZZ_SERVER_SECRET);
     if let Ok(d) = key.verify_bytes(data) {
-        assert_eq!(key.seal(&d).as_bytes().as_slice(), data);
+        assert_eq!(key.seal(&d).as_bytes(), data);
     }
     let genuine = key.seal(&HandleData {
         export_id: 1,
         device: 2,
         inode: 3,
         generation: 4,
+        backend: None,
     });
-    let mut bytes = *genuine.as_bytes();
+    let mut bytes = genuine.as_bytes().to_vec();
     for (b, x) in bytes.iter_mut().zip(data) {
         *b ^= x;
     }
     let ok = key.verify_bytes(&bytes).is_ok();
-    assert_eq!(ok, bytes == *genuine.as_bytes(), "tampered handle verified");
+    assert_eq!(ok, bytes == genuine.as_bytes(), "tampered handle verified");
 }
 
 /// Verifies arbitrary bytes as a LOGIN request, and a genuine LOGIN with `data` XORed into its

@@ -1,14 +1,25 @@
 //! File handles: opaque to clients, unforgeable, stable across server restarts.
 //!
+//! Two layouts, told apart by their length:
+//!
 //! ```text
-//! handle[48] = export_id u32be || device u64be || inode u64be || generation u64be
-//!              || HMAC-SHA-1(secret, "SFS-FH-1\0" || first 28 bytes)[20]
+//! local[48]     = export_id u32be || device u64be || inode u64be || generation u64be
+//!                 || HMAC-SHA-1(secret, "SFS-FH-1\0" || first 28 bytes)[20]
+//! wrapped[49+n] = export_id u32be || device u64be || inode u64be || generation u64be
+//!                 || n u8 || backend[n] || HMAC-SHA-1(secret, "SFS-FH-2\0" || first 29+n bytes)[20]
 //! ```
 //!
 //! The server-side identity of the object travels in the clear inside the handle (so the server
 //! keeps no handle table and handles survive restarts), and the MAC under a 32-byte server
 //! secret that also survives restarts makes it impossible for a client to guess or alter one.
 //! Verification is constant-time.
+//!
+//! The wrapped layout carries a storage backend's own handle (an NFSv3 `nfs_fh3`, 1 to 64
+//! bytes, [`BACKEND_FH_MAX`]) when the server fronts another file server: the client can
+//! neither read a meaningful backend handle out of it (it is opaque to the client either way)
+//! nor make the server use a backend handle it did not issue, since the MAC covers it. The two
+//! layouts have different MAC tags, so a local handle can never be re-read as a wrapped one.
+//! Handles are at most [`MAX_HANDLE_LEN`] bytes.
 
 use std::fmt;
 
@@ -20,26 +31,70 @@ use sha1::Sha1;
 use crate::error::{HandleError, KeyError};
 use crate::hex;
 
-/// Bytes of a file handle on the wire.
+/// Bytes of a local file handle on the wire.
 pub const HANDLE_LEN: usize = 48;
+/// Longest backend handle a wrapped handle carries (NFSv3's `NFS3_FHSIZE`).
+pub const BACKEND_FH_MAX: usize = 64;
+/// Longest file handle of either layout.
+pub const MAX_HANDLE_LEN: usize = BODY_LEN + 1 + BACKEND_FH_MAX + MAC_LEN;
 /// Bytes of the handle's identity part.
 const BODY_LEN: usize = 28;
-/// The domain tag the MAC covers before the identity.
+/// Bytes of the MAC.
+const MAC_LEN: usize = 20;
+/// The domain tag the MAC of a local handle covers before the identity.
 pub const HANDLE_TAG: &[u8] = b"SFS-FH-1\0";
+/// The domain tag of a wrapped handle.
+pub const WRAPPED_HANDLE_TAG: &[u8] = b"SFS-FH-2\0";
 
 const SECRET_PREFIX: &str = "fh-secret:";
+
+/// A storage backend's own handle for an object (1 to [`BACKEND_FH_MAX`] bytes), carried
+/// inside a wrapped [`FileHandle`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BackendFh {
+    len: u8,
+    bytes: [u8; BACKEND_FH_MAX],
+}
+
+impl BackendFh {
+    /// Checks the length (1 to 64 bytes, as NFSv3 allows).
+    pub fn new(bytes: &[u8]) -> Result<BackendFh, HandleError> {
+        if bytes.is_empty() || bytes.len() > BACKEND_FH_MAX {
+            return Err(HandleError::BadBackendLength(bytes.len()));
+        }
+        let mut out = [0u8; BACKEND_FH_MAX];
+        out[..bytes.len()].copy_from_slice(bytes);
+        Ok(BackendFh {
+            len: bytes.len() as u8,
+            bytes: out,
+        })
+    }
+
+    /// The backend's bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl fmt::Debug for BackendFh {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BackendFh({})", hex::encode(self.as_slice()))
+    }
+}
 
 /// What a handle identifies on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HandleData {
     /// Which export the object belongs to.
     pub export_id: u32,
-    /// The object's device number.
+    /// The object's device number (a backend's file system id).
     pub device: u64,
-    /// The object's inode number.
+    /// The object's inode number (a backend's file id).
     pub inode: u64,
     /// The inode's generation, so a reused inode number does not revive an old handle.
     pub generation: u64,
+    /// The storage backend's own handle, when the server fronts another file server.
+    pub backend: Option<BackendFh>,
 }
 
 impl HandleData {
@@ -52,7 +107,7 @@ impl HandleData {
         b
     }
 
-    fn from_body(b: &[u8; BODY_LEN]) -> HandleData {
+    fn from_body(b: &[u8; BODY_LEN], backend: Option<BackendFh>) -> HandleData {
         let u64_at = |i: usize| {
             let mut x = [0u8; 8];
             x.copy_from_slice(&b[i..i + 8]);
@@ -63,37 +118,59 @@ impl HandleData {
             device: u64_at(4),
             inode: u64_at(12),
             generation: u64_at(20),
+            backend,
         }
     }
 }
 
-/// An opaque file handle as it travels on the wire.
+/// An opaque file handle as it travels on the wire: 48 bytes (local) or 50 to
+/// [`MAX_HANDLE_LEN`] bytes (wrapped). Bytes past `len` are always zero, so the derived
+/// comparisons and hash are those of the wire bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FileHandle([u8; HANDLE_LEN]);
+pub struct FileHandle {
+    len: u8,
+    bytes: [u8; MAX_HANDLE_LEN],
+}
 
 impl FileHandle {
     /// Wraps 48 bytes received from a peer (not yet verified).
-    pub const fn from_bytes(bytes: [u8; HANDLE_LEN]) -> FileHandle {
-        FileHandle(bytes)
+    pub const fn from_bytes(b: [u8; HANDLE_LEN]) -> FileHandle {
+        let mut bytes = [0u8; MAX_HANDLE_LEN];
+        let mut i = 0;
+        while i < HANDLE_LEN {
+            bytes[i] = b[i];
+            i += 1;
+        }
+        FileHandle {
+            len: HANDLE_LEN as u8,
+            bytes,
+        }
     }
 
-    /// Wraps a byte slice, checking only its length (not yet verified).
-    pub fn from_slice(bytes: &[u8]) -> Result<FileHandle, HandleError> {
-        bytes
-            .try_into()
-            .map(FileHandle)
-            .map_err(|_| HandleError::BadLength(bytes.len()))
+    /// Wraps a byte slice, checking only that its length is one a handle can have (not yet
+    /// verified).
+    pub fn from_slice(b: &[u8]) -> Result<FileHandle, HandleError> {
+        let ok = b.len() == HANDLE_LEN || (HANDLE_LEN + 2..=MAX_HANDLE_LEN).contains(&b.len());
+        if !ok {
+            return Err(HandleError::BadLength(b.len()));
+        }
+        let mut bytes = [0u8; MAX_HANDLE_LEN];
+        bytes[..b.len()].copy_from_slice(b);
+        Ok(FileHandle {
+            len: b.len() as u8,
+            bytes,
+        })
     }
 
-    /// The 48 wire bytes.
-    pub const fn as_bytes(&self) -> &[u8; HANDLE_LEN] {
-        &self.0
+    /// The wire bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
     }
 }
 
 impl fmt::Debug for FileHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FileHandle({})", hex::encode(&self.0))
+        write!(f, "FileHandle({})", hex::encode(self.as_bytes()))
     }
 }
 
@@ -148,31 +225,54 @@ impl HandleKey {
             })
     }
 
-    fn tag_mac(&self, body: &[u8; BODY_LEN]) -> Hmac<Sha1> {
-        let mut m = self.mac.clone();
-        m.update(HANDLE_TAG);
-        m.update(body);
-        m
-    }
-
-    /// Makes the handle of `data`.
+    /// Makes the handle of `data` (wrapped when it carries a backend handle).
     pub fn seal(&self, data: &HandleData) -> FileHandle {
-        let body = data.body();
-        let tag = self.tag_mac(&body).finalize().into_bytes();
-        let mut out = [0u8; HANDLE_LEN];
-        out[..BODY_LEN].copy_from_slice(&body);
-        out[BODY_LEN..].copy_from_slice(&tag);
-        FileHandle(out)
+        let mut out = [0u8; MAX_HANDLE_LEN];
+        out[..BODY_LEN].copy_from_slice(&data.body());
+        let (tag, covered) = match &data.backend {
+            None => (HANDLE_TAG, BODY_LEN),
+            Some(b) => {
+                let n = b.as_slice().len();
+                out[BODY_LEN] = n as u8;
+                out[BODY_LEN + 1..BODY_LEN + 1 + n].copy_from_slice(b.as_slice());
+                (WRAPPED_HANDLE_TAG, BODY_LEN + 1 + n)
+            }
+        };
+        let mut m = self.mac.clone();
+        m.update(tag);
+        m.update(&out[..covered]);
+        out[covered..covered + MAC_LEN].copy_from_slice(&m.finalize().into_bytes());
+        FileHandle {
+            len: (covered + MAC_LEN) as u8,
+            bytes: out,
+        }
     }
 
     /// Checks `handle`'s MAC in constant time and returns what it identifies.
     pub fn verify(&self, handle: &FileHandle) -> Result<HandleData, HandleError> {
-        let (body, tag) = handle.0.split_at(BODY_LEN);
-        let body: &[u8; BODY_LEN] = body.try_into().expect("fixed split");
-        self.tag_mac(body)
-            .verify_slice(tag)
-            .map_err(|_| HandleError::BadMac)?;
-        Ok(HandleData::from_body(body))
+        let wire = handle.as_bytes();
+        let (covered, tag) = wire.split_at(wire.len().saturating_sub(MAC_LEN));
+        let domain = if covered.len() == BODY_LEN {
+            HANDLE_TAG
+        } else {
+            // The length byte must say exactly what the handle's size says.
+            let n = covered.len().saturating_sub(BODY_LEN + 1);
+            if covered.len() < BODY_LEN + 2 || usize::from(covered[BODY_LEN]) != n {
+                return Err(HandleError::BadLength(wire.len()));
+            }
+            WRAPPED_HANDLE_TAG
+        };
+        let mut m = self.mac.clone();
+        m.update(domain);
+        m.update(covered);
+        m.verify_slice(tag).map_err(|_| HandleError::BadMac)?;
+        let body: &[u8; BODY_LEN] = covered[..BODY_LEN].try_into().expect("length checked");
+        let backend = if covered.len() == BODY_LEN {
+            None
+        } else {
+            Some(BackendFh::new(&covered[BODY_LEN + 1..])?)
+        };
+        Ok(HandleData::from_body(body, backend))
     }
 
     /// Checks handle bytes of any length.
@@ -193,11 +293,12 @@ mod tests {
             device: 2,
             inode: 3,
             generation: 4,
+            backend: None,
         };
         let h = k.seal(&d);
         assert_eq!(k.verify(&h).unwrap(), d);
         for bit in 0..HANDLE_LEN * 8 {
-            let mut b = *h.as_bytes();
+            let mut b: [u8; HANDLE_LEN] = h.as_bytes().try_into().unwrap();
             b[bit / 8] ^= 1 << (bit % 8);
             assert_eq!(
                 k.verify(&FileHandle::from_bytes(b)),
@@ -208,5 +309,62 @@ mod tests {
         assert_eq!(k.verify_bytes(&[0; 47]), Err(HandleError::BadLength(47)));
         let back = HandleKey::from_text(&k.to_text()).unwrap();
         assert_eq!(back.verify(&h).unwrap(), d);
+    }
+
+    #[test]
+    fn wrapped_handles_carry_the_backend_handle_under_the_mac() {
+        let k = HandleKey::new([1; 32]);
+        for n in [1, 7, 28, BACKEND_FH_MAX] {
+            let fh: Vec<u8> = (0..n as u8).map(|i| i.wrapping_mul(37)).collect();
+            let d = HandleData {
+                export_id: 2,
+                device: 5,
+                inode: 6,
+                generation: 0,
+                backend: Some(BackendFh::new(&fh).unwrap()),
+            };
+            let h = k.seal(&d);
+            assert_eq!(h.as_bytes().len(), BODY_LEN + 1 + n + MAC_LEN);
+            assert_eq!(k.verify(&h).unwrap(), d);
+            assert_eq!(k.verify_bytes(h.as_bytes()).unwrap(), d);
+            // Every bit of it is covered.
+            for bit in 0..h.as_bytes().len() * 8 {
+                let mut b = h.as_bytes().to_vec();
+                b[bit / 8] ^= 1 << (bit % 8);
+                assert!(
+                    k.verify_bytes(&b).is_err(),
+                    "bit {bit} flipped still verifies"
+                );
+            }
+            // Cut short or extended, it no longer verifies.
+            let b = h.as_bytes();
+            assert!(k.verify_bytes(&b[..b.len() - 1]).is_err());
+            let mut longer = b.to_vec();
+            longer.push(0);
+            assert!(k.verify_bytes(&longer).is_err());
+        }
+        assert!(BackendFh::new(&[]).is_err());
+        assert!(BackendFh::new(&[0; BACKEND_FH_MAX + 1]).is_err());
+        assert!(FileHandle::from_slice(&[0; MAX_HANDLE_LEN + 1]).is_err());
+        assert!(FileHandle::from_slice(&[0; HANDLE_LEN + 1]).is_err());
+    }
+
+    #[test]
+    fn a_local_handle_is_never_read_as_a_wrapped_one() {
+        // A wrapped handle whose backend part is 0 bytes would be as long as... nothing: the
+        // shortest wrapped handle is 50 bytes. And the tags differ, so a local MAC never
+        // verifies a wrapped body of the same bytes.
+        let k = HandleKey::new([3; 32]);
+        let local = k.seal(&HandleData {
+            export_id: 1,
+            device: 1,
+            inode: 1,
+            generation: 1,
+            backend: None,
+        });
+        let mut b = local.as_bytes()[..BODY_LEN].to_vec();
+        b.push(0);
+        b.extend_from_slice(&local.as_bytes()[BODY_LEN..]);
+        assert!(k.verify_bytes(&b).is_err());
     }
 }

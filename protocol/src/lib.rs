@@ -74,7 +74,7 @@ pub use error::{
     DecodeError, Error, HandleError, HandshakeError, KeyError, LoginError, NameError, RecordError,
     Result,
 };
-pub use handle::{FileHandle, HANDLE_LEN, HandleData, HandleKey};
+pub use handle::{BackendFh, FileHandle, HANDLE_LEN, HandleData, HandleKey, MAX_HANDLE_LEN};
 pub use handshake::{
     ClientHandshake, HandshakeConfig, PROTOCOL_VERSION, SUPPORTED_VERSIONS, ServerHandshake,
     Session,

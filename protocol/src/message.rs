@@ -159,7 +159,8 @@ pub fn encode_read_reply_into<E>(
 pub const READ_REPLY_OVERHEAD: usize = 4 + 8 + 4 + 4 + 4 + crate::attr::ATTR_LEN + 4 + 4 + 3;
 
 /// Bytes of a WRITE request besides its data (at most, with padding).
-pub const WRITE_REQUEST_OVERHEAD: usize = 8 + 4 + 4 + crate::handle::HANDLE_LEN + 8 + 4 + 4 + 3;
+pub const WRITE_REQUEST_OVERHEAD: usize =
+    8 + 4 + 4 + 4 + crate::handle::MAX_HANDLE_LEN + 3 + 8 + 4 + 4 + 3;
 
 /// The largest READ or WRITE data that fits in a record of `max_payload` bytes
 /// (e.g. `session.sealer.max_payload()` on the server for READ, on the client for WRITE).

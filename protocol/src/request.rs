@@ -7,7 +7,7 @@
 
 use crate::attr::{SetAttr, Time};
 use crate::error::DecodeError;
-use crate::handle::{FileHandle, HANDLE_LEN};
+use crate::handle::{FileHandle, MAX_HANDLE_LEN};
 use crate::keys::UserPublicKey;
 use crate::login::{LoginArgs, MAX_USER_NAME_LEN};
 use crate::xdr::{self, Reader};
@@ -435,13 +435,12 @@ pub enum RequestOp {
 }
 
 pub(crate) fn put_fh(buf: &mut Vec<u8>, fh: &FileHandle) {
-    xdr::put_fixed(buf, fh.as_bytes());
+    xdr::put_opaque(buf, fh.as_bytes());
 }
 
 pub(crate) fn get_fh(r: &mut Reader<'_>) -> Result<FileHandle, DecodeError> {
-    Ok(FileHandle::from_bytes(
-        r.fixed::<HANDLE_LEN>("file handle")?,
-    ))
+    let bytes = r.opaque(MAX_HANDLE_LEN, "file handle")?;
+    FileHandle::from_slice(bytes).map_err(|_| DecodeError::BadHandleLength(bytes.len()))
 }
 
 pub(crate) fn get_name(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {

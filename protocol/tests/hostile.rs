@@ -466,6 +466,7 @@ fn handles_from_another_secret_fail() {
         device: 1,
         inode: 2,
         generation: 3,
+        backend: None,
     };
     let mine = HandleKey::generate();
     let theirs = HandleKey::generate();

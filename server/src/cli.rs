@@ -43,9 +43,21 @@ pub struct ServeArgs {
     /// State directory (created by `sfsd init`, or here if missing).
     #[arg(long)]
     pub state: Option<PathBuf>,
-    /// Directory to export.
+    /// Directory to export (the local backend, the default).
     #[arg(long)]
     pub export: Option<PathBuf>,
+    /// Serve an NFSv3 server's export instead of a local directory:
+    /// `nfs://HOST[:PORT]/EXPORT[?mountport=N]`. Ports not given come from the port mapper on
+    /// HOST:111. Every request reaches it with the user's AUTH_SYS credentials.
+    #[arg(long, conflicts_with = "export")]
+    pub backend: Option<String>,
+    /// RPC connections to the NFS backend (default 2).
+    #[arg(long)]
+    pub backend_connections: Option<usize>,
+    /// Seconds an NFS backend call may stay unanswered before its connection is dropped and
+    /// reopened (default 15; mainly for tests).
+    #[arg(long, hide = true)]
+    pub backend_timeout_secs: Option<u64>,
     /// TOML file with the same settings as these flags (`export = "/srv"`, `workers = 4`...).
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -12,6 +12,9 @@ use crate::cli::ServeArgs;
 pub struct FileConfig {
     pub state: Option<PathBuf>,
     pub export: Option<PathBuf>,
+    pub backend: Option<String>,
+    pub backend_connections: Option<usize>,
+    pub backend_timeout_secs: Option<u64>,
     pub listen: Option<String>,
     pub location: Option<String>,
     pub workers: Option<usize>,
@@ -51,6 +54,9 @@ pub fn merge(mut a: ServeArgs, path: &Path) -> Result<ServeArgs> {
     opt!(
         state,
         export,
+        backend,
+        backend_connections,
+        backend_timeout_secs,
         listen,
         location,
         workers,
@@ -90,6 +96,14 @@ mod tests {
         assert_eq!(m.workers, Some(5));
         assert_eq!(m.export, Some(PathBuf::from("/srv")));
         assert!(m.read_only);
+        std::fs::write(
+            &p,
+            "backend = \"nfs://nas/export\"\nbackend-connections = 4\n",
+        )
+        .unwrap();
+        let m = merge(ServeArgs::default(), &p).unwrap();
+        assert_eq!(m.backend.as_deref(), Some("nfs://nas/export"));
+        assert_eq!(m.backend_connections, Some(4));
         std::fs::write(&p, "bogus = 1\n").unwrap();
         assert!(merge(ServeArgs::default(), &p).is_err());
     }

@@ -26,7 +26,7 @@ use protocol::{
 };
 
 use crate::changes::Epoch;
-use crate::fs::{OpCtx, key_of};
+use crate::fs::{AsyncStorage, Backend, OpCtx, ReadArgs, key_of};
 use crate::leases::ConnId;
 use crate::output::{Flushed, Output};
 use crate::read::{LeaseChoice, ReadFailure, ReadState};
@@ -551,6 +551,10 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
     let lease = open
         .reads
         .lease_for(&r.fh, key_of(&r.handle), d.lease_ms, &srv.changes);
+    let local = match &srv.storage {
+        Backend::Local(storage) => storage.clone(),
+        Backend::Async(backend) => return start_read_async(srv, backend, d, r, lease, epoch),
+    };
     let cached = open.reads.cached_file(r.authno, &r.handle, &srv.changes);
     if let Some(file) = &cached {
         let buf = c.out.take_spare();
@@ -562,7 +566,7 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
             Err(ReadFailure::WouldBlock) => {}
         }
     }
-    let storage = srv.storage.clone();
+    let storage = local;
     let ctx = OpCtx {
         creds: d.creds.clone(),
         lease_ms: lease.ms,
@@ -611,6 +615,41 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
         let result = Err(NfsStatus::Jukebox);
         complete_locked(srv, c, reserved, Reply { id: req_id, result });
     }
+}
+
+/// Connection color: a READ through a backend that completes as a callback (the NFS backend):
+/// it builds the reply record itself and completes in this connection's color.
+fn start_read_async(
+    srv: &Arc<Server>,
+    backend: &Arc<dyn AsyncStorage>,
+    d: Dispatch,
+    r: ReadRequest,
+    lease: LeaseChoice,
+    epoch: Epoch,
+) {
+    let ctx = OpCtx {
+        creds: d.creds.clone(),
+        lease_ms: lease.ms,
+    };
+    let args = ReadArgs {
+        hd: r.handle,
+        offset: r.offset,
+        count: r.count,
+        req_id: d.req_id,
+    };
+    let srv2 = srv.clone();
+    backend.submit_read(
+        Color(d.id),
+        ctx,
+        args,
+        Box::new(move |res| {
+            let conn = d.conn.clone();
+            conn.with(|c| {
+                finish_read(&srv2, c, &d, &r, lease, epoch, res);
+                pump_locked(&srv2, &conn, c);
+            })
+        }),
+    );
 }
 
 /// Connection color: seals a READ reply in place (the payload follows a 4-byte gap: no copy

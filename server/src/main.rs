@@ -4,6 +4,7 @@ mod changes;
 mod cli;
 mod config;
 mod conn;
+mod dispatch_async;
 mod fs;
 mod leases;
 mod limits;
@@ -81,8 +82,18 @@ fn serve(args: ServeArgs) -> Result<()> {
     let Some(dir) = args.state.clone() else {
         bail!("--state DIR is required (or `state` in the config file)");
     };
-    let Some(export) = args.export.clone() else {
-        bail!("--export PATH is required (or `export` in the config file)");
+    let backend_url: Option<fs::nfs::BackendUrl> =
+        args.backend.as_deref().map(str::parse).transpose()?;
+    if backend_url.is_some() && args.export.is_some() {
+        bail!("--export and --backend exclude each other (the config file may set one of them)");
+    }
+    let export = match (&args.export, &backend_url) {
+        (Some(e), _) => e.clone(),
+        (None, Some(_)) => std::path::PathBuf::new(),
+        (None, None) => bail!(
+            "--export PATH or --backend nfs://HOST/EXPORT is required (or `export`/`backend` \
+             in the config file)"
+        ),
     };
     let listen: SocketAddr = args
         .listen
@@ -127,7 +138,11 @@ fn serve(args: ServeArgs) -> Result<()> {
     } else {
         args.workers.unwrap_or_else(libcolor::available_cpus)
     };
-    let storage_threads = args.helpers.unwrap_or((4 * workers).max(8)).max(1);
+    // The NFS backend needs no storage threads (its calls complete as callbacks): keep one.
+    let storage_threads = match &backend_url {
+        Some(_) => 1,
+        None => args.helpers.unwrap_or((4 * workers).max(8)).max(1),
+    };
     limits.max_connections =
         limits::fit_connections_to_fd_limit(limits.max_connections, storage_threads);
     // New objects get exactly the mode the client asked for.
@@ -140,14 +155,19 @@ fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     let max_io = protocol::max_io_size(limits.max_record);
-    let storage = fs::local::LocalFs::open(
-        &export,
-        st.handle_key.clone(),
-        max_io,
-        args.read_only,
-        fs::creds::Switcher::new(cred_mode),
-    )
-    .with_context(|| format!("opening export {}", export.display()))?;
+    let local = match backend_url {
+        Some(_) => None,
+        None => Some(
+            fs::local::LocalFs::open(
+                &export,
+                st.handle_key.clone(),
+                max_io,
+                args.read_only,
+                fs::creds::Switcher::new(cred_mode),
+            )
+            .with_context(|| format!("opening export {}", export.display()))?,
+        ),
+    };
     let fs_pool = fs::pool::FsPool::new(
         storage_threads,
         limits.max_in_flight,
@@ -174,6 +194,32 @@ fn serve(args: ServeArgs) -> Result<()> {
     }
     let rt = builder.build().context("starting the runtime")?;
     let h = rt.handle();
+    let storage = match (local, &backend_url) {
+        (Some(l), _) => fs::Backend::Local(Arc::new(l)),
+        (None, Some(url)) => {
+            let cfg = fs::nfs::NfsConfig {
+                url: url.clone(),
+                connections: args.backend_connections.unwrap_or(2).clamp(1, 64),
+                max_pending: limits.max_in_flight.saturating_mul(64).clamp(64, 4096),
+                max_io,
+                read_only: args.read_only,
+                call_timeout: args
+                    .backend_timeout_secs
+                    .map_or(fs::nfs::link::CALL_TIMEOUT, |s| {
+                        Duration::from_secs(s.max(1))
+                    }),
+            };
+            let b =
+                fs::nfs::NfsBackend::start(&h, &cfg, st.handle_key.clone()).with_context(|| {
+                    format!(
+                        "starting the NFS backend {}",
+                        args.backend.as_deref().unwrap_or("")
+                    )
+                })?;
+            fs::Backend::Async(Arc::new(b))
+        }
+        (None, None) => unreachable!("checked above"),
+    };
     let lease = Duration::from_secs(args.lease_secs.unwrap_or(60));
     let srv = Arc::new(server::Server {
         h: h.clone(),
@@ -184,7 +230,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         },
         keypair: st.keypair,
         handle_key: st.handle_key,
-        storage: Arc::new(storage),
+        storage,
         fs_pool,
         users,
         anonymous: users::Creds::anonymous(
@@ -223,7 +269,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     tracing::info!(
         %name,
         %addr,
-        export = %export.display(),
+        export = %args.backend.clone().unwrap_or_else(|| export.display().to_string()),
         workers = h.workers(),
         read_only = args.read_only,
         anonymous_read = args.anonymous_read,

@@ -344,6 +344,7 @@ mod tests {
             device: 9,
             inode,
             generation: 3,
+            backend: None,
         }
     }
 

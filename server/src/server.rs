@@ -29,7 +29,7 @@ use protocol::{
 use crate::changes::{Changes, Epoch};
 use crate::conn::{self, Conn, ConnRef};
 use crate::fs::pool::FsPool;
-use crate::fs::{ObjKey, OpCtx, Storage};
+use crate::fs::{Backend, ObjKey, OpCtx};
 use crate::leases::{ConnId, Leases};
 use crate::limits::Limits;
 use crate::read::FileBudget;
@@ -56,7 +56,7 @@ pub struct Server {
     pub name: ServerName,
     pub handshake: HandshakeConfig,
     pub handle_key: HandleKey,
-    pub storage: Arc<dyn Storage>,
+    pub storage: Backend,
     /// Threads running storage operations, fair between connections.
     pub fs_pool: FsPool,
     pub users: Users,
@@ -156,7 +156,10 @@ impl Server {
     /// runs in color 0, which owns the lease table, then the reply goes back to the
     /// connection's color.
     pub fn dispatch(self: &Arc<Self>, d: Dispatch, op: RequestOp) {
-        let storage = self.storage.clone();
+        let storage = match &self.storage {
+            Backend::Local(s) => s.clone(),
+            Backend::Async(b) => return self.dispatch_async(b.clone(), d, op),
+        };
         let Dispatch {
             conn,
             id,
@@ -187,7 +190,7 @@ impl Server {
 
     /// Color 0: leases, then invalidations to other holders, then the reply in the
     /// connection's color.
-    fn finish(
+    pub(crate) fn finish(
         self: &Arc<Self>,
         conn: ConnRef,
         id: ConnId,

@@ -105,3 +105,33 @@ fn many_idle_connections_cost_little() {
     let mut c2 = s.connect();
     assert_eq!(c2.mount(0), root);
 }
+
+#[test]
+fn backend_urls_and_an_absent_backend_give_clear_errors() {
+    let area = Area::new();
+    let serve = |extra: &[&str]| {
+        let out = sfsd()
+            .args(["serve", "--state"])
+            .arg(area.state())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{extra:?} started");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    assert!(serve(&["--backend", "http://nas/export"]).contains("must start with nfs://"));
+    assert!(serve(&["--backend", "nfs://nas"]).contains("no export path"));
+    assert!(serve(&["--backend", "nfs://nas/e?port=1"]).contains("unknown option"));
+    assert!(serve(&[]).contains("--backend nfs://HOST/EXPORT is required"));
+    // Nothing listens on these ports: start-up says which step failed, and does not hang.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let url = format!("nfs://127.0.0.1:{port}/export?mountport={port}");
+    let err = serve(&["--backend", &url]);
+    assert!(
+        err.contains("starting the NFS backend") && err.contains("MOUNT"),
+        "{err}"
+    );
+}

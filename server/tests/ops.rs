@@ -43,9 +43,9 @@ fn null_mount_getattr_fsinfo() {
         Ok(ReplyBody::PathConf(_))
     ));
     // A forged handle.
-    let mut bytes = *root.as_bytes();
+    let mut bytes = root.as_bytes().to_vec();
     bytes[10] ^= 1;
-    let bad = FileHandle::from_bytes(bytes);
+    let bad = FileHandle::from_slice(&bytes).unwrap();
     assert_eq!(c.getattr(a, bad), Err(NfsStatus::BadHandle));
     assert_eq!(c.read(a, bad, 0, 10), Err(NfsStatus::BadHandle));
     // Unknown authno.

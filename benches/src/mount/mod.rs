@@ -215,7 +215,15 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
     std::fs::write(&users, format!("{BENCH_USER} {public} {uid} {gid}\n"))?;
     let cpus: Vec<usize> =
         (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
-    let server = Server::start(&sfsd, &cpus, &[], &workdir.join("state"), &export, &users)?;
+    let server = Server::start(
+        &sfsd,
+        &cpus,
+        &[],
+        &workdir.join("state"),
+        &export,
+        None,
+        &users,
+    )?;
     let sshd = if args.no_sshfs {
         None
     } else {

@@ -3,6 +3,7 @@
 //! (`mp`), as the uniprocessor baseline (`uni`, 1 CPU), or as N independent uniprocessor
 //! copies each exporting its own copy of the data (`ncopy`: the speedup the OS allows).
 
+mod ganesha;
 pub mod load;
 mod plot;
 pub(crate) mod servers;
@@ -75,6 +76,16 @@ pub struct ReadArgs {
     /// loopback, pinned like sfsd, with chacha20-poly1305 and aes128-gcm)
     #[arg(long, value_delimiter = ',')]
     peer: Vec<Peer>,
+    /// Where sfsd gets the files: `local` (the export directory) or `nfs` (NFS-Ganesha on
+    /// 127.0.0.1 exporting it, sfsd in front: the paper's setup; needs root and nfs-ganesha)
+    #[arg(long, default_value = "local")]
+    backend: Backend,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Local,
+    Nfs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -278,7 +289,16 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         window: args.window,
         verify: args.verify,
     };
+    // Ganesha's CPU time is not in the cpu-s/GB column (that is sfsd's alone).
+    let ganesha = match args.backend {
+        Backend::Local => None,
+        Backend::Nfs => {
+            eprintln!("read: sfsd in front of NFS-Ganesha (--backend nfs)");
+            Some(ganesha::Ganesha::start(&workdir, &exports)?)
+        }
+    };
     let ctx = Bench {
+        ganesha,
         sfsd,
         workdir: workdir.clone(),
         exports,
@@ -332,6 +352,7 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
 
 /// Everything a measurement needs.
 struct Bench {
+    ganesha: Option<ganesha::Ganesha>,
     sfsd: PathBuf,
     workdir: PathBuf,
     exports: Vec<PathBuf>,
@@ -456,6 +477,7 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
             &flags,
             &state,
             &ctx.exports[p],
+            ctx.ganesha.as_ref().map(|g| g.url(p)).as_deref(),
             &ctx.users,
         )?);
     }

@@ -46,13 +46,15 @@ pub struct ServerStats {
 
 impl Server {
     /// Starts `sfsd serve` pinned (with taskset) to `cpus`, with `mode` flags such as
-    /// `--workers 2` or `--uniprocessor`.
+    /// `--workers 2` or `--uniprocessor`, serving `export` or, with a `backend` URL, that NFS
+    /// server's export.
     pub fn start(
         sfsd: &Path,
         cpus: &[usize],
         mode: &[String],
         state: &Path,
         export: &Path,
+        backend: Option<&str>,
         users: &Path,
     ) -> anyhow::Result<Server> {
         let cpu_list = cpus
@@ -67,8 +69,10 @@ impl Server {
             .arg("serve")
             .arg("--state")
             .arg(state)
-            .arg("--export")
-            .arg(export)
+            .args(match backend {
+                Some(url) => ["--backend".as_ref(), url.as_ref()],
+                None => ["--export".as_ref(), export.as_os_str()],
+            })
             .arg("--users")
             .arg(users)
             .args(["--listen", "127.0.0.1:0", "--stats"])

@@ -92,6 +92,9 @@ impl Default for Options {
 
 /// What the server told us about changes made by others (see [`Client::on_invalidate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Handles are inline (up to 113 bytes, Copy) since wrapped handles; invalidations are rare
+// and short-lived, so boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Invalidation {
     /// An INVALIDATE for one object (its new attributes when the server sent them).
     Object(FileHandle, Option<Attr>),

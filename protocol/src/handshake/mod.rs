@@ -57,7 +57,7 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Every version this crate can speak.
 pub const SUPPORTED_VERSIONS: &[u32] = &[PROTOCOL_VERSION];
 /// Most versions a ClientHello may list.
@@ -320,7 +320,7 @@ mod tests {
         let err = pump(&mut c, &mut s).unwrap_err();
         let expect = HandshakeError::VersionRefused {
             client: vec![7, 8],
-            server: vec![1],
+            server: vec![PROTOCOL_VERSION],
         };
         assert_eq!(err, expect);
         assert_eq!(c.into_session().unwrap_err(), expect);

@@ -9,7 +9,10 @@
 
 pub mod creds;
 pub mod local;
+pub mod nfs;
 pub mod pool;
+
+use std::sync::Arc;
 
 use protocol::{Attr, FileHandle, HandleData, NfsStatus, ReplyBody, RequestOp};
 
@@ -59,6 +62,47 @@ pub trait Storage: Send + Sync + 'static {
     /// Opens `fh` for READ after checking the caller may read it (the READ path caches the
     /// descriptor for this caller: see [`crate::read`]).
     fn open_read(&self, ctx: &OpCtx, fh: &HandleData) -> Result<std::fs::File, NfsStatus>;
+}
+
+/// A completion: runs once with the result, in whatever color the backend completes in.
+pub type Done<T> = Box<dyn FnOnce(T) + Send>;
+
+/// A storage backend that never blocks: each operation is submitted with its completion, and
+/// the backend calls `done` from a callback when the result is in (the NFS backend sends an
+/// RPC and completes when the reply arrives).
+pub trait AsyncStorage: Send + Sync + 'static {
+    /// Runs any request except NULL, LOGIN and READ.
+    fn submit(&self, ctx: OpCtx, op: RequestOp, done: Done<Outcome>);
+    /// READ of a verified handle: `done` runs in `color` (the client connection's, where the
+    /// record is sealed) with the reply record for request `read.req_id`, laid out as
+    /// [`protocol::encode_read_reply_into`] writes it after a 4-byte gap for the record
+    /// header. The reply is decoded and copied there too, in parallel with other connections.
+    fn submit_read(
+        &self,
+        color: libcolor::Color,
+        ctx: OpCtx,
+        read: ReadArgs,
+        done: Done<Result<Vec<u8>, NfsStatus>>,
+    );
+}
+
+/// What a READ asks, once its handle is verified.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadArgs {
+    pub hd: HandleData,
+    pub offset: u64,
+    /// Already clamped to the client's and the server's limits.
+    pub count: usize,
+    /// The request's id, for the reply record.
+    pub req_id: u64,
+}
+
+/// Where the files are: sfsd's own blocking backend on its storage threads, or a backend that
+/// completes operations as callbacks.
+#[derive(Clone)]
+pub enum Backend {
+    Local(Arc<dyn Storage>),
+    Async(Arc<dyn AsyncStorage>),
 }
 
 /// Procedures that change the file system (refused on read-only exports and to anonymous

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use protocol::*;
 
+pub mod ganesha;
+
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
 pub struct Sfsd {
@@ -21,6 +23,8 @@ pub struct Sfsd {
     pub stdout: Arc<Mutex<Vec<String>>>,
     pub dir: PathBuf,
     reader: Option<std::thread::JoinHandle<()>>,
+    /// The NFS server sfsd fronts, with `SFSD_TEST_BACKEND=nfs` (see [`ganesha`]).
+    pub backend: Option<ganesha::Ganesha>,
 }
 
 /// A temp area: `state/`, `export/`, `users`, `log`.
@@ -392,12 +396,22 @@ impl Sfsd {
             .open(dir.join("log"))
             .unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sfsd"));
-        cmd.arg("serve")
-            .arg("--state")
-            .arg(dir.join("state"))
-            .arg("--export")
-            .arg(dir.join("export"))
-            .args(["--listen", "127.0.0.1:0", "--stats"])
+        cmd.arg("serve").arg("--state").arg(dir.join("state"));
+        // The same tests, in front of NFS-Ganesha exporting the same directory.
+        // (Unless the test names its own backend.)
+        let own_backend = extra.contains(&"--backend");
+        let backend = (ganesha::enabled() && !own_backend)
+            .then(|| ganesha::Ganesha::start(dir, &dir.join("export")));
+        match &backend {
+            Some(g) => {
+                cmd.arg("--backend").arg(g.url());
+            }
+            None if !own_backend => {
+                cmd.arg("--export").arg(dir.join("export"));
+            }
+            None => {}
+        }
+        cmd.args(["--listen", "127.0.0.1:0", "--stats"])
             .args(
                 if extra.contains(&"--workers") || extra.contains(&"--uniprocessor") {
                     &[][..]
@@ -445,6 +459,7 @@ impl Sfsd {
             stdout: lines,
             dir: dir.to_path_buf(),
             reader: Some(reader),
+            backend,
         }
     }
 

@@ -180,6 +180,7 @@ impl LocalFs {
             device: key.0,
             inode: key.1,
             generation,
+            backend: None,
         })
     }
 

@@ -1,0 +1,227 @@
+//! Start-up, before the runtime runs: parse the backend URL, ask the port mapper for the NFS
+//! and MOUNT ports it does not give, and MOUNT the export for its root handle. These few
+//! calls block (with timeouts): nothing else is running yet.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::ops::{self, Raw};
+use super::rpc::{self, AuthSys, RecordReader};
+use super::xdr::Xdr;
+
+const PMAP_PROG: u32 = 100_000;
+const PMAP_VERS: u32 = 2;
+const PMAP_GETPORT: u32 = 3;
+pub const MOUNT_PROG: u32 = 100_005;
+pub const MOUNT_VERS: u32 = 3;
+const MOUNT_MNT: u32 = 1;
+pub const NFS_PROG: u32 = 100_003;
+pub const NFS_VERS: u32 = 3;
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `nfs://HOST[:PORT]/EXPORT[?mountport=N]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendUrl {
+    pub host: String,
+    pub nfs_port: Option<u16>,
+    pub mount_port: Option<u16>,
+    /// The export path, from its leading `/`.
+    pub export: String,
+}
+
+impl std::str::FromStr for BackendUrl {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<BackendUrl> {
+        let rest = s
+            .strip_prefix("nfs://")
+            .ok_or_else(|| anyhow!("backend URL {s:?} must start with nfs://"))?;
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let slash = rest
+            .find('/')
+            .ok_or_else(|| anyhow!("backend URL {s:?} has no export path (nfs://HOST/EXPORT)"))?;
+        let (authority, export) = rest.split_at(slash);
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (h, after) = v6
+                .split_once(']')
+                .ok_or_else(|| anyhow!("unclosed [ in {s:?}"))?;
+            (h, after.strip_prefix(':'))
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (authority, None),
+            }
+        };
+        if host.is_empty() {
+            bail!("backend URL {s:?} has no host");
+        }
+        let port_of = |p: &str| {
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| anyhow!("bad port {p:?} in {s:?}"))
+        };
+        let nfs_port = port.map(port_of).transpose()?;
+        let mut mount_port = None;
+        for kv in query.into_iter().flat_map(|q| q.split('&')) {
+            match kv.split_once('=') {
+                Some(("mountport", p)) => mount_port = Some(port_of(p)?),
+                _ => bail!("unknown option {kv:?} in {s:?} (known: mountport=N)"),
+            }
+        }
+        Ok(BackendUrl {
+            host: host.to_string(),
+            nfs_port,
+            mount_port,
+            export: export.to_string(),
+        })
+    }
+}
+
+/// One blocking call on a fresh connection; returns the procedure's results.
+fn call(
+    addr: SocketAddr,
+    prog: u32,
+    vers: u32,
+    proc: u32,
+    auth: &AuthSys,
+    args: &Raw,
+) -> Result<Vec<u8>> {
+    let mut s = TcpStream::connect_timeout(&addr, TIMEOUT)
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(TIMEOUT))?;
+    s.set_write_timeout(Some(TIMEOUT))?;
+    let mut rec = Vec::new();
+    rpc::encode_call(&mut rec, 1, prog, vers, proc, Some(auth), args);
+    s.write_all(&rec)?;
+    let mut rr = RecordReader::new(64 * 1024);
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s
+            .read(&mut buf)
+            .with_context(|| format!("reading from {addr}"))?;
+        if n == 0 {
+            bail!("{addr} closed the connection without answering");
+        }
+        rr.push(&buf[..n]);
+        if let Some(r) = rr.next_record()? {
+            let (_, res) = rpc::decode_reply(&r)?;
+            let body = res.with_context(|| format!("program {prog} at {addr}"))?;
+            return Ok(body.to_vec());
+        }
+    }
+}
+
+/// The TCP port of `prog` version `vers`, from the port mapper on port 111.
+fn getport(host: SocketAddr, prog: u32, vers: u32, auth: &AuthSys) -> Result<u16> {
+    let pm = SocketAddr::new(host.ip(), 111);
+    let body = call(
+        pm,
+        PMAP_PROG,
+        PMAP_VERS,
+        PMAP_GETPORT,
+        auth,
+        &ops::getport(prog, vers),
+    )
+    .context("asking the port mapper (give the port in the URL to skip it)")?;
+    let port = Xdr::new(&body).u32("port")?;
+    match u16::try_from(port) {
+        Ok(p) if p != 0 => Ok(p),
+        _ => bail!("program {prog} version {vers} is not registered with the port mapper at {pm}"),
+    }
+}
+
+/// What start-up learned: where the NFS service is, and the export's root handle.
+#[derive(Debug)]
+pub struct Mounted {
+    pub nfs_addr: SocketAddr,
+    pub root_fh: Vec<u8>,
+}
+
+/// Resolves the URL's host, finds the ports and MOUNTs the export (as root, the way a kernel
+/// client mounts; every later call carries the requesting user's credentials).
+pub fn mount(url: &BackendUrl) -> Result<Mounted> {
+    let host = (url.host.as_str(), 0)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {}", url.host))?
+        .next()
+        .ok_or_else(|| anyhow!("{} has no address", url.host))?;
+    let root = AuthSys {
+        uid: 0,
+        gid: 0,
+        gids: Vec::new(),
+    };
+    let nfs_port = match url.nfs_port {
+        Some(p) => p,
+        None => getport(host, NFS_PROG, NFS_VERS, &root)?,
+    };
+    let mount_port = match url.mount_port {
+        Some(p) => p,
+        None => getport(host, MOUNT_PROG, MOUNT_VERS, &root)?,
+    };
+    let mnt_addr = SocketAddr::new(host.ip(), mount_port);
+    let body = call(
+        mnt_addr,
+        MOUNT_PROG,
+        MOUNT_VERS,
+        MOUNT_MNT,
+        &root,
+        &ops::mnt(url.export.as_bytes()),
+    )
+    .context("MOUNT")?;
+    let root_fh = match ops::mnt_result(&mut Xdr::new(&body))? {
+        Ok(fh) if !fh.is_empty() => fh.to_vec(),
+        Ok(_) => bail!("MOUNT of {} returned an empty handle", url.export),
+        Err(code) => bail!("MOUNT of {} refused (mountstat3 {code})", url.export),
+    };
+    Ok(Mounted {
+        nfs_addr: SocketAddr::new(host.ip(), nfs_port),
+        root_fh,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let u: BackendUrl = "nfs://127.0.0.1:2049/export?mountport=20048"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            u,
+            BackendUrl {
+                host: "127.0.0.1".into(),
+                nfs_port: Some(2049),
+                mount_port: Some(20048),
+                export: "/export".into()
+            }
+        );
+        let u: BackendUrl = "nfs://[::1]/a/b".parse().unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.nfs_port, u.export.as_str()),
+            ("::1", None, "/a/b")
+        );
+        let u: BackendUrl = "nfs://nas/".parse().unwrap();
+        assert_eq!((u.host.as_str(), u.mount_port), ("nas", None));
+        for bad in [
+            "http://x/e",
+            "nfs://x",
+            "nfs:///e",
+            "nfs://x:0/e",
+            "nfs://x:99999/e",
+            "nfs://x/e?mountport=",
+            "nfs://x/e?port=1",
+            "nfs://[::1/e",
+        ] {
+            assert!(bad.parse::<BackendUrl>().is_err(), "{bad} parsed");
+        }
+    }
+}
