@@ -97,9 +97,7 @@ impl AttrCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding this lock cannot leave the maps inconsistent (every update is
-        // one insert or remove), so a poisoned lock is still usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.inner)
     }
 }
 

@@ -171,9 +171,7 @@ impl Shared {
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
-        // Every update is a few inserts/removes that leave the maps consistent, so a
-        // poisoned lock is still usable.
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.table)
     }
 
     fn fh(&self, ino: INodeNo) -> Result<FileHandle, Errno> {

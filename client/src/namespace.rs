@@ -30,6 +30,7 @@ use crate::bookmarks::{self, Bookmark};
 use crate::fuse::{ROOT, SfsFuse, Shared, fattr, placeholder_dir, ttl};
 use crate::identity::Identity;
 use crate::session::{Client, Options, SessionError};
+use crate::sync::lock;
 
 /// Bits of a node id below the server number.
 const SHIFT: u32 = 40;
@@ -91,14 +92,14 @@ impl Namespace {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// The server whose range holds `ino` (None: the namespace's own range).
     fn server(&self, ino: INodeNo) -> Option<Arc<Server>> {
         let n = usize::try_from(ino.0 >> SHIFT).ok()?;
         let s = self.state().servers.get(n.checked_sub(1)?).cloned()?;
-        *s.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *lock(&s.last_used) = Instant::now();
         Some(s)
     }
 
@@ -185,11 +186,7 @@ impl Namespace {
             tokio::time::sleep(tick).await;
             let servers = self.state().servers.clone();
             for s in servers {
-                let quiet = s
-                    .last_used
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .elapsed();
+                let quiet = lock(&s.last_used).elapsed();
                 if quiet >= idle && s.client.disconnect().await {
                     tracing::info!(
                         "namespace: disconnected {} (idle {} s); the next use reconnects",
@@ -250,7 +247,7 @@ impl Namespace {
         }
         let s = self.connect(&server).await?;
         let base = (self.state().by_name[&s.name] as u64 + 1) << SHIFT;
-        *s.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *lock(&s.last_used) = Instant::now();
         let attr = s
             .client
             .getattr(&s.root)

@@ -236,10 +236,7 @@ impl Client {
     }
 }
 
-/// Locks a mutex whose data stays consistent even if a holder panicked.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::sync::lock;
 
 #[cfg(test)]
 mod tests;
