@@ -97,43 +97,16 @@ impl AttrCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding this lock cannot leave the maps inconsistent (every update is
-        // one insert or remove), so a poisoned lock is still usable.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.inner)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::{FileType, Time};
 
-    pub(crate) fn attr(lease_ms: u32) -> Attr {
-        Attr {
-            ftype: FileType::Regular,
-            mode: 0o644,
-            nlink: 1,
-            uid: 0,
-            gid: 0,
-            size: 5,
-            used: 5,
-            rdev: (0, 0),
-            fsid: 1,
-            fileid: 7,
-            atime: Time {
-                seconds: 0,
-                nanos: 0,
-            },
-            mtime: Time {
-                seconds: 0,
-                nanos: 0,
-            },
-            ctime: Time {
-                seconds: 0,
-                nanos: 0,
-            },
-            lease_ms,
-        }
+    fn attr(lease_ms: u32) -> Attr {
+        Attr::test_file(5, lease_ms)
     }
 
     #[test]

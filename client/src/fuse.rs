@@ -36,12 +36,65 @@ use fuser::{
     AccessFlags, Errno, FileAttr, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, Notifier, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Request, TimeOrNow, WriteFlags,
 };
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
 use tokio::runtime::Handle;
 
 use crate::session::{Client, Invalidation, SessionError};
+
+/// The four extended-attribute methods of a `fuser::Filesystem`, all answering ENOSYS: extended
+/// attributes are not in the protocol, and ENOSYS (rather than fuser's default, which logs a
+/// warning each time) makes the kernel stop asking. Used by both filesystems of the mount (a
+/// server's, and the namespace that routes to them), so they answer alike.
+macro_rules! no_xattrs {
+    () => {
+        fn getxattr(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _name: &std::ffi::OsStr,
+            _size: u32,
+            reply: fuser::ReplyXattr,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn listxattr(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _size: u32,
+            reply: fuser::ReplyXattr,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn setxattr(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _name: &std::ffi::OsStr,
+            _value: &[u8],
+            _flags: i32,
+            _position: u32,
+            reply: fuser::ReplyEmpty,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn removexattr(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _name: &std::ffi::OsStr,
+            reply: fuser::ReplyEmpty,
+        ) {
+            reply.error(fuser::Errno::ENOSYS);
+        }
+    };
+}
+pub(crate) use no_xattrs;
 
 /// The root's node id (fixed by FUSE).
 pub const ROOT: u64 = 1;
@@ -171,9 +224,7 @@ impl Shared {
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
-        // Every update is a few inserts/removes that leave the maps consistent, so a
-        // poisoned lock is still usable.
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.table)
     }
 
     fn fh(&self, ino: INodeNo) -> Result<FileHandle, Errno> {
@@ -1366,39 +1417,7 @@ impl Filesystem for SfsFuse {
         });
     }
 
-    // Extended attributes are not in the protocol. ENOSYS (rather than fuser's default, which
-    // logs a warning each time) makes the kernel stop asking.
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn setxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENOSYS);
-    }
+    no_xattrs!();
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         self.spawn(req, |sh, c| async move {

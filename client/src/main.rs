@@ -14,6 +14,7 @@ mod namespace;
 mod nfs;
 mod progress;
 mod session;
+mod sync;
 
 use clap::Parser;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;

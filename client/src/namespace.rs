@@ -20,8 +20,8 @@ use std::time::{Duration, Instant, SystemTime};
 use fuser::{
     AccessFlags, Errno, FileAttr, Filesystem, Generation, INodeNo, KernelConfig, LockOwner,
     Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    TimeOrNow, WriteFlags,
 };
 use protocol::{FileType, ServerName};
 use tokio::runtime::Handle;
@@ -30,6 +30,7 @@ use crate::bookmarks::{self, Bookmark};
 use crate::fuse::{ROOT, SfsFuse, Shared, fattr, placeholder_dir, ttl};
 use crate::identity::Identity;
 use crate::session::{Client, Options, SessionError};
+use crate::sync::lock;
 
 /// Bits of a node id below the server number.
 const SHIFT: u32 = 40;
@@ -91,14 +92,14 @@ impl Namespace {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// The server whose range holds `ino` (None: the namespace's own range).
     fn server(&self, ino: INodeNo) -> Option<Arc<Server>> {
         let n = usize::try_from(ino.0 >> SHIFT).ok()?;
         let s = self.state().servers.get(n.checked_sub(1)?).cloned()?;
-        *s.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *lock(&s.last_used) = Instant::now();
         Some(s)
     }
 
@@ -185,11 +186,7 @@ impl Namespace {
             tokio::time::sleep(tick).await;
             let servers = self.state().servers.clone();
             for s in servers {
-                let quiet = s
-                    .last_used
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .elapsed();
+                let quiet = lock(&s.last_used).elapsed();
                 if quiet >= idle && s.client.disconnect().await {
                     tracing::info!(
                         "namespace: disconnected {} (idle {} s); the next use reconnects",
@@ -250,7 +247,7 @@ impl Namespace {
         }
         let s = self.connect(&server).await?;
         let base = (self.state().by_name[&s.name] as u64 + 1) << SHIFT;
-        *s.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        *lock(&s.last_used) = Instant::now();
         let attr = s
             .client
             .getattr(&s.root)
@@ -468,37 +465,7 @@ impl Filesystem for NsFuse {
         }
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn setxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENOSYS);
-    }
+    crate::fuse::no_xattrs!();
 
     fn setattr(
         &self,

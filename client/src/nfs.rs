@@ -63,7 +63,7 @@ impl SfsNfs {
     }
 
     fn ids(&self) -> std::sync::MutexGuard<'_, Ids> {
-        self.ids.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.ids)
     }
 
     fn fh(&self, id: fileid3) -> Result<FileHandle, nfsstat3> {

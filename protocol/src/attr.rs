@@ -189,6 +189,35 @@ impl Attr {
     }
 }
 
+impl Attr {
+    /// A test fixture: a regular file of `size` bytes (mode 0644, owner 0:0, file id 7, all
+    /// times 1 s after the epoch) with a lease of `lease_ms`. The one copy every crate's tests
+    /// share (`testing` feature).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn test_file(size: u64, lease_ms: u32) -> Attr {
+        let t = Time {
+            seconds: 1,
+            nanos: 0,
+        };
+        Attr {
+            ftype: FileType::Regular,
+            mode: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            size,
+            used: size,
+            rdev: (0, 0),
+            fsid: 1,
+            fileid: 7,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            lease_ms,
+        }
+    }
+}
+
 #[cfg(unix)]
 impl Attr {
     /// The attributes of a local file, as a server reports them, with a lease of `lease_ms`.
@@ -360,22 +389,7 @@ mod tests {
 
     #[test]
     fn attr_len_matches_encoding() {
-        let a = Attr {
-            ftype: FileType::Regular,
-            mode: 0o644,
-            nlink: 1,
-            uid: 1000,
-            gid: 1000,
-            size: 5,
-            used: 4096,
-            rdev: (0, 0),
-            fsid: 1,
-            fileid: 2,
-            atime: Time::default(),
-            mtime: Time::default(),
-            ctime: Time::default(),
-            lease_ms: 60_000,
-        };
+        let a = Attr::test_file(5, 60_000);
         let mut buf = Vec::new();
         a.encode(&mut buf);
         assert_eq!(buf.len(), ATTR_LEN);

@@ -54,7 +54,7 @@
 
 pub mod attr;
 pub mod error;
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod fuzzing;
 pub mod handle;
 pub mod handshake;

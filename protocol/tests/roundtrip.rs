@@ -151,22 +151,7 @@ fn max_io_size_fits_a_record() {
         1 << 20,
         "1 MiB transfers with the default record limit"
     );
-    let attr = Attr {
-        ftype: FileType::Regular,
-        mode: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        used: 0,
-        rdev: (0, 0),
-        fsid: 0,
-        fileid: 0,
-        atime: Time::default(),
-        mtime: Time::default(),
-        ctime: Time::default(),
-        lease_ms: 0,
-    };
+    let attr = Attr::test_file(0, 0);
     for max in [4096, 10_001, DEFAULT_MAX_PAYLOAD] {
         let n = max_io_size(max) as usize;
         let mut sealer = Sealer::new(&[0; 32], max);

@@ -1,4 +1,5 @@
-//! The TOML config file: the same settings as `sfsd serve`'s flags. Flags win.
+//! The TOML config file: the same settings as `sfsd serve`'s flags. Flags win; defaults are
+//! applied afterwards, in [`crate::settings`].
 
 use std::path::{Path, PathBuf};
 
@@ -39,12 +40,16 @@ pub struct FileConfig {
     pub stats: Option<bool>,
 }
 
-/// Fills unset flags from the config file.
-pub fn merge(mut a: ServeArgs, path: &Path) -> Result<ServeArgs> {
+/// Reads and parses the config file (unknown keys are an error).
+pub fn load(path: &Path) -> Result<FileConfig> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let f: FileConfig =
-        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Fills the flags not given from the file (defaults come later, in
+/// [`crate::settings::Settings::resolve`]).
+pub fn merge(mut a: ServeArgs, f: FileConfig) -> ServeArgs {
     macro_rules! opt {
         ($($field:ident),*) => { $( if a.$field.is_none() { a.$field = f.$field; } )* };
     }
@@ -76,7 +81,7 @@ pub fn merge(mut a: ServeArgs, path: &Path) -> Result<ServeArgs> {
         handshake_timeout_secs
     );
     flag!(uniprocessor, pin, read_only, anonymous_read, stats);
-    Ok(a)
+    a
 }
 
 #[cfg(test)]
@@ -92,7 +97,7 @@ mod tests {
             workers: Some(5),
             ..ServeArgs::default()
         };
-        let m = merge(a, &p).unwrap();
+        let m = merge(a, load(&p).unwrap());
         assert_eq!(m.workers, Some(5));
         assert_eq!(m.export, Some(PathBuf::from("/srv")));
         assert!(m.read_only);
@@ -101,10 +106,10 @@ mod tests {
             "backend = \"nfs://nas/export\"\nbackend-connections = 4\n",
         )
         .unwrap();
-        let m = merge(ServeArgs::default(), &p).unwrap();
+        let m = merge(ServeArgs::default(), load(&p).unwrap());
         assert_eq!(m.backend.as_deref(), Some("nfs://nas/export"));
         assert_eq!(m.backend_connections, Some(4));
         std::fs::write(&p, "bogus = 1\n").unwrap();
-        assert!(merge(ServeArgs::default(), &p).is_err());
+        assert!(load(&p).is_err());
     }
 }

@@ -1,4 +1,5 @@
-//! Resource limits, with defaults sane for a server with thousands of mostly idle clients.
+//! Resource limits (their defaults, sane for a server with thousands of mostly idle clients,
+//! are in [`crate::settings::defaults`]).
 
 /// Limits applied per server and per connection.
 #[derive(Debug, Clone)]
@@ -16,19 +17,6 @@ pub struct Limits {
     /// An authenticated connection that sends nothing for this long is closed (the client
     /// reconnects when it needs the server again).
     pub idle_timeout: std::time::Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_connections: 4096,
-            max_in_flight: 32,
-            max_output: 4 << 20,
-            max_record: protocol::record::DEFAULT_MAX_PAYLOAD,
-            handshake_timeout: std::time::Duration::from_secs(10),
-            idle_timeout: std::time::Duration::from_secs(15 * 60),
-        }
-    }
 }
 
 /// Descriptors the READ fast path may keep open, server-wide ([`crate::read`]).

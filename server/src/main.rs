@@ -12,21 +12,22 @@ mod listener;
 mod output;
 mod read;
 mod server;
+mod settings;
 mod state;
+mod stats;
 mod users;
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Parser;
-use protocol::{HandshakeConfig, Location};
+use protocol::Location;
 
 use cli::{Cli, Command, ServeArgs};
+use settings::{Pinning, Settings, Workers};
 
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SFSD_LOG")
@@ -56,8 +57,12 @@ fn init(dir: &std::path::Path, location: &str) -> Result<()> {
 
 /// The location in the name: `--location`, else the stored one if its port is the one we
 /// listen on, else the listening address.
-fn pick_location(args: &ServeArgs, dir: &std::path::Path, addr: SocketAddr) -> Result<Location> {
-    if let Some(l) = &args.location {
+fn pick_location(
+    location: Option<&str>,
+    dir: &std::path::Path,
+    addr: SocketAddr,
+) -> Result<Location> {
+    if let Some(l) = location {
         return state::parse_location(l);
     }
     if let Ok(text) = std::fs::read_to_string(dir.join("location"))
@@ -75,76 +80,29 @@ fn pick_location(args: &ServeArgs, dir: &std::path::Path, addr: SocketAddr) -> R
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
-    let args = match args.config.clone() {
-        Some(path) => config::merge(args, &path)?,
-        None => args,
-    };
-    let Some(dir) = args.state.clone() else {
-        bail!("--state DIR is required (or `state` in the config file)");
-    };
-    let backend_url: Option<fs::nfs::BackendUrl> =
-        args.backend.as_deref().map(str::parse).transpose()?;
-    if backend_url.is_some() && args.export.is_some() {
-        bail!("--export and --backend exclude each other (the config file may set one of them)");
-    }
-    let export = match (&args.export, &backend_url) {
-        (Some(e), _) => e.clone(),
-        (None, Some(_)) => std::path::PathBuf::new(),
-        (None, None) => bail!(
-            "--export PATH or --backend nfs://HOST/EXPORT is required (or `export`/`backend` \
-             in the config file)"
-        ),
-    };
-    let listen: SocketAddr = args
-        .listen
-        .as_deref()
-        .unwrap_or("0.0.0.0:4004")
-        .parse()
-        .context("--listen wants IP:PORT")?;
+    let file = args.config.as_deref().map(config::load).transpose()?;
+    let mut settings = Settings::resolve(args, file)?;
+    let dir = settings.state.clone();
+    let export = settings.export.clone();
+    let listen = settings.listen;
     let std_listener =
         std::net::TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
     std_listener.set_nonblocking(true)?;
     let addr = std_listener.local_addr()?;
     if !state::exists(&dir) {
-        let location = pick_location(&args, &dir, addr)?;
+        let location = pick_location(settings.location.as_deref(), &dir, addr)?;
         let st = state::init(&dir, &location)?;
         println!("sfsd: initialised {} as {}", dir.display(), st.name());
     }
-    let location = pick_location(&args, &dir, addr)?;
+    let location = pick_location(settings.location.as_deref(), &dir, addr)?;
     let st = state::load(&dir, Some(&location))?;
     let name = st.name();
 
-    let mut limits = limits::Limits::default();
-    if let Some(n) = args.max_connections {
-        limits.max_connections = n.max(1);
-    }
-    if let Some(n) = args.max_in_flight {
-        limits.max_in_flight = n.max(1);
-    }
-    if let Some(n) = args.max_output {
-        limits.max_output = n;
-    }
-    if let Some(n) = args.max_record {
-        limits.max_record = n.clamp(4096, 1 << 30);
-    }
-    if let Some(s) = args.handshake_timeout_secs {
-        limits.handshake_timeout = Duration::from_secs(s.max(1));
-    }
-    if let Some(s) = args.idle_timeout_secs {
-        limits.idle_timeout = Duration::from_secs(s.max(1));
-    }
-    let workers = if args.uniprocessor {
-        1
-    } else {
-        args.workers.unwrap_or_else(libcolor::available_cpus)
-    };
-    // The NFS backend needs no storage threads (its calls complete as callbacks): keep one.
-    let storage_threads = match &backend_url {
-        Some(_) => 1,
-        None => args.helpers.unwrap_or((4 * workers).max(8)).max(1),
-    };
-    limits.max_connections =
-        limits::fit_connections_to_fd_limit(limits.max_connections, storage_threads);
+    let workers = settings.worker_count(libcolor::available_cpus());
+    let storage_threads = settings.storage_threads(workers);
+    settings.limits.max_connections =
+        limits::fit_connections_to_fd_limit(settings.limits.max_connections, storage_threads);
+    let limits = &settings.limits;
     // New objects get exactly the mode the client asked for.
     rustix::process::umask(rustix::fs::Mode::empty());
     let cred_mode = fs::creds::Mode::detect();
@@ -155,14 +113,14 @@ fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     let max_io = protocol::max_io_size(limits.max_record);
-    let local = match backend_url {
+    let local = match &settings.backend {
         Some(_) => None,
         None => Some(
             fs::local::LocalFs::open(
                 &export,
                 st.handle_key.clone(),
                 max_io,
-                args.read_only,
+                settings.read_only,
                 fs::creds::Switcher::new(cred_mode),
             )
             .with_context(|| format!("opening export {}", export.display()))?,
@@ -174,105 +132,61 @@ fn serve(args: ServeArgs) -> Result<()> {
         limits.max_connections.saturating_mul(limits.max_in_flight),
     )
     .context("starting the storage threads")?;
-    let users = match &args.users {
+    let users = match &settings.users {
         Some(p) => users::Users::load(p)?,
         None => users::Users::default(),
     };
 
     let mut builder = libcolor::Runtime::builder();
-    builder = if args.uniprocessor {
-        builder.uniprocessor()
-    } else if let Some(n) = args.workers {
-        builder.workers(n)
-    } else {
-        builder
+    builder = match settings.workers {
+        Workers::Uniprocessor => builder.uniprocessor(),
+        Workers::Count(Some(n)) => builder.workers(n),
+        Workers::Count(None) => builder,
     };
-    if let Some(cpus) = args.cpus.clone() {
-        builder = builder.pin_to(cpus);
-    } else if args.pin {
-        builder = builder.pin(true);
-    }
+    builder = match &settings.pinning {
+        Pinning::Cpus(cpus) => builder.pin_to(cpus.clone()),
+        Pinning::InOrder => builder.pin(true),
+        Pinning::None => builder,
+    };
     let rt = builder.build().context("starting the runtime")?;
     let h = rt.handle();
-    let storage = match (local, &backend_url) {
+    let storage = match (local, &settings.backend) {
         (Some(l), _) => fs::Backend::Local(Arc::new(l)),
-        (None, Some(url)) => {
+        (None, Some(backend)) => {
             let cfg = fs::nfs::NfsConfig {
-                url: url.clone(),
-                connections: args.backend_connections.unwrap_or(2).clamp(1, 64),
+                url: backend.url.clone(),
+                connections: backend.connections,
                 max_pending: limits.max_in_flight.saturating_mul(64).clamp(64, 4096),
                 max_io,
-                read_only: args.read_only,
-                call_timeout: args
-                    .backend_timeout_secs
-                    .map_or(fs::nfs::link::CALL_TIMEOUT, |s| {
-                        Duration::from_secs(s.max(1))
-                    }),
+                read_only: settings.read_only,
+                call_timeout: backend.call_timeout,
             };
-            let b =
-                fs::nfs::NfsBackend::start(&h, &cfg, st.handle_key.clone()).with_context(|| {
-                    format!(
-                        "starting the NFS backend {}",
-                        args.backend.as_deref().unwrap_or("")
-                    )
-                })?;
+            let b = fs::nfs::NfsBackend::start(&h, &cfg, st.handle_key.clone())
+                .with_context(|| format!("starting the NFS backend {}", backend.text))?;
             fs::Backend::Async(Arc::new(b))
         }
-        (None, None) => unreachable!("checked above"),
+        (None, None) => unreachable!("a local export unless a backend is given"),
     };
-    let lease = Duration::from_secs(args.lease_secs.unwrap_or(60));
-    let srv = Arc::new(server::Server {
-        h: h.clone(),
-        name: name.clone(),
-        handshake: HandshakeConfig {
-            max_record_payload: limits.max_record,
-            ..HandshakeConfig::default()
-        },
-        keypair: st.keypair,
-        handle_key: st.handle_key,
+    let srv = Arc::new(server::Server::new(
+        h.clone(),
+        st,
         storage,
         fs_pool,
         users,
-        anonymous: users::Creds::anonymous(
-            args.anonymous_uid.unwrap_or(users::NOBODY),
-            args.anonymous_gid.unwrap_or(users::NOBODY),
-        ),
-        max_io: max_io as usize,
-        read_only: args.read_only,
-        anonymous_read: args.anonymous_read,
-        changes: changes::Changes::new(),
-        file_budget: read::FileBudget::new(limits::CACHED_FILES),
-        color0: libcolor::ColorCell::new(
-            &h,
-            libcolor::Color::DEFAULT,
-            server::Color0 {
-                leases: leases::Leases::new(
-                    lease,
-                    args.max_leases.unwrap_or(100_000),
-                    args.max_leases_per_conn.unwrap_or(4096),
-                ),
-                conns: HashMap::new(),
-            },
-        ),
-        in_flight: AtomicUsize::new(0),
-        lease_ms_now: AtomicU32::new(u32::try_from(lease.as_millis()).unwrap_or(u32::MAX)),
-        open_conns: AtomicUsize::new(0),
-        busy_conns: AtomicUsize::new(0),
-        draining: AtomicBool::new(false),
-        limits,
-    });
+        &settings,
+    ));
     listener::start(
         &srv,
         libcolor::mio::net::TcpListener::from_std(std_listener),
     )?;
-    srv.start_reaper((lease / 2).max(Duration::from_secs(1)));
+    srv.start_reaper((settings.lease / 2).max(Duration::from_secs(1)));
     tracing::info!(
         %name,
         %addr,
-        export = %args.backend.clone().unwrap_or_else(|| export.display().to_string()),
+        export = %settings.backend.as_ref().map_or_else(|| export.display().to_string(), |b| b.text.clone()),
         workers = h.workers(),
-        read_only = args.read_only,
-        anonymous_read = args.anonymous_read,
+        read_only = settings.read_only,
+        anonymous_read = settings.anonymous_read,
         users = srv.users.count(),
         "serving"
     );
@@ -286,53 +200,10 @@ fn serve(args: ServeArgs) -> Result<()> {
         callbacks = stats.callbacks(),
         "stopped"
     );
-    if args.stats {
-        println!("sfsd-stats: {}", stats_json(&stats));
+    if settings.stats {
+        println!("sfsd-stats: {}", stats::json(&stats));
         std::io::stdout().flush()?;
     }
     result.context("runtime failed")?;
     Ok(())
-}
-
-/// libcolor's counters as one line of JSON (for the benchmark harness). `serial_fraction` is
-/// the busiest color's share of the busy time (CPU-time corrected), the input of the Amdahl
-/// bound; `busiest_slot` names that color slot.
-fn stats_json(s: &libcolor::Stats) -> String {
-    let workers: Vec<serde_json::Value> = s
-        .workers
-        .iter()
-        .map(|w| {
-            serde_json::json!({
-                "callbacks": w.callbacks,
-                "steals": w.steals,
-                "stolen_callbacks": w.stolen_callbacks,
-                "idle_ns": w.idle.as_nanos() as u64,
-                "color0_busy_ns": w.color0_busy.as_nanos() as u64,
-                "other_busy_ns": w.other_busy.as_nanos() as u64,
-                "poll_busy_ns": w.poll_busy.as_nanos() as u64,
-                "cpu_ns": w.cpu.as_nanos() as u64,
-                "awake_ns": w.awake.as_nanos() as u64,
-                "polls": w.polls,
-                "shed": w.shed,
-                "queue_high_water": w.queue_high_water,
-            })
-        })
-        .collect();
-    let busiest = s.busiest_slot();
-    let serial = (s.serial_fraction() * 1e6).round() / 1e6;
-    serde_json::json!({
-        "workers": s.workers.len(),
-        "callbacks": s.callbacks(),
-        "steals": s.steals(),
-        "color0_busy_ns": s.color0_busy().as_nanos() as u64,
-        "other_busy_ns": s.other_busy().as_nanos() as u64,
-        "poll_busy_ns": s.poll_busy().as_nanos() as u64,
-        "cpu_ns": s.cpu().as_nanos() as u64,
-        "busiest_slot": busiest.map(|(slot, _)| slot),
-        "busiest_slot_busy_ns": busiest.map(|(_, d)| d.as_nanos() as u64),
-        "serial_fraction": serial,
-        "amdahl_bound": (s.amdahl_bound(s.workers.len()) * 1000.0).round() / 1000.0,
-        "per_worker": workers,
-    })
-    .to_string()
 }

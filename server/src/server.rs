@@ -33,6 +33,7 @@ use crate::fs::{Backend, ObjKey, OpCtx};
 use crate::leases::{ConnId, Leases};
 use crate::limits::Limits;
 use crate::read::FileBudget;
+use crate::settings::Settings;
 use crate::users::{Creds, Users};
 
 /// A connection as color 0 knows it.
@@ -82,6 +83,60 @@ pub struct Server {
     /// then one connection's replies may be sealed on several).
     pub busy_conns: AtomicUsize,
     pub draining: AtomicBool,
+}
+
+impl Server {
+    /// The server for `settings`, serving `storage` with `fs_pool`'s threads on runtime `h`.
+    pub fn new(
+        h: Handle,
+        st: crate::state::State,
+        storage: Backend,
+        fs_pool: FsPool,
+        users: Users,
+        settings: &Settings,
+    ) -> Server {
+        let limits = settings.limits.clone();
+        let (anonymous_uid, anonymous_gid) = settings.anonymous;
+        Server {
+            name: st.name(),
+            handshake: HandshakeConfig {
+                max_record_payload: limits.max_record,
+                ..HandshakeConfig::default()
+            },
+            keypair: st.keypair,
+            handle_key: st.handle_key,
+            storage,
+            fs_pool,
+            users,
+            anonymous: Creds::anonymous(anonymous_uid, anonymous_gid),
+            max_io: protocol::max_io_size(limits.max_record) as usize,
+            read_only: settings.read_only,
+            anonymous_read: settings.anonymous_read,
+            color0: ColorCell::new(
+                &h,
+                Color::DEFAULT,
+                Color0 {
+                    leases: Leases::new(
+                        settings.lease,
+                        settings.max_leases,
+                        settings.max_leases_per_conn,
+                    ),
+                    conns: HashMap::new(),
+                },
+            ),
+            in_flight: AtomicUsize::new(0),
+            lease_ms_now: AtomicU32::new(
+                u32::try_from(settings.lease.as_millis()).unwrap_or(u32::MAX),
+            ),
+            open_conns: AtomicUsize::new(0),
+            busy_conns: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            changes: Changes::new(),
+            file_budget: FileBudget::new(crate::limits::CACHED_FILES),
+            limits,
+            h,
+        }
+    }
 }
 
 /// Locks a mutex whose data stays consistent even if a holder panicked (a panicking callback

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -48,14 +48,6 @@ macro_rules! require_root {
             return;
         }
     };
-}
-
-/// chown + chmod (chmod after chown: chown clears setuid/setgid bits).
-fn own(p: &Path, uid: u32, gid: u32, mode: u32) {
-    std::os::unix::fs::lchown(p, Some(uid), Some(gid))
-        .unwrap_or_else(|e| panic!("chown {}: {e}", p.display()));
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-        .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
 }
 
 fn mkdir_owned(p: &Path, uid: u32, gid: u32, mode: u32) {
@@ -1793,17 +1785,7 @@ fn oversized_replayed_and_garbage_records_close_only_that_connection() {
     );
     // A record replayed verbatim (same nonce): refused.
     let mut rep = s.connect();
-    let mut wire = Vec::new();
-    rep.sealer
-        .seal_with(&mut wire, |b| {
-            Request {
-                id: 1,
-                authno: 0,
-                op: RequestOp::Null,
-            }
-            .encode_into(b)
-        })
-        .unwrap();
+    let wire = rep.seal_request(1, 0, RequestOp::Null);
     rep.stream.write_all(&wire).unwrap();
     assert!(matches!(rep.wait_reply(1), Ok(ReplyBody::Null)));
     rep.stream.write_all(&wire).unwrap();

@@ -166,27 +166,40 @@ pub(super) fn secs(d: Duration) -> String {
     format!("{}", (d.as_secs_f64() * 1000.0).round() / 1000.0)
 }
 
-/// The message a shell user expects for a status (`ls` says "No such file or directory").
+/// The message a shell user expects for a status (`ls` says "No such file or directory"): the
+/// protocol's [`NfsStatus::description`] in sentence case. NFS's "not owner" (PERM) reads as
+/// "Permission denied", the words a shell prints for both refusals.
 pub fn status_message(s: NfsStatus) -> String {
-    match s {
-        NfsStatus::NoEnt => "No such file or directory".into(),
-        NfsStatus::Acces | NfsStatus::Perm => "Permission denied".into(),
-        NfsStatus::Exist => "File exists".into(),
-        NfsStatus::NotDir => "Not a directory".into(),
-        NfsStatus::IsDir => "Is a directory".into(),
-        NfsStatus::NotEmpty => "Directory not empty".into(),
-        NfsStatus::RoFs => "Read-only file system".into(),
-        NfsStatus::NoSpc => "No space left on device".into(),
-        NfsStatus::NameTooLong => "File name too long".into(),
-        NfsStatus::Inval => "Invalid argument".into(),
-        NfsStatus::Stale => "Stale file handle".into(),
-        other => other.description().to_string(),
+    let s = if s == NfsStatus::Perm {
+        NfsStatus::Acces
+    } else {
+        s
+    };
+    let text = s.description();
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_messages_read_as_a_shell_prints_them() {
+        assert_eq!(
+            status_message(NfsStatus::NoEnt),
+            "No such file or directory"
+        );
+        assert_eq!(status_message(NfsStatus::Acces), "Permission denied");
+        assert_eq!(status_message(NfsStatus::Perm), "Permission denied");
+        assert_eq!(status_message(NfsStatus::RoFs), "Read-only file system");
+        assert_eq!(status_message(NfsStatus::NotEmpty), "Directory not empty");
+        assert_eq!(status_message(NfsStatus::Stale), "Stale file handle");
+        assert_eq!(status_message(NfsStatus::Io), "I/O error");
+    }
 
     #[test]
     fn report_shows_every_cause_once() {

@@ -14,15 +14,15 @@
 //! waits at most [`Options::request_timeout`] for its reply, after which the connection is
 //! declared broken and the request takes the reconnect path above.
 //!
-//! | file        | what                                                                   |
-//! |-------------|------------------------------------------------------------------------|
-//! | [`error`]   | [`SessionError`], with the underlying error as its source              |
-//! | [`conn`]    | one connection: TCP, handshake, reader and writer tasks, LOGIN         |
-//! | [`handshake`] | the async driver of the protocol crate's handshake machine           |
-//! | [`call`]    | sending a request: the retry and timeout policy                        |
-//! | [`ops`]     | one typed method per NFS operation                                     |
-//! | [`bulk`]    | whole-file READ and WRITE with a window of requests in flight          |
-//! | `tests`     | the above against an in-process server driven by the protocol crate   |
+//! | file          | what                                                                |
+//! |---------------|---------------------------------------------------------------------|
+//! | [`error`]     | [`SessionError`], with the underlying error as its source           |
+//! | [`conn`]      | one connection: TCP, handshake, reader and writer tasks, LOGIN      |
+//! | [`handshake`] | the async driver of the protocol crate's handshake machine          |
+//! | [`call`]      | sending a request: the retry and timeout policy                     |
+//! | [`ops`]       | one typed method per NFS operation                                  |
+//! | [`bulk`]      | whole-file READ and WRITE with a window of requests in flight       |
+//! | `tests`       | the above against an in-process server driven by the protocol crate |
 
 mod bulk;
 mod call;
@@ -277,10 +277,7 @@ impl Client {
     }
 }
 
-/// Locks a mutex whose data stays consistent even if a holder panicked.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::sync::lock;
 
 #[cfg(test)]
 mod tests;

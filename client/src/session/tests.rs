@@ -4,8 +4,8 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use protocol::{
-    FileType, Invalidate, Location, NfsStatus, RecordReader, Reply, ReplyBody, Request, RequestOp,
-    ServerHandshake, ServerKeypair, ServerMessage, StableHow, Time, UserKeypair,
+    Invalidate, Location, NfsStatus, RecordReader, Reply, ReplyBody, Request, RequestOp,
+    ServerHandshake, ServerKeypair, ServerMessage, StableHow, UserKeypair,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -39,26 +39,7 @@ fn reply(id: u64, r: Result<ReplyBody, NfsStatus>) -> Out {
 }
 
 fn attr(size: u64, lease_ms: u32) -> Attr {
-    let t = Time {
-        seconds: 1,
-        nanos: 0,
-    };
-    Attr {
-        ftype: FileType::Regular,
-        mode: 0o644,
-        nlink: 1,
-        uid: 0,
-        gid: 0,
-        size,
-        used: size,
-        rdev: (0, 0),
-        fsid: 1,
-        fileid: 7,
-        atime: t,
-        mtime: t,
-        ctime: t,
-        lease_ms,
-    }
+    Attr::test_file(size, lease_ms)
 }
 
 const FH: FileHandle = FileHandle::from_bytes([7; 48]);

@@ -26,7 +26,7 @@ impl Handshake<Client> {
 
     /// Deterministic handshake for golden test vectors only: a fixed ephemeral key destroys
     /// forward secrecy and must never be used on a real connection.
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub fn with_fixed_ephemeral_for_testing(
         name: &ServerName,
         config: HandshakeConfig,

@@ -28,7 +28,7 @@ impl Handshake<Server> {
 
     /// Deterministic handshake for golden test vectors only (see
     /// [`Handshake::with_fixed_ephemeral_for_testing`](super::ClientHandshake::with_fixed_ephemeral_for_testing)).
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub fn with_fixed_ephemeral_for_testing(
         keypair: &ServerKeypair,
         config: HandshakeConfig,

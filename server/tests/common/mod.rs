@@ -147,12 +147,19 @@ impl Client {
     pub fn send(&mut self, authno: u32, op: RequestOp) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
+        let wire = self.seal_request(id, authno, op);
+        self.stream.write_all(&wire).unwrap();
+        id
+    }
+
+    /// `op` sealed as this connection's next record, not sent: for tests that tamper with the
+    /// bytes, replay them or send only part of them.
+    pub fn seal_request(&mut self, id: u64, authno: u32, op: RequestOp) -> Vec<u8> {
         let mut wire = Vec::new();
         self.sealer
             .seal_with(&mut wire, |b| Request { id, authno, op }.encode_into(b))
             .unwrap();
-        self.stream.write_all(&wire).unwrap();
-        id
+        wire
     }
 
     /// The next server message (None at EOF or error).
@@ -546,10 +553,7 @@ impl Client {
     pub fn try_send(&mut self, authno: u32, op: RequestOp) -> Option<u64> {
         let id = self.next_id;
         self.next_id += 1;
-        let mut wire = Vec::new();
-        self.sealer
-            .seal_with(&mut wire, |b| Request { id, authno, op }.encode_into(b))
-            .unwrap();
+        let wire = self.seal_request(id, authno, op);
         self.stream.write_all(&wire).ok()?;
         Some(id)
     }
@@ -593,4 +597,13 @@ impl Client {
         let id = self.try_send(authno, op)?;
         self.wait_reply_within(id, t)
     }
+}
+
+/// chown + chmod, not following a symlink (chmod after chown: chown clears setuid/setgid bits).
+pub fn own(p: &Path, uid: u32, gid: u32, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::lchown(p, Some(uid), Some(gid))
+        .unwrap_or_else(|e| panic!("chown {}: {e}", p.display()));
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
 }
