@@ -558,8 +558,9 @@ fn mknod_types_and_rename_flags_are_closed_sets() {
         },
     }
     .encode();
-    // id 8, authno 4, proc 4, handle, name length 4 + "p" padded to 4: then the type.
-    let at = 16 + HANDLE_LEN + 8;
+    // id 8, authno 4, proc 4, handle (length 4 + bytes), name length 4 + "p" padded to 4:
+    // then the type.
+    let at = 16 + 4 + HANDLE_LEN + 8;
     assert_eq!(mknod[at..at + 4], 7u32.to_be_bytes());
     for (bad, what) in [
         (1u32, "regular"),
