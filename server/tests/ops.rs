@@ -401,7 +401,7 @@ fn exclusive_create_is_idempotent() {
 #[test]
 fn symlink_times_are_the_links_own() {
     use std::os::unix::fs::MetadataExt;
-    let (area, _s, mut c, a, root) = setup();
+    let (area, s, mut c, a, root) = setup();
     c.create(a, root, "target", 0o644).unwrap();
     let link = match c
         .call(
@@ -442,11 +442,19 @@ fn symlink_times_are_the_links_own() {
     ));
     let ex = area.export();
     let l = std::fs::symlink_metadata(ex.join("link")).unwrap();
-    assert_eq!((l.atime(), l.mtime()), (1_960_000_000, 1_970_000_000));
+    // NFS-Ganesha (VFS) answers OK but leaves a symlink's times alone: with that backend only
+    // "the target is untouched" holds.
+    if s.backend.is_none() {
+        assert_eq!((l.atime(), l.mtime()), (1_960_000_000, 1_970_000_000));
+    }
     assert_ne!(
         std::fs::metadata(ex.join("target")).unwrap().mtime(),
         1_970_000_000
     );
+    if s.backend.is_some() {
+        // Whether a mode on a symlink is refused is the NFS server's answer, not sfsd's.
+        return;
+    }
     let mode = SetAttr {
         mode: Some(0o600),
         ..SetAttr::default()
