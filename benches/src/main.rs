@@ -1,10 +1,14 @@
 //! sfs-bench: the experiments of "Multiprocessor Support for Event-Driven Programs"
 //! (Zeldovich et al., USENIX 2003) run on this code.
 
+mod cipher;
 mod cputime;
+mod idle;
 mod mount;
+mod procs;
 mod read;
 mod report;
+mod stream;
 mod tasks;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +36,12 @@ enum Command {
     /// Read throughput of the libasync-smp paper Figure 10: K clients reading a cached file from sfsd with
     /// 1..N CPUs, as one multiprocessor server, the uniprocessor baseline, and N copies.
     Read(read::ReadArgs),
+    /// One client, one stream: `sfs get`/`put` of a cached file beside OpenSSH sftp and scp
+    /// with the same cipher, MB/s and CPU-s/GB of server and client.
+    Stream(stream::StreamArgs),
+    /// What idle authenticated connections cost the server (resident memory per connection),
+    /// and whether they slow an active reader.
+    Idle(idle::IdleArgs),
     /// File-system workloads through a real mount: sequential write and read of a large file,
     /// untar and find+stat of a source tree, on `sfs mount` (FUSE) and on sshfs with the same
     /// cipher (chacha20-poly1305), side by side.
@@ -43,6 +53,8 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Tasks(args) => tasks::run(args),
         Command::Read(args) => read::run(args),
+        Command::Stream(args) => stream::run(args),
+        Command::Idle(args) => idle::run(args),
         Command::Mount(args) => mount::run(args),
     }
 }

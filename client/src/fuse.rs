@@ -863,7 +863,7 @@ pub fn errno(e: SessionError) -> Errno {
         | SessionError::NotRetried { .. }
         | SessionError::Timeout { .. }
         | SessionError::Protocol { .. } => {
-            tracing::warn!("{e}");
+            tracing::warn!("{}", e.report());
             Errno::EIO
         }
     }

@@ -136,7 +136,7 @@ impl Namespace {
         let (root, attr) = match client.mount("/").await {
             Ok(x) => x,
             Err(e) => {
-                tracing::warn!("namespace: {key}: {e}");
+                tracing::warn!("namespace: {key}: {}", e.report());
                 return Err(match e {
                     SessionError::Handshake { .. } => Errno::EACCES,
                     SessionError::Nfs(_) => crate::fuse::errno(e),

@@ -7,9 +7,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use chacha20poly1305::aead::AeadInPlace;
-use chacha20poly1305::{ChaCha20Poly1305, Key, KeyInit, Nonce};
 use protocol::record::{HEADER_LEN, Opener, Sealer};
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 
 const KEY: [u8; 32] = [0x5a; 32];
 
@@ -20,17 +19,17 @@ fn time(f: &mut impl FnMut()) -> Duration {
 }
 
 fn measure(label: &str, n: usize, rounds: usize) {
-    let cipher = ChaCha20Poly1305::new(Key::from_slice(&KEY));
-    let nonce = Nonce::from([0u8; 12]);
+    let cipher = LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &KEY).unwrap());
+    let nonce = || Nonce::assume_unique_for_key([0u8; 12]);
     let aad = (n as u32).to_be_bytes();
     let payload: Vec<u8> = (0..n).map(|i| i as u8).collect();
 
     // Sealing.
     let mut raw_buf = payload.clone();
     let mut raw_seal = || {
-        black_box(
+        let _ = black_box(
             cipher
-                .encrypt_in_place_detached(&nonce, &aad, black_box(&mut raw_buf))
+                .seal_in_place_separate_tag(nonce(), Aad::from(aad), black_box(&mut raw_buf))
                 .unwrap(),
         );
     };
@@ -46,7 +45,7 @@ fn measure(label: &str, n: usize, rounds: usize) {
     // Opening: both decrypt a fresh copy of a valid ciphertext, copied outside the timing.
     let mut ct = payload.clone();
     let tag = cipher
-        .encrypt_in_place_detached(&nonce, &aad, &mut ct)
+        .seal_in_place_separate_tag(nonce(), Aad::from(aad), &mut ct)
         .unwrap();
     let record = Sealer::new(&KEY, n).seal(&payload).unwrap();
     let mut raw_work = ct.clone();
@@ -61,7 +60,13 @@ fn measure(label: &str, n: usize, rounds: usize) {
         raw_work.copy_from_slice(&ct);
         best_raw_open = best_raw_open.min(time(&mut || {
             cipher
-                .decrypt_in_place_detached(&nonce, &aad, black_box(&mut raw_work), &tag)
+                .open_in_place_separate_tag(
+                    nonce(),
+                    Aad::from(aad),
+                    tag,
+                    black_box(&mut raw_work),
+                    0..,
+                )
                 .unwrap();
         }));
         rec_work.copy_from_slice(&record);

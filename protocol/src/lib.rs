@@ -10,7 +10,9 @@
 //!    `@host%port,HOSTID`; the HOSTID is a hash of the server's public key.
 //! 2. **Handshake** ([`handshake`]): [`ServerHandshake`] and [`ClientHandshake`] exchange three
 //!    messages (server key, Noise NK) and yield a [`Session`]: session id, negotiated version and
-//!    one [`Sealer`] and one [`Opener`], which can go to different threads.
+//!    one [`Sealer`] and one [`Opener`], which can go to different threads. Both are one
+//!    sans-IO machine, [`handshake::Handshake`]; [`handshake::complete`] drives it over a
+//!    blocking `Read + Write` stream.
 //! 3. **Records** ([`record`]): every later message is one sealed, length-prefixed record;
 //!    [`RecordReader`] cuts a byte stream into opened records without copying payloads.
 //! 4. **Messages** ([`message`]): [`Request`] from client to server, [`ServerMessage`] (a
@@ -84,7 +86,7 @@ pub use message::{
     max_io_size,
 };
 pub use name::{DEFAULT_PORT, HostId, Location, ServerName};
-pub use record::{Opener, RecordReader, RecordStart, Sealer};
+pub use record::{DeferredSeal, Opener, RecordReader, RecordStart, Sealer};
 pub use reply::{DirEntry, DirEntryPlus, DirPage, FsInfo, FsStat, NewObject, PathConf, ReplyBody};
 pub use request::{CreateHow, Proc, RequestOp, SpecialKind, StableHow, access, rename_flags};
 pub use status::NfsStatus;

@@ -210,7 +210,17 @@ impl ServerMessage {
 
     /// Decodes one record's payload.
     pub fn decode(bytes: &[u8]) -> Result<ServerMessage, DecodeError> {
-        let mut r = Reader::new(bytes);
+        Self::decode_from(Reader::new(bytes))
+    }
+
+    /// As [`ServerMessage::decode`], but a READ reply's data goes into `spare` (cleared first)
+    /// instead of a new allocation: a client streaming a file cycles a few warm buffers rather
+    /// than faulting in fresh pages for every megabyte. `spare` is dropped if unused.
+    pub fn decode_reusing(bytes: &[u8], spare: Vec<u8>) -> Result<ServerMessage, DecodeError> {
+        Self::decode_from(Reader::with_spare(bytes, spare))
+    }
+
+    fn decode_from(mut r: Reader<'_>) -> Result<ServerMessage, DecodeError> {
         let msg = match r.u32("message kind")? {
             KIND_REPLY => ServerMessage::Reply(Reply::decode(&mut r)?),
             KIND_INVALIDATE => ServerMessage::Invalidate(Invalidate {
@@ -238,5 +248,49 @@ impl From<Reply> for ServerMessage {
 impl From<Invalidate> for ServerMessage {
     fn from(i: Invalidate) -> Self {
         ServerMessage::Invalidate(i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_reply(data: &[u8]) -> Vec<u8> {
+        ServerMessage::Reply(Reply {
+            id: 9,
+            result: Ok(ReplyBody::Read {
+                attr: None,
+                eof: true,
+                data: data.to_vec(),
+            }),
+        })
+        .encode()
+    }
+
+    #[test]
+    fn decode_reusing_fills_the_spare_buffer_and_decodes_the_same() {
+        let wire = read_reply(b"some file bytes");
+        let spare = Vec::with_capacity(1 << 16);
+        let ptr = spare.as_ptr();
+        let msg = ServerMessage::decode_reusing(&wire, spare).unwrap();
+        assert_eq!(msg, ServerMessage::decode(&wire).unwrap());
+        let ServerMessage::Reply(Reply {
+            result: Ok(ReplyBody::Read { data, .. }),
+            ..
+        }) = msg
+        else {
+            panic!("not a READ reply");
+        };
+        assert_eq!(data, b"some file bytes");
+        assert_eq!(data.as_ptr(), ptr, "the spare allocation holds the data");
+        // A spare with old contents is cleared first; other messages ignore it.
+        let msg = ServerMessage::decode_reusing(&read_reply(b"x"), b"stale".to_vec()).unwrap();
+        assert_eq!(msg, ServerMessage::decode(&read_reply(b"x")).unwrap());
+        let null = ServerMessage::Reply(Reply {
+            id: 1,
+            result: Ok(ReplyBody::Null),
+        })
+        .encode();
+        assert!(ServerMessage::decode_reusing(&null, vec![1; 10]).is_ok());
     }
 }

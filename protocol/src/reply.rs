@@ -532,7 +532,7 @@ impl ReplyBody {
             Proc::Read => ReplyBody::Read {
                 attr: decode_opt_attr(r)?,
                 eof: r.bool("eof")?,
-                data: r.opaque_vec(usize::MAX, "read data")?,
+                data: r.opaque_reusing(usize::MAX, "read data")?,
             },
             Proc::Write => ReplyBody::Write {
                 attr: decode_opt_attr(r)?,

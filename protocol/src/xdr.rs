@@ -75,12 +75,23 @@ pub(crate) fn put_count(buf: &mut Vec<u8>, n: usize) {
 #[derive(Debug, Clone)]
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
+    /// A buffer to reuse for the one large field of a message (READ data), see
+    /// [`Reader::opaque_reusing`].
+    spare: Option<Vec<u8>>,
 }
 
 impl<'a> Reader<'a> {
     /// Starts reading `buf`.
     pub(crate) fn new(buf: &'a [u8]) -> Self {
-        Reader { buf }
+        Reader { buf, spare: None }
+    }
+
+    /// Starts reading `buf`, with `spare` to hold a large field instead of a new allocation.
+    pub(crate) fn with_spare(buf: &'a [u8], spare: Vec<u8>) -> Self {
+        Reader {
+            buf,
+            spare: Some(spare),
+        }
     }
 
     /// Bytes not yet read.
@@ -196,6 +207,20 @@ impl<'a> Reader<'a> {
         what: &'static str,
     ) -> Result<Vec<u8>, DecodeError> {
         self.opaque(max, what).map(<[u8]>::to_vec)
+    }
+
+    /// As [`Reader::opaque_vec`], into the spare buffer given to [`Reader::with_spare`] if any
+    /// (cleared first; its allocation reused when large enough).
+    pub(crate) fn opaque_reusing(
+        &mut self,
+        max: usize,
+        what: &'static str,
+    ) -> Result<Vec<u8>, DecodeError> {
+        let bytes = self.opaque(max, what)?;
+        let mut out = self.spare.take().unwrap_or_default();
+        out.clear();
+        out.extend_from_slice(bytes);
+        Ok(out)
     }
 
     /// Reads a UTF-8 string of at most `max` bytes.

@@ -11,8 +11,8 @@
 //! disconnected. Any protocol violation (bad record, undecodable request) closes this
 //! connection only, and so does `idle_timeout` without a request.
 
-use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
+use std::fs::File;
+use std::io::{ErrorKind, Read};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,11 +21,15 @@ use std::time::Instant;
 use libcolor::mio::net::TcpStream;
 use libcolor::{Color, ColorCell, IoRegistration};
 use protocol::{
-    AuthTable, LoginVerifier, NfsStatus, RecordReader, Reply, ReplyBody, Request, RequestOp,
-    Sealer, ServerHandshake, ServerMessage,
+    AuthTable, FileHandle, HandleData, LoginVerifier, NfsStatus, RecordReader, RecordStart, Reply,
+    ReplyBody, Request, RequestOp, Sealer, ServerHandshake, ServerMessage,
 };
 
+use crate::changes::Epoch;
+use crate::fs::{OpCtx, key_of};
 use crate::leases::ConnId;
+use crate::output::{Flushed, Output};
+use crate::read::{LeaseChoice, ReadFailure, ReadState};
 use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
@@ -42,6 +46,8 @@ struct Open {
     auth: AuthTable<Creds>,
     /// Largest READ this peer can receive in one record.
     max_read: usize,
+    /// Cached descriptors and held leases of the READ fast path.
+    reads: ReadState,
 }
 
 pub struct Conn {
@@ -50,9 +56,7 @@ pub struct Conn {
     stream: TcpStream,
     reg: Option<IoRegistration>,
     phase: Phase,
-    out: VecDeque<Vec<u8>>,
-    out_off: usize,
-    out_bytes: usize,
+    out: Output,
     in_flight: usize,
     /// Reply bytes reserved by requests being worked on (counted with `out_bytes`).
     reserved: usize,
@@ -66,6 +70,22 @@ pub struct Conn {
 /// A connection's state belongs to its color: every callback that touches it runs there, so
 /// it needs no lock (libcolor checks the running color on every access).
 pub type ConnRef = Arc<ColorCell<Conn>>;
+
+/// Smallest READ reply worth sealing on another worker (below it the hops cost more than the
+/// cipher).
+const PARALLEL_SEAL_MIN: usize = 16 * 1024;
+/// Colors of a connection's sealing lanes are its own plus this (and one more per lane): a
+/// different color slot from the connection's own.
+const SEAL_LANE_OFFSET: u32 = libcolor::COLOR_SLOTS as u32 / 2;
+
+/// A READ the connection's color answers (see [`crate::read`]).
+struct ReadRequest {
+    authno: u32,
+    fh: FileHandle,
+    handle: HandleData,
+    offset: u64,
+    count: usize,
+}
 
 /// Reply bytes reserved for a request other than READ and READDIR: the largest fixed-size
 /// reply (READLINK with a 4 KiB target, attributes) with room to spare.
@@ -91,33 +111,19 @@ impl Conn {
 
     fn paused(&self, srv: &Server) -> bool {
         self.in_flight >= srv.limits.max_in_flight
-            || self.out_bytes + self.reserved > srv.limits.max_output
+            || self.out.bytes() + self.reserved > srv.limits.max_output
     }
 
     fn push(&mut self, buf: Vec<u8>) {
-        if !buf.is_empty() {
-            self.out_bytes += buf.len();
-            self.out.push_back(buf);
-        }
+        self.out.push(buf);
     }
 
     /// Writes queued output until the socket would block.
     fn flush(&mut self, srv: &Arc<Server>) {
-        while let Some(front) = self.out.front() {
-            match self.stream.write(&front[self.out_off..]) {
-                Ok(0) => return self.close(srv, "peer stopped reading"),
-                Ok(n) => {
-                    self.out_off += n;
-                    self.out_bytes -= n;
-                    if self.out_off == front.len() {
-                        self.out.pop_front();
-                        self.out_off = 0;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return self.close(srv, "write failed"),
-            }
+        match self.out.write_to(&mut self.stream) {
+            Ok(Flushed::Done | Flushed::WouldBlock) => {}
+            Ok(Flushed::Closed) => self.close(srv, "peer stopped reading"),
+            Err(_) => self.close(srv, "write failed"),
         }
     }
 
@@ -162,7 +168,6 @@ impl Conn {
         }
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
         self.out.clear();
-        self.out_bytes = 0;
         srv.open_conns.fetch_sub(1, Ordering::SeqCst);
         tracing::info!(conn = self.id, peer = %self.peer, requests = self.requests, why, "connection closed");
         let srv2 = srv.clone();
@@ -188,7 +193,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     let s0 = hs.take_output();
     let lease_capped = Arc::new(AtomicBool::new(false));
     let color = Color(id);
-    let out_bytes = s0.len();
+
     let conn = Arc::new(ColorCell::new(
         &srv.h,
         color,
@@ -199,9 +204,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             reg: None,
             phase: Phase::Handshake(Box::new(hs)),
             // The server's first handshake message goes out before anything else.
-            out: VecDeque::from([s0]),
-            out_off: 0,
-            out_bytes,
+            out: Output::with_first(s0),
             in_flight: 0,
             reserved: 0,
             requests: 0,
@@ -335,10 +338,15 @@ fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
 }
 
 /// Drops the receive buffer once everything received has been processed: an idle connection
-/// holds no receive buffer.
+/// holds no receive buffer; with nothing in flight or queued either, it keeps no reply buffers
+/// and no descriptors that can no longer serve.
 fn release_idle_buffer(c: &mut Conn) {
     if let Phase::Open(open) = &mut c.phase {
         open.reader.release_buffer();
+        if c.in_flight == 0 && c.out.is_empty() {
+            c.out.release_spare();
+            open.reads.sweep();
+        }
     }
 }
 
@@ -374,6 +382,7 @@ fn handshake_input(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, mut input: &
                     sealer: session.sealer,
                     auth: AuthTable::new(),
                     max_read,
+                    reads: ReadState::default(),
                 }));
                 tracing::debug!(conn = c.id, "session established");
                 arm_idle_timer(srv, conn, c.id, srv.limits.idle_timeout);
@@ -485,6 +494,9 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
         _ => 0,
     };
     let reserved = reply_reservation(&op, read_count);
+    if c.in_flight == 0 {
+        srv.busy_conns.fetch_add(1, Ordering::Relaxed);
+    }
     c.in_flight += 1;
     c.reserved += reserved;
     srv.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -502,28 +514,159 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
         lease_ms,
     };
     match op {
-        RequestOp::Read { fh, offset, .. } => {
-            // Handle verification stays in the connection's color.
-            let hd = match srv.handle_key.verify(&fh) {
-                Ok(hd) => hd,
-                Err(e) => {
-                    return complete_locked(
-                        srv,
-                        c,
-                        reserved,
-                        Reply {
-                            id,
-                            result: Err(e.into()),
-                        },
-                    );
-                }
-            };
-            let srv2 = srv.clone();
-            srv.h.cpucb(Color::DEFAULT, move || {
-                srv2.dispatch_read(d, fh, hd, offset, read_count)
-            });
-        }
+        RequestOp::Read { fh, offset, .. } => match srv.handle_key.verify(&fh) {
+            Ok(handle) => start_read(
+                srv,
+                c,
+                d,
+                ReadRequest {
+                    authno,
+                    fh,
+                    handle,
+                    offset,
+                    count: read_count,
+                },
+            ),
+            Err(e) => complete_locked(
+                srv,
+                c,
+                reserved,
+                Reply {
+                    id,
+                    result: Err(e.into()),
+                },
+            ),
+        },
         op => srv.dispatch(d, op),
+    }
+}
+
+/// Connection color: answers a READ from a cached descriptor when the data is in the page
+/// cache, otherwise has a storage thread open and read it (see [`crate::read`]).
+fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
+    let Phase::Open(open) = &mut c.phase else {
+        return;
+    };
+    let epoch = srv.changes.now();
+    let lease = open
+        .reads
+        .lease_for(&r.fh, key_of(&r.handle), d.lease_ms, &srv.changes);
+    let cached = open.reads.cached_file(r.authno, &r.handle, &srv.changes);
+    if let Some(file) = &cached {
+        let buf = c.out.take_spare();
+        match crate::read::read_reply(buf, d.req_id, file, r.offset, r.count, lease.ms, true) {
+            Ok(buf) => return finish_read(srv, c, &d, &r, lease, epoch, Ok(buf)),
+            Err(ReadFailure::Status(s)) => {
+                return finish_read(srv, c, &d, &r, lease, epoch, Err(s));
+            }
+            Err(ReadFailure::WouldBlock) => {}
+        }
+    }
+    let storage = srv.storage.clone();
+    let ctx = OpCtx {
+        creds: d.creds.clone(),
+        lease_ms: lease.ms,
+    };
+    let (req_id, handle, offset, count) = (d.req_id, r.handle, r.offset, r.count);
+    let job = move || -> Result<(Vec<u8>, Option<Arc<File>>), NfsStatus> {
+        let (file, opened) = match cached {
+            Some(f) => (f, false),
+            None => (Arc::new(storage.open_read(&ctx, &handle)?), true),
+        };
+        match crate::read::read_reply(
+            Vec::new(),
+            req_id,
+            &file,
+            offset,
+            count,
+            ctx.lease_ms,
+            false,
+        ) {
+            Ok(buf) => Ok((buf, opened.then_some(file))),
+            Err(ReadFailure::Status(s)) => Err(s),
+            Err(ReadFailure::WouldBlock) => Err(NfsStatus::Jukebox),
+        }
+    };
+    let srv2 = srv.clone();
+    let conn = d.conn.clone();
+    let (id, reserved) = (d.id, d.reserved);
+    let submitted = srv.fs_pool.submit(id, move || {
+        let res = job();
+        let srv3 = srv2.clone();
+        srv2.h.cpucb(Color(id), move || {
+            conn.with(|c| {
+                let file = res.as_ref().ok().and_then(|(_, f)| f.clone());
+                if let (Some(file), Phase::Open(open)) = (file, &mut c.phase) {
+                    open.reads
+                        .remember_file(r.authno, &r.handle, file, epoch, &srv3.file_budget);
+                }
+                let res = res.map(|(buf, _)| buf);
+                finish_read(&srv3, c, &d, &r, lease, epoch, res);
+                pump_locked(&srv3, &d.conn, c);
+            })
+        });
+    });
+    if submitted.is_err() {
+        // The storage threads are full: "try later" instead of queueing more.
+        let result = Err(NfsStatus::Jukebox);
+        complete_locked(srv, c, reserved, Reply { id: req_id, result });
+    }
+}
+
+/// Connection color: seals a READ reply in place (the payload follows a 4-byte gap: no copy
+/// of the data) and queues it; then color 0 records the lease it announced, without the
+/// reply waiting for that.
+fn finish_read(
+    srv: &Arc<Server>,
+    c: &mut Conn,
+    d: &Dispatch,
+    r: &ReadRequest,
+    lease: LeaseChoice,
+    epoch: Epoch,
+    res: Result<Vec<u8>, NfsStatus>,
+) {
+    let mut buf = match res {
+        Ok(buf) => buf,
+        Err(status) => {
+            let reply = Reply {
+                id: d.req_id,
+                result: Err(status),
+            };
+            return complete_locked(srv, c, d.reserved, reply);
+        }
+    };
+    release(srv, c, d.reserved);
+    let Phase::Open(open) = &mut c.phase else {
+        return;
+    };
+    if lease.record {
+        open.reads.lease_announced(r.fh, lease.ms, epoch);
+    }
+    if seal_elsewhere(srv, &c.out, buf.len()) {
+        match open.sealer.defer() {
+            Ok(seal) => seal_on_lane(srv, c, &d.conn, seal, buf),
+            Err(_) => c.close(srv, "cannot seal"),
+        }
+    } else if open
+        .sealer
+        .finish(&mut buf, RecordStart::BUFFER_START)
+        .is_ok()
+    {
+        c.push(buf);
+        c.flush(srv);
+    } else {
+        let reply = Reply {
+            id: d.req_id,
+            result: Err(NfsStatus::ServerFault),
+        };
+        c.send(srv, &ServerMessage::Reply(reply));
+        c.flush(srv);
+    }
+    if lease.record {
+        let (srv2, id, key, fh) = (srv.clone(), d.id, key_of(&r.handle), r.fh);
+        srv.h.cpucb(Color::DEFAULT, move || {
+            srv2.record_read_lease(id, key, fh, lease.ms, epoch)
+        });
     }
 }
 
@@ -537,6 +680,9 @@ pub fn complete(srv: &Arc<Server>, conn: &ConnRef, reserved: usize, reply: Reply
 
 /// A request is answered: its slot and its reservation are released.
 fn release(srv: &Server, c: &mut Conn, reserved: usize) {
+    if c.in_flight == 1 {
+        srv.busy_conns.fetch_sub(1, Ordering::Relaxed);
+    }
     c.in_flight = c.in_flight.saturating_sub(1);
     c.reserved = c.reserved.saturating_sub(reserved);
     srv.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -551,59 +697,50 @@ fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Repl
     c.flush(srv);
 }
 
-/// Connection color: a READ reply whose payload the helper already wrote after a 4-byte
-/// header gap; seal it in place (no copy of the data).
-pub fn complete_read(
-    srv: &Arc<Server>,
-    conn: &ConnRef,
-    id: u64,
-    reserved: usize,
-    res: Result<Vec<u8>, NfsStatus>,
-) {
-    conn.with(|c| complete_read_in(srv, conn, c, id, reserved, res));
+/// Whether a READ reply of `len` bytes should be sealed on another worker: only when it is
+/// large, the runtime has more workers than connections with work (a core would otherwise
+/// idle: one client streaming), and this connection has a lane free.
+fn seal_elsewhere(srv: &Server, out: &Output, len: usize) -> bool {
+    let lanes = srv.h.workers().saturating_sub(1);
+    len >= PARALLEL_SEAL_MIN
+        && out.pending() < lanes
+        && srv.busy_conns.load(Ordering::Relaxed) < srv.h.workers()
 }
 
-fn complete_read_in(
+/// Connection color: queues a place for `buf`'s record and seals it in a lane color (in
+/// parallel with this color); the lane hands it back to this color, which writes it in its
+/// place.
+fn seal_on_lane(
     srv: &Arc<Server>,
-    conn: &ConnRef,
     c: &mut Conn,
-    id: u64,
-    reserved: usize,
-    res: Result<Vec<u8>, NfsStatus>,
+    conn: &ConnRef,
+    seal: protocol::DeferredSeal,
+    mut buf: Vec<u8>,
 ) {
-    match res {
-        Err(status) => complete_locked(
-            srv,
-            c,
-            reserved,
-            Reply {
-                id,
-                result: Err(status),
-            },
-        ),
-        Ok(mut buf) => {
-            release(srv, c, reserved);
-            if let Phase::Open(open) = &mut c.phase {
-                // `begin` on an empty buffer yields the start of a record at offset 0 and
-                // writes a 4-byte header placeholder, exactly the gap the helper left.
-                let start = open.sealer.begin(&mut Vec::new());
-                if open.sealer.finish(&mut buf, start).is_ok() {
-                    c.push(buf);
-                    c.flush(srv);
-                } else {
-                    c.send(
-                        srv,
-                        &ServerMessage::Reply(Reply {
-                            id,
-                            result: Err(NfsStatus::ServerFault),
-                        }),
-                    );
-                    c.flush(srv);
+    let token = c.out.push_pending(buf.len() + protocol::record::TAG_LEN);
+    let lanes = srv.h.workers().saturating_sub(1).max(1) as u64;
+    let lane = Color(
+        c.id.wrapping_add(SEAL_LANE_OFFSET)
+            .wrapping_add((token % lanes) as u32),
+    );
+    let (srv2, conn, id) = (srv.clone(), conn.clone(), c.id);
+    srv.h.cpucb(lane, move || {
+        let sealed = seal.finish(&mut buf, RecordStart::BUFFER_START).is_ok();
+        let srv3 = srv2.clone();
+        srv2.h.cpucb(Color(id), move || {
+            conn.with(|c| {
+                if c.closed() {
+                    return;
                 }
-            }
-        }
-    }
-    pump_locked(srv, conn, c);
+                if !sealed || !c.out.fill(token, buf) {
+                    return c.close(&srv3, "cannot seal");
+                }
+                c.flush(&srv3);
+                // Output drained: a connection paused on its output limit reads again.
+                pump_locked(&srv3, &conn, c);
+            })
+        });
+    });
 }
 
 /// Connection color: an INVALIDATE caused by another connection.
@@ -617,8 +754,11 @@ fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage) {
     }
     // Invalidations are not throttled by the peer's requests: a peer that does not read them
     // is disconnected (its leases end with it) rather than buffered for without bound.
-    if c.out_bytes > srv.limits.max_output {
+    if c.out.bytes() > srv.limits.max_output {
         return c.close(srv, "peer not reading its invalidations");
+    }
+    if let (ServerMessage::Invalidate(inv), Phase::Open(open)) = (msg, &mut c.phase) {
+        open.reads.lease_ended(&inv.fh);
     }
     c.send(srv, msg);
     c.flush(srv);

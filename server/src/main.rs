@@ -1,5 +1,6 @@
 //! `sfsd`: the parallel SFS-like file server on libcolor. See `sfsd --help`.
 
+mod changes;
 mod cli;
 mod config;
 mod conn;
@@ -7,6 +8,8 @@ mod fs;
 mod leases;
 mod limits;
 mod listener;
+mod output;
+mod read;
 mod server;
 mod state;
 mod users;
@@ -191,6 +194,8 @@ fn serve(args: ServeArgs) -> Result<()> {
         max_io: max_io as usize,
         read_only: args.read_only,
         anonymous_read: args.anonymous_read,
+        changes: changes::Changes::new(),
+        file_budget: read::FileBudget::new(limits::CACHED_FILES),
         color0: libcolor::ColorCell::new(
             &h,
             libcolor::Color::DEFAULT,
@@ -206,6 +211,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         in_flight: AtomicUsize::new(0),
         lease_ms_now: AtomicU32::new(u32::try_from(lease.as_millis()).unwrap_or(u32::MAX)),
         open_conns: AtomicUsize::new(0),
+        busy_conns: AtomicUsize::new(0),
         draining: AtomicBool::new(false),
         limits,
     });

@@ -1,10 +1,10 @@
 //! The shared server state and the color-0 bookkeeping.
 //!
 //! ```text
-//! READ:   conn color c: read, open record, decode, auth, verify handle
-//!           --cpucb--> color 0: grant lease, submit to the storage threads
-//!           --storage thread, as the user: open, pread straight into the record buffer-->
-//!           c: seal in place, write when writable
+//! READ:   conn color c: read, open record, decode, auth, verify handle, then with a cached
+//!           descriptor: preadv2(RWF_NOWAIT) straight into the record buffer, seal, write
+//!           (not cached: storage thread, as the user: open, pread --> c: seal, write)
+//!           --cpucb, not waited for--> color 0: record the lease (skipped while c holds it)
 //! others: c: decode, auth, submit to the storage threads --storage thread, as the user: the
 //!           file operation--> color 0: record leases, send INVALIDATEs to other holders
 //!           --cpucb--> c: seal, write
@@ -22,15 +22,17 @@ use std::time::Duration;
 
 use libcolor::{Color, Handle};
 use protocol::{
-    Attr, FileHandle, HandleData, HandleKey, HandshakeConfig, Invalidate, NfsStatus, Reply,
-    RequestOp, ServerKeypair, ServerMessage, ServerName,
+    Attr, FileHandle, HandleKey, HandshakeConfig, Invalidate, NfsStatus, Reply, RequestOp,
+    ServerKeypair, ServerMessage, ServerName,
 };
 
+use crate::changes::{Changes, Epoch};
 use crate::conn::{self, Conn, ConnRef};
 use crate::fs::pool::FsPool;
-use crate::fs::{ObjKey, OpCtx, Storage, key_of};
+use crate::fs::{ObjKey, OpCtx, Storage};
 use crate::leases::{ConnId, Leases};
 use crate::limits::Limits;
+use crate::read::FileBudget;
 use crate::users::{Creds, Users};
 
 /// A connection as color 0 knows it.
@@ -66,12 +68,19 @@ pub struct Server {
     pub read_only: bool,
     pub anonymous_read: bool,
     pub color0: ColorCell<Color0>,
+    /// Changes color 0 has seen, for the READ fast path's cached descriptors and leases.
+    pub changes: Changes,
+    /// Bound on descriptors cached for READ, server-wide.
+    pub file_budget: FileBudget,
     /// Requests admitted and not yet answered (for shutdown).
     pub in_flight: AtomicUsize,
     /// The lease color 0 currently grants (milliseconds; 0 when the table is full), readable
     /// from any color.
     pub lease_ms_now: AtomicU32,
     pub open_conns: AtomicUsize,
+    /// Connections with requests in flight (a core idles when there are fewer than workers:
+    /// then one connection's replies may be sealed on several).
+    pub busy_conns: AtomicUsize,
     pub draining: AtomicBool,
 }
 
@@ -79,6 +88,19 @@ pub struct Server {
 /// stops the runtime anyway).
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `op` may change who can open what (modes, owners, ACLs, a directory's search
+/// permission, which name leads where): cached descriptors opened before it must not serve
+/// after it.
+fn changes_access(op: &RequestOp) -> bool {
+    matches!(
+        op,
+        RequestOp::SetAttr { .. }
+            | RequestOp::Rename { .. }
+            | RequestOp::Remove { .. }
+            | RequestOp::Rmdir { .. }
+    )
 }
 
 /// A request on its way to storage: who asked, on which connection.
@@ -94,60 +116,40 @@ pub struct Dispatch {
 }
 
 impl Server {
-    /// Color 0: records a READ's lease, then has a storage thread read straight into a record
-    /// buffer; the connection's color seals and sends it.
-    pub fn dispatch_read(
+    /// Color 0: records the lease a READ reply announced (after it was queued: see
+    /// [`crate::read`]). If the grant does not fit, or the object changed after the read
+    /// started (a change color 0 handled before this grant found no holder to invalidate),
+    /// the reader gets an INVALIDATE, which ends the announced lease.
+    pub fn record_read_lease(
         self: &Arc<Self>,
-        d: Dispatch,
+        id: ConnId,
+        key: ObjKey,
         fh: FileHandle,
-        hd: HandleData,
-        offset: u64,
-        count: usize,
+        lease_ms: u32,
+        read_from: Epoch,
     ) {
-        // Decided here, before the reply is built: the reply carries exactly what was granted.
-        let lease_ms = self.color0.with(|c0| {
-            let granted = c0.leases.try_grant(d.id, key_of(&hd), fh, d.lease_ms);
-            self.publish_share(c0, d.id);
-            if granted { d.lease_ms } else { 0 }
-        });
-        let storage = self.storage.clone();
-        let ctx = OpCtx {
-            creds: d.creds,
-            lease_ms,
-        };
-        let req_id = d.req_id;
-        let job = move || -> Result<Vec<u8>, NfsStatus> {
-            let f = storage.open_read(&ctx, &hd)?;
-            // Allocate what the file can give, never what the client asked for.
-            let avail = usize::try_from(f.attr.size.saturating_sub(offset)).unwrap_or(usize::MAX);
-            // Four bytes for the record header, then the reply payload, data last.
-            let mut buf = Vec::with_capacity(4 + 160 + count.min(avail) + 16);
-            buf.extend_from_slice(&[0; 4]);
-            protocol::encode_read_reply_into(&mut buf, req_id, Some(&f.attr), |b| {
-                crate::fs::local::read_into(&f.file, f.attr.size, offset, count, b)
-            })
-            .map_err(|e| NfsStatus::from_io_error(&e))?;
-            Ok(buf)
-        };
-        let srv = self.clone();
-        let (id, conn, reserved) = (d.id, d.conn, d.reserved);
-        // Waking a storage thread often runs it at once on the waker's CPU, and that time
-        // would be charged to the waking callback: submit from the connection's color, so
-        // color 0 pays only for the lease bookkeeping and one cpucb.
-        self.h.cpucb(Color(id), move || {
-            let conn2 = conn.clone();
-            let srv2 = srv.clone();
-            let submitted = srv.fs_pool.submit(id, move || {
-                let res = job();
-                let srv3 = srv2.clone();
-                srv2.h.cpucb(Color(id), move || {
-                    conn::complete_read(&srv3, &conn2, req_id, reserved, res)
-                });
-            });
-            if submitted.is_err() {
-                srv.answer_busy(conn, id, req_id, reserved);
+        let revoke = self.color0.with(|c0| {
+            if !c0.conns.contains_key(&id) {
+                return false;
             }
+            let granted = c0.leases.try_grant(id, key, fh, lease_ms);
+            self.publish_share(c0, id);
+            !granted || self.changes.object_changed_since(key, &read_from)
         });
+        if revoke
+            && let Some(target) = self
+                .color0
+                .with(|c0| c0.conns.get(&id).and_then(|r| r.conn.upgrade()))
+        {
+            let srv = self.clone();
+            self.h.cpucb(Color(id), move || {
+                conn::send_unsolicited(
+                    &srv,
+                    &target,
+                    &ServerMessage::Invalidate(Invalidate { fh, attr: None }),
+                )
+            });
+        }
     }
 
     /// Connection color: any other storage operation goes to a storage thread; its completion
@@ -166,8 +168,13 @@ impl Server {
         let ctx = OpCtx { creds, lease_ms };
         let srv = self.clone();
         let conn2 = conn.clone();
+        let access = changes_access(&op);
         let submitted = self.fs_pool.submit(id, move || {
             let outcome = storage.execute(&ctx, op);
+            if access && !outcome.changed.is_empty() {
+                // As soon as it is done, so no cached descriptor serves after this reply.
+                srv.changes.note_access();
+            }
             let srv2 = srv.clone();
             srv.h.cpucb(Color::DEFAULT, move || {
                 srv2.finish(conn2, id, req_id, reserved, lease_ms, outcome)
@@ -205,6 +212,9 @@ impl Server {
                         attr.lease_ms = 0;
                     }
                 }
+            }
+            for (key, _, _) in &outcome.changed {
+                self.changes.note(*key);
             }
             for (key, fh, attr) in &outcome.changed {
                 let (who, _) = c0.leases.changed(*key, id);

@@ -231,3 +231,58 @@ fn slow_reader_does_not_make_the_server_buffer_without_bound() {
         }
     }
 }
+
+/// With more workers than busy connections, one connection's READ replies are sealed on
+/// several workers at once; they must still leave in nonce order (else they do not open),
+/// each answer its own request, and carry the right bytes.
+#[test]
+fn one_stream_sealed_on_several_workers_arrives_whole_and_in_order() {
+    let area = Area::new();
+    let data: Vec<u8> = (0..(8u32 << 20))
+        .map(|i| (i * 7 + i / 4096) as u8)
+        .collect();
+    std::fs::write(area.export().join("big"), &data).unwrap();
+    let s = start(&area, &["--workers", "2"]);
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    let root = c.mount(a);
+    let f = c.lookup(a, root, "big").unwrap();
+    let chunk = 64u64 << 10;
+    for round in 0..4u64 {
+        let ids: Vec<(u64, u64)> = (0..32u64)
+            .map(|k| {
+                let offset = ((round * 32 + k) * chunk) % data.len() as u64;
+                let id = c.send(
+                    a,
+                    RequestOp::Read {
+                        fh: f,
+                        offset,
+                        count: chunk as u32,
+                    },
+                );
+                (id, offset)
+            })
+            .collect();
+        // Replies may come in any order (a READ that misses the page cache or the open-file
+        // cache waits for a storage thread); each must answer its own request.
+        let mut pending: std::collections::HashMap<u64, u64> = ids.into_iter().collect();
+        while !pending.is_empty() {
+            let reply = loop {
+                match c.next_message().expect("every record opens") {
+                    ServerMessage::Reply(r) => break r,
+                    ServerMessage::Invalidate(_) => {}
+                }
+            };
+            let offset = pending
+                .remove(&reply.id)
+                .expect("a reply to a request in flight");
+            match reply.result {
+                Ok(ReplyBody::Read { data: got, .. }) => {
+                    let at = offset as usize;
+                    assert_eq!(got, &data[at..at + chunk as usize], "bytes at {offset}");
+                }
+                other => panic!("READ at {offset}: {other:?}"),
+            }
+        }
+    }
+}

@@ -118,6 +118,53 @@ fn permissions_follow_the_mapped_user() {
     assert_eq!(other.getattr(alice, root), Err(NfsStatus::Acces));
 }
 
+/// READ answers from descriptors cached per connection and user: none may serve after a
+/// change of access rights, whether made through sfsd (at once) or on the server's own file
+/// system (within the cache's one-second life).
+#[test]
+fn a_cached_descriptor_never_outlives_a_permission_change() {
+    let area = Area::new();
+    let ex = area.export();
+    chown(&ex, 1000, 1000, 0o755);
+    std::fs::write(ex.join("shared"), b"for now").unwrap();
+    chown(&ex.join("shared"), 1000, 1000, 0o644);
+    std::fs::write(ex.join("local"), b"until chmod").unwrap();
+    chown(&ex.join("local"), 1000, 1000, 0o644);
+    let users = area.users(USERS);
+    let s = area.start(&["--users", users.to_str().unwrap()]);
+    let mut c = s.connect();
+    let alice = c.login("alice", 1).unwrap();
+    let bob = c.login("bob", 2).unwrap();
+    let root = c.mount(alice);
+    let shared = c.lookup(bob, root, "shared").unwrap();
+    let chmod = |fh, mode| RequestOp::SetAttr {
+        fh,
+        attr: SetAttr {
+            mode: Some(mode),
+            ..SetAttr::default()
+        },
+        guard: None,
+    };
+    // The file itself, through sfsd.
+    assert_eq!(c.read_all(bob, shared).unwrap(), b"for now");
+    assert_eq!(c.read_all(bob, shared).unwrap(), b"for now");
+    c.call(alice, chmod(shared, 0o600)).unwrap();
+    assert_eq!(c.read(bob, shared, 0, 10), Err(NfsStatus::Acces));
+    assert_eq!(c.read_all(alice, shared).unwrap(), b"for now");
+    // The directory on the way (search permission), through sfsd.
+    c.call(alice, chmod(shared, 0o644)).unwrap();
+    assert_eq!(c.read_all(bob, shared).unwrap(), b"for now");
+    c.call(alice, chmod(root, 0o700)).unwrap();
+    assert_eq!(c.read(bob, shared, 0, 10), Err(NfsStatus::Acces));
+    c.call(alice, chmod(root, 0o755)).unwrap();
+    // On the server's own file system, behind sfsd's back: noticed within a second.
+    let local = c.lookup(bob, root, "local").unwrap();
+    assert_eq!(c.read_all(bob, local).unwrap(), b"until chmod");
+    std::fs::set_permissions(ex.join("local"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(c.read(bob, local, 0, 10), Err(NfsStatus::Acces));
+}
+
 #[test]
 fn anonymous_read_only_and_read_only_export() {
     let area = Area::new();

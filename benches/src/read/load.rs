@@ -110,28 +110,11 @@ fn connect(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHa
     let mut stream = TcpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut handshake = ClientHandshake::new(&target.name);
-    let mut buf = [0u8; 4096];
-    while !handshake.is_done() {
-        if handshake.has_output() {
-            stream.write_all(&handshake.take_output())?;
-        }
-        if handshake.is_done() {
-            break;
-        }
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            bail!("the server closed the connection during the handshake");
-        }
-        let used = handshake.receive(&buf[..n])?;
-        if used < n {
-            bail!("the server sent records before the handshake ended");
-        }
+    let done = protocol::handshake::complete(ClientHandshake::new(&target.name), &mut stream)?;
+    if !done.rest.is_empty() {
+        bail!("the server sent records before the handshake ended");
     }
-    if handshake.has_output() {
-        stream.write_all(&handshake.take_output())?;
-    }
-    let session = handshake.into_session()?;
+    let session = done.session;
     let max_io = protocol::max_io_size(session.opener.max_payload());
     let mut conn = Conn {
         stream,
@@ -160,6 +143,17 @@ fn connect(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHa
         other => bail!("unexpected LOOKUP reply {other:?}"),
     };
     Ok((conn, file, max_io))
+}
+
+/// An authenticated connection (handshake, LOGIN, MOUNT, LOOKUP done) left idle: what
+/// `sfs-bench idle` opens by the thousand.
+pub struct IdleConnection {
+    _conn: Conn,
+}
+
+pub fn connect_idle(target: &Target, config: &LoadConfig) -> anyhow::Result<IdleConnection> {
+    let (conn, _, _) = connect(target, config)?;
+    Ok(IdleConnection { _conn: conn })
 }
 
 /// Reads the target file round and round until `progress.stop`, adding payload bytes to

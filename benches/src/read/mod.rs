@@ -3,7 +3,7 @@
 //! (`mp`), as the uniprocessor baseline (`uni`, 1 CPU), or as N independent uniprocessor
 //! copies each exporting its own copy of the data (`ncopy`: the speedup the OS allows).
 
-mod load;
+pub mod load;
 mod plot;
 pub(crate) mod servers;
 pub(crate) mod sftp;
@@ -24,8 +24,8 @@ use crate::report::{median, spread};
 use load::{LoadConfig, Progress, Target};
 use servers::Server;
 
-const DATA_FILE: &str = "data.bin";
-const BENCH_USER: &str = "bench";
+pub const DATA_FILE: &str = "data.bin";
+pub const BENCH_USER: &str = "bench";
 
 #[derive(clap::Args, Debug)]
 pub struct ReadArgs {
@@ -132,6 +132,7 @@ struct Config {
 struct Sample {
     mb_per_s: f64,
     server_cpu_s_per_gb: f64,
+    client_cpu_s_per_gb: f64,
     serial_fraction: Option<f64>,
 }
 
@@ -149,6 +150,13 @@ struct Row {
     /// For peer rows: sfsd `mp` throughput divided by this row's, at the same CPU count.
     mp_over_this: Option<f64>,
     server_cpu_s_per_gb: f64,
+    /// The load clients' CPU per byte (they frame replies without opening them unless
+    /// `--verify`; sftp clients decrypt everything).
+    client_cpu_s_per_gb: f64,
+    /// The record layer's seal cost alone, measured in this run on one core.
+    cipher_seal_cpu_s_per_gb: f64,
+    /// `server_cpu_s_per_gb` over `cipher_seal_cpu_s_per_gb`.
+    server_over_cipher: f64,
     serial_fraction: Option<f64>,
     amdahl_bound: Option<f64>,
     clients_share_server_cpus: bool,
@@ -283,6 +291,11 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         duration: Duration::from_secs_f64(args.duration),
     };
 
+    let cipher = crate::cipher::measure(args.chunk as usize, Duration::from_millis(600));
+    eprintln!(
+        "cipher (this machine, this run): seal {:.2} CPU-s/GB",
+        cipher.seal_cpu_s_per_gb
+    );
     let mut samples: Vec<Vec<Sample>> = configs.iter().map(|_| Vec::new()).collect();
     for rep in 0..args.reps {
         for (i, config) in configs.iter().enumerate() {
@@ -300,7 +313,7 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         }
     }
 
-    let rows = summarise(&configs, &samples, &ctx);
+    let rows = summarise(&configs, &samples, &ctx, cipher.seal_cpu_s_per_gb);
     print_table(&rows);
     if let Some(path) = &args.json {
         let mut out = BufWriter::new(File::create(path)?);
@@ -333,7 +346,7 @@ struct Bench {
 
 /// Creates `copies` export directories, each with its own copy of the data file, and reads
 /// each once so it sits in the page cache.
-fn prepare_exports(
+pub fn prepare_exports(
     workdir: &Path,
     copies: usize,
     name: &str,
@@ -393,10 +406,16 @@ fn measure_sftp(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sam
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let bytes = || counters.iter().map(|c| c.load(Relaxed)).sum::<u64>() * sftp::SFTP_FILE_SIZE;
+    let client_cpu = || {
+        clients
+            .iter()
+            .filter_map(|c| crate::procs::cpu_time(c.pid()))
+            .sum::<Duration>()
+    };
     std::thread::sleep(ctx.warmup);
-    let (b0, t0, c0) = (bytes(), Instant::now(), sshd.cpu_time());
+    let (b0, t0, c0, k0) = (bytes(), Instant::now(), sshd.cpu_time(), client_cpu());
     std::thread::sleep(ctx.duration);
-    let (b1, t1, c1) = (bytes(), Instant::now(), sshd.cpu_time());
+    let (b1, t1, c1, k1) = (bytes(), Instant::now(), sshd.cpu_time(), client_cpu());
     drop(clients);
     drop(sshd);
     if b1 == b0 {
@@ -406,6 +425,7 @@ fn measure_sftp(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sam
     Ok(Sample {
         mb_per_s: moved / 1e6 / (t1 - t0).as_secs_f64(),
         server_cpu_s_per_gb: c1.saturating_sub(c0).as_secs_f64() / (moved / 1e9),
+        client_cpu_s_per_gb: k1.saturating_sub(k0).as_secs_f64() / (moved / 1e9),
         serial_fraction: None,
     })
 }
@@ -462,9 +482,20 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
     }
     std::thread::sleep(ctx.warmup);
     let cpu = |servers: &[Server]| servers.iter().map(|s| s.cpu_time()).sum::<Duration>();
-    let (b0, t0, c0) = (progress.bytes.load(Relaxed), Instant::now(), cpu(&servers));
+    let mine = crate::cputime::process_cpu_time;
+    let (b0, t0, c0, k0) = (
+        progress.bytes.load(Relaxed),
+        Instant::now(),
+        cpu(&servers),
+        mine(),
+    );
     std::thread::sleep(ctx.duration);
-    let (b1, t1, c1) = (progress.bytes.load(Relaxed), Instant::now(), cpu(&servers));
+    let (b1, t1, c1, k1) = (
+        progress.bytes.load(Relaxed),
+        Instant::now(),
+        cpu(&servers),
+        mine(),
+    );
     progress.stop.store(true, Relaxed);
     let mut failure = None;
     for client in clients {
@@ -483,12 +514,13 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
     Ok(Sample {
         mb_per_s: bytes / 1e6 / (t1 - t0).as_secs_f64(),
         server_cpu_s_per_gb: (c1 - c0).as_secs_f64() / (bytes / 1e9).max(1e-9),
+        client_cpu_s_per_gb: k1.saturating_sub(k0).as_secs_f64() / (bytes / 1e9).max(1e-9),
         serial_fraction: (!fractions.is_empty())
             .then(|| fractions.iter().sum::<f64>() / fractions.len() as f64),
     })
 }
 
-fn summarise(configs: &[Config], samples: &[Vec<Sample>], ctx: &Bench) -> Vec<Row> {
+fn summarise(configs: &[Config], samples: &[Vec<Sample>], ctx: &Bench, cipher: f64) -> Vec<Row> {
     let med = |i: usize| median(&samples[i].iter().map(|s| s.mb_per_s).collect::<Vec<_>>());
     let find = |mode: Mode, cpus: usize| {
         configs
@@ -508,6 +540,9 @@ fn summarise(configs: &[Config], samples: &[Vec<Sample>], ctx: &Bench) -> Vec<Ro
                 .filter_map(|s| s.serial_fraction)
                 .collect();
             let serial = (!serial.is_empty()).then(|| median(&serial));
+            let per_gb =
+                |f: fn(&Sample) -> f64| median(&samples[i].iter().map(f).collect::<Vec<_>>());
+            let server_cpu = per_gb(|s| s.server_cpu_s_per_gb);
             Row {
                 mode: config.mode,
                 cpus: config.cpus,
@@ -525,12 +560,10 @@ fn summarise(configs: &[Config], samples: &[Vec<Sample>], ctx: &Bench) -> Vec<Ro
                     .cipher()
                     .and_then(|_| find(Mode::Mp, config.cpus))
                     .map(|j| med(j) / mb),
-                server_cpu_s_per_gb: median(
-                    &samples[i]
-                        .iter()
-                        .map(|s| s.server_cpu_s_per_gb)
-                        .collect::<Vec<_>>(),
-                ),
+                server_cpu_s_per_gb: server_cpu,
+                client_cpu_s_per_gb: per_gb(|s| s.client_cpu_s_per_gb),
+                cipher_seal_cpu_s_per_gb: cipher,
+                server_over_cipher: server_cpu / cipher,
                 serial_fraction: serial,
                 amdahl_bound: serial.map(|s| libcolor::amdahl_bound(s, config.cpus)),
                 clients_share_server_cpus: config.cpus >= ctx.machine_cpus,
@@ -543,7 +576,7 @@ fn print_table(rows: &[Row]) {
     let opt =
         |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
-        "{:<23} {:>4} {:>7} {:>10} {:>21} {:>9} {:>9} {:>9} {:>11} {:>7} {:>7}  note",
+        "{:<23} {:>4} {:>7} {:>10} {:>21} {:>9} {:>9} {:>9} {:>11} {:>8} {:>7} {:>7}  note",
         "mode",
         "cpus",
         "clients",
@@ -553,12 +586,13 @@ fn print_table(rows: &[Row]) {
         "mp/ncopy",
         "mp/this",
         "cpu-s/GB",
+        "x cipher",
         "serial%",
         "amdahl"
     );
     for r in rows {
         println!(
-            "{:<23} {:>4} {:>7} {:>10.0} {:>10.0} - {:<8.0} {:>9} {:>9} {:>9} {:>11.2} {:>7} {:>7}  {}",
+            "{:<23} {:>4} {:>7} {:>10.0} {:>10.0} - {:<8.0} {:>9} {:>9} {:>9} {:>11.2} {:>8.2} {:>7} {:>7}  {}",
             r.mode.name(),
             r.cpus,
             r.clients,
@@ -569,6 +603,7 @@ fn print_table(rows: &[Row]) {
             opt(r.mp_over_ncopy, 3),
             opt(r.mp_over_this, 2),
             r.server_cpu_s_per_gb,
+            r.server_over_cipher,
             opt(r.serial_fraction.map(|s| s * 100.0), 1),
             opt(r.amdahl_bound, 2),
             if r.clients_share_server_cpus {

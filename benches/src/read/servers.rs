@@ -109,6 +109,10 @@ impl Server {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// User + system CPU time of the server process (all threads), from /proc.
     pub fn cpu_time(&self) -> Duration {
         process_cpu_time(self.child.id()).unwrap_or_default()
@@ -116,10 +120,7 @@ impl Server {
 
     /// SIGTERM, wait (kill after a timeout), and parse the `sfsd-stats:` line if printed.
     pub fn stop(mut self) -> ServerStats {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
+        crate::procs::signal(self.child.id(), rustix::process::Signal::TERM);
         let deadline = Instant::now() + STOP_TIMEOUT;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -155,15 +156,9 @@ impl Drop for Server {
     }
 }
 
-/// utime + stime of a process (fields 14 and 15 of /proc/PID/stat, in USER_HZ = 100 ticks).
+/// utime + stime of a process.
 pub fn process_cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may contain spaces.
-    let after = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(Duration::from_millis((utime + stime) * 10))
+    crate::procs::cpu_time(pid)
 }
 
 #[cfg(test)]

@@ -125,6 +125,11 @@ impl Sshd {
         Ok(sshd)
     }
 
+    /// Process ids of sshd and every process it forked (one per connection).
+    pub fn processes(&self) -> Vec<u32> {
+        process_tree(self.child.id())
+    }
+
     /// The port it listens on (127.0.0.1).
     pub fn port(&self) -> u16 {
         self.port
@@ -145,10 +150,7 @@ impl Sshd {
 
     fn kill(&mut self) {
         for pid in process_tree(self.child.id()).into_iter().rev() {
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg(pid.to_string())
-                .status();
+            crate::procs::signal(pid, rustix::process::Signal::KILL);
         }
         let _ = self.child.wait();
     }
@@ -241,6 +243,12 @@ impl SftpClient {
             }
         });
         Ok(SftpClient { child })
+    }
+}
+
+impl SftpClient {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

@@ -51,20 +51,14 @@ impl Outcome {
     }
 }
 
-/// A file the caller may read: the data path of READ (`read_at` straight into the record).
-#[derive(Debug)]
-pub struct ReadableFile {
-    pub file: std::fs::File,
-    pub attr: Attr,
-}
-
 /// A storage backend. Methods may block (disk I/O): the server calls them on libcolor's helper
 /// pool, never on a worker.
 pub trait Storage: Send + Sync + 'static {
     /// Runs any request except NULL, LOGIN and READ.
     fn execute(&self, ctx: &OpCtx, op: RequestOp) -> Outcome;
-    /// Opens `fh` for READ after checking the caller may read it.
-    fn open_read(&self, ctx: &OpCtx, fh: &HandleData) -> Result<ReadableFile, NfsStatus>;
+    /// Opens `fh` for READ after checking the caller may read it (the READ path caches the
+    /// descriptor for this caller: see [`crate::read`]).
+    fn open_read(&self, ctx: &OpCtx, fh: &HandleData) -> Result<std::fs::File, NfsStatus>;
 }
 
 /// Procedures that change the file system (refused on read-only exports and to anonymous

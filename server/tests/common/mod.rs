@@ -137,42 +137,7 @@ pub struct Client {
 
 impl Client {
     pub fn connect(name: &ServerName, addr: SocketAddr) -> Client {
-        let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).unwrap();
-        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-        stream.set_write_timeout(Some(TIMEOUT)).unwrap();
-        stream.set_nodelay(true).unwrap();
-        let mut hs = ClientHandshake::new(name);
-        let mut leftover = Vec::new();
-        loop {
-            if hs.has_output() {
-                stream.write_all(&hs.take_output()).unwrap();
-            }
-            if hs.is_done() {
-                break;
-            }
-            let mut buf = [0u8; 4096];
-            let n = stream.read(&mut buf).unwrap();
-            assert!(n > 0, "server closed during handshake");
-            let used = hs.receive(&buf[..n]).unwrap();
-            leftover.extend_from_slice(&buf[used..n]);
-        }
-        if hs.has_output() {
-            stream.write_all(&hs.take_output()).unwrap();
-        }
-        let s = hs.into_session().unwrap();
-        let mut reader = RecordReader::new(s.opener);
-        reader.extend_from_slice(&leftover);
-        let max_io = max_io_size(s.sealer.max_payload().min(reader.opener().max_payload()));
-        Client {
-            stream,
-            sealer: s.sealer,
-            reader,
-            signer: LoginSigner::new(s.session_id, name.host_id()),
-            next_id: 1,
-            invalidations: Vec::new(),
-            max_io,
-            early: std::collections::HashMap::new(),
-        }
+        Client::try_connect_with(name, addr, HandshakeConfig::default(), TIMEOUT).unwrap()
     }
 
     pub fn send(&mut self, authno: u32, op: RequestOp) -> u64 {
@@ -541,35 +506,14 @@ impl Client {
         stream.set_read_timeout(Some(t)).unwrap();
         stream.set_write_timeout(Some(t)).unwrap();
         stream.set_nodelay(true).unwrap();
-        let mut hs = ClientHandshake::with_config(name, config);
-        let mut leftover = Vec::new();
-        loop {
-            if hs.has_output() {
-                stream
-                    .write_all(&hs.take_output())
-                    .map_err(|x| e("write", &x))?;
-            }
-            if hs.is_done() {
-                break;
-            }
-            let mut buf = [0u8; 4096];
-            let n = stream.read(&mut buf).map_err(|x| e("read", &x))?;
-            if n == 0 {
-                return Err("server closed during handshake".into());
-            }
-            let used = hs.receive(&buf[..n]).map_err(|x| e("handshake", &x))?;
-            leftover.extend_from_slice(&buf[used..n]);
-        }
-        if hs.has_output() {
-            stream
-                .write_all(&hs.take_output())
-                .map_err(|x| e("write", &x))?;
-        }
-        let s = hs.into_session().map_err(|x| e("session", &x))?;
+        let done =
+            protocol::handshake::complete(ClientHandshake::with_config(name, config), &mut stream)
+                .map_err(|x| e("handshake", &x))?;
         stream.set_read_timeout(Some(TIMEOUT)).unwrap();
         stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+        let s = done.session;
         let mut reader = RecordReader::new(s.opener);
-        reader.extend_from_slice(&leftover);
+        reader.extend_from_slice(&done.rest);
         let max_io = max_io_size(s.sealer.max_payload().min(reader.opener().max_payload()));
         Ok(Client {
             stream,

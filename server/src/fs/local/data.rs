@@ -4,8 +4,6 @@
 //! Data is only ever reached by re-opening a checked `O_PATH` descriptor
 //! ([`super::resolve::Obj::reopen`]), never by name.
 
-use std::fs::File;
-use std::io;
 use std::os::unix::fs::FileExt;
 
 use protocol::{Attr, FileHandle, NfsStatus, ReplyBody, StableHow};
@@ -72,32 +70,4 @@ impl LocalFs {
             verifier: self.write_verifier,
         })
     }
-}
-
-/// Reads up to `count` bytes at `offset` straight into the end of `buf`; returns EOF. The
-/// buffer grows by at most what the file holds past `offset` (never by what was asked).
-pub fn read_into(
-    file: &File,
-    size: u64,
-    offset: u64,
-    count: usize,
-    buf: &mut Vec<u8>,
-) -> io::Result<bool> {
-    let start = buf.len();
-    let want = count.min(usize::try_from(size.saturating_sub(offset)).unwrap_or(usize::MAX));
-    buf.resize(start + want, 0);
-    let mut got = 0;
-    while got < want {
-        match file.read_at(&mut buf[start + got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                buf.truncate(start);
-                return Err(e);
-            }
-        }
-    }
-    buf.truncate(start + got);
-    Ok(offset + got as u64 >= size)
 }

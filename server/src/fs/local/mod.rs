@@ -39,14 +39,12 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use protocol::{Attr, HandleData, HandleKey, NewObject, NfsStatus, ReplyBody, RequestOp};
+use protocol::{HandleData, HandleKey, NewObject, NfsStatus, ReplyBody, RequestOp};
 use rustix::fs::OFlags;
 
 use super::creds::Switcher;
-use super::{ObjKey, OpCtx, Outcome, ReadableFile, Storage};
+use super::{ObjKey, OpCtx, Outcome, Storage};
 use resolve::{Index, Obj, WalkGate, stat_fd};
-
-pub use data::read_into;
 
 /// The only export this server has (handles carry it so a future multi-export server can tell
 /// them apart).
@@ -248,16 +246,11 @@ impl Storage for LocalFs {
         out
     }
 
-    fn open_read(&self, ctx: &OpCtx, h: &HandleData) -> Result<ReadableFile, NfsStatus> {
+    fn open_read(&self, ctx: &OpCtx, h: &HandleData) -> Result<File, NfsStatus> {
         let opened = self.switcher.run(&ctx.creds, || {
             let o = self.resolve(h, &ctx.creds)?;
             o.require_regular()?;
-            let file = o.reopen(OFlags::RDONLY)?;
-            let meta = file.metadata().map_err(|e| io_status(&e))?;
-            Ok(ReadableFile {
-                file,
-                attr: Attr::from_metadata(&meta, ctx.lease_ms),
-            })
+            o.reopen(OFlags::RDONLY)
         });
         opened.unwrap_or_else(|e| {
             tracing::error!(error = %e, user = %ctx.creds.name, "cannot switch credentials");

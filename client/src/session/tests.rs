@@ -4,9 +4,12 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use protocol::{
-    FileType, Invalidate, Location, Reply, ServerHandshake, ServerKeypair, Time, UserKeypair,
+    FileType, Invalidate, Location, NfsStatus, RecordReader, Reply, ReplyBody, Request, RequestOp,
+    ServerHandshake, ServerKeypair, ServerMessage, StableHow, Time, UserKeypair,
 };
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
 use super::*;
 
@@ -97,33 +100,14 @@ async fn serve(
     conn: usize,
     behaviour: Arc<Mutex<Behaviour>>,
 ) {
-    let mut hs = ServerHandshake::new(&key);
-    let mut buf = vec![0u8; 65536];
-    let mut left = Vec::new();
-    while !hs.is_done() {
-        if hs.has_output() {
-            s.write_all(&hs.take_output()).await.unwrap();
-        }
-        if !hs.wants_input() {
-            break;
-        }
-        let n = s.read(&mut buf).await.unwrap();
-        if n == 0 {
-            return;
-        }
-        let Ok(used) = hs.receive(&buf[..n]) else {
-            return;
-        };
-        left.extend_from_slice(&buf[used..n]);
-    }
-    if hs.has_output() {
-        s.write_all(&hs.take_output()).await.unwrap();
-    }
-    let session = hs.into_session().unwrap();
+    let Ok(done) = super::handshake::complete(ServerHandshake::new(&key), &mut s).await else {
+        return;
+    };
+    let session = done.session;
     let mut verifier = protocol::LoginVerifier::new(session.session_id, host_id);
     let mut sealer = session.sealer;
     let mut reader = RecordReader::new(session.opener);
-    reader.extend_from_slice(&left);
+    reader.extend_from_slice(&done.rest);
     loop {
         let mut outs = Vec::new();
         while let Ok(Some(rec)) = reader.next_record() {
@@ -347,8 +331,19 @@ async fn wrong_hostid_is_refused_clearly() {
     let other = ServerKeypair::generate().server_name(f.name.location().clone());
     let c = Client::new(&other, None, quick());
     let e = c.call(RequestOp::Null).await.unwrap_err();
-    assert!(matches!(e, SessionError::Handshake { .. }), "{e}");
-    assert!(e.to_string().to_lowercase().contains("hostid"), "{e}");
+    assert!(
+        matches!(
+            e,
+            SessionError::Handshake {
+                source: protocol::HandshakeError::HostIdMismatch { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // What the user reads: the message with its cause (the CLI prints the whole chain).
+    let msg = e.report().to_string();
+    assert!(msg.to_lowercase().contains("hostid"), "{msg}");
     assert_eq!(f.conns.load(Ordering::SeqCst), 1, "no retry of a wrong key");
     let _ = &f.key;
 }
@@ -619,4 +614,21 @@ async fn timeout_then_failed_reconnect_says_the_server_did_not_answer() {
 #[test]
 fn default_request_timeout_is_thirty_seconds() {
     assert_eq!(Options::default().request_timeout, Duration::from_secs(30));
+}
+
+#[test]
+fn bulk_windows_are_sized_in_bytes_within_the_request_bounds() {
+    let opts = Options::default();
+    assert_eq!(
+        opts.requests_in_flight(1 << 20),
+        8,
+        "8 MiB of 1 MiB records"
+    );
+    assert_eq!(opts.requests_in_flight(64 << 10), 32, "capped by `window`");
+    assert_eq!(opts.requests_in_flight(64 << 20), 2, "never fewer than two");
+    let narrow = Options {
+        window: 1,
+        ..Options::default()
+    };
+    assert_eq!(narrow.requests_in_flight(1 << 20), 1, "`window` wins");
 }

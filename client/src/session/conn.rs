@@ -1,0 +1,344 @@
+//! One connection to the server: TCP, handshake, a writer and a reader task, LOGIN.
+//!
+//! The writer task is the only place records are sealed (the record counter is the nonce, so
+//! sealing and writing stay together, in order); the reader task opens records, hands each
+//! reply to the caller waiting for its id and applies INVALIDATEs to the attribute cache.
+//! When either side fails, [`fail_all`] marks the connection dead and wakes every waiter with
+//! "lost"; the next request makes a new connection ([`Client::connection`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use protocol::handshake::{Completed, DriveError};
+use protocol::{
+    ClientHandshake, LoginSigner, NfsStatus, RecordReader, ReplyBody, Request, RequestOp,
+    ServerMessage, max_io_size,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::error::{ConnectError, ProtocolError, SessionError, status_message};
+use super::handshake;
+use super::{Client, Inner, Invalidation, lock};
+use crate::identity::Identity;
+
+/// Where a reply goes: the caller waiting for its id.
+type Waiter = oneshot::Sender<Result<ReplyBody, NfsStatus>>;
+
+/// Requests waiting for replies on one connection.
+#[derive(Default)]
+struct Pending {
+    dead: bool,
+    waiters: HashMap<u64, Waiter>,
+}
+
+/// One live connection (dropped, with its tasks, when it breaks and a new one is made).
+pub(super) struct Conn {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Arc<Mutex<Pending>>,
+    /// The authno of the session's own identity (ANONYMOUS without one).
+    pub(super) authno: u32,
+    /// Signs LOGINs on this connection (its sequence numbers must increase).
+    signer: Mutex<LoginSigner>,
+    /// Authnos of the local users logged in on this connection ([`Client::as_uid`]).
+    pub(super) logins: Mutex<HashMap<u32, u32>>,
+    pub(super) read_max: u32,
+    pub(super) write_max: u32,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Conn {
+    pub(super) fn is_dead(&self) -> bool {
+        lock(&self.pending).dead
+    }
+
+    /// Sends one encoded request and waits for its reply; `None` when the stream broke.
+    async fn roundtrip(&self, id: u64, payload: Vec<u8>) -> Option<Result<ReplyBody, NfsStatus>> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = lock(&self.pending);
+            if p.dead {
+                return None;
+            }
+            p.waiters.insert(id, tx);
+        }
+        if self.tx.send(payload).is_err() {
+            lock(&self.pending).waiters.remove(&id);
+            return None;
+        }
+        rx.await.ok()
+    }
+
+    /// [`Conn::roundtrip`] bounded by `timeout`: `Err(())` when no reply came in time, in
+    /// which case the connection is marked broken (its outstanding requests fail too, and the
+    /// next call reconnects).
+    pub(super) async fn roundtrip_within(
+        &self,
+        timeout: Duration,
+        id: u64,
+        payload: Vec<u8>,
+    ) -> Result<Option<Result<ReplyBody, NfsStatus>>, ()> {
+        match tokio::time::timeout(timeout, self.roundtrip(id, payload)).await {
+            Ok(r) => Ok(r),
+            Err(_) => {
+                fail_all(&self.pending);
+                Err(())
+            }
+        }
+    }
+}
+
+/// Marks a connection dead and fails everything waiting on it.
+fn fail_all(pending: &Mutex<Pending>) {
+    let mut p = lock(pending);
+    p.dead = true;
+    p.waiters.clear(); // dropping the senders wakes the waiters with "lost"
+}
+
+impl Client {
+    /// The live connection, making one (with backoff) when there is none or it broke.
+    pub(super) async fn connection(&self) -> Result<Arc<Conn>, SessionError> {
+        let mut slot = self.inner.conn.lock().await;
+        if let Some(c) = slot.as_ref()
+            && !c.is_dead()
+        {
+            return Ok(c.clone());
+        }
+        let reconnect = slot.take().is_some();
+        let opts = &self.inner.opts;
+        let mut delay = opts.initial_backoff;
+        let mut last = None;
+        for attempt in 0..opts.connect_attempts.max(1) {
+            if attempt > 0 {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(opts.max_backoff);
+            }
+            match tokio::time::timeout(opts.connect_timeout, self.establish()).await {
+                Ok(Ok(c)) => {
+                    if reconnect {
+                        // INVALIDATEs may have been missed while disconnected.
+                        self.inner.cache.clear();
+                        self.inner.invalidated(Invalidation::Everything);
+                    }
+                    let c = Arc::new(c);
+                    *slot = Some(c.clone());
+                    return Ok(c);
+                }
+                Ok(Err(e @ SessionError::Handshake { .. })) => return Err(e),
+                Ok(Err(e)) => {
+                    tracing::debug!(attempt, error = %e.report(), "connect failed");
+                    last = Some(e);
+                }
+                Err(_) => last = Some(self.connect_error(ConnectError::TimedOut)),
+            }
+        }
+        Err(last.unwrap_or_else(|| self.connect_error(ConnectError::NoAttempt)))
+    }
+
+    /// A connect failure with this session's server.
+    pub(super) fn connect_error(&self, source: impl Into<ConnectError>) -> SessionError {
+        SessionError::Connect {
+            name: self.inner.name.to_string(),
+            source: source.into(),
+        }
+    }
+
+    /// TCP connect, handshake, tasks, login.
+    async fn establish(&self) -> Result<Conn, SessionError> {
+        let name = &self.inner.name;
+        let mut stream = TcpStream::connect(name.location().socket_addr_string())
+            .await
+            .map_err(|e| self.connect_error(e))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| self.connect_error(e))?;
+        let Completed { session, rest } = self.handshake(&mut stream).await?;
+        let write_max = max_io_size(session.sealer.max_payload());
+        let read_max = max_io_size(session.opener.max_payload());
+        let mut reader = RecordReader::new(session.opener);
+        reader.extend_from_slice(&rest);
+
+        let pending = Arc::new(Mutex::new(Pending::default()));
+        let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (rd, wr) = stream.into_split();
+        let writer = tokio::spawn(write_records(session.sealer, rx, wr, pending.clone()));
+        let readertask = tokio::spawn(read_records(
+            reader,
+            rd,
+            pending.clone(),
+            Arc::downgrade(&self.inner),
+            name.to_string(),
+        ));
+        let mut conn = Conn {
+            tx,
+            pending,
+            authno: protocol::ANONYMOUS,
+            signer: Mutex::new(LoginSigner::new(session.session_id, name.host_id())),
+            logins: Mutex::new(HashMap::new()),
+            read_max,
+            write_max,
+            tasks: [writer, readertask],
+        };
+        if let Some(id) = &self.inner.identity {
+            conn.authno = self.login(&conn, id).await?;
+        }
+        Ok(conn)
+    }
+
+    /// Runs the client side of the handshake on `stream`.
+    async fn handshake(&self, stream: &mut TcpStream) -> Result<Completed, SessionError> {
+        let name = &self.inner.name;
+        handshake::complete(ClientHandshake::new(name), stream)
+            .await
+            .map_err(|e| match e {
+                DriveError::Io(e) => self.connect_error(e),
+                DriveError::Closed => self.connect_error(ConnectError::ClosedInHandshake),
+                DriveError::Handshake(source) => SessionError::Handshake {
+                    name: name.to_string(),
+                    source,
+                },
+            })
+    }
+
+    /// LOGIN as `id` on `conn`: the authno, or ANONYMOUS when the server refuses (not fatal:
+    /// the user works anonymously and gets what anonymous users get, usually "Permission
+    /// denied", as with SFS).
+    pub(super) async fn login(&self, conn: &Conn, id: &Identity) -> Result<u32, SessionError> {
+        let name = &self.inner.name;
+        let args = lock(&conn.signer)
+            .sign(&id.user, &id.key)
+            .map_err(|e| self.protocol_error(ProtocolError::SignLogin(e)))?;
+        let rid = self.next_id();
+        let payload = Request {
+            id: rid,
+            authno: protocol::ANONYMOUS,
+            op: RequestOp::Login(args),
+        }
+        .encode();
+        match conn
+            .roundtrip_within(self.inner.opts.request_timeout, rid, payload)
+            .await
+        {
+            Ok(Some(Ok(ReplyBody::Login { authno }))) => Ok(authno),
+            Ok(Some(Ok(other))) => {
+                Err(self.protocol_error(ProtocolError::LoginAnswer(other.proc())))
+            }
+            Ok(Some(Err(status))) => {
+                tracing::warn!(
+                    "login as {} refused by {} ({}); continuing anonymously",
+                    id.user,
+                    name,
+                    status_message(status)
+                );
+                Ok(protocol::ANONYMOUS)
+            }
+            Ok(None) | Err(()) => Err(self.connect_error(ConnectError::LostDuringLogin)),
+        }
+    }
+
+    /// A protocol error with this session's server.
+    pub(super) fn protocol_error(&self, source: ProtocolError) -> SessionError {
+        SessionError::Protocol {
+            name: self.inner.name.to_string(),
+            source,
+        }
+    }
+}
+
+/// The writer task: seals queued requests in order and writes them, coalescing what is queued
+/// into one write (bounded so memory stays small).
+async fn write_records(
+    mut sealer: protocol::Sealer,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut wr: OwnedWriteHalf,
+    pending: Arc<Mutex<Pending>>,
+) {
+    let mut out = Vec::new();
+    while let Some(first) = rx.recv().await {
+        out.clear();
+        let mut next = Some(first);
+        while let Some(p) = next.take() {
+            if sealer.seal_into(&p, &mut out).is_err() {
+                fail_all(&pending);
+                return;
+            }
+            if out.len() < 256 * 1024 {
+                next = rx.try_recv().ok();
+            }
+        }
+        if wr.write_all(&out).await.is_err() {
+            fail_all(&pending);
+            return;
+        }
+    }
+}
+
+/// The reader task: opens records, hands replies to their waiters, applies INVALIDATEs to the
+/// cache of the session (while it exists) and tells its hook.
+async fn read_records(
+    mut reader: RecordReader,
+    mut rd: OwnedReadHalf,
+    pending: Arc<Mutex<Pending>>,
+    client: Weak<Inner>,
+    server: String,
+) {
+    loop {
+        loop {
+            let rec = match reader.next_record() {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(%server, error = %e, "bad record; closing");
+                    fail_all(&pending);
+                    return;
+                }
+            };
+            let spare = client
+                .upgrade()
+                .map(|inner| inner.buffer_for(rec.len()))
+                .unwrap_or_default();
+            match ServerMessage::decode_reusing(rec, spare) {
+                Ok(ServerMessage::Reply(r)) => {
+                    let w = lock(&pending).waiters.remove(&r.id);
+                    if let Some(w) = w {
+                        let _ = w.send(r.result);
+                    }
+                }
+                Ok(ServerMessage::Invalidate(inv)) => {
+                    if let Some(inner) = client.upgrade() {
+                        inner.cache.invalidate(&inv.fh);
+                        if let Some(a) = inv.attr {
+                            inner.cache.put(inv.fh, a);
+                        }
+                        inner.invalidated(Invalidation::Object(inv.fh, inv.attr));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(%server, error = %e, "undecodable message");
+                    fail_all(&pending);
+                    return;
+                }
+            }
+        }
+        let buf = reader.read_buf();
+        match rd.read(buf).await {
+            Ok(0) | Err(_) => {
+                fail_all(&pending);
+                return;
+            }
+            Ok(n) => reader.advance(n),
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! One session per server: one TCP stream, pipelined requests, reconnects.
+//!
+//! A [`Client`] owns at most one live connection. Requests get a fresh id and go to a writer
+//! task that seals them in order (the record counter is the nonce, so sealing and writing must
+//! stay in one place); a reader task opens records, hands each reply to the caller waiting for
+//! its id (in whatever order they come) and applies INVALIDATEs to the attribute cache.
+//!
+//! When the stream breaks, every outstanding request fails with "connection lost"; the caller
+//! reconnects (exponential backoff, the same HOSTID verified by the handshake since it comes
+//! from the name), logs in again and retries the request if it is idempotent. File handles are
+//! server-issued and survive server restarts, so they stay valid across reconnects.
+//!
+//! A server that stays connected but stops answering is treated the same way: each request
+//! waits at most [`Options::request_timeout`] for its reply, after which the connection is
+//! declared broken and the request takes the reconnect path above.
+//!
+//! | file        | what                                                                   |
+//! |-------------|------------------------------------------------------------------------|
+//! | [`error`]   | [`SessionError`], with the underlying error as its source              |
+//! | [`conn`]    | one connection: TCP, handshake, reader and writer tasks, LOGIN         |
+//! | [`handshake`] | the async driver of the protocol crate's handshake machine           |
+//! | [`call`]    | sending a request: the retry and timeout policy                        |
+//! | [`ops`]     | one typed method per NFS operation                                     |
+//! | [`bulk`]    | whole-file READ and WRITE with a window of requests in flight          |
+//! | `tests`     | the above against an in-process server driven by the protocol crate   |
+
+mod bulk;
+mod call;
+mod conn;
+pub mod error;
+mod handshake;
+mod ops;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use protocol::{Attr, FileHandle, ServerName};
+
+use crate::cache::AttrCache;
+use crate::identity::Identity;
+use conn::Conn;
+
+pub use error::SessionError;
+
+/// Tunables of a session.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Connection attempts before giving up (each reconnect, and the first connect).
+    pub connect_attempts: u32,
+    /// Delay before the second attempt; doubled each time up to `max_backoff`.
+    pub initial_backoff: Duration,
+    /// Longest delay between attempts.
+    pub max_backoff: Duration,
+    /// Time allowed for TCP connect plus handshake.
+    pub connect_timeout: Duration,
+    /// Most READ/WRITE requests outstanding per bulk transfer.
+    pub window: usize,
+    /// Bytes a bulk transfer keeps in flight: as many requests as carry this much (at least
+    /// two, at most `window`), so large records do not pile up megabytes the server would only
+    /// hold back, and small ones still keep the stream full.
+    pub window_bytes: usize,
+    /// Times an idempotent request is retried after the stream broke.
+    pub retries: u32,
+    /// How long a request waits for its reply. When it expires the stream is treated as
+    /// broken: the connection is dropped (failing everything outstanding on it) and the
+    /// request goes through the reconnect path like any other lost request.
+    pub request_timeout: Duration,
+}
+
+/// Times an idempotent request that timed out is retried (each on a fresh connection).
+const MAX_TIMEOUT_RETRIES: u32 = 1;
+
+/// Default per-request timeout.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            connect_attempts: 8,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(10),
+            window: 32,
+            window_bytes: 8 << 20,
+            retries: 8,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+}
+
+/// What the server told us about changes made by others (see [`Client::on_invalidate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalidation {
+    /// An INVALIDATE for one object (its new attributes when the server sent them).
+    Object(FileHandle, Option<Attr>),
+    /// A new connection replaced a broken one: INVALIDATEs may have been missed, so nothing
+    /// cached from before can be trusted.
+    Everything,
+}
+
+/// A callback told of every [`Invalidation`]; called on the connection's reader task, so it
+/// must not block (hand the work to another thread).
+pub type InvalidateHook = Box<dyn Fn(Invalidation) + Send + Sync>;
+
+/// Finds the identity of a local uid (for [`Client::as_uid`]).
+pub type IdentityResolver = Box<dyn Fn(u32) -> Option<Identity> + Send + Sync>;
+
+struct Inner {
+    name: ServerName,
+    identity: Option<Identity>,
+    opts: Options,
+    cache: AttrCache,
+    next_id: AtomicU64,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    on_invalidate: std::sync::OnceLock<InvalidateHook>,
+    resolver: std::sync::OnceLock<IdentityResolver>,
+    user_ids: Mutex<HashMap<u32, Option<Identity>>>,
+    /// READ data buffers handed back by bulk transfers, reused by the reader task.
+    buffers: Mutex<Vec<Vec<u8>>>,
+}
+
+/// READ data buffers kept for reuse (the window of a bulk transfer, with room).
+const KEPT_BUFFERS: usize = 16;
+/// Records smaller than this are decoded into fresh allocations.
+const REUSE_ABOVE: usize = 16 * 1024;
+
+impl Options {
+    /// Requests a bulk transfer keeps outstanding with records of `chunk` bytes.
+    pub fn requests_in_flight(&self, chunk: u64) -> usize {
+        let by_bytes =
+            usize::try_from(self.window_bytes as u64 / chunk.max(1)).unwrap_or(usize::MAX);
+        by_bytes.max(2).min(self.window.max(1))
+    }
+}
+
+impl Inner {
+    /// A buffer for a record of `len` payload bytes: a recycled one when the record is large.
+    fn buffer_for(&self, len: usize) -> Vec<u8> {
+        if len < REUSE_ABOVE {
+            return Vec::new();
+        }
+        lock(&self.buffers).pop().unwrap_or_default()
+    }
+
+    /// Keeps `buf` for a later READ reply (if it is large and few are kept).
+    fn recycle(&self, buf: Vec<u8>) {
+        let mut kept = lock(&self.buffers);
+        if buf.capacity() >= REUSE_ABOVE && kept.len() < KEPT_BUFFERS {
+            kept.push(buf);
+        }
+    }
+
+    fn invalidated(&self, what: Invalidation) {
+        if let Some(hook) = self.on_invalidate.get() {
+            hook(what);
+        }
+    }
+}
+
+/// A session with one server, shared cheaply (`Clone`) between tasks.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    /// The local user this handle acts for (None: the session's own identity).
+    who: Option<u32>,
+}
+
+impl Client {
+    /// A client for `name` (its path, if any, is ignored here); connects lazily.
+    pub fn new(name: &ServerName, identity: Option<Identity>, opts: Options) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                name: name.without_path(),
+                identity,
+                opts,
+                cache: AttrCache::default(),
+                next_id: AtomicU64::new(1),
+                conn: tokio::sync::Mutex::new(None),
+                on_invalidate: std::sync::OnceLock::new(),
+                resolver: std::sync::OnceLock::new(),
+                user_ids: Mutex::new(HashMap::new()),
+                buffers: Mutex::new(Vec::new()),
+            }),
+            who: None,
+        }
+    }
+
+    /// Registers the callback told of INVALIDATEs and reconnects (at most one; later calls
+    /// are ignored and return false). The attribute cache is updated before it runs.
+    pub fn on_invalidate(&self, hook: InvalidateHook) -> bool {
+        self.inner.on_invalidate.set(hook).is_ok()
+    }
+
+    /// The attribute cache.
+    pub fn cache(&self) -> &AttrCache {
+        &self.inner.cache
+    }
+
+    /// The session's authno (0 when anonymous); connects if needed.
+    pub async fn authno(&self) -> Result<u32, SessionError> {
+        let c = self.connection().await?;
+        self.authno_on(&c).await
+    }
+
+    /// Largest READ count and WRITE data per request on the current connection.
+    pub async fn io_sizes(&self) -> Result<(u32, u32), SessionError> {
+        let c = self.connection().await?;
+        Ok((c.read_max, c.write_max))
+    }
+
+    /// Closes the connection (requests under way finish on it); the next call connects
+    /// again. Cached attributes are dropped and [`Invalidation::Everything`] is reported,
+    /// since no INVALIDATE can arrive while disconnected. Whether there was a connection.
+    pub async fn disconnect(&self) -> bool {
+        let was = self.inner.conn.lock().await.take().is_some();
+        if was {
+            self.inner.cache.clear();
+            self.inner.invalidated(Invalidation::Everything);
+        }
+        was
+    }
+
+    /// The authno this client's requests carry on `conn`: the session identity's, or for a
+    /// client made by [`Client::as_uid`], that local user's (logged in on first use on each
+    /// connection; anonymous when the user has no identity).
+    async fn authno_on(&self, conn: &Conn) -> Result<u32, SessionError> {
+        let Some(uid) = self.who else {
+            return Ok(conn.authno);
+        };
+        if let Some(a) = lock(&conn.logins).get(&uid) {
+            return Ok(*a);
+        }
+        let authno = match self.identity_of(uid) {
+            Some(id) => self.login(conn, &id).await?,
+            None => protocol::ANONYMOUS,
+        };
+        lock(&conn.logins).insert(uid, authno);
+        Ok(authno)
+    }
+
+    /// The identity of local user `uid` (from the resolver, asked once per uid).
+    fn identity_of(&self, uid: u32) -> Option<Identity> {
+        if let Some(id) = lock(&self.inner.user_ids).get(&uid) {
+            return id.clone();
+        }
+        let id = self.inner.resolver.get().and_then(|r| r(uid));
+        match &id {
+            Some(i) => tracing::info!(uid, user = %i.user, "identity for local user"),
+            None => tracing::info!(uid, "no identity for local user: anonymous"),
+        }
+        lock(&self.inner.user_ids).insert(uid, id.clone());
+        id
+    }
+
+    /// This session acting for local user `uid`: same connection and caches, but requests
+    /// carry that user's authno (see [`Client::set_identity_resolver`]).
+    pub fn as_uid(&self, uid: u32) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            who: Some(uid),
+        }
+    }
+
+    /// How [`Client::as_uid`] finds a local user's identity (None: anonymous). At most one;
+    /// later calls are ignored and return false.
+    pub fn set_identity_resolver(&self, r: IdentityResolver) -> bool {
+        self.inner.resolver.set(r).is_ok()
+    }
+
+    pub(super) fn next_id(&self) -> u64 {
+        self.inner.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests;

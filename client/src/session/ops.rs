@@ -1,0 +1,406 @@
+//! One typed method per NFS operation: builds the request, checks the reply is of the
+//! operation's kind, and keeps the attribute cache in step with what the reply says.
+
+use protocol::{
+    Attr, CreateHow, DirEntryPlus, FileHandle, FsStat, NewObject, Proc, ReplyBody, RequestOp,
+    SetAttr, StableHow,
+};
+
+use super::Client;
+use super::error::SessionError;
+
+/// Binds the fields of the reply an operation expects (`let`-else on `pattern = reply`); any
+/// other kind of reply returns [`Client::unexpected`] from the calling operation.
+macro_rules! let_reply {
+    ($client:expr, $pattern:pat = $reply:expr) => {
+        let reply = $reply;
+        let $pattern = reply else {
+            return Err($client.unexpected(&reply));
+        };
+    };
+}
+
+impl Client {
+    /// MOUNT: the handle of `path` below the server's root.
+    pub async fn mount(&self, path: &str) -> Result<(FileHandle, Attr), SessionError> {
+        let path = if path.is_empty() { "/" } else { path };
+        let op = RequestOp::Mount {
+            path: path.as_bytes().to_vec(),
+        };
+        let_reply!(self, ReplyBody::Mount { fh, attr } = self.call(op).await?);
+        self.inner.cache.put(fh, attr);
+        Ok((fh, attr))
+    }
+
+    /// Attributes, from the cache while their lease lasts.
+    pub async fn getattr(&self, fh: &FileHandle) -> Result<Attr, SessionError> {
+        if let Some(a) = self.inner.cache.get(fh) {
+            return Ok(a);
+        }
+        self.getattr_fresh(fh).await
+    }
+
+    /// Attributes from the server, bypassing the cache.
+    pub async fn getattr_fresh(&self, fh: &FileHandle) -> Result<Attr, SessionError> {
+        let op = RequestOp::GetAttr { fh: *fh };
+        let_reply!(self, ReplyBody::GetAttr { attr } = self.call(op).await?);
+        self.inner.cache.put(*fh, attr);
+        Ok(attr)
+    }
+
+    /// LOOKUP.
+    pub async fn lookup(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+    ) -> Result<(FileHandle, Attr), SessionError> {
+        let op = RequestOp::Lookup {
+            dir: *dir,
+            name: name.to_vec(),
+        };
+        let_reply!(
+            self,
+            ReplyBody::Lookup { fh, attr, dir_attr } = self.call(op).await?
+        );
+        if let Some(d) = dir_attr {
+            self.inner.cache.put(*dir, d);
+        }
+        let attr = match attr {
+            Some(a) => {
+                self.inner.cache.put(fh, a);
+                a
+            }
+            None => self.getattr(&fh).await?,
+        };
+        Ok((fh, attr))
+    }
+
+    /// ACCESS, cached per user while the attributes' lease lasts (the FUSE mount asks it for
+    /// `access(2)` and `open(2)`; nfsserve answers ACCESS itself from the attributes).
+    pub async fn access(&self, fh: &FileHandle, bits: u32) -> Result<u32, SessionError> {
+        let authno = self.authno().await?;
+        if let Some(g) = self.inner.cache.get_access(fh, authno, bits) {
+            return Ok(g);
+        }
+        let op = RequestOp::Access {
+            fh: *fh,
+            access: bits,
+        };
+        let_reply!(
+            self,
+            ReplyBody::Access { attr, access } = self.call(op).await?
+        );
+        if let Some(a) = &attr {
+            self.inner
+                .cache
+                .put_access(*fh, authno, bits, access, a.lease_ms);
+        }
+        self.note(fh, &attr);
+        Ok(access)
+    }
+
+    /// SETATTR.
+    pub async fn setattr(&self, fh: &FileHandle, attr: SetAttr) -> Result<Attr, SessionError> {
+        self.inner.cache.invalidate(fh);
+        let op = RequestOp::SetAttr {
+            fh: *fh,
+            attr,
+            guard: None,
+        };
+        let_reply!(self, ReplyBody::SetAttr { attr } = self.call(op).await?);
+        match attr {
+            Some(a) => {
+                self.inner.cache.put(*fh, a);
+                Ok(a)
+            }
+            None => self.getattr_fresh(fh).await,
+        }
+    }
+
+    /// READLINK.
+    pub async fn readlink(&self, fh: &FileHandle) -> Result<Vec<u8>, SessionError> {
+        let op = RequestOp::ReadLink { fh: *fh };
+        let_reply!(
+            self,
+            ReplyBody::ReadLink { target, .. } = self.call(op).await?
+        );
+        Ok(target)
+    }
+
+    /// One READ of at most the negotiated size: (data, eof).
+    pub async fn read(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        count: u32,
+    ) -> Result<(Vec<u8>, bool), SessionError> {
+        let (rmax, _) = self.io_sizes().await?;
+        let op = RequestOp::Read {
+            fh: *fh,
+            offset,
+            count: count.min(rmax),
+        };
+        let_reply!(
+            self,
+            ReplyBody::Read { attr, eof, data } = self.call(op).await?
+        );
+        if let Some(a) = attr {
+            self.inner.cache.put(*fh, a);
+        }
+        Ok((data, eof))
+    }
+
+    /// One WRITE of at most the negotiated size: (count written, verifier).
+    pub async fn write(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        stable: StableHow,
+        data: &[u8],
+    ) -> Result<(u32, [u8; 8]), SessionError> {
+        self.inner.cache.invalidate(fh);
+        let reply = self
+            .call_with(Proc::Write, |id, authno, buf| {
+                protocol::encode_write_request_into(buf, id, authno, fh, offset, stable, data)
+            })
+            .await?;
+        let_reply!(
+            self,
+            ReplyBody::Write {
+                attr,
+                count,
+                verifier,
+                ..
+            } = reply
+        );
+        self.note(fh, &attr);
+        Ok((count, verifier))
+    }
+
+    /// COMMIT: the write verifier after the data is stable.
+    pub async fn commit(&self, fh: &FileHandle) -> Result<[u8; 8], SessionError> {
+        let op = RequestOp::Commit {
+            fh: *fh,
+            offset: 0,
+            count: 0,
+        };
+        let_reply!(
+            self,
+            ReplyBody::Commit { verifier, .. } = self.call(op).await?
+        );
+        Ok(verifier)
+    }
+
+    /// All entries of a directory (READDIRPLUS, following cookies to the end).
+    pub async fn readdir_all(&self, dir: &FileHandle) -> Result<Vec<DirEntryPlus>, SessionError> {
+        let mut out = Vec::new();
+        let mut cookie = 0u64;
+        let mut verifier = [0u8; 8];
+        loop {
+            let op = RequestOp::ReadDirPlus {
+                dir: *dir,
+                cookie,
+                verifier,
+                dircount: 64 * 1024,
+                maxcount: 256 * 1024,
+            };
+            let_reply!(self, ReplyBody::ReadDirPlus(page) = self.call(op).await?);
+            if let Some(a) = page.dir_attr {
+                self.inner.cache.put(*dir, a);
+            }
+            verifier = page.verifier;
+            let n = page.entries.len();
+            for e in page.entries {
+                cookie = e.cookie;
+                if let (Some(fh), Some(a)) = (&e.fh, &e.attr) {
+                    self.inner.cache.put(*fh, *a);
+                }
+                out.push(e);
+            }
+            if page.eof || n == 0 {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// CREATE (unchecked: truncates an existing file when `size` is set to 0).
+    pub async fn create(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        how: CreateHow,
+    ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.invalidate(dir);
+        let op = RequestOp::Create {
+            dir: *dir,
+            name: name.to_vec(),
+            how,
+        };
+        let_reply!(self, ReplyBody::Create(o) = self.call(op).await?);
+        self.new_object(o).await
+    }
+
+    /// MKDIR.
+    pub async fn mkdir(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        attr: SetAttr,
+    ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.invalidate(dir);
+        let op = RequestOp::Mkdir {
+            dir: *dir,
+            name: name.to_vec(),
+            attr,
+        };
+        let_reply!(self, ReplyBody::Mkdir(o) = self.call(op).await?);
+        self.new_object(o).await
+    }
+
+    /// SYMLINK.
+    pub async fn symlink(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        target: &[u8],
+        attr: SetAttr,
+    ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.invalidate(dir);
+        let op = RequestOp::Symlink {
+            dir: *dir,
+            name: name.to_vec(),
+            attr,
+            target: target.to_vec(),
+        };
+        let_reply!(self, ReplyBody::Symlink(o) = self.call(op).await?);
+        self.new_object(o).await
+    }
+
+    /// The handle and attributes of an object just made (asked for when the reply has none).
+    /// MKNOD: a FIFO, socket or device node (the server makes it as the caller; the kernel
+    /// there decides whether that user may make a device).
+    pub async fn mknod(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: protocol::SpecialKind,
+        attr: SetAttr,
+    ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.invalidate(dir);
+        let op = RequestOp::Mknod {
+            dir: *dir,
+            name: name.to_vec(),
+            kind,
+            attr,
+        };
+        let_reply!(self, ReplyBody::Mknod(o) = self.call(op).await?);
+        self.new_object(o).await
+    }
+
+    async fn new_object(&self, o: NewObject) -> Result<(FileHandle, Attr), SessionError> {
+        match o.attr {
+            Some(a) => {
+                self.inner.cache.put(o.fh, a);
+                Ok((o.fh, a))
+            }
+            None => Ok((o.fh, self.getattr_fresh(&o.fh).await?)),
+        }
+    }
+
+    /// REMOVE or RMDIR.
+    pub async fn remove(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        is_dir: bool,
+    ) -> Result<(), SessionError> {
+        self.inner.cache.invalidate(dir);
+        let op = if is_dir {
+            RequestOp::Rmdir {
+                dir: *dir,
+                name: name.to_vec(),
+            }
+        } else {
+            RequestOp::Remove {
+                dir: *dir,
+                name: name.to_vec(),
+            }
+        };
+        self.call(op).await.map(|_| ())
+    }
+
+    /// LINK: a new name `dir/name` for `fh`; the object's attributes afterwards.
+    pub async fn link(
+        &self,
+        fh: &FileHandle,
+        dir: &FileHandle,
+        name: &[u8],
+    ) -> Result<Attr, SessionError> {
+        self.inner.cache.invalidate(dir);
+        self.inner.cache.invalidate(fh);
+        let op = RequestOp::Link {
+            fh: *fh,
+            dir: *dir,
+            name: name.to_vec(),
+        };
+        let_reply!(self, ReplyBody::Link { attr, .. } = self.call(op).await?);
+        match attr {
+            Some(a) => {
+                self.inner.cache.put(*fh, a);
+                Ok(a)
+            }
+            None => self.getattr_fresh(fh).await,
+        }
+    }
+
+    /// FSSTAT.
+    pub async fn fsstat(&self, fh: &FileHandle) -> Result<FsStat, SessionError> {
+        let op = RequestOp::FsStat { fh: *fh };
+        let_reply!(self, ReplyBody::FsStat(s) = self.call(op).await?);
+        self.note(fh, &s.attr);
+        Ok(s)
+    }
+
+    /// RENAME.
+    pub async fn rename(
+        &self,
+        from_dir: &FileHandle,
+        from_name: &[u8],
+        to_dir: &FileHandle,
+        to_name: &[u8],
+    ) -> Result<(), SessionError> {
+        self.inner.cache.invalidate(from_dir);
+        self.inner.cache.invalidate(to_dir);
+        self.call(RequestOp::Rename {
+            from_dir: *from_dir,
+            from_name: from_name.to_vec(),
+            to_dir: *to_dir,
+            to_name: to_name.to_vec(),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// RENAME2 with `flags` ([`protocol::rename_flags`]): with NOREPLACE the server fails with
+    /// `Exist` rather than replace `to_name`, in the same system call as the rename.
+    pub async fn rename2(
+        &self,
+        from_dir: &FileHandle,
+        from_name: &[u8],
+        to_dir: &FileHandle,
+        to_name: &[u8],
+        flags: u32,
+    ) -> Result<(), SessionError> {
+        self.inner.cache.invalidate(from_dir);
+        self.inner.cache.invalidate(to_dir);
+        let op = RequestOp::Rename2 {
+            from_dir: *from_dir,
+            from_name: from_name.to_vec(),
+            to_dir: *to_dir,
+            to_name: to_name.to_vec(),
+            flags,
+        };
+        let_reply!(self, ReplyBody::Rename2 { .. } = self.call(op).await?);
+        Ok(())
+    }
+}

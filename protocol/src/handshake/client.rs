@@ -1,0 +1,136 @@
+//! The client's steps: wait for the server's key (S0), check it against the name and answer
+//! with the Noise message carrying ClientHello (C1); wait for the server's Noise reply (S1) and
+//! derive the session.
+
+use snow::HandshakeState;
+
+use super::wire::{
+    ServerHello, check_peer_max, decode_server_hello, encode_client_hello, noise_builder,
+    noise_err, noise_write, prologue, push_frame, split,
+};
+use super::{Client, Handshake, HandshakeConfig, Next, Progress, SERVER_KEY_MAGIC, Session, Step};
+use crate::error::HandshakeError;
+use crate::name::{PUBLIC_KEY_LEN, ServerName};
+use crate::record::{Opener, Sealer};
+
+impl Handshake<Client> {
+    /// A handshake with the server named `name`, offering every supported version.
+    pub fn new(name: &ServerName) -> Handshake<Client> {
+        Self::with_config(name, HandshakeConfig::default())
+    }
+
+    /// A handshake with explicit versions and record limit.
+    pub fn with_config(name: &ServerName, config: HandshakeConfig) -> Handshake<Client> {
+        Self::client(name, config, None)
+    }
+
+    /// Deterministic handshake for golden test vectors only: a fixed ephemeral key destroys
+    /// forward secrecy and must never be used on a real connection.
+    #[doc(hidden)]
+    pub fn with_fixed_ephemeral_for_testing(
+        name: &ServerName,
+        config: HandshakeConfig,
+        ephemeral: [u8; 32],
+    ) -> Handshake<Client> {
+        Self::client(name, config, Some(ephemeral))
+    }
+
+    fn client(
+        name: &ServerName,
+        config: HandshakeConfig,
+        fixed_ephemeral: Option<[u8; 32]>,
+    ) -> Handshake<Client> {
+        let first = AwaitServerKey {
+            name: name.without_path(),
+            config,
+            fixed_ephemeral,
+        };
+        Handshake::start(Progress::Wait(Box::new(first)), Vec::new())
+    }
+}
+
+/// First step: nothing sent yet, waiting for the server's key message.
+struct AwaitServerKey {
+    /// The name the server's key must match.
+    name: ServerName,
+    config: HandshakeConfig,
+    /// Golden tests only (see [`Handshake::with_fixed_ephemeral_for_testing`]).
+    fixed_ephemeral: Option<[u8; 32]>,
+}
+
+impl Step for AwaitServerKey {
+    fn on_frame(self: Box<Self>, body: &[u8], out: &mut Vec<u8>) -> Result<Next, HandshakeError> {
+        if body.len() != 4 + PUBLIC_KEY_LEN || body[..4] != SERVER_KEY_MAGIC {
+            return Err(HandshakeError::BadServerKeyMessage);
+        }
+        let mut server_key = [0u8; PUBLIC_KEY_LEN];
+        server_key.copy_from_slice(&body[4..]);
+        self.name.verify_key(&server_key)?;
+        let prologue = prologue(body);
+        let mut builder = noise_builder()
+            .remote_public_key(&server_key)
+            .and_then(|b| b.prologue(&prologue))
+            .map_err(noise_err)?;
+        if let Some(e) = &self.fixed_ephemeral {
+            builder = builder.fixed_ephemeral_key_for_testing_only(e);
+        }
+        let mut noise = builder.build_initiator().map_err(noise_err)?;
+        let msg = noise_write(&mut noise, &encode_client_hello(&self.config))?;
+        push_frame(out, &msg);
+        Ok(Next::Wait(Box::new(AwaitServerHello {
+            config: self.config,
+            noise: Box::new(noise),
+            server_key,
+        })))
+    }
+}
+
+/// Second step: ClientHello sent, waiting for the server's Noise reply.
+struct AwaitServerHello {
+    config: HandshakeConfig,
+    noise: Box<HandshakeState>,
+    /// The server's verified static key.
+    server_key: [u8; PUBLIC_KEY_LEN],
+}
+
+impl Step for AwaitServerHello {
+    fn on_frame(
+        mut self: Box<Self>,
+        body: &[u8],
+        _out: &mut Vec<u8>,
+    ) -> Result<Next, HandshakeError> {
+        let mut payload = vec![0u8; body.len()];
+        let n = self
+            .noise
+            .read_message(body, &mut payload)
+            .map_err(|_| HandshakeError::ServerMessageRejected)?;
+        let hello = decode_server_hello(&payload[..n]).map_err(HandshakeError::BadPayload)?;
+        let (version, peer_max) = match hello {
+            ServerHello::Refuse { versions } => {
+                return Err(HandshakeError::VersionRefused {
+                    client: self.config.versions.clone(),
+                    server: versions,
+                });
+            }
+            ServerHello::Accept {
+                version,
+                max_record_payload,
+            } => (version, max_record_payload),
+        };
+        if !self.config.versions.contains(&version) {
+            return Err(HandshakeError::UnofferedVersion(version));
+        }
+        let peer_max = check_peer_max(peer_max)?;
+        let keys = split(&mut self.noise)?;
+        Ok(Next::Done(Box::new(Session {
+            session_id: keys.session_id,
+            version,
+            sealer: Sealer::new(&keys.client_to_server, peer_max),
+            opener: Opener::new(
+                &keys.server_to_client,
+                self.config.advertised_max() as usize,
+            ),
+            server_key: self.server_key,
+        })))
+    }
+}

@@ -1,0 +1,329 @@
+//! The handshake: server key, Noise NK, version negotiation, session keys.
+//!
+//! ```text
+//! server -> client  S0: frame( "SFSK" || server static X25519 public key[32] )     plaintext
+//! client            checks HOSTID(location, key) against the name it was given
+//! client -> server  C1: frame( Noise NK message 1: e, es, encrypted ClientHello )
+//! server -> client  S1: frame( Noise NK message 2: e, ee, encrypted ServerHello )
+//! frame(body) = u16 big-endian length || body, length <= 1024
+//! ```
+//!
+//! The server speaks first so a connection costs one round trip after TCP's. The Noise prologue
+//! is `"SFS-HANDSHAKE-1\0" || S0 body`, so a tampered S0 makes the handshake fail even if the key
+//! were accepted. NK authenticates the server only (as SFS, users authenticate separately with
+//! LOGIN); the handshake hash becomes the session id that LOGIN signatures are bound to, and the
+//! Noise split gives the two record keys: the first for client-to-server records, the second for
+//! server-to-client.
+//!
+//! Version negotiation: ClientHello lists the versions the client speaks; the server answers
+//! with the highest one both speak, or with a refusal that lists its own versions, so the client
+//! can report exactly why. The refusal is itself authenticated by the handshake.
+//!
+//! **The sans-IO contract.** Both sides are one machine, [`Handshake`] ([`ClientHandshake`] and
+//! [`ServerHandshake`] are its two sides). It never performs I/O and never blocks: feed the
+//! bytes received with [`Handshake::receive`], send whatever [`Handshake::take_output`]
+//! returns (also after an error: a server's version refusal is output), and once
+//! [`Handshake::is_done`] turn it into a [`Session`] with [`Handshake::into_session`].
+//! `receive` never consumes bytes past the end of the handshake: it returns how many it used,
+//! and any remainder belongs to the record layer. An error is final: the machine stays failed
+//! and reports the same error again. [`complete`] drives a machine over a blocking
+//! `Read + Write` stream; an event loop drives it directly (as sfsd does).
+//!
+//! **States as types.** Inside the machine each step of each side is its own type (`client.rs`,
+//! `server.rs`) holding exactly what that step needs, and handling the peer's frame consumes the
+//! state and yields the next one: a Noise state cannot be used twice, and a step cannot see
+//! data of a step it is not in. The machine itself only cuts frames and keeps the output.
+
+mod client;
+mod io;
+mod server;
+mod wire;
+
+use std::marker::PhantomData;
+
+use crate::error::HandshakeError;
+use crate::name::PUBLIC_KEY_LEN;
+use crate::record::{DEFAULT_MAX_PAYLOAD, MAX_MAX_PAYLOAD, MIN_MAX_PAYLOAD, Opener, Sealer};
+use wire::FrameBuf;
+
+pub use io::{Completed, DriveError, complete};
+
+/// The Noise protocol name.
+pub const NOISE_PARAMS: &str = "Noise_NK_25519_ChaChaPoly_SHA256";
+/// First bytes of the Noise prologue (followed by the S0 body).
+pub const PROLOGUE_TAG: &[u8] = b"SFS-HANDSHAKE-1\0";
+/// Magic that starts the server's key message.
+pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
+/// Largest handshake frame body accepted.
+pub const MAX_FRAME: usize = 1024;
+/// The protocol version this crate implements.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Every version this crate can speak.
+pub const SUPPORTED_VERSIONS: &[u32] = &[PROTOCOL_VERSION];
+/// Most versions a ClientHello may list.
+pub const MAX_OFFERED_VERSIONS: usize = 64;
+/// Bytes of a session id (the SHA-256 handshake hash).
+pub const SESSION_ID_LEN: usize = 32;
+
+const NOISE_OVERHEAD: usize = 32 + 16; // ephemeral key + payload tag
+const HELLO_ACCEPT: u32 = 0;
+const HELLO_REFUSE: u32 = 1;
+
+/// What one side offers in the handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandshakeConfig {
+    /// Protocol versions spoken (any order); the highest common one is chosen.
+    pub versions: Vec<u32>,
+    /// The largest record payload this side accepts (the peer's sealer is bounded by it).
+    pub max_record_payload: usize,
+}
+
+impl Default for HandshakeConfig {
+    fn default() -> Self {
+        HandshakeConfig {
+            versions: SUPPORTED_VERSIONS.to_vec(),
+            max_record_payload: DEFAULT_MAX_PAYLOAD,
+        }
+    }
+}
+
+impl HandshakeConfig {
+    fn advertised_max(&self) -> u32 {
+        // Clamped to MAX_MAX_PAYLOAD < 2^32.
+        self.max_record_payload
+            .clamp(MIN_MAX_PAYLOAD, MAX_MAX_PAYLOAD) as u32
+    }
+}
+
+/// An established session: what both sides hold after the handshake.
+#[derive(Debug)]
+pub struct Session {
+    /// The Noise handshake hash; LOGIN signatures are bound to it.
+    pub session_id: [u8; SESSION_ID_LEN],
+    /// The negotiated protocol version.
+    pub version: u32,
+    /// Seals this side's outgoing records (bounded by the peer's maximum).
+    pub sealer: Sealer,
+    /// Opens the peer's records (bounded by this side's maximum).
+    pub opener: Opener,
+    /// The server's static public key.
+    pub server_key: [u8; PUBLIC_KEY_LEN],
+}
+
+/// The client side of a handshake (a [`Handshake`] marker).
+#[derive(Debug)]
+pub enum Client {}
+
+/// The server side of a handshake (a [`Handshake`] marker).
+#[derive(Debug)]
+pub enum Server {}
+
+/// The client side of the handshake.
+pub type ClientHandshake = Handshake<Client>;
+
+/// The server side of the handshake.
+pub type ServerHandshake = Handshake<Server>;
+
+/// A handshake step waiting for the peer's next frame. Each step is its own type; handling the
+/// frame consumes it.
+trait Step: Send {
+    /// Handles one complete frame body; may append frames to send to `out`, even when it fails
+    /// (a version refusal).
+    fn on_frame(self: Box<Self>, frame: &[u8], out: &mut Vec<u8>) -> Result<Next, HandshakeError>;
+}
+
+/// What a step leads to.
+enum Next {
+    /// Another step, waiting for the next frame.
+    Wait(Box<dyn Step>),
+    /// The session.
+    Done(Box<Session>),
+}
+
+/// Where a handshake stands.
+enum Progress {
+    /// Waiting for the peer's frame, in this step.
+    Wait(Box<dyn Step>),
+    /// Established; the session is taken by [`Handshake::into_session`].
+    Done(Box<Session>),
+    /// Failed for good; every later call reports this error.
+    Failed(HandshakeError),
+}
+
+/// One side of a handshake (see the module docs for the contract). `S` is [`Client`] or
+/// [`Server`]; the constructors are per side, everything else is shared.
+pub struct Handshake<S> {
+    progress: Progress,
+    /// The frame being received.
+    frame: FrameBuf,
+    /// Bytes for the peer, until [`Handshake::take_output`].
+    output: Vec<u8>,
+    side: PhantomData<S>,
+}
+
+impl<S> std::fmt::Debug for Handshake<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handshake")
+            .field("side", &std::any::type_name::<S>())
+            .field("done", &self.is_done())
+            .field("failed", &matches!(self.progress, Progress::Failed(_)))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Handshake<S> {
+    /// A machine in `progress` with `output` ready to send.
+    fn start(progress: Progress, output: Vec<u8>) -> Handshake<S> {
+        Handshake {
+            progress,
+            frame: FrameBuf::default(),
+            output,
+            side: PhantomData,
+        }
+    }
+
+    /// Feeds received bytes; returns how many were consumed (the handshake stops consuming
+    /// at its last byte). After an error the machine stays failed; still send
+    /// [`Handshake::take_output`] before closing, as it may hold a version refusal.
+    pub fn receive(&mut self, input: &[u8]) -> Result<usize, HandshakeError> {
+        let mut used = 0;
+        loop {
+            match &self.progress {
+                Progress::Failed(e) => return Err(e.clone()),
+                Progress::Done(_) => return Ok(used),
+                Progress::Wait(_) if used == input.len() => return Ok(used),
+                Progress::Wait(_) => {}
+            }
+            let (n, frame) = match self.frame.feed(&input[used..]) {
+                Ok(fed) => fed,
+                Err(e) => {
+                    self.progress = Progress::Failed(e.clone());
+                    return Err(e);
+                }
+            };
+            used += n;
+            if let Some(frame) = frame {
+                self.advance(&frame);
+            }
+        }
+    }
+
+    /// Hands a complete frame to the waiting step and stores what it leads to. The step is
+    /// consumed by its transition, so while it runs the machine counts as failed.
+    fn advance(&mut self, frame: &[u8]) {
+        let failed = Progress::Failed(HandshakeError::NotFinished);
+        self.progress = match std::mem::replace(&mut self.progress, failed) {
+            Progress::Wait(step) => match step.on_frame(frame, &mut self.output) {
+                Ok(Next::Wait(step)) => Progress::Wait(step),
+                Ok(Next::Done(session)) => Progress::Done(session),
+                Err(e) => Progress::Failed(e),
+            },
+            // `receive` only advances a waiting machine.
+            finished => finished,
+        };
+    }
+
+    /// Bytes to send to the peer now (empty when there are none).
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.output)
+    }
+
+    /// Whether [`Handshake::take_output`] has bytes.
+    pub fn has_output(&self) -> bool {
+        !self.output.is_empty()
+    }
+
+    /// Whether the handshake waits for bytes from the peer.
+    pub fn wants_input(&self) -> bool {
+        matches!(self.progress, Progress::Wait(_))
+    }
+
+    /// Whether the session is established (the last output may still have to be sent).
+    pub fn is_done(&self) -> bool {
+        matches!(self.progress, Progress::Done(_))
+    }
+
+    /// The established session (send any pending output first).
+    pub fn into_session(self) -> Result<Session, HandshakeError> {
+        match self.progress {
+            Progress::Done(s) => Ok(*s),
+            Progress::Failed(e) => Err(e),
+            Progress::Wait(_) => Err(HandshakeError::NotFinished),
+        }
+    }
+}
+
+/// Runs a handshake between two in-process machines until neither has anything to say, and
+/// returns the first error either side reports. For tests and in-process benchmarks.
+pub fn pump(
+    client: &mut ClientHandshake,
+    server: &mut ServerHandshake,
+) -> Result<(), HandshakeError> {
+    let mut first_err = None;
+    loop {
+        let to_client = server.take_output();
+        let to_server = client.take_output();
+        if to_client.is_empty() && to_server.is_empty() {
+            return first_err.map_or(Ok(()), Err);
+        }
+        // Receiving nothing is a no-op, so both directions can be fed unconditionally.
+        if let Err(e) = client.receive(&to_client) {
+            first_err.get_or_insert(e);
+        }
+        if let Err(e) = server.receive(&to_server) {
+            first_err.get_or_insert(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::ServerKeypair;
+    use crate::name::Location;
+
+    fn pair(
+        client_cfg: HandshakeConfig,
+        server_cfg: HandshakeConfig,
+    ) -> (ClientHandshake, ServerHandshake) {
+        let kp = ServerKeypair::generate();
+        let name = kp.server_name(Location::new("localhost", 4004).unwrap());
+        (
+            ClientHandshake::with_config(&name, client_cfg),
+            ServerHandshake::with_config(&kp, server_cfg),
+        )
+    }
+
+    #[test]
+    fn handshake_establishes_matching_sessions() {
+        let (mut c, mut s) = pair(HandshakeConfig::default(), HandshakeConfig::default());
+        pump(&mut c, &mut s).unwrap();
+        let mut cs = c.into_session().unwrap();
+        let mut ss = s.into_session().unwrap();
+        assert_eq!(cs.session_id, ss.session_id);
+        assert_eq!(cs.version, PROTOCOL_VERSION);
+        let r = cs.sealer.seal(b"ping").unwrap();
+        assert_eq!(ss.opener.open(&r).unwrap(), b"ping");
+        let r = ss.sealer.seal(b"pong").unwrap();
+        assert_eq!(cs.opener.open(&r).unwrap(), b"pong");
+    }
+
+    #[test]
+    fn version_refusal_is_reported_on_both_sides() {
+        let (mut c, mut s) = pair(
+            HandshakeConfig {
+                versions: vec![7, 8],
+                ..HandshakeConfig::default()
+            },
+            HandshakeConfig::default(),
+        );
+        let err = pump(&mut c, &mut s).unwrap_err();
+        let expect = HandshakeError::VersionRefused {
+            client: vec![7, 8],
+            server: vec![1],
+        };
+        assert_eq!(err, expect);
+        assert_eq!(c.into_session().unwrap_err(), expect);
+        assert_eq!(s.into_session().unwrap_err(), expect);
+    }
+}

@@ -1,0 +1,128 @@
+//! The server's one step: its key message (S0) is output at once; wait for the client's Noise
+//! message (C1), choose the version, answer with the Noise reply (S1, an acceptance or an
+//! authenticated refusal) and derive the session.
+
+use snow::HandshakeState;
+
+use super::wire::{
+    ServerHello, check_peer_max, decode_client_hello, encode_server_hello, noise_builder,
+    noise_err, noise_write, prologue, push_frame, server_key_body, split,
+};
+use super::{Handshake, HandshakeConfig, Next, Progress, Server, Session, Step};
+use crate::error::HandshakeError;
+use crate::keys::ServerKeypair;
+use crate::name::PUBLIC_KEY_LEN;
+use crate::record::{Opener, Sealer};
+
+impl Handshake<Server> {
+    /// A handshake for a newly accepted connection, speaking every supported version. Its first
+    /// output (the server key message) is ready at once.
+    pub fn new(keypair: &ServerKeypair) -> Handshake<Server> {
+        Self::with_config(keypair, HandshakeConfig::default())
+    }
+
+    /// A handshake with explicit versions and record limit.
+    pub fn with_config(keypair: &ServerKeypair, config: HandshakeConfig) -> Handshake<Server> {
+        Self::server(keypair, config, None)
+    }
+
+    /// Deterministic handshake for golden test vectors only (see
+    /// [`Handshake::with_fixed_ephemeral_for_testing`](super::ClientHandshake::with_fixed_ephemeral_for_testing)).
+    #[doc(hidden)]
+    pub fn with_fixed_ephemeral_for_testing(
+        keypair: &ServerKeypair,
+        config: HandshakeConfig,
+        ephemeral: [u8; 32],
+    ) -> Handshake<Server> {
+        Self::server(keypair, config, Some(ephemeral))
+    }
+
+    fn server(
+        keypair: &ServerKeypair,
+        config: HandshakeConfig,
+        ephemeral: Option<[u8; 32]>,
+    ) -> Handshake<Server> {
+        let body = server_key_body(keypair.public_key());
+        let mut output = Vec::new();
+        push_frame(&mut output, &body);
+        let prologue = prologue(&body);
+        let progress = noise_builder()
+            .local_private_key(keypair.secret_key())
+            .and_then(|b| b.prologue(&prologue))
+            .and_then(|b| match &ephemeral {
+                Some(e) => b.fixed_ephemeral_key_for_testing_only(e).build_responder(),
+                None => b.build_responder(),
+            })
+            .map_or_else(
+                |e| Progress::Failed(noise_err(e)),
+                |noise| {
+                    Progress::Wait(Box::new(AwaitClientHello {
+                        config,
+                        noise: Box::new(noise),
+                        server_key: *keypair.public_key(),
+                    }))
+                },
+            );
+        Handshake::start(progress, output)
+    }
+}
+
+/// The server's step: key message sent, waiting for the client's Noise message.
+struct AwaitClientHello {
+    config: HandshakeConfig,
+    noise: Box<HandshakeState>,
+    /// This server's static key (it goes into the session).
+    server_key: [u8; PUBLIC_KEY_LEN],
+}
+
+impl Step for AwaitClientHello {
+    fn on_frame(
+        mut self: Box<Self>,
+        body: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Next, HandshakeError> {
+        let mut payload = vec![0u8; body.len()];
+        let n = self
+            .noise
+            .read_message(body, &mut payload)
+            .map_err(|_| HandshakeError::ClientMessageRejected)?;
+        let (offered, client_max) =
+            decode_client_hello(&payload[..n]).map_err(HandshakeError::BadPayload)?;
+        let chosen = self
+            .config
+            .versions
+            .iter()
+            .copied()
+            .filter(|v| offered.contains(v))
+            .max();
+        let Some(version) = chosen else {
+            let refusal = ServerHello::Refuse {
+                versions: self.config.versions.clone(),
+            };
+            let msg = noise_write(&mut self.noise, &encode_server_hello(&refusal))?;
+            push_frame(out, &msg);
+            return Err(HandshakeError::VersionRefused {
+                client: offered,
+                server: self.config.versions.clone(),
+            });
+        };
+        let peer_max = check_peer_max(client_max)?;
+        let accept = ServerHello::Accept {
+            version,
+            max_record_payload: self.config.advertised_max(),
+        };
+        let msg = noise_write(&mut self.noise, &encode_server_hello(&accept))?;
+        push_frame(out, &msg);
+        let keys = split(&mut self.noise)?;
+        Ok(Next::Done(Box::new(Session {
+            session_id: keys.session_id,
+            version,
+            sealer: Sealer::new(&keys.server_to_client, peer_max),
+            opener: Opener::new(
+                &keys.client_to_server,
+                self.config.advertised_max() as usize,
+            ),
+            server_key: self.server_key,
+        })))
+    }
+}

@@ -1,0 +1,270 @@
+//! A connection's output: sealed records waiting for the socket, in nonce order.
+//!
+//! Records leave in the order their nonces were taken (the peer opens them in that order).
+//! A record being sealed on another worker ([`protocol::Sealer::defer`]) holds its place as a
+//! *pending* slot: nothing behind it is written until it is filled. Ready records are written
+//! several at a time (`writev`). Buffers of sent READ replies are kept for the next replies
+//! (at most [`SPARE_BUFFERS`]), so a stream of READs does not fault in fresh pages for each.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Write};
+
+/// Reply buffers kept for reuse.
+const SPARE_BUFFERS: usize = 4;
+/// Smallest buffer worth keeping (a READ reply's).
+const SPARE_MIN_CAPACITY: usize = 16 * 1024;
+/// Buffers handed to one `writev`.
+const WRITEV_MAX: usize = 16;
+
+enum Slot {
+    Ready(Vec<u8>),
+    /// Being sealed elsewhere: `bytes` are counted already.
+    Pending {
+        token: u64,
+        bytes: usize,
+    },
+}
+
+/// Queued output of one connection.
+#[derive(Default)]
+pub struct Output {
+    slots: VecDeque<Slot>,
+    /// Bytes of the front slot already written.
+    front_written: usize,
+    /// Bytes queued and not yet written (pending slots by their announced size).
+    bytes: usize,
+    spare: Vec<Vec<u8>>,
+    next_token: u64,
+    pending: usize,
+}
+
+/// What a write attempt did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flushed {
+    /// Everything ready was written (pending slots may remain).
+    Done,
+    /// The socket is full: wait until it is writable.
+    WouldBlock,
+    /// The peer stopped reading (a write of 0 bytes).
+    Closed,
+}
+
+impl Output {
+    pub fn with_first(buf: Vec<u8>) -> Output {
+        let mut out = Output::default();
+        out.push(buf);
+        out
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Records being sealed elsewhere.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    pub fn push(&mut self, buf: Vec<u8>) {
+        if !buf.is_empty() {
+            self.bytes += buf.len();
+            self.slots.push_back(Slot::Ready(buf));
+        }
+    }
+
+    /// Holds the next place for a record of `bytes` being sealed elsewhere; returns the token
+    /// to [`Output::fill`] it with.
+    pub fn push_pending(&mut self, bytes: usize) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.bytes += bytes;
+        self.pending += 1;
+        self.slots.push_back(Slot::Pending { token, bytes });
+        token
+    }
+
+    /// The record for `token` is sealed. False if there is no such pending slot (the output
+    /// was cleared).
+    pub fn fill(&mut self, token: u64, buf: Vec<u8>) -> bool {
+        let slot = self
+            .slots
+            .iter_mut()
+            .find(|s| matches!(s, Slot::Pending { token: t, .. } if *t == token));
+        let Some(slot) = slot else {
+            return false;
+        };
+        let Slot::Pending { bytes, .. } = *slot else {
+            return false;
+        };
+        self.bytes = self.bytes - bytes + buf.len();
+        self.pending -= 1;
+        *slot = Slot::Ready(buf);
+        true
+    }
+
+    /// Drops everything queued (the connection closed).
+    pub fn clear(&mut self) {
+        *self = Output {
+            next_token: self.next_token,
+            ..Output::default()
+        };
+    }
+
+    /// A buffer for the next reply (a sent one, if any).
+    pub fn take_spare(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Lets the spare buffers go (the connection is quiet).
+    pub fn release_spare(&mut self) {
+        self.spare = Vec::new();
+    }
+
+    /// Writes ready records, in order, until done, blocked or failed.
+    pub fn write_to(&mut self, w: &mut impl Write) -> io::Result<Flushed> {
+        loop {
+            let mut slices = [IoSlice::new(&[]); WRITEV_MAX];
+            let mut n = 0;
+            for slot in self.slots.iter().take(WRITEV_MAX) {
+                let Slot::Ready(buf) = slot else {
+                    break;
+                };
+                let from = if n == 0 { self.front_written } else { 0 };
+                slices[n] = IoSlice::new(&buf[from..]);
+                n += 1;
+            }
+            if n == 0 {
+                return Ok(Flushed::Done);
+            }
+            match w.write_vectored(&slices[..n]) {
+                Ok(0) => return Ok(Flushed::Closed),
+                Ok(written) => self.consume(written),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Flushed::WouldBlock),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn consume(&mut self, mut n: usize) {
+        self.bytes -= n;
+        while n > 0 {
+            let Some(Slot::Ready(front)) = self.slots.front() else {
+                return;
+            };
+            let left = front.len() - self.front_written;
+            if n < left {
+                self.front_written += n;
+                return;
+            }
+            n -= left;
+            self.front_written = 0;
+            if let Some(Slot::Ready(mut done)) = self.slots.pop_front()
+                && self.spare.len() < SPARE_BUFFERS
+                && done.capacity() >= SPARE_MIN_CAPACITY
+            {
+                done.clear();
+                self.spare.push(done);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket that takes at most `limit` bytes per call, and nothing once `full`.
+    struct Trickle {
+        got: Vec<u8>,
+        limit: usize,
+        full: bool,
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.full {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = buf.len().min(self.limit);
+            self.got.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn records_leave_in_order_and_wait_for_a_pending_one() {
+        let mut out = Output::default();
+        let mut sock = Trickle {
+            got: Vec::new(),
+            limit: 3,
+            full: false,
+        };
+        out.push(b"one".to_vec());
+        let t = out.push_pending(5);
+        out.push(b"three".to_vec());
+        assert_eq!(out.bytes(), 13);
+        assert_eq!(out.write_to(&mut sock).unwrap(), Flushed::Done);
+        assert_eq!(sock.got, b"one", "nothing passes a pending record");
+        assert!(!out.fill(t + 1, b"wrong".to_vec()));
+        assert!(out.fill(t, b"two!!".to_vec()));
+        assert_eq!(out.pending(), 0);
+        assert_eq!(out.write_to(&mut sock).unwrap(), Flushed::Done);
+        assert_eq!(sock.got, b"onetwo!!three");
+        assert_eq!(out.bytes(), 0);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_full_socket_keeps_the_rest_and_partial_writes_resume_mid_record() {
+        let mut out = Output::default();
+        let mut sock = Trickle {
+            got: Vec::new(),
+            limit: 4,
+            full: false,
+        };
+        out.push(b"abcdefgh".to_vec());
+        out.push(b"ij".to_vec());
+        sock.full = true;
+        assert_eq!(out.write_to(&mut sock).unwrap(), Flushed::WouldBlock);
+        sock.full = false;
+        assert_eq!(out.write_to(&mut sock).unwrap(), Flushed::Done);
+        assert_eq!(sock.got, b"abcdefghij");
+    }
+
+    #[test]
+    fn sent_reply_buffers_are_reused_and_released() {
+        let mut out = Output::default();
+        let mut sock = Trickle {
+            got: Vec::new(),
+            limit: usize::MAX,
+            full: false,
+        };
+        for _ in 0..SPARE_BUFFERS + 1 {
+            out.push(vec![1; SPARE_MIN_CAPACITY]);
+        }
+        out.push(vec![1; 10]);
+        out.write_to(&mut sock).unwrap();
+        for _ in 0..SPARE_BUFFERS {
+            let spare = out.take_spare();
+            assert!(spare.is_empty() && spare.capacity() >= SPARE_MIN_CAPACITY);
+        }
+        assert_eq!(
+            out.take_spare().capacity(),
+            0,
+            "no more kept, small ones not at all"
+        );
+        out.push(vec![1; SPARE_MIN_CAPACITY]);
+        out.write_to(&mut sock).unwrap();
+        out.release_spare();
+        assert_eq!(out.take_spare().capacity(), 0);
+    }
+}
