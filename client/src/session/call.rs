@@ -87,7 +87,10 @@ impl Client {
                 }
             };
             match reply {
-                Some(Err(NfsStatus::Jukebox)) if proc.is_idempotent() && busy < 10 => {
+                // JUKEBOX means the server did not do the work (its storage threads were full,
+                // or a handle needs a rate-limited walk first), so any request may be sent
+                // again, idempotent or not.
+                Some(Err(NfsStatus::Jukebox)) if busy < 10 => {
                     busy += 1;
                     tokio::time::sleep(Duration::from_millis(50 << busy.min(6))).await;
                 }

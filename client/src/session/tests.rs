@@ -254,6 +254,36 @@ async fn expired_lease_goes_back_to_the_server() {
     assert_eq!(getattrs.load(Ordering::SeqCst), 2);
 }
 
+/// JUKEBOX ("not done, try later") is retried for every procedure, LINK included (the retries
+/// are bounded: 10, backing off to 3.2 s).
+#[tokio::test]
+async fn jukebox_is_retried_for_any_procedure() {
+    let links = Arc::new(AtomicUsize::new(0));
+    let seen = links.clone();
+    let f = fake(Box::new(move |_, req| match req.op {
+        RequestOp::Link { .. } => {
+            // Busy twice, then done.
+            if seen.fetch_add(1, Ordering::SeqCst) < 2 {
+                vec![reply(req.id, Err(NfsStatus::Jukebox))]
+            } else {
+                vec![reply(
+                    req.id,
+                    Ok(ReplyBody::Link {
+                        attr: Some(attr(3, 1000)),
+                        dir_attr: None,
+                    }),
+                )]
+            }
+        }
+        _ => vec![reply(req.id, Err(NfsStatus::ServerFault))],
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let a = c.link(&FH, &FH, b"n").await.unwrap();
+    assert_eq!(a.size, 3);
+    assert_eq!(links.load(Ordering::SeqCst), 3);
+}
+
 #[tokio::test]
 async fn broken_stream_retries_idempotent_and_refuses_the_rest() {
     let f = fake(Box::new(move |conn, req| match req.op {
