@@ -61,19 +61,7 @@ pub fn run(args: IdleArgs) -> anyhow::Result<()> {
     let export = prepare_exports(work, 1, DATA_FILE, size)?.remove(0);
     let identity = Arc::new(UserKeypair::generate());
     let users = work.join("users");
-    {
-        use std::os::unix::fs::MetadataExt;
-        let owner = std::fs::metadata(&export)?;
-        std::fs::write(
-            &users,
-            format!(
-                "{BENCH_USER} {} {} {}\n",
-                identity.public_key(),
-                owner.uid(),
-                owner.gid()
-            ),
-        )?;
-    }
+    servers::write_users_file(&users, BENCH_USER, &identity.public_key(), &export)?;
     let cpus: Vec<usize> = (0..args.workers.min(libcolor::available_cpus())).collect();
     let server = Server::start(
         &sfsd,

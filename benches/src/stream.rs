@@ -122,7 +122,7 @@ pub fn run(args: StreamArgs) -> anyhow::Result<()> {
         bail!("--reps must be at least 1");
     }
     let sfsd = servers::locate_sfsd(args.sfsd.as_deref())?;
-    let sfs = locate_next_to_me("sfs", args.sfs.as_deref())?;
+    let sfs = servers::locate_binary("sfs", args.sfs.as_deref())?;
     let machine_cpus = libcolor::available_cpus();
     let cpus: Vec<usize> = args
         .cpus
@@ -163,16 +163,9 @@ pub fn run(args: StreamArgs) -> anyhow::Result<()> {
     let export = prepare_exports(&work, 1, DATA_FILE, args.size)?.remove(0);
     let local_dir = prepare_exports(&work.join("local"), 1, DATA_FILE, args.size)?.remove(0);
     let identity = work.join("identity");
-    let public = sfs_keygen(&sfs, &identity)?;
-    let owner = std::fs::metadata(&export)?;
+    let public = servers::sfs_keygen(&sfs, &work, &identity)?;
     let users = work.join("users");
-    {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::write(
-            &users,
-            format!("{BENCH_USER} {public} {} {}\n", owner.uid(), owner.gid()),
-        )?;
-    }
+    servers::write_users_file(&users, BENCH_USER, &public, &export)?;
     let setup = Setup {
         sfsd,
         sfs,
@@ -221,38 +214,6 @@ pub fn run(args: StreamArgs) -> anyhow::Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
-}
-
-fn locate_next_to_me(name: &str, explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
-    if let Some(p) = explicit {
-        return Ok(p.to_path_buf());
-    }
-    let candidate = std::env::current_exe()?.with_file_name(name);
-    if candidate.is_file() {
-        return Ok(candidate);
-    }
-    bail!(
-        "cannot find {name} next to sfs-bench (build it with `cargo build --release -p {name}`, or pass --{name} PATH)"
-    )
-}
-
-/// `sfs keygen --out FILE`; returns the public key it prints last.
-fn sfs_keygen(sfs: &Path, out: &Path) -> anyhow::Result<String> {
-    let output = Command::new(sfs)
-        .args(["keygen", "--force", "--out"])
-        .arg(out)
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running sfs keygen")?;
-    if !output.status.success() {
-        bail!("sfs keygen failed");
-    }
-    let text = String::from_utf8_lossy(&output.stdout);
-    text.lines()
-        .last()
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
-        .context("sfs keygen printed no public key")
 }
 
 fn measure(setup: &Setup, c: Config) -> anyhow::Result<Sample> {

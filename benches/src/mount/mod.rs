@@ -27,7 +27,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::read::servers::Server;
+use crate::read::servers::{self, Server};
 use crate::read::sftp::{self, Sshd};
 use crate::report::{median, spread};
 use mounts::{Mounted, Recipe, System};
@@ -97,20 +97,6 @@ struct Row {
     reps: usize,
 }
 
-/// `NAME` next to this executable, or `explicit`.
-fn locate(name: &str, explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
-    if let Some(p) = explicit {
-        return Ok(p.to_path_buf());
-    }
-    let candidate = std::env::current_exe()?.with_file_name(name);
-    if candidate.is_file() {
-        return Ok(candidate);
-    }
-    bail!(
-        "cannot find {name} next to sfs-bench (build it with `cargo build --release -p {name}`, or pass --{name} PATH)"
-    )
-}
-
 fn have(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -130,24 +116,6 @@ fn user_name() -> anyhow::Result<String> {
         bail!("id -un printed no user name");
     }
     Ok(name)
-}
-
-/// `sfs keygen --out KEY`: the public key (its last line of output).
-fn keygen(sfs: &Path, home: &Path, key: &Path) -> anyhow::Result<String> {
-    let out = Command::new(sfs)
-        .env("HOME", home)
-        .args(["keygen", "--out"])
-        .arg(key)
-        .output()
-        .context("running sfs keygen")?;
-    if !out.status.success() {
-        bail!("sfs keygen: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    String::from_utf8(out.stdout)?
-        .lines()
-        .last()
-        .map(|l| l.trim().to_string())
-        .context("sfs keygen printed no key")
 }
 
 /// Everything the runs share.
@@ -182,7 +150,7 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
         bail!("--reps and --tree-copies must be at least 1");
     }
     let sfsd = crate::read::servers::locate_sfsd(args.sfsd.as_deref())?;
-    let sfs = locate("sfs", args.sfs.as_deref())?;
+    let sfs = servers::locate_binary("sfs", args.sfs.as_deref())?;
     let _tmp;
     let workdir = match &args.workdir {
         Some(d) => {
@@ -204,15 +172,10 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
     let entries = workloads::tar_entries(&tarball)?;
 
     let identity = workdir.join("bench.key");
-    let public = keygen(&sfs, &home, &identity)?;
+    let public = servers::sfs_keygen(&sfs, &home, &identity)?;
     let users = workdir.join("users");
     // The export was just made by this process: its owner is who the files should belong to.
-    let (uid, gid) = {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(&export)?;
-        (m.uid(), m.gid())
-    };
-    std::fs::write(&users, format!("{BENCH_USER} {public} {uid} {gid}\n"))?;
+    servers::write_users_file(&users, BENCH_USER, &public, &export)?;
     let cpus: Vec<usize> =
         (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
     let server = Server::start(

@@ -11,7 +11,6 @@ pub(crate) mod sftp;
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -272,16 +271,7 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
     }
     let identity = Arc::new(UserKeypair::generate());
     let users = workdir.join("users");
-    let owner = std::fs::metadata(&exports[0])?;
-    std::fs::write(
-        &users,
-        format!(
-            "{BENCH_USER} {} {} {}\n",
-            identity.public_key(),
-            owner.uid(),
-            owner.gid()
-        ),
-    )?;
+    servers::write_users_file(&users, BENCH_USER, &identity.public_key(), &exports[0])?;
     let load = LoadConfig {
         user: BENCH_USER.to_string(),
         identity,

@@ -17,18 +17,61 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 /// Where the `sfsd` binary is: `--sfsd`, else next to this executable (`cargo build --release`
 /// puts both in `target/release`).
 pub fn locate_sfsd(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    locate_binary("sfsd", explicit)
+}
+
+/// Where the `name` binary is: `explicit` (its `--NAME` flag), else next to this executable.
+pub fn locate_binary(name: &str, explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(path) = explicit {
         return Ok(path.to_path_buf());
     }
     let me = std::env::current_exe().context("locating sfs-bench")?;
-    let candidate = me.with_file_name("sfsd");
+    let candidate = me.with_file_name(name);
     if candidate.is_file() {
         return Ok(candidate);
     }
     bail!(
-        "cannot find sfsd next to {} (build it with `cargo build --release -p sfsd`, or pass --sfsd PATH)",
+        "cannot find {name} next to {} (build it with `cargo build --release -p {name}`, or pass --{name} PATH)",
         me.display()
     )
+}
+
+/// `sfs keygen --out KEY` with `HOME=home` (nothing of the caller's own `~/.sfs` is touched);
+/// returns the public key it prints last, for a users file.
+pub fn sfs_keygen(sfs: &Path, home: &Path, key: &Path) -> anyhow::Result<String> {
+    let out = Command::new(sfs)
+        .env("HOME", home)
+        .args(["keygen", "--force", "--out"])
+        .arg(key)
+        .output()
+        .context("running sfs keygen")?;
+    if !out.status.success() {
+        bail!("sfs keygen: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    String::from_utf8(out.stdout)?
+        .lines()
+        .last()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .context("sfs keygen printed no key")
+}
+
+/// Writes a users file at `path` with one line: `user` with `public_key`, mapped to the owner
+/// (uid, gid) of `export`, so the benchmark user may read and write the export.
+pub fn write_users_file(
+    path: &Path,
+    user: &str,
+    public_key: &impl std::fmt::Display,
+    export: &Path,
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(export)
+        .with_context(|| format!("reading the owner of {}", export.display()))?;
+    std::fs::write(
+        path,
+        format!("{user} {public_key} {} {}\n", owner.uid(), owner.gid()),
+    )
+    .with_context(|| format!("writing {}", path.display()))
 }
 
 /// A running `sfsd serve`.
