@@ -686,7 +686,7 @@ impl RequestOp {
                 fh: get_fh(r)?,
                 offset: r.u64("offset")?,
                 stable: StableHow::decode(r)?,
-                data: r.opaque_vec(usize::MAX, "write data")?,
+                data: r.opaque_reusing(usize::MAX, "write data")?,
             },
             Proc::Create => RequestOp::Create {
                 dir: get_fh(r)?,

@@ -16,7 +16,7 @@ use std::io::{ErrorKind, Read};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use libcolor::mio::net::TcpStream;
 use libcolor::{Color, ColorCell, IoRegistration};
@@ -28,7 +28,7 @@ use protocol::{
 use crate::changes::Epoch;
 use crate::fs::{AsyncStorage, Backend, OpCtx, ReadArgs, key_of};
 use crate::leases::ConnId;
-use crate::output::{Flushed, Output};
+use crate::output::{Flushed, Output, SPARE_MIN_CAPACITY};
 use crate::read::{LeaseChoice, ReadFailure, ReadState};
 use crate::server::{Dispatch, Server};
 use crate::users::Creds;
@@ -61,8 +61,10 @@ pub struct Conn {
     /// Reply bytes reserved by requests being worked on (counted with `out_bytes`).
     reserved: usize,
     requests: u64,
-    /// Last time the peer sent anything (for the idle timeout).
+    /// Last time the peer sent anything (for the idle timeout and releasing buffers).
     last_active: Instant,
+    /// A timer will release the buffers once the connection is quiet.
+    release_armed: bool,
     /// Set by color 0 while this connection holds its whole share of leases.
     lease_capped: Arc<AtomicBool>,
 }
@@ -209,6 +211,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             reserved: 0,
             requests: 0,
             last_active: Instant::now(),
+            release_armed: false,
             lease_capped: lease_capped.clone(),
         },
     ));
@@ -330,24 +333,56 @@ fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
                 return c.close(srv, why);
             }
             Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return release_idle_buffer(c),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return release_when_quiet(srv, conn, c),
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(_) => return c.close(srv, "read failed"),
         }
     }
 }
 
-/// Drops the receive buffer once everything received has been processed: an idle connection
-/// holds no receive buffer; with nothing in flight or queued either, it keeps no reply buffers
-/// and no descriptors that can no longer serve.
-fn release_idle_buffer(c: &mut Conn) {
-    if let Phase::Open(open) = &mut c.phase {
-        open.reader.release_buffer();
-        if c.in_flight == 0 && c.out.is_empty() {
-            c.out.release_spare();
-            open.reads.sweep();
-        }
+/// How long a connection must be quiet (nothing received, nothing in flight, nothing queued)
+/// before it lets its buffers go. Not at once: a client streaming WRITEs slower than they are
+/// written drains the socket between requests, and would otherwise allocate and fault in a
+/// fresh megabyte-sized buffer for every one.
+const QUIET: Duration = Duration::from_millis(200);
+
+/// The socket is drained: once the connection has been quiet for [`QUIET`] it holds no
+/// receive buffer, no reply buffers and no descriptors that can no longer serve (an idle
+/// connection costs a few KiB). Arms one timer per quiet period, not one per drain.
+fn release_when_quiet(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
+    if c.release_armed {
+        return;
     }
+    c.release_armed = true;
+    arm_release(srv, conn, c.id, QUIET);
+}
+
+fn arm_release(srv: &Arc<Server>, conn: &ConnRef, id: ConnId, after: Duration) {
+    let (srv2, weak) = (srv.clone(), Arc::downgrade(conn));
+    srv.h.delaycb(after, Color(id), move || {
+        let Some(conn) = weak.upgrade() else {
+            return;
+        };
+        let again = conn.with(|c| {
+            let quiet_for = c.last_active.elapsed();
+            if c.closed() || !c.release_armed {
+                return None;
+            }
+            if c.in_flight > 0 || !c.out.is_empty() || quiet_for < QUIET {
+                return Some(QUIET.saturating_sub(quiet_for).max(QUIET / 4));
+            }
+            c.release_armed = false;
+            if let Phase::Open(open) = &mut c.phase {
+                open.reader.release_buffer();
+                c.out.release_spare();
+                open.reads.sweep();
+            }
+            None
+        });
+        if let Some(after) = again {
+            arm_release(&srv2, &conn, id, after);
+        }
+    });
 }
 
 fn handshake_input(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, mut input: &[u8]) {
@@ -410,6 +445,10 @@ fn process_records(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
         };
         let decoded = match open.reader.next_record() {
             Ok(None) => return,
+            // Only a WRITE is this large: its data goes into a buffer kept from earlier.
+            Ok(Some(payload)) if payload.len() >= SPARE_MIN_CAPACITY => {
+                Request::decode_reusing(payload, c.out.take_spare())
+            }
             Ok(Some(payload)) => Request::decode(payload),
             Err(e) => {
                 tracing::warn!(conn = c.id, error = %e, "bad record; closing");
@@ -709,9 +748,19 @@ fn finish_read(
     }
 }
 
-/// Connection color: a reply from the dispatcher.
-pub fn complete(srv: &Arc<Server>, conn: &ConnRef, reserved: usize, reply: Reply) {
+/// Connection color: a reply from the dispatcher, and the request's data buffer back (empty
+/// if it had none) for the next request.
+pub fn complete(
+    srv: &Arc<Server>,
+    conn: &ConnRef,
+    reserved: usize,
+    reply: Reply,
+    returned_buffer: Vec<u8>,
+) {
     conn.with(|c| {
+        if !c.closed() {
+            c.out.keep_spare(returned_buffer);
+        }
         complete_locked(srv, c, reserved, reply);
         pump_locked(srv, conn, c);
     });

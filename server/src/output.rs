@@ -4,15 +4,17 @@
 //! A record being sealed on another worker ([`protocol::Sealer::defer`]) holds its place as a
 //! *pending* slot: nothing behind it is written until it is filled. Ready records are written
 //! several at a time (`writev`). Buffers of sent READ replies are kept for the next replies
-//! (at most [`SPARE_BUFFERS`]), so a stream of READs does not fault in fresh pages for each.
+//! (at most [`SPARE_BUFFERS`]), so a stream of READs does not fault in fresh pages for each;
+//! so are the data buffers of written WRITEs, which the next WRITE is decoded into.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
 
 /// Reply buffers kept for reuse.
 const SPARE_BUFFERS: usize = 4;
-/// Smallest buffer worth keeping (a READ reply's).
-const SPARE_MIN_CAPACITY: usize = 16 * 1024;
+/// Smallest buffer worth keeping (a READ reply's or a WRITE's data); requests at least this
+/// large are decoded into a spare buffer.
+pub const SPARE_MIN_CAPACITY: usize = 16 * 1024;
 /// Buffers handed to one `writev`.
 const WRITEV_MAX: usize = 16;
 
@@ -120,6 +122,15 @@ impl Output {
         self.spare.pop().unwrap_or_default()
     }
 
+    /// Keeps `buf` for a later reply or request (a sent reply's, or a written WRITE's data)
+    /// if it is large and few are kept.
+    pub fn keep_spare(&mut self, mut buf: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS && buf.capacity() >= SPARE_MIN_CAPACITY {
+            buf.clear();
+            self.spare.push(buf);
+        }
+    }
+
     /// Lets the spare buffers go (the connection is quiet).
     pub fn release_spare(&mut self) {
         self.spare = Vec::new();
@@ -164,12 +175,8 @@ impl Output {
             }
             n -= left;
             self.front_written = 0;
-            if let Some(Slot::Ready(mut done)) = self.slots.pop_front()
-                && self.spare.len() < SPARE_BUFFERS
-                && done.capacity() >= SPARE_MIN_CAPACITY
-            {
-                done.clear();
-                self.spare.push(done);
+            if let Some(Slot::Ready(done)) = self.slots.pop_front() {
+                self.keep_spare(done);
             }
         }
     }

@@ -300,8 +300,9 @@ impl Server {
         }
         let reply = Reply { id: req_id, result };
         let srv = self.clone();
+        let buffer = outcome.returned_buffer;
         self.h.cpucb(Color(id), move || {
-            conn::complete(&srv, &conn, reserved, reply)
+            conn::complete(&srv, &conn, reserved, reply, buffer)
         });
     }
 
@@ -325,6 +326,7 @@ impl Server {
                     id: req_id,
                     result: Err(NfsStatus::Jukebox),
                 },
+                Vec::new(),
             )
         });
     }

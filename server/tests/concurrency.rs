@@ -286,3 +286,48 @@ fn one_stream_sealed_on_several_workers_arrives_whole_and_in_order() {
         }
     }
 }
+
+/// Large WRITEs are decoded into buffers kept from earlier requests (written WRITEs' data,
+/// sent replies) while the connection has work: more WRITEs than its output limit admits at
+/// once (so it pauses, and decodes the rest as the first finish), of changing sizes, each
+/// with its own bytes, must land exactly, with nothing of a longer earlier request left in a
+/// reused buffer.
+#[test]
+fn pipelined_writes_in_reused_buffers_keep_only_their_own_bytes() {
+    let area = Area::new();
+    let s = start(&area, &["--max-output", "1048576"]);
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    let root = c.mount(a);
+    let f = c.create(a, root, "w", 0o644).unwrap();
+    let mut expected = Vec::new();
+    let ids: Vec<u64> = (0..40u8)
+        .map(|k| {
+            // 256 KiB down to 16 KiB (the smallest size decoded into a kept buffer) and up.
+            let len = (((k % 12) as usize * 20) << 10)
+                .abs_diff(256 << 10)
+                .max(16 << 10);
+            let offset = expected.len() as u64;
+            expected.extend(std::iter::repeat_n(k + 1, len));
+            c.send(
+                a,
+                RequestOp::Write {
+                    fh: f,
+                    offset,
+                    stable: StableHow::Unstable,
+                    data: vec![k + 1; len],
+                },
+            )
+        })
+        .collect();
+    for id in ids {
+        match c.wait_reply(id) {
+            Ok(ReplyBody::Write { .. }) => {}
+            other => panic!("WRITE: {other:?}"),
+        }
+    }
+    let on_disk = std::fs::read(area.export().join("w")).unwrap();
+    assert_eq!(on_disk.len(), expected.len());
+    let first_wrong = on_disk.iter().zip(&expected).position(|(a, b)| a != b);
+    assert_eq!(first_wrong, None, "the file differs from what was written");
+}

@@ -98,7 +98,9 @@ impl Client {
         let mut restarted = false;
         loop {
             while !done && inflight.len() < window {
-                let mut buf = vec![0u8; wmax as usize];
+                // A block from earlier: no fresh pages to fault in for every megabyte.
+                let mut buf = self.inner.buffer_for(wmax as usize);
+                buf.resize(wmax as usize, 0);
                 let mut filled = 0;
                 while filled < buf.len() {
                     let n = source(&mut buf[filled..])?;
@@ -129,7 +131,9 @@ impl Client {
                         pos += n as usize;
                         verf = v;
                     }
-                    Ok((verf, buf.len() as u64))
+                    let len = buf.len() as u64;
+                    c.inner.recycle(buf);
+                    Ok((verf, len))
                 }));
             }
             let Some(h) = inflight.pop_front() else {

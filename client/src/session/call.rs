@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use protocol::{Attr, FileHandle, NfsStatus, Proc, ReplyBody, Request, RequestOp};
 
+use super::conn::Outgoing;
 use super::error::{AfterTimeout, ConnectError, ProtocolError, SessionError, secs};
 use super::{Client, MAX_TIMEOUT_RETRIES};
 
@@ -20,7 +21,7 @@ impl Client {
     /// idempotent.
     pub async fn call(&self, op: RequestOp) -> Result<ReplyBody, SessionError> {
         let proc = op.proc();
-        self.call_with(proc, |id, authno, buf| {
+        self.call_with(proc, 0, |id, authno, buf| {
             Request {
                 id,
                 authno,
@@ -31,10 +32,12 @@ impl Client {
         .await
     }
 
-    /// [`Client::call`] with a caller-supplied encoder (WRITE avoids copying its data twice).
+    /// [`Client::call`] with a caller-supplied encoder (WRITE avoids copying its data twice)
+    /// and the payload's expected size (large payloads are encoded into recycled buffers).
     pub(super) async fn call_with(
         &self,
         proc: Proc,
+        size_hint: usize,
         encode: impl Fn(u64, u32, &mut Vec<u8>),
     ) -> Result<ReplyBody, SessionError> {
         let mut lost = 0;
@@ -67,8 +70,9 @@ impl Client {
                 Err(e) => return Err(e),
             };
             let id = self.next_id();
-            let mut payload = Vec::new();
-            encode(id, authno, &mut payload);
+            let payload = Outgoing::encode(self.inner.buffer_for(size_hint), |buf| {
+                encode(id, authno, buf)
+            });
             let reply = match conn.roundtrip_within(timeout, id, payload).await {
                 Ok(r) => {
                     timed_out = false;

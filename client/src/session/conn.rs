@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use protocol::handshake::{Completed, DriveError};
 use protocol::{
-    ClientHandshake, LoginSigner, NfsStatus, RecordReader, ReplyBody, Request, RequestOp,
-    ServerMessage, max_io_size,
+    ClientHandshake, LoginSigner, NfsStatus, RecordReader, RecordStart, ReplyBody, Request,
+    RequestOp, ServerMessage, max_io_size,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -36,9 +36,23 @@ struct Pending {
     waiters: HashMap<u64, Waiter>,
 }
 
+/// An encoded request after a record header's gap, which the writer task seals in place
+/// ([`RecordStart::BUFFER_START`]): no copy of a WRITE's data on the way out.
+pub(super) struct Outgoing(Vec<u8>);
+
+impl Outgoing {
+    /// Encodes with `encode` into `buf` (cleared first; a recycled one for large requests).
+    pub(super) fn encode(mut buf: Vec<u8>, encode: impl FnOnce(&mut Vec<u8>)) -> Outgoing {
+        buf.clear();
+        buf.extend_from_slice(&[0; protocol::record::HEADER_LEN]);
+        encode(&mut buf);
+        Outgoing(buf)
+    }
+}
+
 /// One live connection (dropped, with its tasks, when it breaks and a new one is made).
 pub(super) struct Conn {
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    tx: mpsc::UnboundedSender<Outgoing>,
     pending: Arc<Mutex<Pending>>,
     /// The authno of the session's own identity (ANONYMOUS without one).
     pub(super) authno: u32,
@@ -65,7 +79,7 @@ impl Conn {
     }
 
     /// Sends one encoded request and waits for its reply; `None` when the stream broke.
-    async fn roundtrip(&self, id: u64, payload: Vec<u8>) -> Option<Result<ReplyBody, NfsStatus>> {
+    async fn roundtrip(&self, id: u64, payload: Outgoing) -> Option<Result<ReplyBody, NfsStatus>> {
         let (tx, rx) = oneshot::channel();
         {
             let mut p = lock(&self.pending);
@@ -88,7 +102,7 @@ impl Conn {
         &self,
         timeout: Duration,
         id: u64,
-        payload: Vec<u8>,
+        payload: Outgoing,
     ) -> Result<Option<Result<ReplyBody, NfsStatus>>, ()> {
         match tokio::time::timeout(timeout, self.roundtrip(id, payload)).await {
             Ok(r) => Ok(r),
@@ -171,9 +185,15 @@ impl Client {
         reader.extend_from_slice(&rest);
 
         let pending = Arc::new(Mutex::new(Pending::default()));
-        let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
         let (rd, wr) = stream.into_split();
-        let writer = tokio::spawn(write_records(session.sealer, rx, wr, pending.clone()));
+        let writer = tokio::spawn(write_records(
+            session.sealer,
+            rx,
+            wr,
+            pending.clone(),
+            Arc::downgrade(&self.inner),
+        ));
         let readertask = tokio::spawn(read_records(
             reader,
             rd,
@@ -221,12 +241,14 @@ impl Client {
             .sign(&id.user, &id.key)
             .map_err(|e| self.protocol_error(ProtocolError::SignLogin(e)))?;
         let rid = self.next_id();
-        let payload = Request {
-            id: rid,
-            authno: protocol::ANONYMOUS,
-            op: RequestOp::Login(args),
-        }
-        .encode();
+        let payload = Outgoing::encode(Vec::new(), |buf| {
+            Request {
+                id: rid,
+                authno: protocol::ANONYMOUS,
+                op: RequestOp::Login(args),
+            }
+            .encode_into(buf)
+        });
         match conn
             .roundtrip_within(self.inner.opts.request_timeout, rid, payload)
             .await
@@ -257,32 +279,69 @@ impl Client {
     }
 }
 
-/// The writer task: seals queued requests in order and writes them, coalescing what is queued
-/// into one write (bounded so memory stays small).
+/// Requests at least this large are written from their own buffer (then recycled); smaller
+/// ones are copied into one batch.
+const WRITE_ALONE: usize = 64 * 1024;
+/// Bytes of small requests batched into one write.
+const BATCH: usize = 256 * 1024;
+
+/// The writer task: seals queued requests in place, in order, and writes them: small ones
+/// batched into one write (bounded so memory stays small), large ones (WRITE data) straight
+/// from their buffer, which goes back to the session for reuse.
 async fn write_records(
     mut sealer: protocol::Sealer,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
     mut wr: OwnedWriteHalf,
     pending: Arc<Mutex<Pending>>,
+    client: Weak<Inner>,
 ) {
-    let mut out = Vec::new();
+    let mut batch = Vec::new();
     while let Some(first) = rx.recv().await {
-        out.clear();
         let mut next = Some(first);
-        while let Some(p) = next.take() {
-            if sealer.seal_into(&p, &mut out).is_err() {
+        while let Some(Outgoing(mut record)) = next.take() {
+            if sealer
+                .finish(&mut record, RecordStart::BUFFER_START)
+                .is_err()
+            {
                 fail_all(&pending);
                 return;
             }
-            if out.len() < 256 * 1024 {
+            let sent = if record.len() < WRITE_ALONE {
+                batch.extend_from_slice(&record);
+                Ok(())
+            } else {
+                let r = write_out(&mut wr, &mut batch).await;
+                let r = match r {
+                    Ok(()) => wr.write_all(&record).await,
+                    e => e,
+                };
+                if let Some(inner) = client.upgrade() {
+                    inner.recycle(record);
+                }
+                r
+            };
+            if sent.is_err() {
+                fail_all(&pending);
+                return;
+            }
+            if batch.len() < BATCH {
                 next = rx.try_recv().ok();
             }
         }
-        if wr.write_all(&out).await.is_err() {
+        if write_out(&mut wr, &mut batch).await.is_err() {
             fail_all(&pending);
             return;
         }
     }
+}
+
+/// Writes and empties `batch`.
+async fn write_out(wr: &mut OwnedWriteHalf, batch: &mut Vec<u8>) -> std::io::Result<()> {
+    if !batch.is_empty() {
+        wr.write_all(batch).await?;
+        batch.clear();
+    }
+    Ok(())
 }
 
 /// The reader task: opens records, hands replies to their waiters, applies INVALIDATEs to the

@@ -120,14 +120,18 @@ struct Inner {
     on_invalidate: std::sync::OnceLock<InvalidateHook>,
     resolver: std::sync::OnceLock<IdentityResolver>,
     user_ids: Mutex<HashMap<u32, Option<Identity>>>,
-    /// READ data buffers handed back by bulk transfers, reused by the reader task.
+    /// Large buffers kept for reuse: READ data handed back by bulk transfers (reused by the
+    /// reader task), sent requests (reused for the next), blocks of bulk writes.
     buffers: Mutex<Vec<Vec<u8>>>,
 }
 
-/// READ data buffers kept for reuse (the window of a bulk transfer, with room).
-const KEPT_BUFFERS: usize = 16;
+/// Large buffers kept for reuse: a bulk write's window needs two per request in flight (the
+/// block and its sealed request), a bulk read's one.
+const KEPT_BUFFERS: usize = 24;
 /// Records smaller than this are decoded into fresh allocations.
 const REUSE_ABOVE: usize = 16 * 1024;
+/// Room beyond the data in a recycled buffer: a record's header, tag and message header.
+const RECORD_ROOM: usize = 1024;
 
 impl Options {
     /// Requests a bulk transfer keeps outstanding with records of `chunk` bytes.
@@ -139,15 +143,23 @@ impl Options {
 }
 
 impl Inner {
-    /// A buffer for a record of `len` payload bytes: a recycled one when the record is large.
+    /// A buffer for `len` bytes of data (a READ reply's, a WRITE request's, a bulk write's
+    /// block): a recycled one when it is large, with room for a record's framing besides so
+    /// the buffers cycling through a transfer never grow (contents and length are the last
+    /// user's: callers clear or overwrite).
     fn buffer_for(&self, len: usize) -> Vec<u8> {
         if len < REUSE_ABOVE {
             return Vec::new();
         }
-        lock(&self.buffers).pop().unwrap_or_default()
+        let mut buf = lock(&self.buffers).pop().unwrap_or_default();
+        let room = len + RECORD_ROOM;
+        if buf.capacity() < room {
+            buf.reserve_exact(room - buf.len());
+        }
+        buf
     }
 
-    /// Keeps `buf` for a later READ reply (if it is large and few are kept).
+    /// Keeps `buf` for a later record (if it is large and few are kept).
     fn recycle(&self, buf: Vec<u8>) {
         let mut kept = lock(&self.buffers);
         if buf.capacity() >= REUSE_ABOVE && kept.len() < KEPT_BUFFERS {

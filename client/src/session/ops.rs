@@ -160,7 +160,7 @@ impl Client {
     ) -> Result<(u32, [u8; 8]), SessionError> {
         self.inner.cache.invalidate(fh);
         let reply = self
-            .call_with(Proc::Write, |id, authno, buf| {
+            .call_with(Proc::Write, data.len(), |id, authno, buf| {
                 protocol::encode_write_request_into(buf, id, authno, fh, offset, stable, data)
             })
             .await?;

@@ -42,6 +42,9 @@ pub struct Outcome {
     pub leased: Vec<(ObjKey, FileHandle)>,
     /// Objects the operation changed: other holders get INVALIDATE.
     pub changed: Vec<(ObjKey, FileHandle, Option<Attr>)>,
+    /// The request's own data buffer (a WRITE's), handed back so the connection decodes its
+    /// next request into it instead of a fresh allocation.
+    pub returned_buffer: Vec<u8>,
 }
 
 impl Outcome {
@@ -50,6 +53,7 @@ impl Outcome {
             result: Err(status),
             leased: Vec::new(),
             changed: Vec::new(),
+            returned_buffer: Vec::new(),
         }
     }
 }

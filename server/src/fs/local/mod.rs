@@ -170,7 +170,11 @@ impl LocalFs {
                 offset,
                 stable,
                 data,
-            } => self.write(ctx, fh, offset, stable, &data, out),
+            } => {
+                let result = self.write(ctx, fh, offset, stable, &data, out);
+                out.returned_buffer = data;
+                result
+            }
             Op::Commit { fh, .. } => self.commit(ctx, fh, out),
             Op::Create { dir, name, how } => self.create(ctx, dir, &name, how, out),
             Op::Mkdir { dir, name, attr } => self.mkdir(ctx, dir, &name, &attr, out),
