@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
@@ -23,6 +23,7 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
     TimeOrNow, WriteFlags,
 };
+use parking_lot::{Mutex, MutexGuard};
 use protocol::{FileType, ServerName};
 use tokio::runtime::Handle;
 
@@ -30,7 +31,6 @@ use crate::bookmarks::{self, Bookmark};
 use crate::fuse::{ROOT, SfsFuse, Shared, fattr, placeholder_dir, ttl};
 use crate::identity::Identity;
 use crate::session::{Client, Options, SessionError};
-use crate::sync::lock;
 
 /// Bits of a node id below the server number.
 const SHIFT: u32 = 40;
@@ -92,14 +92,14 @@ impl Namespace {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
+        self.state.lock()
     }
 
     /// The server whose range holds `ino` (None: the namespace's own range).
     fn server(&self, ino: INodeNo) -> Option<Arc<Server>> {
         let n = usize::try_from(ino.0 >> SHIFT).ok()?;
         let s = self.state().servers.get(n.checked_sub(1)?).cloned()?;
-        *lock(&s.last_used) = Instant::now();
+        *s.last_used.lock() = Instant::now();
         Some(s)
     }
 
@@ -186,7 +186,7 @@ impl Namespace {
             tokio::time::sleep(tick).await;
             let servers = self.state().servers.clone();
             for s in servers {
-                let quiet = lock(&s.last_used).elapsed();
+                let quiet = s.last_used.lock().elapsed();
                 if quiet >= idle && s.client.disconnect().await {
                     tracing::info!(
                         "namespace: disconnected {} (idle {} s); the next use reconnects",
@@ -247,7 +247,7 @@ impl Namespace {
         }
         let s = self.connect(&server).await?;
         let base = (self.state().by_name[&s.name] as u64 + 1) << SHIFT;
-        *lock(&s.last_used) = Instant::now();
+        *s.last_used.lock() = Instant::now();
         let attr = s
             .client
             .getattr(&s.root)

@@ -32,10 +32,11 @@ mod handshake;
 mod ops;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use protocol::{Attr, FileHandle, ServerName};
 
 use crate::cache::AttrCache;
@@ -144,12 +145,12 @@ impl Inner {
         if len < REUSE_ABOVE {
             return Vec::new();
         }
-        lock(&self.buffers).pop().unwrap_or_default()
+        self.buffers.lock().pop().unwrap_or_default()
     }
 
     /// Keeps `buf` for a later READ reply (if it is large and few are kept).
     fn recycle(&self, buf: Vec<u8>) {
-        let mut kept = lock(&self.buffers);
+        let mut kept = self.buffers.lock();
         if buf.capacity() >= REUSE_ABOVE && kept.len() < KEPT_BUFFERS {
             kept.push(buf);
         }
@@ -232,20 +233,20 @@ impl Client {
         let Some(uid) = self.who else {
             return Ok(conn.authno);
         };
-        if let Some(a) = lock(&conn.logins).get(&uid) {
+        if let Some(a) = conn.logins.lock().get(&uid) {
             return Ok(*a);
         }
         let authno = match self.identity_of(uid) {
             Some(id) => self.login(conn, &id).await?,
             None => protocol::ANONYMOUS,
         };
-        lock(&conn.logins).insert(uid, authno);
+        conn.logins.lock().insert(uid, authno);
         Ok(authno)
     }
 
     /// The identity of local user `uid` (from the resolver, asked once per uid).
     fn identity_of(&self, uid: u32) -> Option<Identity> {
-        if let Some(id) = lock(&self.inner.user_ids).get(&uid) {
+        if let Some(id) = self.inner.user_ids.lock().get(&uid) {
             return id.clone();
         }
         let id = self.inner.resolver.get().and_then(|r| r(uid));
@@ -253,7 +254,7 @@ impl Client {
             Some(i) => tracing::info!(uid, user = %i.user, "identity for local user"),
             None => tracing::info!(uid, "no identity for local user: anonymous"),
         }
-        lock(&self.inner.user_ids).insert(uid, id.clone());
+        self.inner.user_ids.lock().insert(uid, id.clone());
         id
     }
 
@@ -276,8 +277,6 @@ impl Client {
         self.inner.next_id.fetch_add(1, Ordering::Relaxed)
     }
 }
-
-use crate::sync::lock;
 
 #[cfg(test)]
 mod tests;
