@@ -149,18 +149,25 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    #[test]
-    fn round_robin_between_connections() {
-        // One thread, blocked while both connections queue: conn 1 queues 5, conn 2 queues 1.
-        let pool = FsPool::new(1, 16, 100).unwrap();
+    /// Submits a job for `conn` that holds the (single) thread until the returned sender is
+    /// sent to, and waits until it has started.
+    fn occupy(pool: &FsPool, conn: ConnId) -> mpsc::Sender<()> {
         let (gate_tx, gate_rx) = mpsc::channel::<()>();
         let (started_tx, started_rx) = mpsc::channel::<()>();
-        pool.submit(9, move || {
+        pool.submit(conn, move || {
             started_tx.send(()).unwrap();
             gate_rx.recv().unwrap();
         })
         .unwrap();
         started_rx.recv().unwrap();
+        gate_tx
+    }
+
+    #[test]
+    fn round_robin_between_connections() {
+        // One thread, blocked while both connections queue: conn 1 queues 5, conn 2 queues 1.
+        let pool = FsPool::new(1, 16, 100).unwrap();
+        let gate_tx = occupy(&pool, 9);
         let order = Arc::new(Mutex::new(Vec::new()));
         for i in 0..5 {
             let o = order.clone();
@@ -190,14 +197,7 @@ mod tests {
     #[test]
     fn caps_per_connection_and_total() {
         let pool = FsPool::new(1, 2, 3).unwrap();
-        let (gate_tx, gate_rx) = mpsc::channel::<()>();
-        let (started_tx, started_rx) = mpsc::channel::<()>();
-        pool.submit(1, move || {
-            started_tx.send(()).unwrap();
-            gate_rx.recv().unwrap();
-        })
-        .unwrap();
-        started_rx.recv().unwrap();
+        let gate_tx = occupy(&pool, 1);
         pool.submit(1, || ()).unwrap();
         pool.submit(1, || ()).unwrap();
         assert_eq!(pool.submit(1, || ()), Err(Busy), "per-connection cap");
