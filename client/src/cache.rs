@@ -6,9 +6,9 @@
 //! attributes that came with them.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use protocol::{Attr, FileHandle};
 
 /// Cached attributes and access bits, keyed by file handle.
@@ -30,7 +30,7 @@ impl AttrCache {
     /// Remembers `attr` for `fh`, valid for its lease from now.
     pub fn put(&self, fh: FileHandle, attr: Attr) {
         let expiry = Instant::now() + Duration::from_millis(u64::from(attr.lease_ms));
-        let mut g = self.lock();
+        let mut g = self.inner.lock();
         if g.attrs.len() >= MAX_ENTRIES {
             let now = Instant::now();
             g.attrs.retain(|_, (_, e)| *e > now);
@@ -47,7 +47,7 @@ impl AttrCache {
 
     /// Attributes of `fh` whose lease has not expired.
     pub fn get(&self, fh: &FileHandle) -> Option<Attr> {
-        let mut g = self.lock();
+        let mut g = self.inner.lock();
         match g.attrs.get(fh) {
             Some((a, e)) if *e > Instant::now() => Some(*a),
             Some(_) => {
@@ -60,14 +60,14 @@ impl AttrCache {
 
     /// Drops everything known about `fh` (INVALIDATE, or a change we made ourselves).
     pub fn invalidate(&self, fh: &FileHandle) {
-        let mut g = self.lock();
+        let mut g = self.inner.lock();
         g.attrs.remove(fh);
         g.access.retain(|(h, _), _| h != fh);
     }
 
     /// Drops everything (after a reconnect: invalidations may have been missed).
     pub fn clear(&self) {
-        let mut g = self.lock();
+        let mut g = self.inner.lock();
         g.attrs.clear();
         g.access.clear();
     }
@@ -78,7 +78,7 @@ impl AttrCache {
             return;
         }
         let expiry = Instant::now() + Duration::from_millis(u64::from(lease_ms));
-        let mut g = self.lock();
+        let mut g = self.inner.lock();
         if g.access.len() >= MAX_ENTRIES {
             g.access.clear();
         }
@@ -87,17 +87,13 @@ impl AttrCache {
 
     /// Cached answer to `asked` for `authno` on `fh`, if every bit asked was asked before.
     pub fn get_access(&self, fh: &FileHandle, authno: u32, asked: u32) -> Option<u32> {
-        let g = self.lock();
+        let g = self.inner.lock();
         match g.access.get(&(*fh, authno)) {
             Some((a, granted, e)) if *e > Instant::now() && asked & !a == 0 => {
                 Some(granted & asked)
             }
             _ => None,
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        crate::sync::lock(&self.inner)
     }
 }
 

@@ -29,7 +29,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -38,6 +38,7 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     Request, TimeOrNow, WriteFlags,
 };
+use parking_lot::{Mutex, MutexGuard};
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
 use tokio::runtime::Handle;
 
@@ -224,7 +225,7 @@ impl Shared {
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
-        crate::sync::lock(&self.table)
+        self.table.lock()
     }
 
     fn fh(&self, ino: INodeNo) -> Result<FileHandle, Errno> {

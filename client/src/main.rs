@@ -3,6 +3,10 @@
 //! One encrypted session per server ([`session`]), mount-free commands ([`commands`]), a
 //! FUSE file system ([`fuse`]) and a loopback NFSv3 server ([`nfs`]) so the kernel can mount a
 //! remote tree.
+//!
+//! Mutexes are `parking_lot`'s, which do not poison: a FUSE or NFS thread that panics must not
+//! wedge every later request. Each guards maps and counters whose updates are single inserts,
+//! removes or stores, so the data is still consistent after a holder panicked.
 
 mod bookmarks;
 mod cache;
@@ -14,7 +18,6 @@ mod namespace;
 mod nfs;
 mod progress;
 mod session;
-mod sync;
 
 use clap::Parser;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
@@ -56,6 +59,8 @@ fn main() {
     // Colours only for a terminal (not in the background mount's log file).
     let ansi = log_file.is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let writer = match log_file {
+        // A std mutex, not parking_lot's: tracing-subscriber implements `MakeWriter` for
+        // `std::sync::Mutex<W>` only, and only tracing locks it (to write a log line).
         Some(f) => BoxMakeWriter::new(std::sync::Mutex::new(f)),
         None => BoxMakeWriter::new(std::io::stderr),
     };

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
@@ -23,6 +23,7 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
     TimeOrNow, WriteFlags,
 };
+use parking_lot::{Mutex, MutexGuard};
 use protocol::{FileType, ServerName};
 use tokio::runtime::Handle;
 
@@ -30,7 +31,6 @@ use crate::bookmarks::{self, Bookmark};
 use crate::fuse::{ROOT, SfsFuse, Shared, fattr, placeholder_dir, ttl};
 use crate::identity::Identity;
 use crate::session::{Client, Options, SessionError};
-use crate::sync::lock;
 
 /// Bits of a node id below the server number.
 const SHIFT: u32 = 40;
@@ -92,14 +92,14 @@ impl Namespace {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
+        self.state.lock()
     }
 
     /// The server whose range holds `ino` (None: the namespace's own range).
     fn server(&self, ino: INodeNo) -> Option<Arc<Server>> {
         let n = usize::try_from(ino.0 >> SHIFT).ok()?;
         let s = self.state().servers.get(n.checked_sub(1)?).cloned()?;
-        *lock(&s.last_used) = Instant::now();
+        *s.last_used.lock() = Instant::now();
         Some(s)
     }
 
@@ -186,7 +186,7 @@ impl Namespace {
             tokio::time::sleep(tick).await;
             let servers = self.state().servers.clone();
             for s in servers {
-                let quiet = lock(&s.last_used).elapsed();
+                let quiet = s.last_used.lock().elapsed();
                 if quiet >= idle && s.client.disconnect().await {
                     tracing::info!(
                         "namespace: disconnected {} (idle {} s); the next use reconnects",
@@ -247,7 +247,7 @@ impl Namespace {
         }
         let s = self.connect(&server).await?;
         let base = (self.state().by_name[&s.name] as u64 + 1) << SHIFT;
-        *lock(&s.last_used) = Instant::now();
+        *s.last_used.lock() = Instant::now();
         let attr = s
             .client
             .getattr(&s.root)
@@ -257,6 +257,17 @@ impl Namespace {
         // of the name comes here again and finds the session.
         Ok((NS_TTL.min(ttl(&attr)), fattr(base, &attr)))
     }
+}
+
+/// `forward!(self, ino => method(args), else fallback)`: calls `method` on the file system of
+/// the server serving `ino`, or evaluates `fallback` (the namespace's own answer) where none does.
+macro_rules! forward {
+    ($this:ident, $ino:expr => $method:ident($($arg:expr),* $(,)?), else $fallback:expr) => {
+        match $this.route($ino) {
+            Some(fs) => fs.$method($($arg),*),
+            None => $fallback,
+        }
+    };
 }
 
 impl Filesystem for NsFuse {
@@ -283,9 +294,7 @@ impl Filesystem for NsFuse {
     }
 
     fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
-        if let Some(fs) = self.route(ino) {
-            fs.forget(req, ino, nlookup);
-        }
+        forward!(self, ino => forget(req, ino, nlookup), else ())
     }
 
     fn getattr(
@@ -333,10 +342,8 @@ impl Filesystem for NsFuse {
         if parent.0 >> SHIFT != newparent.0 >> SHIFT {
             return reply.error(Errno::EXDEV);
         }
-        match self.route(parent) {
-            Some(fs) => fs.rename(req, parent, name, newparent, newname, flags, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, parent => rename(req, parent, name, newparent, newname, flags, reply),
+            else reply.error(Errno::EACCES))
     }
 
     fn link(
@@ -350,18 +357,18 @@ impl Filesystem for NsFuse {
         if ino.0 >> SHIFT != newparent.0 >> SHIFT {
             return reply.error(Errno::EXDEV);
         }
-        match self.route(ino) {
-            Some(fs) => fs.link(req, ino, newparent, newname, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, ino => link(req, ino, newparent, newname, reply),
+            else reply.error(Errno::EACCES))
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.route(ino) {
-            Some(fs) => fs.opendir(req, ino, flags, reply),
-            None if ino.0 == ROOT => reply.opened(fuser::FileHandle(0), fuser::FopenFlags::empty()),
-            None => reply.error(Errno::ENOTDIR),
-        }
+        forward!(self, ino => opendir(req, ino, flags, reply), else {
+            if ino.0 == ROOT {
+                reply.opened(fuser::FileHandle(0), fuser::FopenFlags::empty())
+            } else {
+                reply.error(Errno::ENOTDIR)
+            }
+        })
     }
 
     fn readdir(
@@ -433,10 +440,7 @@ impl Filesystem for NsFuse {
         flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        match self.route(ino) {
-            Some(fs) => fs.releasedir(req, ino, fh, flags, reply),
-            None => reply.ok(),
-        }
+        forward!(self, ino => releasedir(req, ino, fh, flags, reply), else reply.ok())
     }
 
     fn fsyncdir(
@@ -451,18 +455,18 @@ impl Filesystem for NsFuse {
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.route(ino) {
-            Some(fs) => fs.statfs(req, ino, reply),
-            None => reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096),
-        }
+        forward!(self, ino => statfs(req, ino, reply),
+            else reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096))
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        match self.route(ino) {
-            Some(fs) => fs.access(req, ino, mask, reply),
-            None if mask.contains(AccessFlags::W_OK) => reply.error(Errno::EACCES),
-            None => reply.ok(),
-        }
+        forward!(self, ino => access(req, ino, mask, reply), else {
+            if mask.contains(AccessFlags::W_OK) {
+                reply.error(Errno::EACCES)
+            } else {
+                reply.ok()
+            }
+        })
     }
 
     crate::fuse::no_xattrs!();
@@ -485,13 +489,10 @@ impl Filesystem for NsFuse {
         flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        match self.route(ino) {
-            Some(fs) => fs.setattr(
-                req, ino, mode, uid, gid, size, atime, mtime, ctime, fh, crtime, chgtime, bkuptime,
-                flags, reply,
-            ),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, ino => setattr(
+            req, ino, mode, uid, gid, size, atime, mtime, ctime, fh, crtime, chgtime, bkuptime,
+            flags, reply,
+        ), else reply.error(Errno::EACCES))
     }
 
     fn mknod(
@@ -504,10 +505,8 @@ impl Filesystem for NsFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        match self.route(parent) {
-            Some(fs) => fs.mknod(req, parent, name, mode, umask, rdev, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, parent => mknod(req, parent, name, mode, umask, rdev, reply),
+            else reply.error(Errno::EACCES))
     }
 
     fn mkdir(
@@ -519,24 +518,16 @@ impl Filesystem for NsFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        match self.route(parent) {
-            Some(fs) => fs.mkdir(req, parent, name, mode, umask, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, parent => mkdir(req, parent, name, mode, umask, reply),
+            else reply.error(Errno::EACCES))
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.route(parent) {
-            Some(fs) => fs.unlink(req, parent, name, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, parent => unlink(req, parent, name, reply), else reply.error(Errno::EACCES))
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.route(parent) {
-            Some(fs) => fs.rmdir(req, parent, name, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, parent => rmdir(req, parent, name, reply), else reply.error(Errno::EACCES))
     }
 
     fn symlink(
@@ -547,17 +538,12 @@ impl Filesystem for NsFuse {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        match self.route(parent) {
-            Some(fs) => fs.symlink(req, parent, link_name, target, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, parent => symlink(req, parent, link_name, target, reply),
+            else reply.error(Errno::EACCES))
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.route(ino) {
-            Some(fs) => fs.open(req, ino, flags, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, ino => open(req, ino, flags, reply), else reply.error(Errno::EACCES))
     }
 
     fn read(
@@ -571,10 +557,8 @@ impl Filesystem for NsFuse {
         lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.route(ino) {
-            Some(fs) => fs.read(req, ino, fh, offset, size, flags, lock_owner, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, ino => read(req, ino, fh, offset, size, flags, lock_owner, reply),
+            else reply.error(Errno::EACCES))
     }
 
     fn write(
@@ -589,20 +573,9 @@ impl Filesystem for NsFuse {
         lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.route(ino) {
-            Some(fs) => fs.write(
-                req,
-                ino,
-                fh,
-                offset,
-                data,
-                write_flags,
-                flags,
-                lock_owner,
-                reply,
-            ),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, ino => write(
+            req, ino, fh, offset, data, write_flags, flags, lock_owner, reply,
+        ), else reply.error(Errno::EACCES))
     }
 
     fn flush(
@@ -613,10 +586,8 @@ impl Filesystem for NsFuse {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.route(ino) {
-            Some(fs) => fs.flush(req, ino, fh, lock_owner, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, ino => flush(req, ino, fh, lock_owner, reply),
+            else reply.error(Errno::EACCES))
     }
 
     fn release(
@@ -629,10 +600,8 @@ impl Filesystem for NsFuse {
         flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.route(ino) {
-            Some(fs) => fs.release(req, ino, fh, flags, lock_owner, flush, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, ino => release(req, ino, fh, flags, lock_owner, flush, reply),
+            else reply.error(Errno::EACCES))
     }
 
     fn fsync(
@@ -643,10 +612,7 @@ impl Filesystem for NsFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.route(ino) {
-            Some(fs) => fs.fsync(req, ino, fh, datasync, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, ino => fsync(req, ino, fh, datasync, reply), else reply.error(Errno::EACCES))
     }
 
     fn create(
@@ -659,10 +625,8 @@ impl Filesystem for NsFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.route(parent) {
-            Some(fs) => fs.create(req, parent, name, mode, umask, flags, reply),
-            None => reply.error(Errno::EACCES),
-        }
+        forward!(self, parent => create(req, parent, name, mode, umask, flags, reply),
+            else reply.error(Errno::EACCES))
     }
 }
 

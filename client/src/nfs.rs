@@ -19,7 +19,6 @@
 //!   (same "fail if it exists" semantics, not retry-safe).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use async_trait::async_trait;
 use nfsserve::nfs::{
@@ -27,6 +26,7 @@ use nfsserve::nfs::{
     set_mode3, set_mtime, set_size3, set_uid3, specdata3,
 };
 use nfsserve::vfs::{DirEntry, NFSFileSystem, ReadDirResult, VFSCapabilities};
+use parking_lot::{Mutex, MutexGuard};
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
 
 use crate::session::{Client, SessionError};
@@ -62,8 +62,8 @@ impl SfsNfs {
         }
     }
 
-    fn ids(&self) -> std::sync::MutexGuard<'_, Ids> {
-        crate::sync::lock(&self.ids)
+    fn ids(&self) -> MutexGuard<'_, Ids> {
+        self.ids.lock()
     }
 
     fn fh(&self, id: fileid3) -> Result<FileHandle, nfsstat3> {

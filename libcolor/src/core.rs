@@ -3,8 +3,10 @@
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -12,7 +14,7 @@ use crossbeam_utils::CachePadded;
 use crate::color::Color;
 use crate::error::{Error, panic_message};
 use crate::pool::Pool;
-use crate::reactor::{PollerGuard, Reactor, lock};
+use crate::reactor::{PollerGuard, Reactor};
 use crate::stats::{StatsBoard, WorkerClock};
 use crate::task::{Lane, Task, Work};
 use crate::timer::Timers;
@@ -87,7 +89,7 @@ impl Common {
     /// Records the first failure and asks the runtime to stop.
     pub(crate) fn fail(&self, error: Error) {
         tracing::error!(%error, "libcolor: stopping the runtime");
-        let mut failure = lock(&self.failure);
+        let mut failure = self.failure.lock();
         if failure.is_none() {
             *failure = Some(error);
         }
@@ -95,14 +97,14 @@ impl Common {
     }
 
     pub(crate) fn take_failure(&self) -> Option<Error> {
-        lock(&self.failure).take()
+        self.failure.lock().take()
     }
 
     /// Releases everything the runtime still holds for the program (pending timers, I/O
     /// callbacks, signal hooks, helper threads), breaking cycles through the `Handle`s that
     /// callbacks captured.
     pub(crate) fn teardown(&self) -> usize {
-        for id in std::mem::take(&mut *lock(&self.signals)) {
+        for id in std::mem::take(&mut *self.signals.lock()) {
             signal_hook::low_level::unregister(id);
         }
         self.pool.shutdown();

@@ -204,7 +204,7 @@ impl Handle {
         let mut reader = mio::net::UnixStream::from_std(reader);
         let registration = self.register(&mut reader, Interest::READABLE)?;
         let id = signal_hook::low_level::pipe::register(signal, writer)?;
-        crate::reactor::lock(&self.core.common().signals).push(id);
+        self.core.common().signals.lock().push(id);
         let entry = registration.entry.clone();
         let on_readable = move || {
             // The closure owns the registration (and so the reader's poller entry); the

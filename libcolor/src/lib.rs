@@ -24,6 +24,11 @@
 //! returns [`Error::CallbackPanicked`]. Its color is not left wedged, but the runtime does not
 //! carry on, because it cannot know what invariants the callback broke.
 //!
+//! Locks: the runtime's mutexes are `parking_lot`'s, which do not poison, so a panicking
+//! callback cannot wedge the workers that go on to stop the runtime. That is sound because
+//! every critical section leaves its data consistent before anything that could panic runs,
+//! and user callbacks never run under a lock.
+//!
 //! ```
 //! use libcolor::{Color, Runtime};
 //! use std::sync::atomic::{AtomicU32, Ordering};

@@ -2,15 +2,15 @@
 //! lookups, DNS): workers must never block, so such calls run here and their completion comes
 //! back as a callback (the libasync-smp paper section 4.3 makes the same split for SFS's disk reads).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Sender, TrySendError, bounded};
 
 use crossbeam_utils::CachePadded;
-
-use crate::reactor::lock;
 
 pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -57,7 +57,7 @@ impl Pool {
     }
 
     pub(crate) fn submit(&self, job: Job) -> Result<(), PoolBusy> {
-        let sender = lock(&self.sender).clone().ok_or(PoolBusy)?;
+        let sender = self.sender.lock().clone().ok_or(PoolBusy)?;
         sender.try_send(job).map_err(|err| match err {
             TrySendError::Full(_) | TrySendError::Disconnected(_) => PoolBusy,
         })
@@ -68,8 +68,8 @@ impl Pool {
     /// (the runtime has stopped, so nothing would consume their results), and completions
     /// posted to the stopped runtime are dropped without running.
     pub(crate) fn shutdown(&self) {
-        lock(&self.sender).take();
-        let threads = std::mem::take(&mut *lock(&self.threads));
+        self.sender.lock().take();
+        let threads = std::mem::take(&mut *self.threads.lock());
         let me = std::thread::current().id();
         for handle in threads {
             if handle.thread().id() != me {

@@ -10,12 +10,13 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mio::event::Source;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::color::Color;
 use crate::core::Core;
@@ -44,14 +45,6 @@ pub(crate) type Ready = (Arc<IoEntry>, Direction);
 
 /// The right to poll: one thread at a time.
 pub(crate) type PollerGuard<'a> = MutexGuard<'a, (Poll, Events)>;
-
-/// Locks a mutex, ignoring poisoning: every critical section in this crate leaves its data
-/// consistent before anything that could panic runs, and user callbacks never run under a lock.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 impl Reactor {
     pub(crate) fn new() -> io::Result<Reactor> {
@@ -84,9 +77,9 @@ impl Reactor {
             token,
             dirs: Mutex::new(Default::default()),
         });
-        lock(&self.entries).insert(token, entry.clone());
+        self.entries.lock().insert(token, entry.clone());
         if let Err(err) = self.registry.register(source, Token(token), interest) {
-            lock(&self.entries).remove(&token);
+            self.entries.lock().remove(&token);
             return Err(err);
         }
         Ok(entry)
@@ -108,7 +101,7 @@ impl Reactor {
 
     /// Forgets an entry and drops its callbacks (which may own the very registration).
     pub(crate) fn forget(&self, entry: &IoEntry) {
-        lock(&self.entries).remove(&entry.token);
+        self.entries.lock().remove(&entry.token);
         let dropped = entry.disarm_all();
         drop(dropped);
     }
@@ -116,7 +109,7 @@ impl Reactor {
     /// Drops every registration's callbacks: used at shutdown to break reference cycles
     /// between callbacks and the runtime.
     pub(crate) fn clear(&self) {
-        let entries: Vec<_> = lock(&self.entries).drain().map(|(_, e)| e).collect();
+        let entries: Vec<_> = self.entries.lock().drain().map(|(_, e)| e).collect();
         for entry in entries {
             drop(entry.disarm_all());
         }
@@ -125,11 +118,7 @@ impl Reactor {
     /// Takes the poller if no other thread holds it: whoever holds it polls (the worker that
     /// would otherwise park, or a busy worker's periodic non-blocking look).
     pub(crate) fn try_begin(&self) -> Option<PollerGuard<'_>> {
-        match self.poll.try_lock() {
-            Ok(guard) => Some(guard),
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+        self.poll.try_lock()
     }
 
     /// Polls once with the poller held (blocking up to `timeout`, `None` = until an event)
@@ -147,7 +136,7 @@ impl Reactor {
             Err(err) if err.kind() == io::ErrorKind::Interrupted => return Ok(ready),
             Err(err) => return Err(err),
         }
-        let entries = lock(&self.entries);
+        let entries = self.entries.lock();
         for event in events.iter() {
             if event.token() == WAKER_TOKEN {
                 continue;
@@ -222,7 +211,7 @@ impl IoEntry {
     }
 
     fn on_ready(self: &Arc<Self>, dir: Direction) -> Option<Task> {
-        let mut dirs = lock(&self.dirs);
+        let mut dirs = self.dirs.lock();
         let slot = &mut dirs[dir as usize];
         match &slot.armed {
             Some(armed) if !slot.queued => {
@@ -247,7 +236,7 @@ impl IoEntry {
         let previous;
         let task;
         {
-            let mut dirs = lock(&self.dirs);
+            let mut dirs = self.dirs.lock();
             let slot = &mut dirs[dir as usize];
             slot.generation += 1;
             previous = slot.armed.replace(Armed { color, callback });
@@ -265,14 +254,14 @@ impl IoEntry {
 
     /// Removes a callback (dropped by the caller, outside the lock).
     pub(crate) fn disarm(&self, dir: Direction) -> Option<IoCallback> {
-        let mut dirs = lock(&self.dirs);
+        let mut dirs = self.dirs.lock();
         let slot = &mut dirs[dir as usize];
         slot.generation += 1;
         slot.armed.take().map(|armed| armed.callback)
     }
 
     fn disarm_all(&self) -> Vec<IoCallback> {
-        let mut dirs = lock(&self.dirs);
+        let mut dirs = self.dirs.lock();
         dirs.iter_mut()
             .filter_map(|slot| {
                 slot.generation += 1;
@@ -287,7 +276,7 @@ impl IoEntry {
     /// it outside its color), or a new edge that arrived while the callback ran.
     pub(crate) fn run(self: &Arc<Self>, dir: Direction, color: Color) -> Option<Task> {
         let (mut armed, generation) = {
-            let mut dirs = lock(&self.dirs);
+            let mut dirs = self.dirs.lock();
             let slot = &mut dirs[dir as usize];
             match &slot.armed {
                 None => {
@@ -309,7 +298,7 @@ impl IoEntry {
             (slot.armed.take()?, slot.generation)
         };
         (armed.callback)();
-        let mut dirs = lock(&self.dirs);
+        let mut dirs = self.dirs.lock();
         let slot = &mut dirs[dir as usize];
         if slot.generation != generation || slot.armed.is_some() {
             drop(dirs);

@@ -1,12 +1,12 @@
 //! Timers: callbacks scheduled at a deadline, fired by the poller.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
+use parking_lot::Mutex;
+
 use crate::color::Color;
-use crate::reactor::lock;
 use crate::task::Callback;
 
 /// Identifies a scheduled timer so it can be cancelled.
@@ -39,7 +39,7 @@ impl Timers {
             at,
             seq: self.seq.fetch_add(1, Relaxed),
         };
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         pending.insert(id, (color, callback));
         let earliest = pending.keys().next() == Some(&id);
         (id, earliest)
@@ -47,17 +47,17 @@ impl Timers {
 
     /// Cancels a timer; false if it already fired or was cancelled.
     pub(crate) fn cancel(&self, id: TimerId) -> bool {
-        let removed = lock(&self.pending).remove(&id);
+        let removed = self.pending.lock().remove(&id);
         removed.is_some()
     }
 
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        lock(&self.pending).keys().next().map(|id| id.at)
+        self.pending.lock().keys().next().map(|id| id.at)
     }
 
     /// Removes and returns every timer due at `now`, earliest first.
     pub(crate) fn take_due(&self, now: Instant) -> Vec<(Color, Callback)> {
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         let mut due = Vec::new();
         while let Some(entry) = pending.first_entry() {
             if entry.key().at > now {
@@ -69,7 +69,7 @@ impl Timers {
     }
 
     pub(crate) fn clear(&self) -> usize {
-        let dropped = std::mem::take(&mut *lock(&self.pending));
+        let dropped = std::mem::take(&mut *self.pending.lock());
         dropped.len()
     }
 }

@@ -12,8 +12,10 @@
 //! remains, until the next timer otherwise. Nothing can starve the poller, timers or signals.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::*, fence};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use crate::color::Color;
@@ -22,7 +24,6 @@ use crate::error::Error;
 use crate::handle::Handle;
 use crate::mp::{BUDGET, TURN_TIME};
 use crate::queue::LocalQueue;
-use crate::reactor::lock;
 use crate::stats::WorkerClock;
 use crate::task::Task;
 
@@ -55,7 +56,7 @@ impl Uni {
     }
 
     fn post_remote(&self, task: Task) {
-        lock(&self.inbox).push(task);
+        self.inbox.lock().push(task);
         self.inbox_full.store(true, SeqCst);
         fence(SeqCst);
         if self.sleep.load(SeqCst) == POLLING {
@@ -90,7 +91,7 @@ impl Uni {
             queue.clear();
         }
         self.common.teardown();
-        drop(std::mem::take(&mut *lock(&self.inbox)));
+        drop(std::mem::take(&mut *self.inbox.lock()));
         match self.common.take_failure() {
             Some(error) => Err(error),
             None => Ok(()),
@@ -103,7 +104,7 @@ impl Uni {
     /// could erase that post's flag and block in poll with work queued).
     fn drain_inbox(&self) {
         let posted = {
-            let mut inbox = lock(&self.inbox);
+            let mut inbox = self.inbox.lock();
             self.inbox_full.store(false, SeqCst);
             std::mem::take(&mut *inbox)
         };
@@ -252,7 +253,7 @@ impl Core for Uni {
         });
         if let Some(mut task) = task {
             if task.on_overload.is_some() {
-                let depth = self.depth.load(Relaxed) + lock(&self.inbox).len();
+                let depth = self.depth.load(Relaxed) + self.inbox.lock().len();
                 task.shed_if(depth >= self.common.overload_threshold);
             }
             self.post_remote(task);
@@ -270,7 +271,7 @@ impl Core for Uni {
     }
 
     fn queue_depths(&self) -> Vec<usize> {
-        vec![self.depth.load(Relaxed) + lock(&self.inbox).len()]
+        vec![self.depth.load(Relaxed) + self.inbox.lock().len()]
     }
 
     fn queue_depth_for(&self, _color: Color) -> usize {

@@ -1,4 +1,8 @@
 //! `sfsd`: the parallel SFS-like file server on libcolor. See `sfsd --help`.
+//!
+//! Mutexes are `parking_lot`'s, which do not poison: a panicking callback or storage job must
+//! not wedge the threads that go on to shut the server down, and every mutex here guards data
+//! whose updates are single inserts, removes or stores, so it stays consistent after a panic.
 
 mod changes;
 mod cli;

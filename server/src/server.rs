@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 
 use libcolor::ColorCell;
 use std::time::Duration;
@@ -137,12 +137,6 @@ impl Server {
             h,
         }
     }
-}
-
-/// Locks a mutex whose data stays consistent even if a holder panicked (a panicking callback
-/// stops the runtime anyway).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Whether `op` may change who can open what (modes, owners, ACLs, a directory's search

@@ -7,9 +7,10 @@
 //! "lost"; the next request makes a new connection ([`Client::connection`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use protocol::handshake::{Completed, DriveError};
 use protocol::{
     ClientHandshake, LoginSigner, NfsStatus, RecordReader, RecordStart, ReplyBody, Request,
@@ -23,7 +24,7 @@ use tokio::task::JoinHandle;
 
 use super::error::{ConnectError, ProtocolError, SessionError, status_message};
 use super::handshake;
-use super::{Client, Inner, Invalidation, lock};
+use super::{Client, Inner, Invalidation};
 use crate::identity::Identity;
 
 /// Where a reply goes: the caller waiting for its id.
@@ -75,21 +76,21 @@ impl Drop for Conn {
 
 impl Conn {
     pub(super) fn is_dead(&self) -> bool {
-        lock(&self.pending).dead
+        self.pending.lock().dead
     }
 
     /// Sends one encoded request and waits for its reply; `None` when the stream broke.
     async fn roundtrip(&self, id: u64, payload: Outgoing) -> Option<Result<ReplyBody, NfsStatus>> {
         let (tx, rx) = oneshot::channel();
         {
-            let mut p = lock(&self.pending);
+            let mut p = self.pending.lock();
             if p.dead {
                 return None;
             }
             p.waiters.insert(id, tx);
         }
         if self.tx.send(payload).is_err() {
-            lock(&self.pending).waiters.remove(&id);
+            self.pending.lock().waiters.remove(&id);
             return None;
         }
         rx.await.ok()
@@ -116,7 +117,7 @@ impl Conn {
 
 /// Marks a connection dead and fails everything waiting on it.
 fn fail_all(pending: &Mutex<Pending>) {
-    let mut p = lock(pending);
+    let mut p = pending.lock();
     p.dead = true;
     p.waiters.clear(); // dropping the senders wakes the waiters with "lost"
 }
@@ -237,7 +238,9 @@ impl Client {
     /// denied", as with SFS).
     pub(super) async fn login(&self, conn: &Conn, id: &Identity) -> Result<u32, SessionError> {
         let name = &self.inner.name;
-        let args = lock(&conn.signer)
+        let args = conn
+            .signer
+            .lock()
             .sign(&id.user, &id.key)
             .map_err(|e| self.protocol_error(ProtocolError::SignLogin(e)))?;
         let rid = self.next_id();
@@ -370,7 +373,7 @@ async fn read_records(
                 .unwrap_or_default();
             match ServerMessage::decode_reusing(rec, spare) {
                 Ok(ServerMessage::Reply(r)) => {
-                    let w = lock(&pending).waiters.remove(&r.id);
+                    let w = pending.lock().waiters.remove(&r.id);
                     if let Some(w) = w {
                         let _ = w.send(r.result);
                     }

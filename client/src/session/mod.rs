@@ -32,10 +32,11 @@ mod handshake;
 mod ops;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use protocol::{Attr, FileHandle, ServerName};
 
 use crate::cache::AttrCache;
@@ -151,7 +152,7 @@ impl Inner {
         if len < REUSE_ABOVE {
             return Vec::new();
         }
-        let mut buf = lock(&self.buffers).pop().unwrap_or_default();
+        let mut buf = self.buffers.lock().pop().unwrap_or_default();
         let room = len + RECORD_ROOM;
         if buf.capacity() < room {
             buf.reserve_exact(room - buf.len());
@@ -161,7 +162,7 @@ impl Inner {
 
     /// Keeps `buf` for a later record (if it is large and few are kept).
     fn recycle(&self, buf: Vec<u8>) {
-        let mut kept = lock(&self.buffers);
+        let mut kept = self.buffers.lock();
         if buf.capacity() >= REUSE_ABOVE && kept.len() < KEPT_BUFFERS {
             kept.push(buf);
         }
@@ -244,20 +245,20 @@ impl Client {
         let Some(uid) = self.who else {
             return Ok(conn.authno);
         };
-        if let Some(a) = lock(&conn.logins).get(&uid) {
+        if let Some(a) = conn.logins.lock().get(&uid) {
             return Ok(*a);
         }
         let authno = match self.identity_of(uid) {
             Some(id) => self.login(conn, &id).await?,
             None => protocol::ANONYMOUS,
         };
-        lock(&conn.logins).insert(uid, authno);
+        conn.logins.lock().insert(uid, authno);
         Ok(authno)
     }
 
     /// The identity of local user `uid` (from the resolver, asked once per uid).
     fn identity_of(&self, uid: u32) -> Option<Identity> {
-        if let Some(id) = lock(&self.inner.user_ids).get(&uid) {
+        if let Some(id) = self.inner.user_ids.lock().get(&uid) {
             return id.clone();
         }
         let id = self.inner.resolver.get().and_then(|r| r(uid));
@@ -265,7 +266,7 @@ impl Client {
             Some(i) => tracing::info!(uid, user = %i.user, "identity for local user"),
             None => tracing::info!(uid, "no identity for local user: anonymous"),
         }
-        lock(&self.inner.user_ids).insert(uid, id.clone());
+        self.inner.user_ids.lock().insert(uid, id.clone());
         id
     }
 
@@ -288,8 +289,6 @@ impl Client {
         self.inner.next_id.fetch_add(1, Ordering::Relaxed)
     }
 }
-
-use crate::sync::lock;
 
 #[cfg(test)]
 mod tests;

@@ -106,7 +106,7 @@ async fn serve(
                 ));
                 continue;
             }
-            outs.extend((lock(&behaviour))(conn, req));
+            outs.extend((behaviour.lock())(conn, req));
         }
         let mut wire = Vec::new();
         for o in outs {
@@ -345,7 +345,7 @@ async fn login_sets_authno_and_refusal_falls_back_to_anonymous() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
     let f = fake(Box::new(move |_, req| {
-        lock(&s).push(req.authno);
+        s.lock().push(req.authno);
         vec![reply(req.id, Ok(ReplyBody::Null))]
     }))
     .await;
@@ -357,7 +357,7 @@ async fn login_sets_authno_and_refusal_falls_back_to_anonymous() {
         };
         let c = Client::new(&f.name, Some(id), quick());
         c.call(RequestOp::Null).await.unwrap();
-        assert_eq!(lock(&seen).pop(), Some(want), "{user}");
+        assert_eq!(seen.lock().pop(), Some(want), "{user}");
     }
 }
 
@@ -381,7 +381,7 @@ async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
             )]
         }
         RequestOp::Write { offset, data, .. } => {
-            let mut g = lock(&w);
+            let mut g = w.lock();
             let end = (offset as usize + data.len()).min(g.len());
             g[offset as usize..end].copy_from_slice(&data[..end - offset as usize]);
             held.push(reply(
@@ -450,7 +450,7 @@ async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
         .await
         .unwrap();
     assert_eq!(wrote, SIZE);
-    assert!(*lock(&written) == src, "written content differs");
+    assert!(*written.lock() == src, "written content differs");
     assert!(
         inflight_max.load(Ordering::SeqCst) >= 2,
         "writes were pipelined"

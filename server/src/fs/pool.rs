@@ -10,11 +10,12 @@
 //! (see [`super::creds`]). After [`FsPool::stop`] no further job starts.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use parking_lot::{Condvar, Mutex};
+
 use crate::leases::ConnId;
-use crate::server::lock;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -70,7 +71,7 @@ impl FsPool {
 
     /// Queues `job` for `conn`.
     pub fn submit(&self, conn: ConnId, job: impl FnOnce() + Send + 'static) -> Result<(), Busy> {
-        let mut q = lock(&self.shared.queues);
+        let mut q = self.shared.queues.lock();
         if q.stopping || q.queued >= self.shared.total {
             return Err(Busy);
         }
@@ -92,14 +93,14 @@ impl FsPool {
     /// No job starts after this; running jobs finish; the threads are joined.
     pub fn stop(&self) {
         {
-            let mut q = lock(&self.shared.queues);
+            let mut q = self.shared.queues.lock();
             q.stopping = true;
             q.by_conn.clear();
             q.ring.clear();
             q.queued = 0;
         }
         self.shared.work.notify_all();
-        for t in lock(&self.threads).drain(..) {
+        for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
     }
@@ -115,7 +116,7 @@ impl Drop for FsPool {
 fn serve(s: &Shared) {
     loop {
         let job = {
-            let mut q = lock(&s.queues);
+            let mut q = s.queues.lock();
             loop {
                 if q.stopping {
                     return;
@@ -136,7 +137,7 @@ fn serve(s: &Shared) {
                     }
                     continue;
                 }
-                q = s.work.wait(q).unwrap_or_else(|p| p.into_inner());
+                s.work.wait(&mut q);
             }
         };
         job();
@@ -148,33 +149,38 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    #[test]
-    fn round_robin_between_connections() {
-        // One thread, blocked while both connections queue: conn 1 queues 5, conn 2 queues 1.
-        let pool = FsPool::new(1, 16, 100).unwrap();
+    /// Submits a job for `conn` that holds the (single) thread until the returned sender is
+    /// sent to, and waits until it has started.
+    fn occupy(pool: &FsPool, conn: ConnId) -> mpsc::Sender<()> {
         let (gate_tx, gate_rx) = mpsc::channel::<()>();
         let (started_tx, started_rx) = mpsc::channel::<()>();
-        pool.submit(9, move || {
+        pool.submit(conn, move || {
             started_tx.send(()).unwrap();
             gate_rx.recv().unwrap();
         })
         .unwrap();
         started_rx.recv().unwrap();
+        gate_tx
+    }
+
+    #[test]
+    fn round_robin_between_connections() {
+        // One thread, blocked while both connections queue: conn 1 queues 5, conn 2 queues 1.
+        let pool = FsPool::new(1, 16, 100).unwrap();
+        let gate_tx = occupy(&pool, 9);
         let order = Arc::new(Mutex::new(Vec::new()));
         for i in 0..5 {
             let o = order.clone();
-            pool.submit(1, move || o.lock().unwrap().push((1, i)))
-                .unwrap();
+            pool.submit(1, move || o.lock().push((1, i))).unwrap();
         }
         let o = order.clone();
-        pool.submit(2, move || o.lock().unwrap().push((2, 0)))
-            .unwrap();
+        pool.submit(2, move || o.lock().push((2, 0))).unwrap();
         gate_tx.send(()).unwrap();
         let (done_tx, done_rx) = mpsc::channel();
         // Queued behind all of conn 1's jobs, so it runs last.
         pool.submit(1, move || done_tx.send(()).unwrap()).unwrap();
         done_rx.recv().unwrap();
-        let order = order.lock().unwrap().clone();
+        let order = order.lock().clone();
         let pos2 = order.iter().position(|&(c, _)| c == 2).unwrap();
         assert!(
             pos2 <= 1,
@@ -191,14 +197,7 @@ mod tests {
     #[test]
     fn caps_per_connection_and_total() {
         let pool = FsPool::new(1, 2, 3).unwrap();
-        let (gate_tx, gate_rx) = mpsc::channel::<()>();
-        let (started_tx, started_rx) = mpsc::channel::<()>();
-        pool.submit(1, move || {
-            started_tx.send(()).unwrap();
-            gate_rx.recv().unwrap();
-        })
-        .unwrap();
-        started_rx.recv().unwrap();
+        let gate_tx = occupy(&pool, 1);
         pool.submit(1, || ()).unwrap();
         pool.submit(1, || ()).unwrap();
         assert_eq!(pool.submit(1, || ()), Err(Busy), "per-connection cap");

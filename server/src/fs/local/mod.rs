@@ -36,9 +36,9 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use protocol::{HandleData, HandleKey, NewObject, NfsStatus, ReplyBody, RequestOp};
 use rustix::fs::OFlags;
 

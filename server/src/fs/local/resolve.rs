@@ -47,7 +47,6 @@ use rustix::fs::{Access, AtFlags, Mode, OFlags, ResolveFlags};
 
 use super::{EXPORT_ID, LocalFs, MAX_INDEX, NAME_MAX, WALK_DUTY, WALK_INTERVAL, errno, io_status};
 use crate::fs::ObjKey;
-use crate::server::lock;
 use crate::users::Creds;
 
 /// How every open by name resolves: beneath the starting directory, through no symlink of any
@@ -242,7 +241,7 @@ impl LocalFs {
         }
         let key = (h.device, h.inode);
         let birth = h.generation;
-        let known = lock(&self.index).path(key);
+        let known = self.index.lock().path(key);
         let was_known = known.is_some();
         if let Some(path) = known {
             match self.open_path_at(self.root.as_fd(), &path) {
@@ -264,8 +263,8 @@ impl LocalFs {
         }
         // Unknown (restart) or moved outside the server: walk the export, rate-limited.
         let found = {
-            let mut gate = lock(&self.walks);
-            let known = lock(&self.index).path(key);
+            let mut gate = self.walks.lock();
+            let known = self.index.lock().path(key);
             match known {
                 // Another request's walk found it while we waited.
                 Some(p) if self.open_at_path(key, birth, &p).is_ok() => Some(p),
@@ -293,7 +292,7 @@ impl LocalFs {
                 e => e,
             }),
             None => {
-                lock(&self.index).forget(key);
+                self.index.lock().forget(key);
                 Err(NfsStatus::Stale)
             }
         }
@@ -339,7 +338,7 @@ impl LocalFs {
             }
         }
         let found = fresh.path(want);
-        lock(&self.index).replace(fresh);
+        self.index.lock().replace(fresh);
         found
     }
 
@@ -347,7 +346,7 @@ impl LocalFs {
     pub(super) fn child(&self, dir: &Obj, name: &OsStr) -> Result<Obj, NfsStatus> {
         let fd = self.open_path_at(dir.fd.as_fd(), Path::new(name))?;
         let o = self.obj_from(fd, dir.path.join(name))?;
-        lock(&self.index).remember(o.key, dir.key, name.as_bytes());
+        self.index.lock().remember(o.key, dir.key, name.as_bytes());
         Ok(o)
     }
 
@@ -366,12 +365,12 @@ impl LocalFs {
 
     /// Records that `obj` is also called `name` in `dir` (after CREATE or LINK made it so).
     pub(super) fn remember(&self, obj: ObjKey, dir: ObjKey, name: &OsStr) {
-        lock(&self.index).remember(obj, dir, name.as_bytes());
+        self.index.lock().remember(obj, dir, name.as_bytes());
     }
 
     /// Forgets `obj` (its last name is gone).
     pub(super) fn forget(&self, obj: ObjKey) {
-        lock(&self.index).forget(obj);
+        self.index.lock().forget(obj);
     }
 
     /// After RENAME: `moved` is now `name` in `dir`, and `replaced` (the object the rename
@@ -383,7 +382,7 @@ impl LocalFs {
         dir: ObjKey,
         name: &OsStr,
     ) {
-        let mut ix = lock(&self.index);
+        let mut ix = self.index.lock();
         if let Some(r) = replaced {
             ix.forget(r);
         }
