@@ -29,7 +29,7 @@ use crate::changes::Epoch;
 use crate::fs::{AsyncStorage, Backend, OpCtx, ReadArgs, key_of};
 use crate::leases::ConnId;
 use crate::output::{Flushed, Output, SPARE_MIN_CAPACITY};
-use crate::read::{LeaseChoice, ReadFailure, ReadState};
+use crate::read::{LeaseChoice, ReadFailure, ReadState, ReplyRecord};
 use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
@@ -598,7 +598,7 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
     if let Some(file) = &cached {
         let buf = c.out.take_spare();
         match crate::read::read_reply(buf, d.req_id, file, r.offset, r.count, lease.ms, true) {
-            Ok(buf) => return finish_read(srv, c, &d, &r, lease, epoch, Ok(buf)),
+            Ok(record) => return finish_read(srv, c, &d, &r, lease, epoch, Ok(record)),
             Err(ReadFailure::Status(s)) => {
                 return finish_read(srv, c, &d, &r, lease, epoch, Err(s));
             }
@@ -611,7 +611,7 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
         lease_ms: lease.ms,
     };
     let (req_id, handle, offset, count) = (d.req_id, r.handle, r.offset, r.count);
-    let job = move || -> Result<(Vec<u8>, Option<Arc<File>>), NfsStatus> {
+    let job = move || -> Result<(ReplyRecord, Option<Arc<File>>), NfsStatus> {
         let (file, opened) = match cached {
             Some(f) => (f, false),
             None => (Arc::new(storage.open_read(&ctx, &handle)?), true),
@@ -625,7 +625,7 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
             ctx.lease_ms,
             false,
         ) {
-            Ok(buf) => Ok((buf, opened.then_some(file))),
+            Ok(record) => Ok((record, opened.then_some(file))),
             Err(ReadFailure::Status(s)) => Err(s),
             Err(ReadFailure::WouldBlock) => Err(NfsStatus::Jukebox),
         }
@@ -643,7 +643,7 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
                     open.reads
                         .remember_file(r.authno, &r.handle, file, epoch, &srv3.file_budget);
                 }
-                let res = res.map(|(buf, _)| buf);
+                let res = res.map(|(record, _)| record);
                 finish_read(&srv3, c, &d, &r, lease, epoch, res);
                 pump_locked(&srv3, &d.conn, c);
             })
@@ -681,8 +681,9 @@ fn start_read_async(
         Color(d.id),
         ctx,
         args,
-        Box::new(move |res| {
+        Box::new(move |res: Result<Vec<u8>, NfsStatus>| {
             let conn = d.conn.clone();
+            let res = res.map(|buf| ReplyRecord { buf, start: 0 });
             conn.with(|c| {
                 finish_read(&srv2, c, &d, &r, lease, epoch, res);
                 pump_locked(&srv2, &conn, c);
@@ -701,10 +702,10 @@ fn finish_read(
     r: &ReadRequest,
     lease: LeaseChoice,
     epoch: Epoch,
-    res: Result<Vec<u8>, NfsStatus>,
+    res: Result<ReplyRecord, NfsStatus>,
 ) {
-    let mut buf = match res {
-        Ok(buf) => buf,
+    let ReplyRecord { mut buf, start } = match res {
+        Ok(record) => record,
         Err(status) => {
             let reply = Reply {
                 id: d.req_id,
@@ -722,15 +723,11 @@ fn finish_read(
     }
     if seal_elsewhere(srv, &c.out, buf.len()) {
         match open.sealer.defer() {
-            Ok(seal) => seal_on_lane(srv, c, &d.conn, seal, buf),
+            Ok(seal) => seal_on_lane(srv, c, &d.conn, seal, ReplyRecord { buf, start }),
             Err(_) => c.close(srv, "cannot seal"),
         }
-    } else if open
-        .sealer
-        .finish(&mut buf, RecordStart::BUFFER_START)
-        .is_ok()
-    {
-        c.push(buf);
+    } else if open.sealer.finish(&mut buf, RecordStart::at(start)).is_ok() {
+        c.out.push_from(buf, start);
         c.flush(srv);
     } else {
         let reply = Reply {
@@ -803,9 +800,12 @@ fn seal_on_lane(
     c: &mut Conn,
     conn: &ConnRef,
     seal: protocol::DeferredSeal,
-    mut buf: Vec<u8>,
+    record: ReplyRecord,
 ) {
-    let token = c.out.push_pending(buf.len() + protocol::record::TAG_LEN);
+    let ReplyRecord { mut buf, start } = record;
+    let token = c
+        .out
+        .push_pending(buf.len() - start + protocol::record::TAG_LEN);
     let lanes = srv.h.workers().saturating_sub(1).max(1) as u64;
     let lane = Color(
         c.id.wrapping_add(SEAL_LANE_OFFSET)
@@ -813,14 +813,14 @@ fn seal_on_lane(
     );
     let (srv2, conn, id) = (srv.clone(), conn.clone(), c.id);
     srv.h.cpucb(lane, move || {
-        let sealed = seal.finish(&mut buf, RecordStart::BUFFER_START).is_ok();
+        let sealed = seal.finish(&mut buf, RecordStart::at(start)).is_ok();
         let srv3 = srv2.clone();
         srv2.h.cpucb(Color(id), move || {
             conn.with(|c| {
                 if c.closed() {
                     return;
                 }
-                if !sealed || !c.out.fill(token, buf) {
+                if !sealed || !c.out.fill(token, buf, start) {
                     return c.close(&srv3, "cannot seal");
                 }
                 c.flush(&srv3);

@@ -19,12 +19,11 @@ pub const SPARE_MIN_CAPACITY: usize = 16 * 1024;
 const WRITEV_MAX: usize = 16;
 
 enum Slot {
-    Ready(Vec<u8>),
+    /// A sealed record: the bytes of the buffer from the offset on (the bytes before are
+    /// padding that aligned its data for the kernel's copy).
+    Ready(Vec<u8>, usize),
     /// Being sealed elsewhere: `bytes` are counted already.
-    Pending {
-        token: u64,
-        bytes: usize,
-    },
+    Pending { token: u64, bytes: usize },
 }
 
 /// Queued output of one connection.
@@ -73,9 +72,14 @@ impl Output {
     }
 
     pub fn push(&mut self, buf: Vec<u8>) {
-        if !buf.is_empty() {
-            self.bytes += buf.len();
-            self.slots.push_back(Slot::Ready(buf));
+        self.push_from(buf, 0);
+    }
+
+    /// Queues the bytes of `buf` from `from` on.
+    pub fn push_from(&mut self, buf: Vec<u8>, from: usize) {
+        if buf.len() > from {
+            self.bytes += buf.len() - from;
+            self.slots.push_back(Slot::Ready(buf, from));
         }
     }
 
@@ -90,9 +94,9 @@ impl Output {
         token
     }
 
-    /// The record for `token` is sealed. False if there is no such pending slot (the output
-    /// was cleared).
-    pub fn fill(&mut self, token: u64, buf: Vec<u8>) -> bool {
+    /// The record for `token` is sealed: the bytes of `buf` from `from` on. False if there is
+    /// no such pending slot (the output was cleared).
+    pub fn fill(&mut self, token: u64, buf: Vec<u8>, from: usize) -> bool {
         let slot = self
             .slots
             .iter_mut()
@@ -103,9 +107,10 @@ impl Output {
         let Slot::Pending { bytes, .. } = *slot else {
             return false;
         };
-        self.bytes = self.bytes - bytes + buf.len();
+        self.bytes = self.bytes - bytes + buf.len().saturating_sub(from);
         self.pending -= 1;
-        *slot = Slot::Ready(buf);
+        let from = from.min(buf.len());
+        *slot = Slot::Ready(buf, from);
         true
     }
 
@@ -142,11 +147,11 @@ impl Output {
             let mut slices = [IoSlice::new(&[]); WRITEV_MAX];
             let mut n = 0;
             for slot in self.slots.iter().take(WRITEV_MAX) {
-                let Slot::Ready(buf) = slot else {
+                let Slot::Ready(buf, from) = slot else {
                     break;
                 };
-                let from = if n == 0 { self.front_written } else { 0 };
-                slices[n] = IoSlice::new(&buf[from..]);
+                let written = if n == 0 { self.front_written } else { 0 };
+                slices[n] = IoSlice::new(&buf[from + written..]);
                 n += 1;
             }
             if n == 0 {
@@ -165,17 +170,17 @@ impl Output {
     fn consume(&mut self, mut n: usize) {
         self.bytes -= n;
         while n > 0 {
-            let Some(Slot::Ready(front)) = self.slots.front() else {
+            let Some(Slot::Ready(front, from)) = self.slots.front() else {
                 return;
             };
-            let left = front.len() - self.front_written;
+            let left = front.len() - from - self.front_written;
             if n < left {
                 self.front_written += n;
                 return;
             }
             n -= left;
             self.front_written = 0;
-            if let Some(Slot::Ready(done)) = self.slots.pop_front() {
+            if let Some(Slot::Ready(done, _)) = self.slots.pop_front() {
                 self.keep_spare(done);
             }
         }
@@ -221,8 +226,8 @@ mod tests {
         assert_eq!(out.bytes(), 13);
         assert_eq!(out.write_to(&mut sock).unwrap(), Flushed::Done);
         assert_eq!(sock.got, b"one", "nothing passes a pending record");
-        assert!(!out.fill(t + 1, b"wrong".to_vec()));
-        assert!(out.fill(t, b"two!!".to_vec()));
+        assert!(!out.fill(t + 1, b"wrong".to_vec(), 0));
+        assert!(out.fill(t, b"padtwo!!".to_vec(), 3));
         assert_eq!(out.pending(), 0);
         assert_eq!(out.write_to(&mut sock).unwrap(), Flushed::Done);
         assert_eq!(sock.got, b"onetwo!!three");
@@ -239,12 +244,20 @@ mod tests {
             full: false,
         };
         out.push(b"abcdefgh".to_vec());
-        out.push(b"ij".to_vec());
+        out.push_from(b"--ij".to_vec(), 2);
+        assert_eq!(out.bytes(), 10, "padding before a record is not output");
         sock.full = true;
         assert_eq!(out.write_to(&mut sock).unwrap(), Flushed::WouldBlock);
         sock.full = false;
         assert_eq!(out.write_to(&mut sock).unwrap(), Flushed::Done);
         assert_eq!(sock.got, b"abcdefghij");
+        // A padded record cut by a partial write resumes after the padding and what was sent.
+        out.push_from(b"xxxklmnopq".to_vec(), 3);
+        sock.limit = 2;
+        sock.full = false;
+        assert_eq!(out.write_to(&mut sock).unwrap(), Flushed::Done);
+        assert_eq!(sock.got, b"abcdefghijklmnopq");
+        assert_eq!(out.bytes(), 0);
     }
 
     #[test]

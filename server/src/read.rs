@@ -255,10 +255,22 @@ pub enum ReadFailure {
     Status(NfsStatus),
 }
 
+/// A READ reply record in its buffer: the record starts at `start` (the bytes before it pad
+/// the file data onto a cache-line boundary).
+pub struct ReplyRecord {
+    pub buf: Vec<u8>,
+    pub start: usize,
+}
+
+/// Alignment of the data in a READ reply buffer: the kernel's copy from the page cache costs
+/// up to four times more into a destination that is not on a cache-line boundary (measured on
+/// AMD Zen 3, where `rep movsb` is slow into the first half of a line).
+const DATA_ALIGN: usize = 64;
+
 /// Encodes a READ reply into `buf` after a 4-byte gap for the record header, reading up to
-/// `count` bytes at `offset` of `file` straight into it. With `nowait` the read never blocks
-/// (`preadv2` with `RWF_NOWAIT`). The buffer grows by what the file holds past `offset`,
-/// never by what was asked.
+/// `count` bytes at `offset` of `file` straight into it, the data on a cache-line boundary.
+/// With `nowait` the read never blocks (`preadv2` with `RWF_NOWAIT`). The buffer grows by
+/// what the file holds past `offset`, never by what was asked.
 pub fn read_reply(
     mut buf: Vec<u8>,
     req_id: u64,
@@ -267,17 +279,20 @@ pub fn read_reply(
     count: usize,
     lease_ms: u32,
     nowait: bool,
-) -> Result<Vec<u8>, ReadFailure> {
+) -> Result<ReplyRecord, ReadFailure> {
     let meta = file
         .metadata()
         .map_err(|e| ReadFailure::Status(NfsStatus::from_io_error(&e)))?;
     let attr = Attr::from_metadata(&meta, lease_ms);
     let size = attr.size;
     let avail = usize::try_from(size.saturating_sub(offset)).unwrap_or(usize::MAX);
+    let data_at = protocol::record::HEADER_LEN + protocol::read_reply_data_offset(Some(&attr));
     buf.clear();
-    buf.reserve_exact(4 + 160 + count.min(avail) + 16);
-    buf.extend_from_slice(&[0; 4]);
+    buf.reserve_exact(DATA_ALIGN + data_at + count.min(avail) + protocol::record::TAG_LEN + 4);
+    let start = (DATA_ALIGN - (buf.as_ptr().addr() + data_at) % DATA_ALIGN) % DATA_ALIGN;
+    buf.resize(start + protocol::record::HEADER_LEN, 0);
     protocol::encode_read_reply_into(&mut buf, req_id, Some(&attr), |b| {
+        debug_assert_eq!(b.len(), start + data_at);
         read_into(file, size, offset, count, b, nowait)
     })
     .map_err(|e| {
@@ -289,7 +304,7 @@ pub fn read_reply(
             ReadFailure::Status(NfsStatus::from_io_error(&e))
         }
     })?;
-    Ok(buf)
+    Ok(ReplyRecord { buf, start })
 }
 
 /// Reads up to `count` bytes at `offset` straight into the end of `buf`; returns EOF.
@@ -499,17 +514,46 @@ mod tests {
     fn replies_hold_what_the_file_has_and_nowait_reads_cached_data() {
         let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
         let f = temp_file(&data);
-        let buf = read_reply(Vec::new(), 1, &f, 9_000, 65_536, 0, true).expect("cached read");
+        let r = read_reply(Vec::new(), 1, &f, 9_000, 65_536, 0, true).expect("cached read");
         assert!(
-            buf.capacity() < 4 + 160 + 1_000 + 16 + 64,
+            r.buf.capacity() < 4 + 160 + 1_000 + 16 + 64 + 64,
             "sized by the file, not the ask"
         );
-        assert!(buf.ends_with(&data[9_000..]));
+        assert!(r.buf.ends_with(&data[9_000..]));
+        // The data starts on a cache-line boundary, the record before it.
+        assert_eq!(data_at(&r), r.buf.len() - 1_000);
+        assert_eq!(r.buf[data_at(&r)..].as_ptr().addr() % DATA_ALIGN, 0);
+        assert!(r.start < DATA_ALIGN);
         let blocking = read_reply(Vec::new(), 1, &f, 9_000, 65_536, 0, false).unwrap();
         // Same reply but for the attributes (the first read may have changed the atime).
-        assert_eq!(buf.len(), blocking.len());
-        assert!(blocking.ends_with(&data[9_000..]));
+        assert_eq!(r.buf.len() - r.start, blocking.buf.len() - blocking.start);
+        assert!(blocking.buf.ends_with(&data[9_000..]));
         let past_end = read_reply(Vec::new(), 1, &f, 20_000, 100, 0, false).unwrap();
-        assert!(past_end.len() < 200);
+        assert!(past_end.buf.len() - past_end.start < 200);
+    }
+
+    /// Where the data of a reply record starts in its buffer.
+    fn data_at(r: &ReplyRecord) -> usize {
+        r.start
+            + protocol::record::HEADER_LEN
+            + protocol::read_reply_data_offset(Some(&Attr::from_metadata(
+                &std::fs::metadata("/").unwrap(),
+                0,
+            )))
+    }
+
+    #[test]
+    fn a_reused_buffer_still_gets_its_data_aligned() {
+        let data = vec![7u8; 5_000];
+        let f = temp_file(&data);
+        let mut buf = Vec::with_capacity(64 << 10);
+        for offset in [0, 1, 33, 4_999] {
+            let r = read_reply(buf, 1, &f, offset, 4_096, 0, false).unwrap();
+            let len = (4_096).min(5_000 - offset as usize);
+            let at = data_at(&r);
+            assert_eq!(r.buf[at..].as_ptr().addr() % DATA_ALIGN, 0, "at {offset}");
+            assert_eq!(&r.buf[at..at + len], &data[offset as usize..][..len]);
+            buf = r.buf;
+        }
     }
 }

@@ -471,3 +471,84 @@ fn symlink_times_are_the_links_own() {
         Err(NfsStatus::NotSupp)
     );
 }
+
+/// Pages of `path`'s page cache that are dirty (not yet on their way to disk), or None where
+/// the kernel has no `cachestat` (before Linux 6.5).
+fn dirty_pages(path: &std::path::Path) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    /// The `cachestat` system call's number (the same on every architecture).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let file = std::fs::File::open(path).unwrap();
+    let range = [0u64, 0]; // offset 0, length 0: the whole file
+    let mut stat = [0u64; 5]; // cache, dirty, writeback, evicted, recently evicted
+    // SAFETY: cachestat reads `range` (two u64) and writes `stat` (five u64), both alive and
+    // of the kernel's layout for the call; the descriptor is open.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            range.as_ptr(),
+            stat.as_mut_ptr(),
+            0,
+        )
+    };
+    (r == 0).then_some(stat[1])
+}
+
+/// Large unstable WRITEs start their own writeback (write-behind), so COMMIT later waits for
+/// little: their pages leave the dirty state within seconds, where the kernel on its own keeps
+/// them dirty for 30 s. Small ones are left to the kernel.
+#[test]
+fn large_unstable_writes_start_their_writeback() {
+    if common::ganesha::enabled() {
+        eprintln!("skipping: write-behind is the local backend's (the NFS server decides)");
+        return;
+    }
+    let (area, _s, mut c, a, root) = setup();
+    let f = c.create(a, root, "stream", 0o644).unwrap();
+    let path = area.export().join("stream");
+    if dirty_pages(&path).is_none() {
+        eprintln!("skipping: this kernel has no cachestat (Linux 6.5)");
+        return;
+    }
+    let block = vec![5u8; 1 << 20];
+    for k in 0..4u64 {
+        let op = RequestOp::Write {
+            fh: f,
+            offset: k << 20,
+            stable: StableHow::Unstable,
+            data: block.clone(),
+        };
+        c.call(a, op).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while dirty_pages(&path).unwrap() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        dirty_pages(&path),
+        Some(0),
+        "written data still waits for writeback"
+    );
+    // A small write stays dirty until COMMIT (or the kernel's own flush).
+    let g = c.create(a, root, "small", 0o644).unwrap();
+    let op = RequestOp::Write {
+        fh: g,
+        offset: 0,
+        stable: StableHow::Unstable,
+        data: vec![1; 8192],
+    };
+    c.call(a, op).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(dirty_pages(&area.export().join("small")), Some(2));
+    c.call(
+        a,
+        RequestOp::Commit {
+            fh: g,
+            offset: 0,
+            count: 0,
+        },
+    )
+    .unwrap();
+    assert_eq!(dirty_pages(&area.export().join("small")), Some(0));
+}
