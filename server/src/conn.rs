@@ -206,7 +206,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             reg: None,
             phase: Phase::Handshake(Box::new(hs)),
             // The server's first handshake message goes out before anything else.
-            out: Output::with_first(s0),
+            out: Output::with_first(s0, srv.limits.max_output),
             in_flight: 0,
             reserved: 0,
             requests: 0,

@@ -35,6 +35,10 @@ pub struct Output {
     /// Bytes queued and not yet written (pending slots by their announced size).
     bytes: usize,
     spare: Vec<Vec<u8>>,
+    /// Capacity of the kept buffers, at most `spare_budget` (the connection's output limit:
+    /// what it keeps for reuse is bounded like what it queues).
+    spare_bytes: usize,
+    spare_budget: usize,
     next_token: u64,
     pending: usize,
 }
@@ -51,9 +55,14 @@ pub enum Flushed {
 }
 
 impl Output {
-    pub fn with_first(buf: Vec<u8>) -> Output {
-        let mut out = Output::default();
-        out.push(buf);
+    /// An output that keeps at most `spare_budget` bytes of buffers for reuse, with `first`
+    /// queued.
+    pub fn with_first(first: Vec<u8>, spare_budget: usize) -> Output {
+        let mut out = Output {
+            spare_budget,
+            ..Output::default()
+        };
+        out.push(first);
         out
     }
 
@@ -118,20 +127,27 @@ impl Output {
     pub fn clear(&mut self) {
         *self = Output {
             next_token: self.next_token,
+            spare_budget: self.spare_budget,
             ..Output::default()
         };
     }
 
     /// A buffer for the next reply (a sent one, if any).
     pub fn take_spare(&mut self) -> Vec<u8> {
-        self.spare.pop().unwrap_or_default()
+        let buf = self.spare.pop().unwrap_or_default();
+        self.spare_bytes -= buf.capacity();
+        buf
     }
 
     /// Keeps `buf` for a later reply or request (a sent reply's, or a written WRITE's data)
     /// if it is large and few are kept.
     pub fn keep_spare(&mut self, mut buf: Vec<u8>) {
-        if self.spare.len() < SPARE_BUFFERS && buf.capacity() >= SPARE_MIN_CAPACITY {
+        if self.spare.len() < SPARE_BUFFERS
+            && buf.capacity() >= SPARE_MIN_CAPACITY
+            && self.spare_bytes + buf.capacity() <= self.spare_budget
+        {
             buf.clear();
+            self.spare_bytes += buf.capacity();
             self.spare.push(buf);
         }
     }
@@ -139,6 +155,7 @@ impl Output {
     /// Lets the spare buffers go (the connection is quiet).
     pub fn release_spare(&mut self) {
         self.spare = Vec::new();
+        self.spare_bytes = 0;
     }
 
     /// Writes ready records, in order, until done, blocked or failed.
@@ -262,7 +279,7 @@ mod tests {
 
     #[test]
     fn sent_reply_buffers_are_reused_and_released() {
-        let mut out = Output::default();
+        let mut out = Output::with_first(Vec::new(), usize::MAX);
         let mut sock = Trickle {
             got: Vec::new(),
             limit: usize::MAX,
@@ -286,5 +303,22 @@ mod tests {
         out.write_to(&mut sock).unwrap();
         out.release_spare();
         assert_eq!(out.take_spare().capacity(), 0);
+    }
+
+    #[test]
+    fn kept_buffers_stay_within_the_budget() {
+        let mut out = Output::with_first(Vec::new(), 3 * SPARE_MIN_CAPACITY);
+        out.keep_spare(Vec::with_capacity(2 * SPARE_MIN_CAPACITY));
+        out.keep_spare(Vec::with_capacity(2 * SPARE_MIN_CAPACITY));
+        out.keep_spare(Vec::with_capacity(SPARE_MIN_CAPACITY));
+        let kept: Vec<usize> = (0..3).map(|_| out.take_spare().capacity()).collect();
+        assert_eq!(
+            kept,
+            [SPARE_MIN_CAPACITY, 2 * SPARE_MIN_CAPACITY, 0],
+            "the second large buffer did not fit"
+        );
+        // Taking a buffer frees its share of the budget.
+        out.keep_spare(Vec::with_capacity(3 * SPARE_MIN_CAPACITY));
+        assert_eq!(out.take_spare().capacity(), 3 * SPARE_MIN_CAPACITY);
     }
 }
