@@ -194,7 +194,7 @@ impl LocalFs {
                 from_name,
                 to_dir,
                 to_name,
-            } => self.rename(ctx, from_dir, &from_name, to_dir, &to_name, None, out),
+            } => self.rename(ctx, (from_dir, &from_name), (to_dir, &to_name), None, out),
             Op::Rename2 {
                 from_dir,
                 from_name,
@@ -203,10 +203,8 @@ impl LocalFs {
                 flags,
             } => self.rename(
                 ctx,
-                from_dir,
-                &from_name,
-                to_dir,
-                &to_name,
+                (from_dir, &from_name),
+                (to_dir, &to_name),
                 Some(flags),
                 out,
             ),

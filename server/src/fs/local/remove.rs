@@ -84,14 +84,11 @@ impl LocalFs {
     /// RENAME `from_dir/from_name` to `to_dir/to_name`, replacing what the target named.
     /// RENAME (`flags` `None`) and RENAME2: one `renameat2(2)` with the protocol's flags, so
     /// with NOREPLACE the existence check and the rename are one atomic step in the kernel.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn rename(
         &self,
         ctx: &OpCtx,
-        from_dir: FileHandle,
-        from_name: &[u8],
-        to_dir: FileHandle,
-        to_name: &[u8],
+        (from_dir, from_name): (FileHandle, &[u8]),
+        (to_dir, to_name): (FileHandle, &[u8]),
         rename2: Option<u32>,
         out: &mut Outcome,
     ) -> Result<ReplyBody, NfsStatus> {

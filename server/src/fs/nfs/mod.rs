@@ -458,16 +458,13 @@ impl Inner {
                 check!(new_component(&name));
                 let unchecked = matches!(how, CreateHow::Unchecked(_));
                 let args = ops::create(d.b.as_slice(), &name, &how);
-                self.new_object(
-                    c,
-                    Proc::Create,
+                let call = NewObjectCall {
+                    proc: Proc::Create,
                     args,
-                    d,
-                    lease,
-                    unchecked,
-                    done,
-                    ReplyBody::Create,
-                );
+                    reply: ReplyBody::Create,
+                    may_replace: unchecked,
+                };
+                self.new_object(c, d, lease, call, done);
             }
             RequestOp::Mkdir { dir, name, attr } => {
                 let d = obj!(dir);
@@ -476,16 +473,13 @@ impl Inner {
                     where_: ops::dirop(d.b.as_slice(), &name),
                     attributes: ops::sattr(&attr),
                 });
-                self.new_object(
-                    c,
-                    Proc::Mkdir,
+                let call = NewObjectCall {
+                    proc: Proc::Mkdir,
                     args,
-                    d,
-                    lease,
-                    false,
-                    done,
-                    ReplyBody::Mkdir,
-                );
+                    reply: ReplyBody::Mkdir,
+                    may_replace: false,
+                };
+                self.new_object(c, d, lease, call, done);
             }
             RequestOp::Symlink {
                 dir,
@@ -499,16 +493,13 @@ impl Inner {
                     return fail(done, NfsStatus::Inval);
                 }
                 let args = ops::symlink(d.b.as_slice(), &name, &attr, &target);
-                self.new_object(
-                    c,
-                    Proc::Symlink,
+                let call = NewObjectCall {
+                    proc: Proc::Symlink,
                     args,
-                    d,
-                    lease,
-                    false,
-                    done,
-                    ReplyBody::Symlink,
-                );
+                    reply: ReplyBody::Symlink,
+                    may_replace: false,
+                };
+                self.new_object(c, d, lease, call, done);
             }
             RequestOp::Remove { dir, name } => {
                 let d = obj!(dir);
@@ -759,18 +750,20 @@ impl Inner {
     }
 
     /// CREATE, MKDIR, SYMLINK: the new object's handle, attributes and the directory's.
-    #[allow(clippy::too_many_arguments)]
     fn new_object(
         self: &Arc<Self>,
         c: &Creds,
-        proc: Proc,
-        args: Raw,
         d: Obj,
         lease: u32,
-        maybe_existing: bool,
+        call: NewObjectCall,
         done: Done<Outcome>,
-        body: fn(NewObject) -> ReplyBody,
     ) {
+        let NewObjectCall {
+            proc,
+            args,
+            reply: body,
+            may_replace: maybe_existing,
+        } = call;
         self.call(c, proc, args, move |me, res| {
             let r = results(res, |r| {
                 let fh = ops::post_op_fh(r)?.map(<[u8]>::to_vec);
@@ -1111,4 +1104,14 @@ impl AsyncStorage for NfsBackend {
     ) {
         self.inner.read(color, ctx, read, done)
     }
+}
+
+/// A call that makes a new object (CREATE, MKDIR, SYMLINK): the backend procedure and its
+/// arguments, the reply it becomes, and whether it may have replaced an existing file (an
+/// UNCHECKED create truncates one, which other holders must hear of).
+struct NewObjectCall {
+    proc: Proc,
+    args: Raw,
+    reply: fn(NewObject) -> ReplyBody,
+    may_replace: bool,
 }
