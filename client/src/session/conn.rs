@@ -6,7 +6,7 @@
 //! When either side fails, [`fail_all`] marks the connection dead and wakes every waiter with
 //! "lost"; the next request makes a new connection ([`Client::connection`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -282,28 +282,15 @@ impl Client {
     }
 }
 
-/// Requests at least this large are sealed on a blocking-pool thread, ahead of the socket, and
-/// written from their own buffer (then recycled); smaller ones are sealed by the writer task
-/// and copied into one batch.
+/// Requests at least this large are written from their own buffer (then recycled); smaller
+/// ones are copied into one batch.
 const WRITE_ALONE: usize = 64 * 1024;
 /// Bytes of small requests batched into one write.
 const BATCH: usize = 256 * 1024;
-/// Large requests being sealed at once: a stream of WRITEs is not limited to one core's
-/// cipher speed (the sealing is most of what a byte costs the client).
-const SEAL_AHEAD: usize = 2;
 
-/// A request on its way to the socket, in nonce order.
-enum Outbound {
-    Sealed(Vec<u8>),
-    /// Being sealed on another thread under the nonce it took when it was queued (`None`: the
-    /// seal failed).
-    Sealing(JoinHandle<Option<Vec<u8>>>),
-}
-
-/// The writer task: seals queued requests in order (large ones on other threads, nonces
-/// taken in queue order) and writes them in that order: small ones batched into one write
-/// (bounded so memory stays small), large ones (WRITE data) straight from their buffer, which
-/// goes back to the session for reuse.
+/// The writer task: seals queued requests in place, in order, and writes them: small ones
+/// batched into one write (bounded so memory stays small), large ones (WRITE data) straight
+/// from their buffer, which goes back to the session for reuse.
 async fn write_records(
     mut sealer: protocol::Sealer,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
@@ -311,75 +298,42 @@ async fn write_records(
     pending: Arc<Mutex<Pending>>,
     client: Weak<Inner>,
 ) {
-    let mut queue: VecDeque<Outbound> = VecDeque::new();
-    let mut sealing = 0usize;
     let mut batch = Vec::new();
-    loop {
-        // Take what is queued, without waiting while something is ready to write.
-        while sealing < SEAL_AHEAD {
-            let Outgoing(mut record) = match rx.try_recv() {
-                Ok(next) => next,
-                Err(_) if !queue.is_empty() => break,
-                Err(_) => {
-                    // Nothing to write: send the batch, then wait for the next request.
-                    if write_out(&mut wr, &mut batch).await.is_err() {
-                        return fail_all(&pending);
-                    }
-                    match rx.recv().await {
-                        Some(next) => next,
-                        None => return,
-                    }
-                }
-            };
-            if record.len() >= WRITE_ALONE {
-                let Ok(seal) = sealer.defer() else {
-                    return fail_all(&pending);
-                };
-                sealing += 1;
-                queue.push_back(Outbound::Sealing(tokio::task::spawn_blocking(move || {
-                    let sealed = seal.finish(&mut record, RecordStart::BUFFER_START);
-                    sealed.ok().map(|()| record)
-                })));
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(Outgoing(mut record)) = next.take() {
+            if sealer
+                .finish(&mut record, RecordStart::BUFFER_START)
+                .is_err()
+            {
+                fail_all(&pending);
+                return;
+            }
+            let sent = if record.len() < WRITE_ALONE {
+                batch.extend_from_slice(&record);
+                Ok(())
             } else {
-                if sealer
-                    .finish(&mut record, RecordStart::BUFFER_START)
-                    .is_err()
-                {
-                    return fail_all(&pending);
+                let r = write_out(&mut wr, &mut batch).await;
+                let r = match r {
+                    Ok(()) => wr.write_all(&record).await,
+                    e => e,
+                };
+                if let Some(inner) = client.upgrade() {
+                    inner.recycle(record);
                 }
-                queue.push_back(Outbound::Sealed(record));
+                r
+            };
+            if sent.is_err() {
+                fail_all(&pending);
+                return;
+            }
+            if batch.len() < BATCH {
+                next = rx.try_recv().ok();
             }
         }
-        let record = match queue.pop_front() {
-            Some(Outbound::Sealed(record)) => record,
-            Some(Outbound::Sealing(handle)) => {
-                sealing -= 1;
-                match handle.await {
-                    Ok(Some(record)) => record,
-                    _ => return fail_all(&pending),
-                }
-            }
-            None => continue,
-        };
-        let sent = if record.len() < WRITE_ALONE {
-            batch.extend_from_slice(&record);
-            if batch.len() >= BATCH {
-                write_out(&mut wr, &mut batch).await
-            } else {
-                Ok(())
-            }
-        } else {
-            let r = match write_out(&mut wr, &mut batch).await {
-                Ok(()) => wr.write_all(&record).await,
-                e => e,
-            };
-            if let Some(inner) = client.upgrade() {
-                inner.recycle(record);
-            }
-            r
-        };
-        if sent.is_err() {
-            return fail_all(&pending);
+        if write_out(&mut wr, &mut batch).await.is_err() {
+            fail_all(&pending);
+            return;
         }
     }
 }
