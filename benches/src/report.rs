@@ -1,4 +1,4 @@
-//! Medians and spreads of repeated measurements.
+//! Medians and spreads of repeated measurements, and the JSON-lines files results go to.
 
 /// Median of a non-empty sample (mean of the middle two for even sizes).
 pub fn median(values: &[f64]) -> f64 {
@@ -22,6 +22,21 @@ pub fn spread(values: &[f64]) -> (f64, f64) {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
             (lo.min(v), hi.max(v))
         })
+}
+
+/// Writes `rows` to `path` as JSON lines (one object per row) and says so on stderr.
+pub fn write_json_lines<T: serde::Serialize>(
+    path: &std::path::Path,
+    rows: &[T],
+) -> anyhow::Result<()> {
+    let mut text = String::new();
+    for row in rows {
+        text.push_str(&serde_json::to_string(row)?);
+        text.push('\n');
+    }
+    std::fs::write(path, text)?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
 }
 
 #[cfg(test)]

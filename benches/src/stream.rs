@@ -205,13 +205,7 @@ pub fn run(args: StreamArgs) -> anyhow::Result<()> {
     let rows = summarise(&configs, &samples, &cipher, args.size);
     print_table(&rows, &cipher);
     if let Some(path) = &args.json {
-        let mut text = String::new();
-        for row in &rows {
-            text.push_str(&serde_json::to_string(row)?);
-            text.push('\n');
-        }
-        std::fs::write(path, text)?;
-        eprintln!("wrote {}", path.display());
+        crate::report::write_json_lines(path, &rows)?;
     }
     Ok(())
 }
@@ -259,14 +253,7 @@ fn measure(setup: &Setup, c: Config) -> anyhow::Result<Sample> {
             let mut cmd = Command::new(if c.tool == Tool::Sftp { "sftp" } else { "scp" });
             cmd.arg("-i").arg(sshd.client_key());
             cmd.args(["-P", &sshd.port().to_string(), "-c", SSH_CIPHER]);
-            cmd.args([
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "LogLevel=ERROR",
-            ]);
+            cmd.args(sftp::CLIENT_OPTIONS);
             let at = |p: &Path| format!("{user}@127.0.0.1:{}", p.display());
             match (c.tool, c.direction) {
                 (Tool::Sftp, _) => {

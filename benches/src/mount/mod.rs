@@ -18,8 +18,6 @@
 mod mounts;
 mod workloads;
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -249,12 +247,7 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
     }
     print_table(&rows, &systems);
     if let Some(path) = &args.json {
-        let mut out = BufWriter::new(File::create(path)?);
-        for row in &rows {
-            writeln!(out, "{}", serde_json::to_string(row)?)?;
-        }
-        out.flush()?;
-        eprintln!("wrote {}", path.display());
+        crate::report::write_json_lines(path, &rows)?;
     }
     bench.server.stop();
     Ok(())

@@ -326,12 +326,7 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
     let rows = summarise(&configs, &samples, &ctx, cipher.seal_cpu_s_per_gb);
     print_table(&rows);
     if let Some(path) = &args.json {
-        let mut out = BufWriter::new(File::create(path)?);
-        for row in &rows {
-            writeln!(out, "{}", serde_json::to_string(row)?)?;
-        }
-        out.flush()?;
-        eprintln!("wrote {}", path.display());
+        crate::report::write_json_lines(path, &rows)?;
     }
     if let Some(path) = &args.plot {
         plot::figure10(path, &rows.iter().map(plot::Bar::from).collect::<Vec<_>>())?;

@@ -16,6 +16,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+/// OpenSSH client options for the throwaway sshd on 127.0.0.1: its host key is new every run
+/// and never recorded, and only errors are printed.
+pub const CLIENT_OPTIONS: [&str; 6] = [
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=ERROR",
+];
+
 pub const SFTP_FILE: &str = "sftp.bin";
 pub const SFTP_FILE_SIZE: u64 = 16 << 20;
 const SSHD: &str = "/usr/sbin/sshd";
@@ -215,14 +226,7 @@ impl SftpClient {
             .args(["-c", &cpu.to_string(), "sftp", "-b", "-", "-i"])
             .arg(&sshd.client_key)
             .args(["-P", &sshd.port.to_string(), "-c", cipher])
-            .args([
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "LogLevel=ERROR",
-            ])
+            .args(CLIENT_OPTIONS)
             .arg(format!("{user}@127.0.0.1"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
