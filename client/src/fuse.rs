@@ -914,6 +914,7 @@ pub fn errno(e: SessionError) -> Errno {
         | SessionError::Handshake { .. }
         | SessionError::NotRetried { .. }
         | SessionError::Timeout { .. }
+        | SessionError::Source(_)
         | SessionError::Protocol { .. } => {
             tracing::warn!("{}", e.report());
             Errno::EIO

@@ -145,7 +145,8 @@ fn nfs_err(e: SessionError) -> nfsstat3 {
         }
         SessionError::Connect { .. }
         | SessionError::NotRetried { .. }
-        | SessionError::Timeout { .. } => nfsstat3::NFS3ERR_IO,
+        | SessionError::Timeout { .. }
+        | SessionError::Source(_) => nfsstat3::NFS3ERR_IO,
     }
 }
 

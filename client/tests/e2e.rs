@@ -130,6 +130,14 @@ fn commands_behave_like_shell_tools() {
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("No such file or directory"), "{err}");
 
+    // put reads blocks at their offsets, which a device or pipe cannot do: refused up front,
+    // and nothing is created on the server.
+    let device = s.sfs(&["put", "/dev/zero", &s.path("/zero")]);
+    assert_eq!(device.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&device.stderr);
+    assert!(err.contains("/dev/zero: Not a regular file"), "{err}");
+    assert!(!s.export.join("zero").exists());
+
     // -r both ways.
     let tree = s.home.join("tree");
     fs::create_dir_all(tree.join("sub")).unwrap();

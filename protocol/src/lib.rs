@@ -82,8 +82,9 @@ pub use handshake::{
 pub use keys::{ServerKeypair, UserKeypair, UserPublicKey};
 pub use login::{ANONYMOUS, AuthTable, LoginArgs, LoginSigner, LoginVerifier, VerifiedLogin};
 pub use message::{
-    Invalidate, Reply, Request, ServerMessage, encode_read_reply_into, encode_write_request_into,
-    max_io_size, read_reply_data_offset,
+    Invalidate, Reply, Request, ServerMessage, WriteHead, encode_read_reply_into,
+    encode_write_request_at, encode_write_request_into, max_io_size, read_reply_data_offset,
+    write_request_data_offset,
 };
 pub use name::{DEFAULT_PORT, HostId, Location, ServerName};
 pub use record::{DeferredSeal, Opener, RecordReader, RecordStart, Sealer};

@@ -19,7 +19,7 @@ use crate::attr::{Attr, decode_opt_attr, encode_opt_attr};
 use crate::error::DecodeError;
 use crate::handle::FileHandle;
 use crate::reply::ReplyBody;
-use crate::request::{Proc, RequestOp, StableHow, encode_write_args, get_fh, put_fh};
+use crate::request::{Proc, RequestOp, StableHow, get_fh, put_fh};
 use crate::status::{NFS3_OK, NfsStatus};
 use crate::xdr::{self, Reader};
 
@@ -88,10 +88,83 @@ pub fn encode_write_request_into(
     stable: StableHow,
     data: &[u8],
 ) {
-    xdr::put_u64(buf, id);
-    xdr::put_u32(buf, authno);
-    xdr::put_u32(buf, Proc::Write.code());
-    encode_write_args(buf, fh, offset, stable, data);
+    let head = WriteHead {
+        id,
+        authno,
+        fh,
+        offset,
+        stable,
+    };
+    let at = buf.len();
+    let filled = encode_write_request_at(buf, at, &head, data.len(), |dst| {
+        dst.copy_from_slice(data);
+        Ok::<_, std::convert::Infallible>(data.len())
+    });
+    let Ok(_) = filled;
+}
+
+/// A WRITE request's fields besides its data, for [`encode_write_request_at`].
+#[derive(Debug, Clone, Copy)]
+pub struct WriteHead<'a> {
+    /// The request id.
+    pub id: u64,
+    /// Which logged-in user makes the request.
+    pub authno: u32,
+    /// The file.
+    pub fh: &'a FileHandle,
+    /// Where in the file the data goes.
+    pub offset: u64,
+    /// How durable the server must make the data before it replies.
+    pub stable: StableHow,
+}
+
+/// Encodes a WRITE request at `at` of `buf` whose data, at most `max` bytes, `fill` writes
+/// straight into the buffer and counts: a client reads a file into its request this way, with
+/// no copy. The data starts [`write_request_data_offset`] bytes after `at`.
+///
+/// Bytes before `at` are kept (zeros where `buf` was shorter); everything from `at` on is
+/// replaced, and the buffer ends with the request. A recycled buffer need not be cleared
+/// first: its old bytes are overwritten or cut off, and only the part beyond its old length is
+/// zeroed before `fill` sees it. Returns the data length `fill` reported (at most `max`), or
+/// its error, in which case `buf` holds no request.
+pub fn encode_write_request_at<E>(
+    buf: &mut Vec<u8>,
+    at: usize,
+    head: &WriteHead<'_>,
+    max: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+) -> Result<usize, E> {
+    let mut fields = Vec::with_capacity(WRITE_REQUEST_OVERHEAD);
+    xdr::put_u64(&mut fields, head.id);
+    xdr::put_u32(&mut fields, head.authno);
+    xdr::put_u32(&mut fields, Proc::Write.code());
+    put_fh(&mut fields, head.fh);
+    xdr::put_u64(&mut fields, head.offset);
+    xdr::put_u32(&mut fields, head.stable as u32);
+    let data_at = at + fields.len() + 4;
+    debug_assert_eq!(data_at - at, write_request_data_offset(head.fh));
+    buf.resize(data_at + max, 0);
+    let len = match fill(&mut buf[data_at..]) {
+        Ok(n) => n.min(max),
+        Err(e) => {
+            buf.truncate(at);
+            return Err(e);
+        }
+    };
+    buf[at..at + fields.len()].copy_from_slice(&fields);
+    let len32 = u32::try_from(len).expect("WRITE data longer than 4 GiB");
+    buf[at + fields.len()..data_at].copy_from_slice(&len32.to_be_bytes());
+    buf.truncate(data_at + len);
+    xdr::put_padding(buf, len);
+    Ok(len)
+}
+
+/// Where the data of a WRITE request for `fh` starts, counted from where its encoding starts:
+/// a client can place the request so that the data, which the kernel copies in from the page
+/// cache, starts on a cache-line boundary.
+pub fn write_request_data_offset(fh: &FileHandle) -> usize {
+    let fh_len = fh.as_bytes().len();
+    8 + 4 + 4 + 4 + fh_len + xdr::pad_len(fh_len) + 8 + 4 + 4
 }
 
 /// A reply to the request with the same id.
@@ -307,6 +380,52 @@ mod tests {
                 attr.is_some()
             );
         }
+    }
+
+    #[test]
+    fn a_write_request_filled_in_a_stale_buffer_carries_only_the_filled_data() {
+        let fh = FileHandle::from_slice(&[7; crate::handle::HANDLE_LEN]).unwrap();
+        let head = WriteHead {
+            id: 9,
+            authno: 2,
+            fh: &fh,
+            offset: 1 << 20,
+            stable: StableHow::Unstable,
+        };
+        let mut expected = Vec::new();
+        encode_write_request_into(
+            &mut expected,
+            9,
+            2,
+            &fh,
+            1 << 20,
+            StableHow::Unstable,
+            b"fresh",
+        );
+        // A recycled buffer: longer than the request, full of an earlier record's bytes.
+        let mut buf = vec![0xAA; 4096];
+        let n = encode_write_request_at(&mut buf, 5, &head, 1000, |dst| {
+            assert_eq!(dst.len(), 1000, "fill is offered exactly max bytes");
+            dst[..5].copy_from_slice(b"fresh");
+            Ok::<_, ()>(5)
+        })
+        .unwrap();
+        assert_eq!(n, 5);
+        assert_eq!(&buf[..5], &[0xAA; 5], "bytes before `at` are kept");
+        assert_eq!(
+            &buf[5..],
+            &expected[..],
+            "the request, padded, and nothing else"
+        );
+        assert_eq!(&buf[5 + write_request_data_offset(&fh)..][..5], b"fresh");
+
+        // Beyond a short buffer's end: the gap is zeros, and fill's error leaves no request.
+        let mut short = vec![1u8; 2];
+        let err = encode_write_request_at(&mut short, 8, &head, 64, |_| Err("unreadable"));
+        assert_eq!(
+            (err, short.as_slice()),
+            (Err("unreadable"), &[1u8, 1, 0, 0, 0, 0, 0, 0][..])
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `cat`, `get` and `put`: bulk transfers with a window of outstanding requests.
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use protocol::{Attr, CreateHow, FileHandle, FileType, SetAttr, SetTime};
@@ -182,9 +182,19 @@ async fn put_file(
     local: &Path,
     label: &str,
 ) -> Result<(), CmdError> {
-    let mut f = fs::File::open(local)
-        .map_err(|e| CmdError::Path(local.display().to_string(), io_message(&e)))?;
-    let size = f.metadata().map(|m| m.len()).ok();
+    let local_error =
+        |e: std::io::Error| CmdError::Path(local.display().to_string(), io_message(&e));
+    let f = fs::File::open(local).map_err(local_error)?;
+    let meta = f.metadata().map_err(local_error)?;
+    // Blocks are read at their offsets (again, if one must be resent), which a pipe or device
+    // cannot do; sftp refuses them too.
+    if !meta.is_file() {
+        return Err(CmdError::Path(
+            local.display().to_string(),
+            "Not a regular file".into(),
+        ));
+    }
+    let size = Some(meta.len());
     let mode = local_mode(local);
     // UNCHECKED create with size 0: creates, or truncates an existing file.
     let (fh, _) = c
@@ -200,7 +210,7 @@ async fn put_file(
         .await
         .map_err(|e| CmdError::at(label, e))?;
     let mut bar = Progress::new(label, size);
-    c.write_all(&fh, |buf| f.read(buf), |n| bar.inc(n))
+    c.write_file(&fh, std::sync::Arc::new(f), |n| bar.inc(n))
         .await
         .map_err(|e| path_error(label, e))?;
     bar.finish();

@@ -1,7 +1,10 @@
 //! Whole-file transfers: READ and WRITE with a window of requests in flight (sized in bytes:
-//! [`super::Options::requests_in_flight`]), so one stream can fill the link. The single requests are [`Client::read`] and [`Client::write`].
+//! [`super::Options::requests_in_flight`]), so one stream can fill the link. The single requests are [`Client::read`] and
+//! [`Client::write_from_file`].
 
 use std::collections::VecDeque;
+use std::fs::File;
+use std::sync::Arc;
 
 use protocol::{FileHandle, NfsStatus, StableHow};
 use tokio::task::JoinHandle;
@@ -11,9 +14,6 @@ use super::error::SessionError;
 
 /// An outstanding READ of a bulk transfer: its offset and the task doing it.
 type ReadTask = (u64, JoinHandle<Result<(Vec<u8>, bool), SessionError>>);
-
-/// Alignment of the blocks a bulk write reads into.
-const DATA_ALIGN: usize = 64;
 
 /// An outstanding WRITE of a bulk transfer: (write verifier, bytes) when done.
 type WriteTask = JoinHandle<Result<([u8; 8], u64), SessionError>>;
@@ -83,63 +83,54 @@ impl Client {
         }
     }
 
-    /// Writes everything `source` yields (chunks of any size) at increasing offsets from 0,
-    /// with up to `window` WRITEs outstanding, then COMMITs. `progress` is told of each
-    /// acknowledged byte count.
-    pub async fn write_all(
+    /// Copies `file` to the server's file `fh` from offset 0, then COMMITs: WRITEs of the
+    /// largest size the server takes, up to `window` outstanding, each read straight from the
+    /// file into its request (read again if it must be sent again). A file that grows
+    /// meanwhile is copied to its new end; one that shrinks is an error. `progress` is told of
+    /// each acknowledged byte count.
+    pub async fn write_file(
         &self,
         fh: &FileHandle,
-        mut source: impl FnMut(&mut [u8]) -> std::io::Result<usize>,
+        file: Arc<File>,
         mut progress: impl FnMut(u64),
     ) -> Result<u64, anyhow::Error> {
         let (_, wmax) = self.io_sizes().await?;
         let window = self.inner.opts.requests_in_flight(u64::from(wmax));
+        let local_len = |f: &File| f.metadata().map(|m| m.len()).map_err(SessionError::Source);
         let mut inflight: VecDeque<WriteTask> = VecDeque::new();
         let mut offset = 0u64;
-        let mut done = false;
+        let mut end = local_len(&file)?;
         let mut verifier = None;
         let mut restarted = false;
         loop {
-            while !done && inflight.len() < window {
-                // A block from earlier (no fresh pages to fault in for every megabyte), filled
-                // from a cache-line boundary: the kernel's copy into an unaligned destination
-                // costs several times more on some CPUs.
-                let mut buf = self.inner.buffer_for(wmax as usize + DATA_ALIGN);
-                buf.resize(wmax as usize + DATA_ALIGN, 0);
-                let from = (DATA_ALIGN - buf.as_ptr().addr() % DATA_ALIGN) % DATA_ALIGN;
-                let mut filled = from;
-                while filled < from + wmax as usize {
-                    let n = source(&mut buf[filled..from + wmax as usize])?;
-                    if n == 0 {
-                        done = true;
+            while inflight.len() < window {
+                if offset >= end {
+                    end = local_len(&file)?;
+                    if offset >= end {
                         break;
                     }
-                    filled += n;
                 }
-                if filled == from {
-                    self.inner.recycle(buf);
-                    break;
-                }
+                let len = (end - offset).min(u64::from(wmax));
                 let at = offset;
-                offset += (filled - from) as u64;
+                offset += len;
                 let c = self.clone();
                 let fh = *fh;
+                let file = file.clone();
                 inflight.push_back(tokio::spawn(async move {
-                    let data = &buf[from..filled];
-                    let mut pos = 0usize;
+                    // The server may write less than it was sent; the rest goes again.
+                    let mut done = 0u64;
                     let mut verf = [0u8; 8];
-                    while pos < data.len() {
+                    while done < len {
+                        let rest = (len - done) as usize;
                         let (n, v) = c
-                            .write(&fh, at + pos as u64, StableHow::Unstable, &data[pos..])
+                            .write_from_file(&fh, at + done, StableHow::Unstable, &file, rest)
                             .await?;
                         if n == 0 {
                             return Err(SessionError::Nfs(NfsStatus::Io));
                         }
-                        pos += n as usize;
+                        done += u64::from(n).min(len - done);
                         verf = v;
                     }
-                    let len = data.len() as u64;
-                    c.inner.recycle(buf);
                     Ok((verf, len))
                 }));
             }

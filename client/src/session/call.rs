@@ -22,23 +22,27 @@ impl Client {
     pub async fn call(&self, op: RequestOp) -> Result<ReplyBody, SessionError> {
         let proc = op.proc();
         self.call_with(proc, 0, |id, authno, buf| {
-            Request {
-                id,
-                authno,
-                op: op.clone(),
-            }
-            .encode_into(buf)
+            Ok(Outgoing::encode(buf, |buf| {
+                Request {
+                    id,
+                    authno,
+                    op: op.clone(),
+                }
+                .encode_into(buf)
+            }))
         })
         .await
     }
 
-    /// [`Client::call`] with a caller-supplied encoder (WRITE avoids copying its data twice)
-    /// and the payload's expected size (large payloads are encoded into recycled buffers).
+    /// [`Client::call`] with a caller-supplied encoder, given the request id, the authno and a
+    /// buffer (a recycled one when `size_hint` is large): WRITE reads or copies its data
+    /// straight into the request. The encoder runs again for every attempt, since a sent
+    /// request's buffer is sealed in place; its error (reading a local file) ends the call.
     pub(super) async fn call_with(
         &self,
         proc: Proc,
         size_hint: usize,
-        encode: impl Fn(u64, u32, &mut Vec<u8>),
+        encode: impl Fn(u64, u32, Vec<u8>) -> std::io::Result<Outgoing>,
     ) -> Result<ReplyBody, SessionError> {
         let mut lost = 0;
         let mut busy = 0u32;
@@ -70,9 +74,8 @@ impl Client {
                 Err(e) => return Err(e),
             };
             let id = self.next_id();
-            let payload = Outgoing::encode(self.inner.buffer_for(size_hint), |buf| {
-                encode(id, authno, buf)
-            });
+            let payload = encode(id, authno, self.inner.buffer_for(size_hint))
+                .map_err(SessionError::Source)?;
             let reply = match conn.roundtrip_within(timeout, id, payload).await {
                 Ok(r) => {
                     timed_out = false;

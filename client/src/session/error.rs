@@ -63,6 +63,9 @@ pub enum SessionError {
         #[source]
         source: Option<Box<SessionError>>,
     },
+    /// The data to send could not be read (a local file being copied to the server).
+    #[error("reading the local data")]
+    Source(#[source] std::io::Error),
     /// The server sent something this client cannot make sense of.
     #[error("protocol error with {name}")]
     Protocol {

@@ -3,10 +3,11 @@
 
 use protocol::{
     Attr, CreateHow, DirEntryPlus, FileHandle, FsStat, NewObject, Proc, ReplyBody, RequestOp,
-    SetAttr, StableHow,
+    SetAttr, StableHow, WriteHead,
 };
 
 use super::Client;
+use super::conn::Outgoing;
 use super::error::SessionError;
 
 /// Binds the fields of the reply an operation expects (`let`-else on `pattern = reply`); any
@@ -158,10 +159,58 @@ impl Client {
         stable: StableHow,
         data: &[u8],
     ) -> Result<(u32, [u8; 8]), SessionError> {
+        self.write_with(fh, offset, stable, data.len(), |dst| {
+            dst.copy_from_slice(data);
+            Ok(data.len())
+        })
+        .await
+    }
+
+    /// WRITE of `len` bytes of `file` from `offset`, to the same offset on the server, read
+    /// straight into the request (and read again if the request must be sent again: a sent
+    /// request is sealed in place). A file shorter than `offset + len` is an error.
+    pub async fn write_from_file(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        stable: StableHow,
+        file: &std::fs::File,
+        len: usize,
+    ) -> Result<(u32, [u8; 8]), SessionError> {
+        use std::os::unix::fs::FileExt;
+        self.write_with(fh, offset, stable, len, |dst| {
+            file.read_exact_at(dst, offset).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    std::io::Error::other("the file shrank while it was being copied")
+                } else {
+                    e
+                }
+            })?;
+            Ok(len)
+        })
+        .await
+    }
+
+    /// WRITE of the `len` bytes `fill` puts in the request.
+    async fn write_with(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        stable: StableHow,
+        len: usize,
+        fill: impl Fn(&mut [u8]) -> std::io::Result<usize>,
+    ) -> Result<(u32, [u8; 8]), SessionError> {
         self.inner.cache.invalidate(fh);
         let reply = self
-            .call_with(Proc::Write, data.len(), |id, authno, buf| {
-                protocol::encode_write_request_into(buf, id, authno, fh, offset, stable, data)
+            .call_with(Proc::Write, len, |id, authno, buf| {
+                let head = WriteHead {
+                    id,
+                    authno,
+                    fh,
+                    offset,
+                    stable,
+                };
+                Ok(Outgoing::write_request(buf, &head, len, &fill)?.0)
             })
             .await?;
         let_reply!(

@@ -145,6 +145,13 @@ fn content(offset: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A local file holding `data`, open for reading.
+fn local_file(data: &[u8]) -> Arc<std::fs::File> {
+    let mut f = tempfile::tempfile().unwrap();
+    std::io::Write::write_all(&mut f, data).unwrap();
+    Arc::new(f)
+}
+
 fn serve_read(id: u64, offset: u64, count: u32, size: u64) -> Out {
     let end = (offset + u64::from(count)).min(size);
     let data = if offset >= size {
@@ -380,15 +387,18 @@ async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
                 SIZE,
             )]
         }
+        // Writes of odd blocks are taken only in part: the client must send the rest.
         RequestOp::Write { offset, data, .. } => {
+            let short = (offset / 65536) % 3 == 1;
+            let count = if short { data.len() / 2 } else { data.len() };
             let mut g = w.lock();
-            let end = (offset as usize + data.len()).min(g.len());
+            let end = (offset as usize + count).min(g.len());
             g[offset as usize..end].copy_from_slice(&data[..end - offset as usize]);
             held.push(reply(
                 req.id,
                 Ok(ReplyBody::Write {
                     attr: None,
-                    count: data.len() as u32,
+                    count: count as u32,
                     committed: StableHow::Unstable,
                     verifier: [1; 8],
                 }),
@@ -435,26 +445,94 @@ async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
     assert!(got == content(0, SIZE as usize), "read content differs");
 
     let src = content(0, SIZE as usize);
-    let mut pos = 0;
-    let wrote = c
-        .write_all(
-            &FH,
-            |buf| {
-                let n = buf.len().min(src.len() - pos).min(100_000);
-                buf[..n].copy_from_slice(&src[pos..pos + n]);
-                pos += n;
-                Ok(n)
-            },
-            |_| {},
-        )
-        .await
-        .unwrap();
+    let wrote = c.write_file(&FH, local_file(&src), |_| {}).await.unwrap();
     assert_eq!(wrote, SIZE);
     assert!(*written.lock() == src, "written content differs");
     assert!(
         inflight_max.load(Ordering::SeqCst) >= 2,
         "writes were pipelined"
     );
+}
+
+#[tokio::test]
+async fn a_bulk_write_lost_with_its_connection_is_read_from_the_file_again() {
+    const SIZE: u64 = 4 * 1024 * 1024 + 5;
+    let written = Arc::new(Mutex::new(vec![0u8; SIZE as usize]));
+    let w = written.clone();
+    let f = fake(Box::new(move |conn, req| match req.op {
+        // The first connection breaks at the second block: it and everything after it were
+        // sent sealed in place, so they must be read from the file and sealed anew.
+        RequestOp::Write { offset, .. } if conn == 0 && offset >= 1 << 20 => vec![Out::Close],
+        RequestOp::Write { offset, data, .. } => {
+            let mut g = w.lock();
+            g[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+            vec![reply(
+                req.id,
+                Ok(ReplyBody::Write {
+                    attr: None,
+                    count: data.len() as u32,
+                    committed: StableHow::Unstable,
+                    verifier: [1; 8],
+                }),
+            )]
+        }
+        RequestOp::Commit { .. } => vec![reply(
+            req.id,
+            Ok(ReplyBody::Commit {
+                attr: None,
+                verifier: [1; 8],
+            }),
+        )],
+        _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let src = content(0, SIZE as usize);
+    let wrote = tokio::time::timeout(
+        Duration::from_secs(60),
+        c.write_file(&FH, local_file(&src), |_| {}),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(wrote, SIZE);
+    assert!(f.conns.load(Ordering::SeqCst) >= 2, "the connection broke");
+    assert!(*written.lock() == src, "written content differs");
+}
+
+#[tokio::test]
+async fn a_bulk_write_of_a_file_that_shrinks_fails_instead_of_sending_stale_bytes() {
+    let f = fake(Box::new(|_, req| match req.op {
+        RequestOp::Write { data, .. } => vec![reply(
+            req.id,
+            Ok(ReplyBody::Write {
+                attr: None,
+                count: data.len() as u32,
+                committed: StableHow::Unstable,
+                verifier: [1; 8],
+            }),
+        )],
+        _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+    }))
+    .await;
+    // Two blocks in flight: the third is read after the first is acknowledged.
+    let opts = Options {
+        window: 2,
+        ..quick()
+    };
+    let c = Client::new(&f.name, None, opts);
+    let file = local_file(&content(0, 3 << 20));
+    let shrink = file.clone();
+    let mut first = true;
+    let e = c
+        .write_file(&FH, file, move |_| {
+            if std::mem::take(&mut first) {
+                shrink.set_len(1000).unwrap();
+            }
+        })
+        .await
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("shrank"), "{e:#}");
 }
 
 #[tokio::test]
