@@ -145,6 +145,19 @@ fn content(offset: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A WRITE reply taking `count` bytes, always with the same verifier.
+fn write_ok(id: u64, count: usize) -> Out {
+    reply(
+        id,
+        Ok(ReplyBody::Write {
+            attr: None,
+            count: count as u32,
+            committed: StableHow::Unstable,
+            verifier: [1; 8],
+        }),
+    )
+}
+
 /// A local file holding `data`, open for reading.
 fn local_file(data: &[u8]) -> Arc<std::fs::File> {
     let mut f = tempfile::tempfile().unwrap();
@@ -394,15 +407,7 @@ async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
             let mut g = w.lock();
             let end = (offset as usize + count).min(g.len());
             g[offset as usize..end].copy_from_slice(&data[..end - offset as usize]);
-            held.push(reply(
-                req.id,
-                Ok(ReplyBody::Write {
-                    attr: None,
-                    count: count as u32,
-                    committed: StableHow::Unstable,
-                    verifier: [1; 8],
-                }),
-            ));
+            held.push(write_ok(req.id, count));
             im.fetch_max(held.len(), Ordering::SeqCst);
             // Hold two writes before answering so the window shows.
             if held.len() >= 2 {
@@ -466,15 +471,7 @@ async fn a_bulk_write_lost_with_its_connection_is_read_from_the_file_again() {
         RequestOp::Write { offset, data, .. } => {
             let mut g = w.lock();
             g[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
-            vec![reply(
-                req.id,
-                Ok(ReplyBody::Write {
-                    attr: None,
-                    count: data.len() as u32,
-                    committed: StableHow::Unstable,
-                    verifier: [1; 8],
-                }),
-            )]
+            vec![write_ok(req.id, data.len())]
         }
         RequestOp::Commit { .. } => vec![reply(
             req.id,
@@ -503,15 +500,7 @@ async fn a_bulk_write_lost_with_its_connection_is_read_from_the_file_again() {
 #[tokio::test]
 async fn a_bulk_write_of_a_file_that_shrinks_fails_instead_of_sending_stale_bytes() {
     let f = fake(Box::new(|_, req| match req.op {
-        RequestOp::Write { data, .. } => vec![reply(
-            req.id,
-            Ok(ReplyBody::Write {
-                attr: None,
-                count: data.len() as u32,
-                committed: StableHow::Unstable,
-                verifier: [1; 8],
-            }),
-        )],
+        RequestOp::Write { data, .. } => vec![write_ok(req.id, data.len())],
         _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
     }))
     .await;
