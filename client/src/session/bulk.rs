@@ -1,6 +1,6 @@
 //! Whole-file transfers: READ and WRITE with a window of requests in flight (sized in bytes:
-//! [`super::Options::requests_in_flight`]), so one stream can fill the link. The single requests are [`Client::read`] and
-//! [`Client::write_from_file`].
+//! [`super::Options::requests_in_flight`]), so one stream can fill the link. The single
+//! requests are [`Client::read`] and [`Client::write_from_file`].
 
 use std::collections::VecDeque;
 use std::fs::File;

@@ -61,13 +61,13 @@ impl Outgoing {
 
     /// A WRITE whose data, at most `max` bytes, `fill` writes straight into `buf` (a recycled
     /// buffer, not cleared: only what lies beyond its old length is zeroed) from a cache-line
-    /// boundary; returns the request and the data length `fill` reported.
+    /// boundary.
     pub(super) fn write_request(
         mut buf: Vec<u8>,
         head: &WriteHead<'_>,
         max: usize,
         fill: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
-    ) -> std::io::Result<(Outgoing, usize)> {
+    ) -> std::io::Result<Outgoing> {
         let before_data = HEADER_LEN + protocol::write_request_data_offset(head.fh);
         let room = DATA_ALIGN + before_data + max + 3 + protocol::record::TAG_LEN;
         if buf.capacity() < room {
@@ -76,8 +76,8 @@ impl Outgoing {
         // The buffer does not move from here on: it has room for everything.
         let data_addr = buf.as_ptr().addr() + before_data;
         let start = (DATA_ALIGN - data_addr % DATA_ALIGN) % DATA_ALIGN;
-        let len = protocol::encode_write_request_at(&mut buf, start + HEADER_LEN, head, max, fill)?;
-        Ok((Outgoing { buf, start }, len))
+        protocol::encode_write_request_at(&mut buf, start + HEADER_LEN, head, max, fill)?;
+        Ok(Outgoing { buf, start })
     }
 }
 

@@ -210,7 +210,7 @@ impl Client {
                     offset,
                     stable,
                 };
-                Ok(Outgoing::write_request(buf, &head, len, &fill)?.0)
+                Outgoing::write_request(buf, &head, len, &fill)
             })
             .await?;
         let_reply!(

@@ -498,6 +498,53 @@ async fn a_bulk_write_lost_with_its_connection_is_read_from_the_file_again() {
 }
 
 #[tokio::test]
+async fn a_bulk_write_of_a_file_that_grows_copies_it_to_its_new_end() {
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let w = written.clone();
+    let f = fake(Box::new(move |_, req| match req.op {
+        RequestOp::Write { offset, data, .. } => {
+            let mut g = w.lock();
+            let end = offset as usize + data.len();
+            if g.len() < end {
+                g.resize(end, 0);
+            }
+            g[offset as usize..end].copy_from_slice(&data);
+            vec![write_ok(req.id, data.len())]
+        }
+        RequestOp::Commit { .. } => vec![reply(
+            req.id,
+            Ok(ReplyBody::Commit {
+                attr: None,
+                verifier: [1; 8],
+            }),
+        )],
+        _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+    }))
+    .await;
+    // Two blocks in flight: the file grows before the last planned block is even sent.
+    let opts = Options {
+        window: 2,
+        ..quick()
+    };
+    let c = Client::new(&f.name, None, opts);
+    let full = content(0, (4 << 20) + 7);
+    let file = local_file(&full[..3 << 20]);
+    let grow = file.clone();
+    let tail = full[3 << 20..].to_vec();
+    let mut first = true;
+    let wrote = c
+        .write_file(&FH, file, move |_| {
+            if std::mem::take(&mut first) {
+                std::os::unix::fs::FileExt::write_all_at(&*grow, &tail, 3 << 20).unwrap();
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(wrote, full.len() as u64);
+    assert!(*written.lock() == full, "written content differs");
+}
+
+#[tokio::test]
 async fn a_bulk_write_of_a_file_that_shrinks_fails_instead_of_sending_stale_bytes() {
     let f = fake(Box::new(|_, req| match req.op {
         RequestOp::Write { data, .. } => vec![write_ok(req.id, data.len())],
