@@ -57,10 +57,21 @@ fn create_write_read_eof_setattr_commit() {
     let (area, _s, mut c, a, root) = setup();
     let f = c.create(a, root, "f.txt", 0o640).unwrap();
     assert_eq!(c.create(a, root, "f.txt", 0o640), Err(NfsStatus::Exist));
-    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+    // No period in the pattern: the server writes a large WRITE in pieces, and a piece put at
+    // another piece's place must show.
+    let mut data: Vec<u8> = (0..300_000u32)
+        .map(|i| ((i * 7) ^ (i >> 12)) as u8)
+        .collect();
     assert_eq!(c.write(a, f, 0, &data).unwrap(), data.len() as u32);
     let on_disk = std::fs::read(area.export().join("f.txt")).unwrap();
     assert_eq!(on_disk, data);
+    // And at an offset on no page boundary, over what is there.
+    let patch: Vec<u8> = (0..100_000u32)
+        .map(|i| ((i * 13) ^ (i >> 11)) as u8)
+        .collect();
+    assert_eq!(c.write(a, f, 12_345, &patch).unwrap(), patch.len() as u32);
+    data[12_345..112_345].copy_from_slice(&patch);
+    assert_eq!(std::fs::read(area.export().join("f.txt")).unwrap(), data);
     let meta = std::fs::metadata(area.export().join("f.txt")).unwrap();
     assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
     use std::os::unix::fs::MetadataExt;
