@@ -85,8 +85,8 @@ impl LocalFs {
 /// as far as we can tell they come from the big free blocks that were handed back to the
 /// host, so the first write into each page faults on the host, while smaller ones come from
 /// per-CPU lists of recently freed pages. Measured on a 2-vCPU VM
-/// (sfsd, one 512 MiB `sfs put` into memory freed seconds earlier, 4 interleaved runs each):
-/// 1 MiB writes cost the server 2.2-3.3 CPU-s/GB, 64 KiB ones 2.7-3.2, 32 KiB ones 1.1-1.4;
+/// (sfsd, one 512 MiB `sfs put` into memory freed seconds earlier, 4-8 interleaved runs each):
+/// 1 MiB writes cost the server 2.2-3.3 CPU-s/GB, 64 KiB ones 2.7-3.2, 32 KiB ones 1.0-1.8;
 /// `dd` alone shows the same step between 32 and 64 KiB. Where memory is not reported (bare
 /// metal, or memory freed just before) 32 KiB pieces cost no more than whole writes: the
 /// extra system calls are 32 per MiB.
