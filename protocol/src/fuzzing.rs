@@ -26,11 +26,23 @@ fn server_keypair() -> &'static ServerKeypair {
 const FUZZ_RECORD_KEY: [u8; 32] = [0x17; 32];
 const FUZZ_MAX_PAYLOAD: usize = 1 << 16;
 
-/// Decodes a request; one that decodes must re-encode to the same bytes.
+/// Decodes a request; one that decodes must re-encode to the same bytes, and decoding it in
+/// place in a larger buffer ([`Request::decode_owned`]) must give the same result.
 pub fn decode_request(data: &[u8]) {
-    if let Ok(req) = Request::decode(data) {
+    let decoded = Request::decode(data);
+    if let Ok(req) = &decoded {
         assert_eq!(req.encode(), data, "request encoding is not canonical");
     }
+    // The server's path without a copy (the payload inside its receive buffer) agrees.
+    let mut buf = vec![0xA5; 3];
+    buf.extend_from_slice(data);
+    buf.extend_from_slice(&[0x5A; 5]);
+    let owned = Request::decode_owned(buf, 3..3 + data.len());
+    assert_eq!(
+        owned.as_ref().ok(),
+        decoded.as_ref().ok(),
+        "decode_owned and decode disagree"
+    );
 }
 
 /// Decodes a server message; one that decodes must re-encode to the same bytes.

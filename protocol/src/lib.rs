@@ -53,6 +53,7 @@
 #![warn(missing_docs)]
 
 pub mod attr;
+pub mod data;
 pub mod error;
 #[cfg(feature = "testing")]
 pub mod fuzzing;
@@ -70,6 +71,7 @@ pub mod status;
 mod xdr;
 
 pub use attr::{Attr, FileType, SetAttr, SetTime, Time};
+pub use data::Data;
 pub use error::{
     DecodeError, Error, HandleError, HandshakeError, KeyError, LoginError, NameError, RecordError,
     Result,
@@ -87,7 +89,7 @@ pub use message::{
     write_request_data_offset,
 };
 pub use name::{DEFAULT_PORT, HostId, Location, ServerName};
-pub use record::{DeferredSeal, Opener, RecordReader, RecordStart, Sealer};
+pub use record::{DeferredSeal, Opened, Opener, RecordReader, RecordStart, Sealer};
 pub use reply::{DirEntry, DirEntryPlus, DirPage, FsInfo, FsStat, NewObject, PathConf, ReplyBody};
 pub use request::{CreateHow, Proc, RequestOp, SpecialKind, StableHow, access, rename_flags};
 pub use status::NfsStatus;

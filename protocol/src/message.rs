@@ -15,7 +15,10 @@
 //! read file bytes straight into the record buffer ([`encode_read_reply_into`]) and seal them in
 //! place, and a client can do the same for WRITE ([`encode_write_request_into`]).
 
+use std::ops::Range;
+
 use crate::attr::{Attr, decode_opt_attr, encode_opt_attr};
+use crate::data::Data;
 use crate::error::DecodeError;
 use crate::handle::FileHandle;
 use crate::reply::ReplyBody;
@@ -57,21 +60,39 @@ impl Request {
 
     /// Decodes one record's payload.
     pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
-        Self::decode_from(Reader::new(bytes))
+        Self::decode_fields(&mut Reader::new(bytes))
     }
 
     /// As [`Request::decode`], but a WRITE's data goes into `spare` (cleared first) instead of
     /// a new allocation: a server receiving a stream of WRITEs cycles a few warm buffers rather
     /// than faulting in fresh pages for every megabyte. `spare` is dropped if unused.
     pub fn decode_reusing(bytes: &[u8], spare: Vec<u8>) -> Result<Request, DecodeError> {
-        Self::decode_from(Reader::with_spare(bytes, spare))
+        Self::decode_fields(&mut Reader::with_spare(bytes, spare))
     }
 
-    fn decode_from(mut r: Reader<'_>) -> Result<Request, DecodeError> {
+    /// Decodes the payload `buf[payload]`, keeping `buf` itself as a WRITE's data (a window
+    /// on it, [`Data::window`]) instead of copying the data out: for a server that hands its
+    /// receive buffer over with the record ([`crate::RecordReader::next_record_or_buffer`]).
+    /// `buf` is dropped if the request is not a WRITE.
+    ///
+    /// # Panics
+    /// If `payload` is not within `buf`.
+    pub fn decode_owned(buf: Vec<u8>, payload: Range<usize>) -> Result<Request, DecodeError> {
+        let mut r = Reader::locating(&buf[payload.clone()]);
+        let mut req = Self::decode_fields(&mut r)?;
+        let found = r.located();
+        if let (RequestOp::Write { data, .. }, Some(at)) = (&mut req.op, found) {
+            *data = Data::window(buf, payload.start + at.start..payload.start + at.end);
+        }
+        Ok(req)
+    }
+
+    /// Decodes a whole request from `r`, trailing bytes refused.
+    fn decode_fields(r: &mut Reader<'_>) -> Result<Request, DecodeError> {
         let req = Request {
             id: r.u64("request id")?,
             authno: r.u32("authno")?,
-            op: RequestOp::decode(&mut r)?,
+            op: RequestOp::decode(r)?,
         };
         r.finish()?;
         Ok(req)
@@ -440,7 +461,7 @@ mod tests {
         let RequestOp::Write { data, offset, .. } = req.op else {
             panic!("not a WRITE");
         };
-        assert_eq!((data.as_slice(), offset), (&b"new data"[..], 4096));
+        assert_eq!((&*data, offset), (&b"new data"[..], 4096));
         assert_eq!(data.as_ptr(), ptr, "the spare allocation holds the data");
         let null = Request {
             id: 1,
@@ -449,6 +470,45 @@ mod tests {
         }
         .encode();
         assert!(Request::decode_reusing(&null, vec![1; 10]).is_ok());
+    }
+
+    #[test]
+    fn request_decode_owned_keeps_the_buffer_as_write_data() {
+        let fh = FileHandle::from_slice(&[7; crate::handle::HANDLE_LEN]).unwrap();
+        let mut wire = Vec::new();
+        encode_write_request_into(&mut wire, 3, 1, &fh, 4096, StableHow::Unstable, b"new data");
+        // The payload between a header and a tag, as in a receive buffer.
+        let mut buf = b"HEAD".to_vec();
+        buf.extend_from_slice(&wire);
+        buf.extend_from_slice(b"TAG-TAG-");
+        let (ptr, len) = (buf.as_ptr(), buf.len());
+        let req = Request::decode_owned(buf, 4..4 + wire.len()).unwrap();
+        assert_eq!(req, Request::decode(&wire).unwrap());
+        let RequestOp::Write { data, offset, .. } = req.op else {
+            panic!("not a WRITE");
+        };
+        assert_eq!((&*data, offset), (&b"new data"[..], 4096));
+        let whole = data.into_buffer();
+        assert_eq!(
+            (whole.as_ptr(), whole.len()),
+            (ptr, len),
+            "not copied, nor cut"
+        );
+        // Other requests decode as from a slice; their buffer is not needed.
+        let null = Request {
+            id: 1,
+            authno: 0,
+            op: RequestOp::Null,
+        }
+        .encode();
+        let mut buf = vec![0xAA; 3];
+        buf.extend_from_slice(&null);
+        let got = Request::decode_owned(buf, 3..3 + null.len()).unwrap();
+        assert_eq!(got, Request::decode(&null).unwrap());
+        // The payload's end is the end: trailing bytes (the tag) are not part of it.
+        let mut buf = wire.clone();
+        buf.extend_from_slice(&[0; 4]);
+        assert!(Request::decode_owned(buf.clone(), 0..buf.len()).is_err());
     }
 
     #[test]

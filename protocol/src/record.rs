@@ -396,8 +396,22 @@ const MIN_READ: usize = 16 * 1024;
 const MIN_SPARE: usize = 4096;
 /// Alignment of where a [`RecordReader`] starts receiving a record.
 const RECEIVE_ALIGN: usize = 64;
-/// Records still missing more than this are read only up to their end.
+/// Records at least this long are read only up to their end.
 const READ_TO_BOUNDARY_ABOVE: usize = 64 * 1024;
+
+/// A record opened by [`RecordReader::next_record_or_buffer`].
+#[derive(Debug)]
+pub enum Opened<'a> {
+    /// The payload, borrowed from the reader's buffer until the next call.
+    InPlace(&'a [u8]),
+    /// The reader's whole receive buffer, handed over, with the payload at `buf[payload]`.
+    Buffer {
+        /// The buffer (the record's header and tag around the payload, maybe padding before).
+        buf: Vec<u8>,
+        /// Where the payload is.
+        payload: std::ops::Range<usize>,
+    },
+}
 
 /// Accumulates bytes from a stream and opens whole records in place, without copying a payload.
 ///
@@ -483,11 +497,12 @@ impl RecordReader {
         // Bytes still missing from the record being received. A header beyond the limit is
         // not trusted here (next_record rejects it), so a hostile length never makes us
         // allocate.
-        let missing = match self.peek_len() {
-            Some(total) if total <= self.opener.max_payload + RECORD_OVERHEAD => {
-                total - self.buffered().min(total)
-            }
-            _ => 0,
+        let (missing, large) = match self.peek_len() {
+            Some(total) if total <= self.opener.max_payload + RECORD_OVERHEAD => (
+                total - self.buffered().min(total),
+                total >= READ_TO_BOUNDARY_ABOVE,
+            ),
+            _ => (0, false),
         };
         // Grow with what has arrived, not with what the header announces: room for at most as
         // many bytes as are already buffered (at least MIN_READ), so memory is only ever
@@ -516,10 +531,15 @@ impl RecordReader {
         // A large record is read up to its end and no further: once it is handled the buffer
         // is empty and the next record starts at the front, instead of the next record's
         // first bytes being copied there (up to a megabyte per record in a stream of WRITEs
-        // or READ replies). Small records are read many at a time.
+        // or READ replies), and the buffer can be handed over with the record
+        // (`next_record_or_buffer`). Small records are read many at a time.
+        // While the next header is unknown, reads stop after READ_TO_BOUNDARY_ABOVE bytes, so
+        // one read does not run through a large record into the next.
         let space = self.buf.len() - self.end;
-        let len = if missing >= READ_TO_BOUNDARY_ABOVE {
+        let len = if large && missing > 0 {
             space.min(missing)
+        } else if self.peek_len().is_none() {
+            space.min(READ_TO_BOUNDARY_ABOVE)
         } else {
             space
         };
@@ -586,6 +606,32 @@ impl RecordReader {
         self.opener
             .open_in_place(&mut self.buf[at..at + need])
             .map(Some)
+    }
+
+    /// As [`RecordReader::next_record`], but a record of at least `min` payload bytes that is
+    /// all the reader holds comes with the receive buffer itself ([`Opened::Buffer`]): the
+    /// reader continues in `replacement()` (which may hold stale bytes; they are never
+    /// returned), and the caller keeps the payload without copying it out.
+    pub fn next_record_or_buffer(
+        &mut self,
+        min: usize,
+        replacement: impl FnOnce() -> Vec<u8>,
+    ) -> Result<Option<Opened<'_>>, RecordError> {
+        let base = self.buf.as_ptr().addr();
+        let payload = match self.next_record()? {
+            None => return Ok(None),
+            Some(p) => {
+                let start = p.as_ptr().addr() - base;
+                start..start + p.len()
+            }
+        };
+        if payload.len() < min || self.start != self.end {
+            return Ok(Some(Opened::InPlace(&self.buf[payload])));
+        }
+        let buf = std::mem::replace(&mut self.buf, replacement());
+        self.start = 0;
+        self.end = 0;
+        Ok(Some(Opened::Buffer { buf, payload }))
     }
 
     /// Discards the next complete record *without authenticating it* and returns its payload
@@ -698,6 +744,60 @@ mod tests {
         assert_eq!(r.next_record().unwrap(), Some(&big[..200_000]));
         assert_eq!(r.next_record().unwrap(), Some(&b"small"[..]));
         assert_eq!(r.buffer_capacity(), capacity);
+    }
+
+    #[test]
+    fn a_large_record_alone_comes_with_the_buffer_and_the_reader_goes_on_in_the_replacement() {
+        let key = [8u8; 32];
+        let mut s = Sealer::new(&key, 1 << 20);
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i ^ i >> 9) as u8).collect();
+        let mut r = RecordReader::new(Opener::new(&key, 1 << 20));
+        // Alone in the buffer (fed in pieces, as from a socket): handed over.
+        feed(&mut r, &s.seal(&big).unwrap(), 70_000);
+        let stale = vec![0xEE; 64 * 1024];
+        let Some(Opened::Buffer { buf, payload }) =
+            r.next_record_or_buffer(1000, || stale).unwrap()
+        else {
+            panic!("a large record alone was not handed over");
+        };
+        assert_eq!(&buf[payload], &big[..]);
+        // The reader goes on in the replacement, none of its stale bytes showing.
+        feed(&mut r, &s.seal(b"small").unwrap(), 2);
+        assert_eq!(
+            r.buffer_capacity(),
+            64 * 1024,
+            "the replacement is the reader's buffer"
+        );
+        let Some(Opened::InPlace(p)) = r.next_record_or_buffer(1000, Vec::new).unwrap() else {
+            panic!("a small record was handed over");
+        };
+        assert_eq!(p, b"small");
+        // Not alone (the next record's bytes behind it): opened in place, the next one intact.
+        let mut wire = s.seal(&big).unwrap();
+        s.seal_into(b"next", &mut wire).unwrap();
+        r.extend_from_slice(&wire);
+        let Some(Opened::InPlace(p)) = r.next_record_or_buffer(1000, Vec::new).unwrap() else {
+            panic!("handed over with another record's bytes in it");
+        };
+        assert_eq!(p, &big[..]);
+        assert_eq!(r.next_record().unwrap(), Some(&b"next"[..]));
+        assert!(r.next_record_or_buffer(1000, Vec::new).unwrap().is_none());
+    }
+
+    #[test]
+    fn no_read_runs_from_a_large_record_into_the_next() {
+        let key = [4u8; 32];
+        let mut s = Sealer::new(&key, 1 << 20);
+        let wire = s.seal(&[1u8; 300_000]).unwrap();
+        let mut r = RecordReader::new(Opener::new(&key, 1 << 20));
+        // Even when little of it is missing.
+        feed(&mut r, &wire[..wire.len() - 10], 1 << 20);
+        assert_eq!(r.read_buf().len(), 10, "read past the record's end");
+        feed(&mut r, &wire[wire.len() - 10..], 1 << 20);
+        assert!(r.next_record().unwrap().is_some());
+        // Nor before its header is known, though the buffer has room for a whole record.
+        assert!(r.buffer_capacity() > 300_000);
+        assert_eq!(r.read_buf().len(), READ_TO_BOUNDARY_ABOVE);
     }
 
     #[test]

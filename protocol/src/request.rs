@@ -6,6 +6,7 @@
 //! server instead of a LOOKUP racing a RENAME).
 
 use crate::attr::{SetAttr, Time};
+use crate::data::Data;
 use crate::error::DecodeError;
 use crate::handle::{FileHandle, MAX_HANDLE_LEN};
 use crate::keys::UserPublicKey;
@@ -295,7 +296,7 @@ pub enum RequestOp {
         /// Durability wanted.
         stable: StableHow,
         /// The bytes.
-        data: Vec<u8>,
+        data: Data,
     },
     /// Create a regular file.
     Create {
@@ -686,7 +687,7 @@ impl RequestOp {
                 fh: get_fh(r)?,
                 offset: r.u64("offset")?,
                 stable: StableHow::decode(r)?,
-                data: r.opaque_reusing(usize::MAX, "write data")?,
+                data: r.opaque_data(usize::MAX, "write data")?,
             },
             Proc::Create => RequestOp::Create {
                 dir: get_fh(r)?,

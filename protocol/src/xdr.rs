@@ -6,6 +6,9 @@
 //! of the record *before* allocating, rejects non-zero padding (so each message has exactly one
 //! encoding) and leaves the trailing-bytes check to [`Reader::finish`].
 
+use std::ops::Range;
+
+use crate::data::Data;
 use crate::error::DecodeError;
 
 /// Bytes of zero padding needed after `len` bytes of opaque data.
@@ -75,22 +78,60 @@ pub(crate) fn put_count(buf: &mut Vec<u8>, n: usize) {
 #[derive(Debug, Clone)]
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
-    /// A buffer to reuse for the one large field of a message (READ data), see
-    /// [`Reader::opaque_reusing`].
-    spare: Option<Vec<u8>>,
+    /// Where the one large field of a message (READ or WRITE data) goes.
+    large: LargeField,
+}
+
+/// Where [`Reader::opaque_reusing`] and [`Reader::opaque_data`] put the large field.
+#[derive(Debug, Clone)]
+enum LargeField {
+    /// Into a new allocation.
+    New,
+    /// Into this buffer (cleared first; its allocation reused when large enough).
+    Spare(Vec<u8>),
+    /// Nowhere: the field decodes as empty and its place in the record is noted, for a caller
+    /// that owns the record's buffer ([`Reader::located`]). `origin` is the address of the
+    /// record's first byte.
+    Locate {
+        origin: usize,
+        found: Option<Range<usize>>,
+    },
 }
 
 impl<'a> Reader<'a> {
     /// Starts reading `buf`.
     pub(crate) fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, spare: None }
+        Reader {
+            buf,
+            large: LargeField::New,
+        }
     }
 
     /// Starts reading `buf`, with `spare` to hold a large field instead of a new allocation.
     pub(crate) fn with_spare(buf: &'a [u8], spare: Vec<u8>) -> Self {
         Reader {
             buf,
-            spare: Some(spare),
+            large: LargeField::Spare(spare),
+        }
+    }
+
+    /// Starts reading `buf`, noting where WRITE data lies instead of copying it.
+    pub(crate) fn locating(buf: &'a [u8]) -> Self {
+        Reader {
+            buf,
+            large: LargeField::Locate {
+                origin: buf.as_ptr().addr(),
+                found: None,
+            },
+        }
+    }
+
+    /// Where in the record [`Reader::opaque_data`] found its bytes, when reading with
+    /// [`Reader::locating`].
+    pub(crate) fn located(&self) -> Option<Range<usize>> {
+        match &self.large {
+            LargeField::Locate { found, .. } => found.clone(),
+            _ => None,
         }
     }
 
@@ -217,10 +258,37 @@ impl<'a> Reader<'a> {
         what: &'static str,
     ) -> Result<Vec<u8>, DecodeError> {
         let bytes = self.opaque(max, what)?;
-        let mut out = self.spare.take().unwrap_or_default();
+        Ok(self.copy_large(bytes))
+    }
+
+    /// WRITE data: as [`Reader::opaque_reusing`], or with [`Reader::locating`] not copied at
+    /// all (empty, its place noted for [`Reader::located`]).
+    pub(crate) fn opaque_data(
+        &mut self,
+        max: usize,
+        what: &'static str,
+    ) -> Result<Data, DecodeError> {
+        let bytes = self.opaque(max, what)?;
+        if let LargeField::Locate { origin, found } = &mut self.large {
+            let start = bytes.as_ptr().addr() - *origin;
+            *found = Some(start..start + bytes.len());
+            return Ok(Data::default());
+        }
+        Ok(self.copy_large(bytes).into())
+    }
+
+    /// `bytes` copied into the spare buffer if there is one, else into a new allocation.
+    fn copy_large(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut out = match std::mem::replace(&mut self.large, LargeField::New) {
+            LargeField::Spare(spare) => spare,
+            other => {
+                self.large = other;
+                Vec::new()
+            }
+        };
         out.clear();
         out.extend_from_slice(bytes);
-        Ok(out)
+        out
     }
 
     /// Reads a UTF-8 string of at most `max` bytes.
@@ -264,7 +332,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Ends decoding: the record must be fully consumed.
-    pub(crate) fn finish(self) -> Result<(), DecodeError> {
+    pub(crate) fn finish(&self) -> Result<(), DecodeError> {
         if self.buf.is_empty() {
             Ok(())
         } else {

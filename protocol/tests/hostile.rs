@@ -502,7 +502,7 @@ fn decoders_reject_huge_counts_without_allocating() {
             fh: FileHandle::from_bytes([0; HANDLE_LEN]),
             offset: 0,
             stable: StableHow::Unstable,
-            data: vec![1, 2, 3, 4],
+            data: vec![1, 2, 3, 4].into(),
         },
     }
     .encode();

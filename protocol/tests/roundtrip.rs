@@ -70,7 +70,7 @@ proptest! {
     ) {
         let mut fast = Vec::new();
         encode_write_request_into(&mut fast, id, authno, &fh, offset, stable, &data);
-        let req = Request { id, authno, op: RequestOp::Write { fh, offset, stable, data } };
+        let req = Request { id, authno, op: RequestOp::Write { fh, offset, stable, data: data.into() } };
         prop_assert_eq!(fast, req.encode());
     }
 

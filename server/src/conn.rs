@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use libcolor::mio::net::TcpStream;
 use libcolor::{Color, ColorCell, IoRegistration};
 use protocol::{
-    AuthTable, FileHandle, HandleData, LoginVerifier, NfsStatus, RecordReader, RecordStart, Reply,
-    ReplyBody, Request, RequestOp, Sealer, ServerHandshake, ServerMessage,
+    AuthTable, FileHandle, HandleData, LoginVerifier, NfsStatus, Opened, RecordReader, RecordStart,
+    Reply, ReplyBody, Request, RequestOp, Sealer, ServerHandshake, ServerMessage,
 };
 
 use crate::changes::Epoch;
@@ -443,13 +443,20 @@ fn process_records(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
         let Phase::Open(open) = &mut c.phase else {
             return;
         };
-        let decoded = match open.reader.next_record() {
+        // Only a WRITE is this large. Its record is normally alone in the receive buffer, which
+        // then becomes the WRITE's data, the reader continuing in a buffer kept from earlier;
+        // otherwise the data is copied into such a buffer.
+        let out = &mut c.out;
+        let decoded = match open
+            .reader
+            .next_record_or_buffer(SPARE_MIN_CAPACITY, || out.take_spare())
+        {
             Ok(None) => return,
-            // Only a WRITE is this large: its data goes into a buffer kept from earlier.
-            Ok(Some(payload)) if payload.len() >= SPARE_MIN_CAPACITY => {
-                Request::decode_reusing(payload, c.out.take_spare())
+            Ok(Some(Opened::Buffer { buf, payload })) => Request::decode_owned(buf, payload),
+            Ok(Some(Opened::InPlace(payload))) if payload.len() >= SPARE_MIN_CAPACITY => {
+                Request::decode_reusing(payload, out.take_spare())
             }
-            Ok(Some(payload)) => Request::decode(payload),
+            Ok(Some(Opened::InPlace(payload))) => Request::decode(payload),
             Err(e) => {
                 tracing::warn!(conn = c.id, error = %e, "bad record; closing");
                 return c.close(srv, "bad record");

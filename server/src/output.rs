@@ -132,7 +132,9 @@ impl Output {
         };
     }
 
-    /// A buffer for the next reply (a sent one, if any).
+    /// A buffer for the next reply, or the next receive buffer (a sent one, if any). It may
+    /// still hold bytes of this connection's earlier messages: whoever takes it clears it, or
+    /// (the receive buffer) only ever reads what it wrote, and so need not zero it again.
     pub fn take_spare(&mut self) -> Vec<u8> {
         let buf = self.spare.pop().unwrap_or_default();
         self.spare_bytes -= buf.capacity();
@@ -141,12 +143,11 @@ impl Output {
 
     /// Keeps `buf` for a later reply or request (a sent reply's, or a written WRITE's data)
     /// if it is large and few are kept.
-    pub fn keep_spare(&mut self, mut buf: Vec<u8>) {
+    pub fn keep_spare(&mut self, buf: Vec<u8>) {
         if self.spare.len() < SPARE_BUFFERS
             && buf.capacity() >= SPARE_MIN_CAPACITY
             && self.spare_bytes + buf.capacity() <= self.spare_budget
         {
-            buf.clear();
             self.spare_bytes += buf.capacity();
             self.spare.push(buf);
         }
@@ -292,7 +293,7 @@ mod tests {
         out.write_to(&mut sock).unwrap();
         for _ in 0..SPARE_BUFFERS {
             let spare = out.take_spare();
-            assert!(spare.is_empty() && spare.capacity() >= SPARE_MIN_CAPACITY);
+            assert!(spare.capacity() >= SPARE_MIN_CAPACITY);
         }
         assert_eq!(
             out.take_spare().capacity(),

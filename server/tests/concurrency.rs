@@ -315,7 +315,7 @@ fn pipelined_writes_in_reused_buffers_keep_only_their_own_bytes() {
                     fh: f,
                     offset,
                     stable: StableHow::Unstable,
-                    data: vec![k + 1; len],
+                    data: vec![k + 1; len].into(),
                 },
             )
         })

@@ -528,7 +528,7 @@ fn large_unstable_writes_start_their_writeback() {
             fh: f,
             offset: k << 20,
             stable: StableHow::Unstable,
-            data: block.clone(),
+            data: block.clone().into(),
         };
         c.call(a, op).unwrap();
     }
@@ -547,7 +547,7 @@ fn large_unstable_writes_start_their_writeback() {
         fh: g,
         offset: 0,
         stable: StableHow::Unstable,
-        data: vec![1; 8192],
+        data: vec![1; 8192].into(),
     };
     c.call(a, op).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));

@@ -158,7 +158,7 @@ pub fn request_op() -> impl Strategy<Value = RequestOp> {
                 fh,
                 offset,
                 stable,
-                data,
+                data: data.into(),
             })
             .boxed(),
         (

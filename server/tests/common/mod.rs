@@ -302,7 +302,7 @@ impl Client {
                 fh,
                 offset,
                 stable: StableHow::FileSync,
-                data: data.to_vec(),
+                data: data.to_vec().into(),
             },
         )? {
             ReplyBody::Write { count, .. } => Ok(count),

@@ -172,7 +172,7 @@ impl LocalFs {
                 data,
             } => {
                 let result = self.write(ctx, fh, offset, stable, &data, out);
-                out.returned_buffer = data;
+                out.returned_buffer = data.into_buffer();
                 result
             }
             Op::Commit { fh, .. } => self.commit(ctx, fh, out),
