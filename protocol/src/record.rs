@@ -752,11 +752,11 @@ mod tests {
         let mut s = Sealer::new(&key, 1 << 20);
         let big: Vec<u8> = (0..300_000u32).map(|i| (i ^ i >> 9) as u8).collect();
         let mut r = RecordReader::new(Opener::new(&key, 1 << 20));
-        // Alone in the buffer (fed in pieces, as from a socket): handed over.
+        // Alone in the buffer (fed in pieces, as from a socket) and `min` bytes: handed over.
         feed(&mut r, &s.seal(&big).unwrap(), 70_000);
         let stale = vec![0xEE; 64 * 1024];
         let Some(Opened::Buffer { buf, payload }) =
-            r.next_record_or_buffer(1000, || stale).unwrap()
+            r.next_record_or_buffer(big.len(), || stale).unwrap()
         else {
             panic!("a large record alone was not handed over");
         };
