@@ -34,10 +34,7 @@ pub fn decode_request(data: &[u8]) {
         assert_eq!(req.encode(), data, "request encoding is not canonical");
     }
     // The server's path without a copy (the payload inside its receive buffer) agrees.
-    let mut buf = vec![0xA5; 3];
-    buf.extend_from_slice(data);
-    buf.extend_from_slice(&[0x5A; 5]);
-    let owned = Request::decode_owned(buf, 3..3 + data.len());
+    let owned = Request::decode_owned(in_larger_buffer(data), 3..3 + data.len());
     assert_eq!(
         owned.as_ref().ok(),
         decoded.as_ref().ok(),
@@ -45,15 +42,32 @@ pub fn decode_request(data: &[u8]) {
     );
 }
 
-/// Decodes a server message; one that decodes must re-encode to the same bytes.
+/// Decodes a server message; one that decodes must re-encode to the same bytes, and decoding
+/// it in place in a larger buffer ([`ServerMessage::decode_owned`]) must give the same result.
 pub fn decode_server_message(data: &[u8]) {
-    if let Ok(msg) = ServerMessage::decode(data) {
+    let decoded = ServerMessage::decode(data);
+    if let Ok(msg) = &decoded {
         assert_eq!(
             msg.encode(),
             data,
             "server message encoding is not canonical"
         );
     }
+    // The client's path without a copy (the payload inside its receive buffer) agrees.
+    let owned = ServerMessage::decode_owned(in_larger_buffer(data), 3..3 + data.len());
+    assert_eq!(
+        owned.as_ref().ok(),
+        decoded.as_ref().ok(),
+        "decode_owned and decode disagree"
+    );
+}
+
+/// `data` with bytes before (3) and after it, as a payload sits in a receive buffer.
+fn in_larger_buffer(data: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0xA5; 3];
+    buf.extend_from_slice(data);
+    buf.extend_from_slice(&[0x5A; 5]);
+    buf
 }
 
 /// Feeds `data` as a record stream (in chunks whose sizes come from the data) and seals and

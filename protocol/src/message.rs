@@ -327,22 +327,48 @@ impl ServerMessage {
 
     /// Decodes one record's payload.
     pub fn decode(bytes: &[u8]) -> Result<ServerMessage, DecodeError> {
-        Self::decode_from(Reader::new(bytes))
+        Self::decode_fields(&mut Reader::new(bytes))
     }
 
     /// As [`ServerMessage::decode`], but a READ reply's data goes into `spare` (cleared first)
     /// instead of a new allocation: a client streaming a file cycles a few warm buffers rather
     /// than faulting in fresh pages for every megabyte. `spare` is dropped if unused.
     pub fn decode_reusing(bytes: &[u8], spare: Vec<u8>) -> Result<ServerMessage, DecodeError> {
-        Self::decode_from(Reader::with_spare(bytes, spare))
+        Self::decode_fields(&mut Reader::with_spare(bytes, spare))
     }
 
-    fn decode_from(mut r: Reader<'_>) -> Result<ServerMessage, DecodeError> {
+    /// Decodes the payload `buf[payload]`, keeping `buf` itself as a READ reply's data (a
+    /// window on it, [`Data::window`]) instead of copying the data out: for a client that
+    /// takes its receive buffer with the record
+    /// ([`crate::RecordReader::next_record_or_buffer`]). `buf` is dropped if the message is
+    /// not a successful READ reply.
+    ///
+    /// # Panics
+    /// If `payload` is not within `buf`.
+    pub fn decode_owned(buf: Vec<u8>, payload: Range<usize>) -> Result<ServerMessage, DecodeError> {
+        let mut r = Reader::locating(&buf[payload.clone()]);
+        let mut msg = Self::decode_fields(&mut r)?;
+        let found = r.located();
+        if let (
+            ServerMessage::Reply(Reply {
+                result: Ok(ReplyBody::Read { data, .. }),
+                ..
+            }),
+            Some(at),
+        ) = (&mut msg, found)
+        {
+            *data = Data::window(buf, payload.start + at.start..payload.start + at.end);
+        }
+        Ok(msg)
+    }
+
+    /// Decodes a whole server message from `r`, trailing bytes refused.
+    fn decode_fields(r: &mut Reader<'_>) -> Result<ServerMessage, DecodeError> {
         let msg = match r.u32("message kind")? {
-            KIND_REPLY => ServerMessage::Reply(Reply::decode(&mut r)?),
+            KIND_REPLY => ServerMessage::Reply(Reply::decode(r)?),
             KIND_INVALIDATE => ServerMessage::Invalidate(Invalidate {
-                fh: get_fh(&mut r)?,
-                attr: decode_opt_attr(&mut r)?,
+                fh: get_fh(r)?,
+                attr: decode_opt_attr(r)?,
             }),
             value => {
                 return Err(DecodeError::BadDiscriminant {
@@ -378,7 +404,7 @@ mod tests {
             result: Ok(ReplyBody::Read {
                 attr: None,
                 eof: true,
-                data: data.to_vec(),
+                data: data.to_vec().into(),
             }),
         })
         .encode()
@@ -512,6 +538,39 @@ mod tests {
     }
 
     #[test]
+    fn server_message_decode_owned_keeps_the_buffer_as_read_data() {
+        let wire = read_reply(b"some file bytes");
+        let mut buf = b"HEAD".to_vec();
+        buf.extend_from_slice(&wire);
+        buf.extend_from_slice(b"TAG-TAG-");
+        let (ptr, len) = (buf.as_ptr(), buf.len());
+        let msg = ServerMessage::decode_owned(buf, 4..4 + wire.len()).unwrap();
+        assert_eq!(msg, ServerMessage::decode(&wire).unwrap());
+        let ServerMessage::Reply(Reply {
+            result: Ok(ReplyBody::Read { data, .. }),
+            ..
+        }) = msg
+        else {
+            panic!("not a READ reply");
+        };
+        assert_eq!(&*data, b"some file bytes");
+        let whole = data.into_buffer();
+        assert_eq!((whole.as_ptr(), whole.len()), (ptr, len), "not copied, nor cut");
+        // Other messages decode as from a slice.
+        let inv = ServerMessage::Invalidate(Invalidate {
+            fh: FileHandle::from_slice(&[3; crate::handle::HANDLE_LEN]).unwrap(),
+            attr: None,
+        })
+        .encode();
+        let mut buf = vec![0; 7];
+        buf.extend_from_slice(&inv);
+        assert_eq!(
+            ServerMessage::decode_owned(buf, 7..7 + inv.len()).unwrap(),
+            ServerMessage::decode(&inv).unwrap()
+        );
+    }
+
+    #[test]
     fn decode_reusing_fills_the_spare_buffer_and_decodes_the_same() {
         let wire = read_reply(b"some file bytes");
         let spare = Vec::with_capacity(1 << 16);
@@ -525,7 +584,7 @@ mod tests {
         else {
             panic!("not a READ reply");
         };
-        assert_eq!(data, b"some file bytes");
+        assert_eq!(&*data, b"some file bytes");
         assert_eq!(data.as_ptr(), ptr, "the spare allocation holds the data");
         // A spare with old contents is cleared first; other messages ignore it.
         let msg = ServerMessage::decode_reusing(&read_reply(b"x"), b"stale".to_vec()).unwrap();

@@ -4,6 +4,7 @@
 //! without another round trip), each with its lease.
 
 use crate::attr::{Attr, Time, decode_opt_attr, encode_opt_attr};
+use crate::data::Data;
 use crate::error::DecodeError;
 use crate::handle::FileHandle;
 use crate::request::{MAX_PATH_LEN, Proc, StableHow, get_fh, get_name, put_fh};
@@ -184,7 +185,7 @@ pub enum ReplyBody {
         /// Whether the read reached the end of the file.
         eof: bool,
         /// The bytes read.
-        data: Vec<u8>,
+        data: Data,
     },
     /// WRITE.
     Write {
@@ -532,7 +533,7 @@ impl ReplyBody {
             Proc::Read => ReplyBody::Read {
                 attr: decode_opt_attr(r)?,
                 eof: r.bool("eof")?,
-                data: r.opaque_reusing(usize::MAX, "read data")?,
+                data: r.opaque_data(usize::MAX, "read data")?,
             },
             Proc::Write => ReplyBody::Write {
                 attr: decode_opt_attr(r)?,

@@ -82,7 +82,7 @@ pub(crate) struct Reader<'a> {
     large: LargeField,
 }
 
-/// Where [`Reader::opaque_reusing`] and [`Reader::opaque_data`] put the large field.
+/// Where [`Reader::opaque_data`] puts the large field.
 #[derive(Debug, Clone)]
 enum LargeField {
     /// Into a new allocation.
@@ -115,7 +115,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Starts reading `buf`, noting where WRITE data lies instead of copying it.
+    /// Starts reading `buf`, noting where READ or WRITE data lies instead of copying it.
     pub(crate) fn locating(buf: &'a [u8]) -> Self {
         Reader {
             buf,
@@ -250,19 +250,10 @@ impl<'a> Reader<'a> {
         self.opaque(max, what).map(<[u8]>::to_vec)
     }
 
-    /// As [`Reader::opaque_vec`], into the spare buffer given to [`Reader::with_spare`] if any
-    /// (cleared first; its allocation reused when large enough).
-    pub(crate) fn opaque_reusing(
-        &mut self,
-        max: usize,
-        what: &'static str,
-    ) -> Result<Vec<u8>, DecodeError> {
-        let bytes = self.opaque(max, what)?;
-        Ok(self.copy_large(bytes))
-    }
-
-    /// WRITE data: as [`Reader::opaque_reusing`], or with [`Reader::locating`] not copied at
-    /// all (empty, its place noted for [`Reader::located`]).
+    /// The one large field of a message (READ or WRITE data): copied into the spare buffer
+    /// given to [`Reader::with_spare`] if any (cleared first; its allocation reused when large
+    /// enough), else into a new allocation; with [`Reader::locating`] not copied at all
+    /// (empty, its place noted for [`Reader::located`]).
     pub(crate) fn opaque_data(
         &mut self,
         max: usize,

@@ -189,7 +189,7 @@ fn golden_messages() {
         result: Ok(ReplyBody::Read {
             attr: Some(golden_attr()),
             eof: true,
-            data: b"hello".to_vec(),
+            data: b"hello".to_vec().into(),
         }),
     });
     golden!(GOLDEN_READ_REPLY, hex(&read_reply.encode()));

@@ -55,7 +55,7 @@ proptest! {
             Ok(eof)
         })
         .unwrap();
-        let msg = ServerMessage::Reply(Reply { id, result: Ok(ReplyBody::Read { attr, eof, data }) });
+        let msg = ServerMessage::Reply(Reply { id, result: Ok(ReplyBody::Read { attr, eof, data: data.into() }) });
         prop_assert_eq!(&fast[3..], &msg.encode()[..]);
     }
 

@@ -989,7 +989,7 @@ fn memory_huge_read_counts_bounded() {
         Duration::from_secs(10),
     );
     assert!(
-        matches!(&r, Some(Ok(ReplyBody::Read { data, eof: true, .. })) if data == b"0123456789"),
+        matches!(&r, Some(Ok(ReplyBody::Read { data, eof: true, .. })) if &**data == b"0123456789"),
         "READ count=u32::MAX of a 10-byte file: {r:?}"
     );
 }
@@ -1293,7 +1293,7 @@ fn idle_connections_cannot_exhaust_file_descriptors() {
         Duration::from_secs(5),
     );
     assert!(
-        matches!(&r, Some(Ok(ReplyBody::Read { data, .. })) if data == b"alice data"),
+        matches!(&r, Some(Ok(ReplyBody::Read { data, .. })) if &**data == b"alice data"),
         "READ on an existing connection failed with {} idle connections open: {r:?}",
         idle.len()
     );

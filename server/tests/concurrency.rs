@@ -279,7 +279,7 @@ fn one_stream_sealed_on_several_workers_arrives_whole_and_in_order() {
             match reply.result {
                 Ok(ReplyBody::Read { data: got, .. }) => {
                     let at = offset as usize;
-                    assert_eq!(got, &data[at..at + chunk as usize], "bytes at {offset}");
+                    assert_eq!(&*got, &data[at..at + chunk as usize], "bytes at {offset}");
                 }
                 other => panic!("READ at {offset}: {other:?}"),
             }

@@ -6,14 +6,14 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::sync::Arc;
 
-use protocol::{FileHandle, NfsStatus, StableHow};
+use protocol::{Data, FileHandle, NfsStatus, StableHow};
 use tokio::task::JoinHandle;
 
 use super::Client;
 use super::error::SessionError;
 
 /// An outstanding READ of a bulk transfer: its offset and the task doing it.
-type ReadTask = (u64, JoinHandle<Result<(Vec<u8>, bool), SessionError>>);
+type ReadTask = (u64, JoinHandle<Result<(Data, bool), SessionError>>);
 
 /// An outstanding WRITE of a bulk transfer: (write verifier, bytes) when done.
 type WriteTask = JoinHandle<Result<([u8; 8], u64), SessionError>>;
@@ -67,7 +67,7 @@ impl Client {
                 return Err(e.into());
             }
             let got = data.len() as u64;
-            self.inner.recycle(data);
+            self.inner.recycle(data.into_buffer());
             total += got;
             offset += got;
             if eof || got == 0 {

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use protocol::handshake::{Completed, DriveError};
 use protocol::record::HEADER_LEN;
 use protocol::{
-    ClientHandshake, LoginSigner, NfsStatus, RecordReader, RecordStart, ReplyBody, Request,
+    ClientHandshake, LoginSigner, NfsStatus, Opened, RecordReader, RecordStart, ReplyBody, Request,
     RequestOp, ServerMessage, WriteHead, max_io_size,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 
 use super::error::{ConnectError, ProtocolError, SessionError, status_message};
 use super::handshake;
-use super::{Client, Inner, Invalidation};
+use super::{Client, Inner, Invalidation, REUSE_ABOVE};
 use crate::identity::Identity;
 
 /// Where a reply goes: the caller waiting for its id.
@@ -389,8 +389,21 @@ async fn read_records(
 ) {
     loop {
         loop {
-            let rec = match reader.next_record() {
-                Ok(Some(r)) => r,
+            // A large record (a READ reply) alone in the receive buffer brings the buffer
+            // with it, which becomes the reply's data; the reader goes on in a kept buffer.
+            let spare = |len| {
+                client
+                    .upgrade()
+                    .map(|inner| inner.buffer_for(len))
+                    .unwrap_or_default()
+            };
+            let decoded = match reader.next_record_or_buffer(REUSE_ABOVE, || spare(REUSE_ABOVE)) {
+                Ok(Some(Opened::Buffer { buf, payload })) => {
+                    ServerMessage::decode_owned(buf, payload)
+                }
+                Ok(Some(Opened::InPlace(rec))) => {
+                    ServerMessage::decode_reusing(rec, spare(rec.len()))
+                }
                 Ok(None) => break,
                 Err(e) => {
                     tracing::warn!(%server, error = %e, "bad record; closing");
@@ -398,11 +411,7 @@ async fn read_records(
                     return;
                 }
             };
-            let spare = client
-                .upgrade()
-                .map(|inner| inner.buffer_for(rec.len()))
-                .unwrap_or_default();
-            match ServerMessage::decode_reusing(rec, spare) {
+            match decoded {
                 Ok(ServerMessage::Reply(r)) => {
                     let w = pending.lock().waiters.remove(&r.id);
                     if let Some(w) = w {

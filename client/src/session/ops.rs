@@ -2,7 +2,7 @@
 //! operation's kind, and keeps the attribute cache in step with what the reply says.
 
 use protocol::{
-    Attr, CreateHow, DirEntryPlus, FileHandle, FsStat, NewObject, Proc, ReplyBody, RequestOp,
+    Attr, CreateHow, Data, DirEntryPlus, FileHandle, FsStat, NewObject, Proc, ReplyBody, RequestOp,
     SetAttr, StableHow, WriteHead,
 };
 
@@ -134,7 +134,7 @@ impl Client {
         fh: &FileHandle,
         offset: u64,
         count: u32,
-    ) -> Result<(Vec<u8>, bool), SessionError> {
+    ) -> Result<(Data, bool), SessionError> {
         let (rmax, _) = self.io_sizes().await?;
         let op = RequestOp::Read {
             fh: *fh,

@@ -177,7 +177,7 @@ fn serve_read(id: u64, offset: u64, count: u32, size: u64) -> Out {
         Ok(ReplyBody::Read {
             attr: None,
             eof: end >= size,
-            data,
+            data: data.into(),
         }),
     )
 }
@@ -214,7 +214,7 @@ async fn replies_out_of_order_reach_their_callers() {
             .unwrap()
             .unwrap()
             .unwrap();
-        assert_eq!(data, content(i as u64 * 1000, 100));
+        assert_eq!(&*data, content(i as u64 * 1000, 100));
     }
 }
 
@@ -316,7 +316,7 @@ async fn broken_stream_retries_idempotent_and_refuses_the_rest() {
     .await;
     let c = Client::new(&f.name, None, quick());
     let (data, eof) = c.read(&FH, 0, 100).await.unwrap();
-    assert_eq!((data, eof), (content(0, 10), true));
+    assert_eq!((&*data, eof), (&content(0, 10)[..], true));
     assert_eq!(f.conns.load(Ordering::SeqCst), 2, "reconnected once");
     let e = c.remove(&FH, b"x", false).await.unwrap_err();
     assert!(matches!(e, SessionError::NotRetried { .. }), "{e}");
@@ -655,7 +655,7 @@ async fn timed_out_request_is_retried_on_an_answering_connection() {
         .await
         .expect("the request hung")
         .unwrap();
-    assert_eq!((data, eof), (content(0, 10), true));
+    assert_eq!((&*data, eof), (&content(0, 10)[..], true));
     assert_eq!(f.conns.load(Ordering::SeqCst), 2, "reconnected once");
     assert_eq!(c.authno().await.unwrap(), 7, "logged in again");
 }

@@ -332,7 +332,11 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
             .prop_map(|(attr, target)| ReplyBody::ReadLink { attr, target })
             .boxed(),
         (opt_attr(), any::<bool>(), bytes(300))
-            .prop_map(|(attr, eof, data)| ReplyBody::Read { attr, eof, data })
+            .prop_map(|(attr, eof, data)| ReplyBody::Read {
+                attr,
+                eof,
+                data: data.into(),
+            })
             .boxed(),
         (opt_attr(), any::<u32>(), stable(), verifier())
             .prop_map(|(attr, count, committed, verifier)| ReplyBody::Write {

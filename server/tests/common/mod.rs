@@ -318,7 +318,7 @@ impl Client {
         count: u32,
     ) -> Result<(Vec<u8>, bool), NfsStatus> {
         match self.call(a, RequestOp::Read { fh, offset, count })? {
-            ReplyBody::Read { data, eof, .. } => Ok((data, eof)),
+            ReplyBody::Read { data, eof, .. } => Ok((data.to_vec(), eof)),
             other => panic!("unexpected {other:?}"),
         }
     }
