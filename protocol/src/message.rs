@@ -537,6 +537,18 @@ mod tests {
         assert!(Request::decode_owned(buf.clone(), 0..buf.len()).is_err());
     }
 
+    /// The data of a successful READ reply.
+    fn read_data(msg: ServerMessage) -> Data {
+        let ServerMessage::Reply(Reply {
+            result: Ok(ReplyBody::Read { data, .. }),
+            ..
+        }) = msg
+        else {
+            panic!("not a READ reply");
+        };
+        data
+    }
+
     #[test]
     fn server_message_decode_owned_keeps_the_buffer_as_read_data() {
         let wire = read_reply(b"some file bytes");
@@ -546,16 +558,14 @@ mod tests {
         let (ptr, len) = (buf.as_ptr(), buf.len());
         let msg = ServerMessage::decode_owned(buf, 4..4 + wire.len()).unwrap();
         assert_eq!(msg, ServerMessage::decode(&wire).unwrap());
-        let ServerMessage::Reply(Reply {
-            result: Ok(ReplyBody::Read { data, .. }),
-            ..
-        }) = msg
-        else {
-            panic!("not a READ reply");
-        };
+        let data = read_data(msg);
         assert_eq!(&*data, b"some file bytes");
         let whole = data.into_buffer();
-        assert_eq!((whole.as_ptr(), whole.len()), (ptr, len), "not copied, nor cut");
+        assert_eq!(
+            (whole.as_ptr(), whole.len()),
+            (ptr, len),
+            "not copied, nor cut"
+        );
         // Other messages decode as from a slice.
         let inv = ServerMessage::Invalidate(Invalidate {
             fh: FileHandle::from_slice(&[3; crate::handle::HANDLE_LEN]).unwrap(),
@@ -577,13 +587,7 @@ mod tests {
         let ptr = spare.as_ptr();
         let msg = ServerMessage::decode_reusing(&wire, spare).unwrap();
         assert_eq!(msg, ServerMessage::decode(&wire).unwrap());
-        let ServerMessage::Reply(Reply {
-            result: Ok(ReplyBody::Read { data, .. }),
-            ..
-        }) = msg
-        else {
-            panic!("not a READ reply");
-        };
+        let data = read_data(msg);
         assert_eq!(&*data, b"some file bytes");
         assert_eq!(data.as_ptr(), ptr, "the spare allocation holds the data");
         // A spare with old contents is cleared first; other messages ignore it.
