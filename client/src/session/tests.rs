@@ -145,6 +145,26 @@ fn content(offset: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A COMMIT reply, with the verifier of [`write_ok`].
+fn commit_ok(id: u64) -> Out {
+    reply(
+        id,
+        Ok(ReplyBody::Commit {
+            attr: None,
+            verifier: [1; 8],
+        }),
+    )
+}
+
+/// The fake server's file: `data` written at `offset`, the file growing to hold it.
+fn store(file: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let end = offset as usize + data.len();
+    if file.len() < end {
+        file.resize(end, 0);
+    }
+    file[offset as usize..end].copy_from_slice(data);
+}
+
 /// A WRITE reply taking `count` bytes, always with the same verifier.
 fn write_ok(id: u64, count: usize) -> Out {
     reply(
@@ -418,13 +438,7 @@ async fn bulk_read_and_write_use_a_window_and_survive_short_replies() {
         }
         RequestOp::Commit { .. } => {
             let mut out: Vec<Out> = std::mem::take(&mut held);
-            out.push(reply(
-                req.id,
-                Ok(ReplyBody::Commit {
-                    attr: None,
-                    verifier: [1; 8],
-                }),
-            ));
+            out.push(commit_ok(req.id));
             out
         }
         _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
@@ -469,17 +483,10 @@ async fn a_bulk_write_lost_with_its_connection_is_read_from_the_file_again() {
         // sent sealed in place, so they must be read from the file and sealed anew.
         RequestOp::Write { offset, .. } if conn == 0 && offset >= 1 << 20 => vec![Out::Close],
         RequestOp::Write { offset, data, .. } => {
-            let mut g = w.lock();
-            g[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+            store(&mut w.lock(), offset, &data);
             vec![write_ok(req.id, data.len())]
         }
-        RequestOp::Commit { .. } => vec![reply(
-            req.id,
-            Ok(ReplyBody::Commit {
-                attr: None,
-                verifier: [1; 8],
-            }),
-        )],
+        RequestOp::Commit { .. } => vec![commit_ok(req.id)],
         _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
     }))
     .await;
@@ -503,21 +510,10 @@ async fn a_bulk_write_of_a_file_that_grows_copies_it_to_its_new_end() {
     let w = written.clone();
     let f = fake(Box::new(move |_, req| match req.op {
         RequestOp::Write { offset, data, .. } => {
-            let mut g = w.lock();
-            let end = offset as usize + data.len();
-            if g.len() < end {
-                g.resize(end, 0);
-            }
-            g[offset as usize..end].copy_from_slice(&data);
+            store(&mut w.lock(), offset, &data);
             vec![write_ok(req.id, data.len())]
         }
-        RequestOp::Commit { .. } => vec![reply(
-            req.id,
-            Ok(ReplyBody::Commit {
-                attr: None,
-                verifier: [1; 8],
-            }),
-        )],
+        RequestOp::Commit { .. } => vec![commit_ok(req.id)],
         _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
     }))
     .await;
