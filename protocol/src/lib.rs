@@ -84,7 +84,7 @@ pub use handshake::{
 pub use keys::{ServerKeypair, UserKeypair, UserPublicKey};
 pub use login::{ANONYMOUS, AuthTable, LoginArgs, LoginSigner, LoginVerifier, VerifiedLogin};
 pub use message::{
-    Invalidate, Reply, Request, ServerMessage, WriteHead, encode_read_reply_into,
+    Invalidate, Reply, Request, ServerMessage, WriteHead, encode_read_reply_at,
     encode_write_request_at, encode_write_request_into, max_io_size, read_reply_data_offset,
     write_request_data_offset,
 };

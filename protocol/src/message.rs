@@ -12,7 +12,7 @@
 //! arrive). Each record holds exactly one message; decoding rejects trailing bytes.
 //!
 //! The bulk data of READ replies and WRITE requests is the tail of its record, so a server can
-//! read file bytes straight into the record buffer ([`encode_read_reply_into`]) and seal them in
+//! read file bytes straight into the record buffer ([`encode_read_reply_at`]) and seal them in
 //! place, and a client can do the same for WRITE ([`encode_write_request_into`]).
 
 use std::ops::Range;
@@ -221,44 +221,52 @@ impl Reply {
     }
 }
 
-/// Appends a successful READ reply whose data `fill` appends straight to `buf`: the data is the
-/// tail of the record, so a server can read file bytes into the record buffer (e.g. with
-/// `buf.resize` and `FileExt::read_at`, or `Read::read_to_end` on a `take`) and seal in place.
+/// Encodes a successful READ reply at `at` of `buf` whose data, at most `max` bytes, `fill`
+/// writes straight into the buffer: a server reads file bytes into its reply record this way
+/// and seals it in place, with no copy. `fill` returns how many bytes it wrote and whether
+/// they reach the end of the file. The data starts [`read_reply_data_offset`] bytes after
+/// `at`.
 ///
-/// `fill` returns whether the read reached the end of the file. On error `buf` is restored.
-pub fn encode_read_reply_into<E>(
+/// The buffer contract is [`encode_write_request_at`]'s: bytes before `at` are kept (zeros
+/// where `buf` was shorter), everything from `at` on is replaced, and a recycled buffer need
+/// not be cleared first: only the part beyond its old length is zeroed before `fill` sees it,
+/// so a server reusing its sent replies' buffers never pays for zeroing the data area. Returns
+/// the data length (at most `max`), or `fill`'s error, in which case `buf` holds no reply.
+pub fn encode_read_reply_at<E>(
     buf: &mut Vec<u8>,
+    at: usize,
     id: u64,
     attr: Option<&Attr>,
-    fill: impl FnOnce(&mut Vec<u8>) -> Result<bool, E>,
-) -> Result<(), E> {
-    let start = buf.len();
-    xdr::put_u32(buf, KIND_REPLY);
-    xdr::put_u64(buf, id);
-    xdr::put_u32(buf, NFS3_OK);
-    xdr::put_u32(buf, Proc::Read.code());
-    encode_opt_attr(buf, attr);
-    let eof_at = buf.len();
-    xdr::put_bool(buf, false);
-    xdr::put_u32(buf, 0);
-    let data_start = buf.len();
-    let eof = match fill(buf) {
-        Ok(eof) => eof,
+    max: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(usize, bool), E>,
+) -> Result<usize, E> {
+    let mut fields = Vec::with_capacity(READ_REPLY_OVERHEAD);
+    xdr::put_u32(&mut fields, KIND_REPLY);
+    xdr::put_u64(&mut fields, id);
+    xdr::put_u32(&mut fields, NFS3_OK);
+    xdr::put_u32(&mut fields, Proc::Read.code());
+    encode_opt_attr(&mut fields, attr);
+    let data_at = at + fields.len() + 8;
+    debug_assert_eq!(data_at - at, read_reply_data_offset(attr));
+    buf.resize(data_at + max, 0);
+    let (len, eof) = match fill(&mut buf[data_at..]) {
+        Ok((n, eof)) => (n.min(max), eof),
         Err(e) => {
-            buf.truncate(start);
+            buf.truncate(at);
             return Err(e);
         }
     };
-    assert!(buf.len() >= data_start, "fill removed bytes it did not add");
-    let len = buf.len() - data_start;
     let len32 = u32::try_from(len).expect("READ data longer than 4 GiB");
+    let eof_at = at + fields.len();
+    buf[at..eof_at].copy_from_slice(&fields);
     buf[eof_at..eof_at + 4].copy_from_slice(&u32::from(eof).to_be_bytes());
-    buf[eof_at + 4..data_start].copy_from_slice(&len32.to_be_bytes());
+    buf[eof_at + 4..data_at].copy_from_slice(&len32.to_be_bytes());
+    buf.truncate(data_at + len);
     xdr::put_padding(buf, len);
-    Ok(())
+    Ok(len)
 }
 
-/// Where the data of a READ reply built by [`encode_read_reply_into`] starts, counted from
+/// Where the data of a READ reply built by [`encode_read_reply_at`] starts, counted from
 /// where the encoding starts: a server can place the record so that the data, which the
 /// kernel copies in from the page cache, starts on a cache-line boundary (a copy to an
 /// unaligned destination costs several times more on some CPUs).
@@ -411,22 +419,59 @@ mod tests {
     }
 
     #[test]
-    fn read_reply_data_starts_where_announced() {
+    fn a_read_reply_filled_in_a_stale_buffer_carries_only_the_filled_data() {
         for attr in [None, Some(Attr::test_file(5, 1000))] {
-            let mut buf = vec![0xAA; 3];
-            encode_read_reply_into(&mut buf, 1, attr.as_ref(), |b| {
-                b.extend_from_slice(b"DATA");
-                Ok::<_, ()>(true)
+            let expected = ServerMessage::Reply(Reply {
+                id: 9,
+                result: Ok(ReplyBody::Read {
+                    attr,
+                    eof: true,
+                    data: b"fresh".to_vec().into(),
+                }),
+            })
+            .encode();
+            // A recycled buffer: longer than the reply, full of an earlier record's bytes.
+            let mut buf = vec![0xAA; 4096];
+            let n = encode_read_reply_at(&mut buf, 3, 9, attr.as_ref(), 1000, |dst| {
+                assert_eq!(dst.len(), 1000, "fill is offered exactly max bytes");
+                dst[..5].copy_from_slice(b"fresh");
+                Ok::<_, ()>((5, true))
             })
             .unwrap();
-            let at = 3 + read_reply_data_offset(attr.as_ref());
+            assert_eq!(n, 5);
+            assert_eq!(&buf[..3], &[0xAA; 3], "bytes before `at` are kept");
             assert_eq!(
-                &buf[at..at + 4],
-                b"DATA",
-                "with attributes: {}",
-                attr.is_some()
+                &buf[3..],
+                &expected[..],
+                "the reply, padded, and nothing else"
             );
+            let at = 3 + read_reply_data_offset(attr.as_ref());
+            assert_eq!(&buf[at..at + 5], b"fresh", "attributes: {}", attr.is_some());
         }
+
+        // Not at the end of the file, and a fill that claims more than it was offered.
+        let mut buf = Vec::new();
+        let n = encode_read_reply_at(&mut buf, 0, 1, None, 8, |dst| {
+            dst.copy_from_slice(b"12345678");
+            Ok::<_, ()>((9, false))
+        })
+        .unwrap();
+        assert_eq!(n, 8);
+        match ServerMessage::decode(&buf).unwrap() {
+            ServerMessage::Reply(Reply {
+                result: Ok(ReplyBody::Read { eof, data, .. }),
+                ..
+            }) => assert_eq!((eof, &*data), (false, &b"12345678"[..])),
+            other => panic!("{other:?}"),
+        }
+
+        // Beyond a short buffer's end: the gap is zeros, and fill's error leaves no reply.
+        let mut short = vec![1u8; 2];
+        let err = encode_read_reply_at(&mut short, 6, 1, None, 64, |_| Err("unreadable"));
+        assert_eq!(
+            (err, short.as_slice()),
+            (Err("unreadable"), &[1u8, 1, 0, 0, 0, 0][..])
+        );
     }
 
     #[test]

@@ -178,7 +178,7 @@ pub enum ReplyBody {
         target: Vec<u8>,
     },
     /// READ. On the wire `data` is the tail of the record, see
-    /// [`crate::message::encode_read_reply_into`].
+    /// [`crate::message::encode_read_reply_at`].
     Read {
         /// Attributes.
         attr: Option<Attr>,

@@ -49,10 +49,10 @@ proptest! {
         eof in any::<bool>(),
         data in common::bytes(300),
     ) {
-        let mut fast = vec![0xee; 3]; // the helper appends after existing bytes
-        encode_read_reply_into::<()>(&mut fast, id, attr.as_ref(), |buf| {
-            buf.extend_from_slice(&data);
-            Ok(eof)
+        let mut fast = vec![0xee; 3]; // the helper keeps the bytes before `at`
+        encode_read_reply_at::<()>(&mut fast, 3, id, attr.as_ref(), data.len(), |buf| {
+            buf.copy_from_slice(&data);
+            Ok((data.len(), eof))
         })
         .unwrap();
         let msg = ServerMessage::Reply(Reply { id, result: Ok(ReplyBody::Read { attr, eof, data: data.into() }) });
@@ -107,10 +107,10 @@ proptest! {
 }
 
 #[test]
-fn read_reply_helper_restores_buffer_on_error() {
+fn read_reply_helper_leaves_no_reply_on_error() {
     let mut buf = vec![1, 2, 3];
-    let r = encode_read_reply_into(&mut buf, 9, None, |b| {
-        b.extend_from_slice(b"partial");
+    let r = encode_read_reply_at(&mut buf, 3, 9, None, 100, |b| {
+        b[..7].copy_from_slice(b"partial");
         Err("disk on fire")
     });
     assert_eq!(r, Err("disk on fire"));
@@ -157,9 +157,8 @@ fn max_io_size_fits_a_record() {
         let mut sealer = Sealer::new(&[0; 32], max);
         let mut out = Vec::new();
         let start = sealer.begin(&mut out);
-        encode_read_reply_into::<()>(&mut out, u64::MAX, Some(&attr), |b| {
-            b.resize(b.len() + n, 0);
-            Ok(true)
+        encode_read_reply_at::<()>(&mut out, 4, u64::MAX, Some(&attr), n, |b| {
+            Ok((b.len(), true))
         })
         .unwrap();
         sealer.finish(&mut out, start).unwrap();

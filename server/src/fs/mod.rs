@@ -79,7 +79,7 @@ pub trait AsyncStorage: Send + Sync + 'static {
     fn submit(&self, ctx: OpCtx, op: RequestOp, done: Done<Outcome>);
     /// READ of a verified handle: `done` runs in `color` (the client connection's, where the
     /// record is sealed) with the reply record for request `read.req_id`, laid out as
-    /// [`protocol::encode_read_reply_into`] writes it after a 4-byte gap for the record
+    /// [`protocol::encode_read_reply_at`] writes it after a 4-byte gap for the record
     /// header. The reply is decoded and copied there too, in parallel with other connections.
     fn submit_read(
         &self,

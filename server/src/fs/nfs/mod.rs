@@ -1060,13 +1060,19 @@ impl Inner {
                     let data = r.opaque(count as usize, "data")?;
                     // The record: a 4-byte gap for the record header, the reply, data last.
                     let mut buf = Vec::with_capacity(4 + 160 + data.len() + 16);
-                    buf.extend_from_slice(&[0; 4]);
                     let attr = leased(attr, lease);
-                    let _ =
-                        protocol::encode_read_reply_into(&mut buf, req_id, attr.as_ref(), |b| {
-                            b.extend_from_slice(data);
-                            Ok::<bool, std::convert::Infallible>(eof)
-                        });
+                    let filled = protocol::encode_read_reply_at(
+                        &mut buf,
+                        protocol::record::HEADER_LEN,
+                        req_id,
+                        attr.as_ref(),
+                        data.len(),
+                        |b| {
+                            b.copy_from_slice(data);
+                            Ok::<_, std::convert::Infallible>((data.len(), eof))
+                        },
+                    );
+                    let Ok(_) = filled;
                     Ok(Ok(buf))
                 });
                 done(r.and_then(|r| r))
