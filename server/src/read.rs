@@ -529,6 +529,12 @@ mod tests {
         assert!(blocking.buf.ends_with(&data[9_000..]));
         let past_end = read_reply(Vec::new(), 1, &f, 20_000, 100, 0, false).unwrap();
         assert!(past_end.buf.len() - past_end.start < 200);
+        // Sealing appends the tag without moving the record.
+        let (ptr, start, mut record) = (r.buf.as_ptr(), r.start, r.buf);
+        protocol::Sealer::new(&[1; 32], 1 << 20)
+            .finish(&mut record, protocol::RecordStart::at(start))
+            .unwrap();
+        assert_eq!(record.as_ptr(), ptr, "the buffer had no room for the tag");
     }
 
     /// Where the data of a reply record starts in its buffer.
