@@ -142,6 +142,8 @@ struct Config {
 struct Sample {
     mb_per_s: f64,
     server_cpu_s_per_gb: f64,
+    /// The kernel's share of the server's CPU time.
+    server_system_share: Option<f64>,
     client_cpu_s_per_gb: f64,
     serial_fraction: Option<f64>,
 }
@@ -160,6 +162,9 @@ struct Row {
     /// For peer rows: sfsd `mp` throughput divided by this row's, at the same CPU count.
     mp_over_this: Option<f64>,
     server_cpu_s_per_gb: f64,
+    /// The kernel's share of `server_cpu_s_per_gb` (system calls, the page-cache copy, and
+    /// loopback TCP, whose receiving side runs inside the server's sends).
+    server_system_share: Option<f64>,
     /// The load clients' CPU per byte (they frame replies without opening them unless
     /// `--verify`; sftp clients decrypt everything).
     client_cpu_s_per_gb: f64,
@@ -323,7 +328,12 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         }
     }
 
-    let rows = summarise(&configs, &samples, &ctx, cipher.seal_cpu_s_per_gb);
+    let rows = summarise(
+        &configs,
+        &samples,
+        (ctx.clients, ctx.machine_cpus),
+        cipher.seal_cpu_s_per_gb,
+    );
     print_table(&rows);
     if let Some(path) = &args.json {
         crate::report::write_json_lines(path, &rows)?;
@@ -419,9 +429,9 @@ fn measure_sftp(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sam
             .sum::<Duration>()
     };
     std::thread::sleep(ctx.warmup);
-    let (b0, t0, c0, k0) = (bytes(), Instant::now(), sshd.cpu_time(), client_cpu());
+    let (b0, t0, c0, k0) = (bytes(), Instant::now(), sshd.cpu_times(), client_cpu());
     std::thread::sleep(ctx.duration);
-    let (b1, t1, c1, k1) = (bytes(), Instant::now(), sshd.cpu_time(), client_cpu());
+    let (b1, t1, c1, k1) = (bytes(), Instant::now(), sshd.cpu_times(), client_cpu());
     drop(clients);
     drop(sshd);
     if b1 == b0 {
@@ -430,7 +440,8 @@ fn measure_sftp(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sam
     let moved = (b1 - b0) as f64;
     Ok(Sample {
         mb_per_s: moved / 1e6 / (t1 - t0).as_secs_f64(),
-        server_cpu_s_per_gb: c1.saturating_sub(c0).as_secs_f64() / (moved / 1e9),
+        server_cpu_s_per_gb: c1.since(c0).total().as_secs_f64() / (moved / 1e9),
+        server_system_share: c1.since(c0).system_share(),
         client_cpu_s_per_gb: k1.saturating_sub(k0).as_secs_f64() / (moved / 1e9),
         serial_fraction: None,
     })
@@ -488,7 +499,12 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
         }));
     }
     std::thread::sleep(ctx.warmup);
-    let cpu = |servers: &[Server]| servers.iter().map(|s| s.cpu_time()).sum::<Duration>();
+    let cpu = |servers: &[Server]| {
+        servers
+            .iter()
+            .map(Server::cpu_times)
+            .sum::<crate::procs::CpuTimes>()
+    };
     let mine = crate::cputime::process_cpu_time;
     let (b0, t0, c0, k0) = (
         progress.bytes.load(Relaxed),
@@ -520,14 +536,22 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
     let fractions: Vec<f64> = stats.iter().filter_map(|s| s.serial_fraction).collect();
     Ok(Sample {
         mb_per_s: bytes / 1e6 / (t1 - t0).as_secs_f64(),
-        server_cpu_s_per_gb: (c1 - c0).as_secs_f64() / (bytes / 1e9).max(1e-9),
+        server_cpu_s_per_gb: c1.since(c0).total().as_secs_f64() / (bytes / 1e9).max(1e-9),
+        server_system_share: c1.since(c0).system_share(),
         client_cpu_s_per_gb: k1.saturating_sub(k0).as_secs_f64() / (bytes / 1e9).max(1e-9),
         serial_fraction: (!fractions.is_empty())
             .then(|| fractions.iter().sum::<f64>() / fractions.len() as f64),
     })
 }
 
-fn summarise(configs: &[Config], samples: &[Vec<Sample>], ctx: &Bench, cipher: f64) -> Vec<Row> {
+/// One row per configuration: medians over its samples and the ratios between rows.
+/// `(clients, machine_cpus)`: the load's shape, for the notes.
+fn summarise(
+    configs: &[Config],
+    samples: &[Vec<Sample>],
+    (clients, machine_cpus): (usize, usize),
+    cipher: f64,
+) -> Vec<Row> {
     let med = |i: usize| median(&samples[i].iter().map(|s| s.mb_per_s).collect::<Vec<_>>());
     let find = |mode: Mode, cpus: usize| {
         configs
@@ -550,10 +574,14 @@ fn summarise(configs: &[Config], samples: &[Vec<Sample>], ctx: &Bench, cipher: f
             let per_gb =
                 |f: fn(&Sample) -> f64| median(&samples[i].iter().map(f).collect::<Vec<_>>());
             let server_cpu = per_gb(|s| s.server_cpu_s_per_gb);
+            let system: Vec<f64> = samples[i]
+                .iter()
+                .filter_map(|s| s.server_system_share)
+                .collect();
             Row {
                 mode: config.mode,
                 cpus: config.cpus,
-                clients: ctx.clients,
+                clients,
                 reps: samples[i].len(),
                 mb_per_s: mb,
                 mb_per_s_min: lo,
@@ -568,12 +596,13 @@ fn summarise(configs: &[Config], samples: &[Vec<Sample>], ctx: &Bench, cipher: f
                     .and_then(|_| find(Mode::Mp, config.cpus))
                     .map(|j| med(j) / mb),
                 server_cpu_s_per_gb: server_cpu,
+                server_system_share: (!system.is_empty()).then(|| median(&system)),
                 client_cpu_s_per_gb: per_gb(|s| s.client_cpu_s_per_gb),
                 cipher_seal_cpu_s_per_gb: cipher,
                 server_over_cipher: server_cpu / cipher,
                 serial_fraction: serial,
                 amdahl_bound: serial.map(|s| libcolor::amdahl_bound(s, config.cpus)),
-                clients_share_server_cpus: config.cpus >= ctx.machine_cpus,
+                clients_share_server_cpus: config.cpus >= machine_cpus,
             }
         })
         .collect()
@@ -583,7 +612,7 @@ fn print_table(rows: &[Row]) {
     let opt =
         |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
-        "{:<23} {:>4} {:>7} {:>10} {:>21} {:>9} {:>9} {:>9} {:>11} {:>8} {:>7} {:>7}  note",
+        "{:<23} {:>4} {:>7} {:>10} {:>21} {:>9} {:>9} {:>9} {:>11} {:>8} {:>6} {:>7} {:>7}  note",
         "mode",
         "cpus",
         "clients",
@@ -594,12 +623,13 @@ fn print_table(rows: &[Row]) {
         "mp/this",
         "cpu-s/GB",
         "x cipher",
+        "kern%",
         "serial%",
         "amdahl"
     );
     for r in rows {
         println!(
-            "{:<23} {:>4} {:>7} {:>10.0} {:>10.0} - {:<8.0} {:>9} {:>9} {:>9} {:>11.2} {:>8.2} {:>7} {:>7}  {}",
+            "{:<23} {:>4} {:>7} {:>10.0} {:>10.0} - {:<8.0} {:>9} {:>9} {:>9} {:>11.2} {:>8.2} {:>6} {:>7} {:>7}  {}",
             r.mode.name(),
             r.cpus,
             r.clients,
@@ -611,6 +641,7 @@ fn print_table(rows: &[Row]) {
             opt(r.mp_over_this, 2),
             r.server_cpu_s_per_gb,
             r.server_over_cipher,
+            opt(r.server_system_share.map(|s| s * 100.0), 0),
             opt(r.serial_fraction.map(|s| s * 100.0), 1),
             opt(r.amdahl_bound, 2),
             if r.clients_share_server_cpus {
@@ -633,6 +664,63 @@ fn human_bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sample(mb_per_s: f64, server_cpu_s_per_gb: f64, system: Option<f64>) -> Sample {
+        Sample {
+            mb_per_s,
+            server_cpu_s_per_gb,
+            server_system_share: system,
+            client_cpu_s_per_gb: 0.1,
+            serial_fraction: None,
+        }
+    }
+
+    #[test]
+    fn rows_hold_medians_and_the_ratios_between_configurations() {
+        let configs = [
+            Config {
+                mode: Mode::Uni,
+                cpus: 1,
+            },
+            Config {
+                mode: Mode::Mp,
+                cpus: 2,
+            },
+            Config {
+                mode: Mode::Ncopy,
+                cpus: 2,
+            },
+        ];
+        let samples = vec![
+            vec![sample(100.0, 1.0, Some(0.4)), sample(120.0, 3.0, Some(0.6))],
+            vec![
+                sample(180.0, 0.9, Some(0.5)),
+                sample(150.0, 0.7, Some(0.7)),
+                sample(210.0, 0.8, Some(0.9)),
+            ],
+            vec![sample(200.0, 0.8, None)],
+        ];
+        let rows = summarise(&configs, &samples, (4, 2), 0.4);
+        let uni = &rows[0];
+        assert_eq!(
+            (uni.mb_per_s, uni.mb_per_s_min, uni.mb_per_s_max),
+            (110.0, 100.0, 120.0)
+        );
+        assert_eq!(uni.server_cpu_s_per_gb, 2.0);
+        assert_eq!(uni.server_over_cipher, 5.0);
+        assert!((uni.server_system_share.unwrap() - 0.5).abs() < 1e-12);
+        assert!(!uni.clients_share_server_cpus);
+        let mp = &rows[1];
+        assert_eq!(mp.mb_per_s, 180.0);
+        assert_eq!(mp.speedup_vs_uni1, Some(180.0 / 110.0));
+        assert_eq!(mp.mp_over_ncopy, Some(0.9));
+        assert_eq!(mp.server_cpu_s_per_gb, 0.8);
+        assert_eq!(mp.server_system_share, Some(0.7));
+        assert!(mp.clients_share_server_cpus);
+        assert_eq!((mp.clients, mp.reps), (4, 3));
+        assert_eq!(rows[2].server_system_share, None, "no share measured");
+        assert_eq!(rows[2].mp_over_ncopy, None);
+    }
 
     #[test]
     fn sizes_parse_with_units() {

@@ -162,7 +162,12 @@ impl Server {
 
     /// User + system CPU time of the server process (all threads), from /proc.
     pub fn cpu_time(&self) -> Duration {
-        process_cpu_time(self.child.id()).unwrap_or_default()
+        self.cpu_times().total()
+    }
+
+    /// The server process's CPU time (all threads), user and system apart.
+    pub fn cpu_times(&self) -> crate::procs::CpuTimes {
+        crate::procs::cpu_times(self.child.id()).unwrap_or_default()
     }
 
     /// SIGTERM, wait (kill after a timeout), and parse the `sfsd-stats:` line if printed.

@@ -153,9 +153,14 @@ impl Sshd {
 
     /// CPU time of sshd and every process it forked (one per connection).
     pub fn cpu_time(&self) -> Duration {
+        self.cpu_times().total()
+    }
+
+    /// The same, user and system apart.
+    pub fn cpu_times(&self) -> crate::procs::CpuTimes {
         process_tree(self.child.id())
             .into_iter()
-            .filter_map(super::servers::process_cpu_time)
+            .filter_map(crate::procs::cpu_times)
             .sum()
     }
 
