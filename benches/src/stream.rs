@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::cipher::{self, CipherCost};
 use crate::cputime::children_cpu_time;
+use crate::procs::CpuTimes;
 use crate::read::servers::{self, Server};
 use crate::read::{BENCH_USER, DATA_FILE, parse_size, prepare_exports, sftp};
 use crate::report::{median, spread};
@@ -83,6 +84,8 @@ struct Config {
 struct Sample {
     mb_per_s: f64,
     server_cpu_s_per_gb: f64,
+    /// The kernel's share of the server's CPU time.
+    server_system_share: Option<f64>,
     client_cpu_s_per_gb: f64,
 }
 
@@ -97,6 +100,9 @@ struct Row {
     mb_per_s_min: f64,
     mb_per_s_max: f64,
     server_cpu_s_per_gb: f64,
+    /// The kernel's share of `server_cpu_s_per_gb` (system calls, page-cache copies, and
+    /// loopback TCP, whose receiving side runs inside the sender's sends).
+    server_system_share: Option<f64>,
     client_cpu_s_per_gb: f64,
     /// The record layer's own seal and open cost, measured in this run.
     cipher: CipherCost,
@@ -332,7 +338,8 @@ fn measure(setup: &Setup, c: Config) -> anyhow::Result<Sample> {
     let gb = setup.size as f64 / 1e9;
     Ok(Sample {
         mb_per_s: setup.size as f64 / 1e6 / wall.as_secs_f64(),
-        server_cpu_s_per_gb: server_cpu.as_secs_f64() / gb,
+        server_cpu_s_per_gb: server_cpu.total().as_secs_f64() / gb,
+        server_system_share: server_cpu.system_share(),
         client_cpu_s_per_gb: client_cpu.as_secs_f64() / gb,
     })
 }
@@ -373,7 +380,7 @@ impl Measured {
 /// 20 ms of their life).
 struct CpuSampler {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Duration>,
+    thread: std::thread::JoinHandle<CpuTimes>,
 }
 
 impl CpuSampler {
@@ -381,11 +388,11 @@ impl CpuSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let thread = std::thread::spawn(move || {
-            let mut first: HashMap<u32, Duration> = HashMap::new();
-            let mut last: HashMap<u32, Duration> = HashMap::new();
+            let mut first: HashMap<u32, CpuTimes> = HashMap::new();
+            let mut last: HashMap<u32, CpuTimes> = HashMap::new();
             loop {
                 for pid in processes() {
-                    if let Some(t) = crate::procs::cpu_time(pid) {
+                    if let Some(t) = crate::procs::cpu_times(pid) {
                         first.entry(pid).or_insert(t);
                         last.insert(pid, t);
                     }
@@ -395,14 +402,12 @@ impl CpuSampler {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            last.iter()
-                .map(|(pid, t)| t.saturating_sub(first[pid]))
-                .sum()
+            last.iter().map(|(pid, t)| t.since(first[pid])).sum()
         });
         CpuSampler { stop, thread }
     }
 
-    fn finish(self) -> Duration {
+    fn finish(self) -> CpuTimes {
         self.stop.store(true, Ordering::Release);
         self.thread.join().unwrap_or_default()
     }
@@ -424,6 +429,10 @@ fn summarise(
             let (lo, hi) = spread(&rates);
             let mb = median(&rates);
             let server = med(i, |s| s.server_cpu_s_per_gb);
+            let system: Vec<f64> = samples[i]
+                .iter()
+                .filter_map(|s| s.server_system_share)
+                .collect();
             let own_cipher = match c.direction {
                 Direction::Get => cipher.seal_cpu_s_per_gb,
                 Direction::Put => cipher.open_cpu_s_per_gb,
@@ -441,6 +450,7 @@ fn summarise(
                 mb_per_s_min: lo,
                 mb_per_s_max: hi,
                 server_cpu_s_per_gb: server,
+                server_system_share: (!system.is_empty()).then(|| median(&system)),
                 client_cpu_s_per_gb: med(i, |s| s.client_cpu_s_per_gb),
                 cipher: *cipher,
                 server_over_cipher: server / own_cipher,
@@ -455,20 +465,21 @@ fn summarise(
 
 fn print_table(rows: &[Row], cipher: &CipherCost) {
     println!(
-        "{:<6} {:<4} {:>4} {:>8} {:>17} {:>10} {:>10} {:>9} {:>8}",
+        "{:<6} {:<4} {:>4} {:>8} {:>17} {:>10} {:>6} {:>10} {:>9} {:>8}",
         "tool",
         "dir",
         "cpus",
         "MB/s",
         "spread (min-max)",
         "srv s/GB",
+        "kern%",
         "cli s/GB",
         "srv/ciph",
         "sfs/this"
     );
     for r in rows {
         println!(
-            "{:<6} {:<4} {:>4} {:>8.0} {:>8.0} - {:<6.0} {:>10.2} {:>10.2} {:>9.2} {:>8}",
+            "{:<6} {:<4} {:>4} {:>8.0} {:>8.0} - {:<6.0} {:>10.2} {:>6} {:>10.2} {:>9.2} {:>8}",
             format!("{:?}", r.tool).to_lowercase(),
             format!("{:?}", r.direction).to_lowercase(),
             r.server_cpus,
@@ -476,6 +487,8 @@ fn print_table(rows: &[Row], cipher: &CipherCost) {
             r.mb_per_s_min,
             r.mb_per_s_max,
             r.server_cpu_s_per_gb,
+            r.server_system_share
+                .map_or("-".into(), |v| format!("{:.0}", v * 100.0)),
             r.client_cpu_s_per_gb,
             r.server_over_cipher,
             r.sfs_over_this.map_or("-".into(), |v| format!("{v:.2}")),
