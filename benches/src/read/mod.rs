@@ -671,7 +671,7 @@ mod tests {
             server_cpu_s_per_gb,
             server_system_share: system,
             client_cpu_s_per_gb: 0.1,
-            serial_fraction: None,
+            serial_fraction: system.map(|s| s / 2.0),
         }
     }
 
@@ -690,6 +690,10 @@ mod tests {
                 mode: Mode::Ncopy,
                 cpus: 2,
             },
+            Config {
+                mode: Mode::SftpChacha20,
+                cpus: 2,
+            },
         ];
         let samples = vec![
             vec![sample(100.0, 1.0, Some(0.4)), sample(120.0, 3.0, Some(0.6))],
@@ -699,6 +703,7 @@ mod tests {
                 sample(210.0, 0.8, Some(0.9)),
             ],
             vec![sample(200.0, 0.8, None)],
+            vec![sample(60.0, 4.0, None)],
         ];
         let rows = summarise(&configs, &samples, (4, 2), 0.4);
         let uni = &rows[0];
@@ -716,10 +721,18 @@ mod tests {
         assert_eq!(mp.mp_over_ncopy, Some(0.9));
         assert_eq!(mp.server_cpu_s_per_gb, 0.8);
         assert_eq!(mp.server_system_share, Some(0.7));
+        assert_eq!(mp.serial_fraction, Some(0.35));
+        assert_eq!(mp.mp_over_this, None);
         assert!(mp.clients_share_server_cpus);
         assert_eq!((mp.clients, mp.reps), (4, 3));
         assert_eq!(rows[2].server_system_share, None, "no share measured");
         assert_eq!(rows[2].mp_over_ncopy, None);
+        assert_eq!(rows[2].serial_fraction, None);
+        assert_eq!(
+            rows[3].mp_over_this,
+            Some(3.0),
+            "mp moves 3x what the peer does"
+        );
     }
 
     #[test]
