@@ -86,7 +86,7 @@ impl SlotState {
     }
 
     /// Whether a worker owns the slot (for diagnostics and tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn is_running(&self) -> bool {
         self.0.load(Acquire) & RUNNING != 0
     }
