@@ -144,6 +144,8 @@ struct Sample {
     server_cpu_s_per_gb: f64,
     /// The kernel's share of the server's CPU time.
     server_system_share: Option<f64>,
+    /// NFS-Ganesha's CPU per byte, with `--backend nfs` (not in `server_cpu_s_per_gb`).
+    backend_cpu_s_per_gb: Option<f64>,
     client_cpu_s_per_gb: f64,
     serial_fraction: Option<f64>,
 }
@@ -165,6 +167,8 @@ struct Row {
     /// The kernel's share of `server_cpu_s_per_gb` (system calls, the page-cache copy, and
     /// loopback TCP, whose receiving side runs inside the server's sends).
     server_system_share: Option<f64>,
+    /// With `--backend nfs`: NFS-Ganesha's CPU per byte, besides sfsd's.
+    backend_cpu_s_per_gb: Option<f64>,
     /// The load clients' CPU per byte (they frame replies without opening them unless
     /// `--verify`; sftp clients decrypt everything).
     client_cpu_s_per_gb: f64,
@@ -442,6 +446,7 @@ fn measure_sftp(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sam
         mb_per_s: moved / 1e6 / (t1 - t0).as_secs_f64(),
         server_cpu_s_per_gb: c1.since(c0).total().as_secs_f64() / (moved / 1e9),
         server_system_share: c1.since(c0).system_share(),
+        backend_cpu_s_per_gb: None,
         client_cpu_s_per_gb: k1.saturating_sub(k0).as_secs_f64() / (moved / 1e9),
         serial_fraction: None,
     })
@@ -506,18 +511,21 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
             .sum::<crate::procs::CpuTimes>()
     };
     let mine = crate::cputime::process_cpu_time;
-    let (b0, t0, c0, k0) = (
+    let backend = || ctx.ganesha.as_ref().map(ganesha::Ganesha::cpu_times);
+    let (b0, t0, c0, k0, g0) = (
         progress.bytes.load(Relaxed),
         Instant::now(),
         cpu(&servers),
         mine(),
+        backend(),
     );
     std::thread::sleep(ctx.duration);
-    let (b1, t1, c1, k1) = (
+    let (b1, t1, c1, k1, g1) = (
         progress.bytes.load(Relaxed),
         Instant::now(),
         cpu(&servers),
         mine(),
+        backend(),
     );
     progress.stop.store(true, Relaxed);
     let mut failure = None;
@@ -538,6 +546,9 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
         mb_per_s: bytes / 1e6 / (t1 - t0).as_secs_f64(),
         server_cpu_s_per_gb: c1.since(c0).total().as_secs_f64() / (bytes / 1e9).max(1e-9),
         server_system_share: c1.since(c0).system_share(),
+        backend_cpu_s_per_gb: g0
+            .zip(g1)
+            .map(|(g0, g1)| g1.since(g0).total().as_secs_f64() / (bytes / 1e9).max(1e-9)),
         client_cpu_s_per_gb: k1.saturating_sub(k0).as_secs_f64() / (bytes / 1e9).max(1e-9),
         serial_fraction: (!fractions.is_empty())
             .then(|| fractions.iter().sum::<f64>() / fractions.len() as f64),
@@ -566,18 +577,15 @@ fn summarise(
             let rates: Vec<f64> = samples[i].iter().map(|s| s.mb_per_s).collect();
             let (lo, hi) = spread(&rates);
             let mb = median(&rates);
-            let serial: Vec<f64> = samples[i]
-                .iter()
-                .filter_map(|s| s.serial_fraction)
-                .collect();
-            let serial = (!serial.is_empty()).then(|| median(&serial));
             let per_gb =
                 |f: fn(&Sample) -> f64| median(&samples[i].iter().map(f).collect::<Vec<_>>());
             let server_cpu = per_gb(|s| s.server_cpu_s_per_gb);
-            let system: Vec<f64> = samples[i]
-                .iter()
-                .filter_map(|s| s.server_system_share)
-                .collect();
+            // The median of a measure the samples may not have.
+            let median_of = |f: fn(&Sample) -> Option<f64>| {
+                let v: Vec<f64> = samples[i].iter().filter_map(f).collect();
+                (!v.is_empty()).then(|| median(&v))
+            };
+            let serial = median_of(|s| s.serial_fraction);
             Row {
                 mode: config.mode,
                 cpus: config.cpus,
@@ -596,7 +604,8 @@ fn summarise(
                     .and_then(|_| find(Mode::Mp, config.cpus))
                     .map(|j| med(j) / mb),
                 server_cpu_s_per_gb: server_cpu,
-                server_system_share: (!system.is_empty()).then(|| median(&system)),
+                server_system_share: median_of(|s| s.server_system_share),
+                backend_cpu_s_per_gb: median_of(|s| s.backend_cpu_s_per_gb),
                 client_cpu_s_per_gb: per_gb(|s| s.client_cpu_s_per_gb),
                 cipher_seal_cpu_s_per_gb: cipher,
                 server_over_cipher: server_cpu / cipher,
@@ -644,13 +653,21 @@ fn print_table(rows: &[Row]) {
             opt(r.server_system_share.map(|s| s * 100.0), 0),
             opt(r.serial_fraction.map(|s| s * 100.0), 1),
             opt(r.amdahl_bound, 2),
-            if r.clients_share_server_cpus {
-                "clients share the server's CPUs"
-            } else {
-                ""
-            }
+            row_note(r),
         );
     }
+}
+
+/// The note column: what the numbers do not show.
+fn row_note(r: &Row) -> String {
+    let mut notes = Vec::new();
+    if r.clients_share_server_cpus {
+        notes.push("clients share the server's CPUs".to_string());
+    }
+    if let Some(g) = r.backend_cpu_s_per_gb {
+        notes.push(format!("NFS-Ganesha: {g:.2} cpu-s/GB more"));
+    }
+    notes.join("; ")
 }
 
 fn human_bytes(n: u64) -> String {
@@ -670,6 +687,7 @@ mod tests {
             mb_per_s,
             server_cpu_s_per_gb,
             server_system_share: system,
+            backend_cpu_s_per_gb: system.map(|s| s * 10.0),
             client_cpu_s_per_gb: 0.1,
             serial_fraction: system.map(|s| s / 2.0),
         }
@@ -722,6 +740,13 @@ mod tests {
         assert_eq!(mp.server_cpu_s_per_gb, 0.8);
         assert_eq!(mp.server_system_share, Some(0.7));
         assert_eq!(mp.serial_fraction, Some(0.35));
+        assert_eq!(mp.backend_cpu_s_per_gb, Some(7.0));
+        assert_eq!(
+            row_note(mp),
+            "clients share the server's CPUs; NFS-Ganesha: 7.00 cpu-s/GB more"
+        );
+        assert_eq!(row_note(&rows[2]), "clients share the server's CPUs");
+        assert_eq!(rows[2].backend_cpu_s_per_gb, None);
         assert_eq!(mp.mp_over_this, None);
         assert!(mp.clients_share_server_cpus);
         assert_eq!((mp.clients, mp.reps), (4, 3));
