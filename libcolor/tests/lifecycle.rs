@@ -1,4 +1,4 @@
-//! Stopping, panics, overload shedding and statistics.
+//! Stopping, panics, overload shedding, priorities and statistics.
 
 mod common;
 
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
-use libcolor::{Color, Error, Runtime};
+use libcolor::{Color, Error, QueueMode, Runtime};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -119,6 +119,88 @@ fn overloaded_queue_runs_the_drop_alternative_in_order() {
     // The queue held the poller plus earlier tasks; roughly the first 9 fit.
     assert!((8..=10).contains(&served), "served {served}: {log:?}");
     assert_eq!(stats.workers[0].shed as usize, 30 - served);
+}
+
+/// The multiprocessor runtime sheds by the depth of the color's own FIFO: a color that posts
+/// 30 callbacks to itself in one turn keeps the first `threshold` and sheds the rest, in
+/// order, while the other worker stays free.
+#[test]
+fn multiprocessor_sheds_by_the_depth_of_the_colors_own_queue() {
+    for (name, builder) in [
+        ("mp2", Runtime::builder().workers(2)),
+        ("mp2-nosteal", Runtime::builder().workers(2).stealing(false)),
+    ] {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log2 = log.clone();
+        let stats = common::run_bounded(name, builder.overload_threshold(10), LIMIT, move |h| {
+            let h2 = h.clone();
+            h.cpucb(Color(1), move || {
+                for i in 0..30u32 {
+                    let (a, b) = (log2.clone(), log2.clone());
+                    h2.cpucb_or_shed(
+                        Color(1),
+                        move || a.lock().unwrap().push((i, true)),
+                        move || b.lock().unwrap().push((i, false)),
+                    );
+                }
+                let h3 = h2.clone();
+                h2.cpucb(Color(1), move || h3.stop());
+            });
+        })
+        .unwrap();
+        let log = log.lock().unwrap();
+        let expected: Vec<(u32, bool)> = (0..30).map(|i| (i, i < 10)).collect();
+        assert_eq!(
+            *log, expected,
+            "{name}: the first 10 run, the rest shed, in order"
+        );
+        let shed: u64 = stats.workers.iter().map(|w| w.shed).sum();
+        assert_eq!(shed, 20, "{name}");
+    }
+}
+
+/// A color posted with a positive priority runs before colors queued earlier without one (the
+/// multiprocessor runtime's priority injector, served first), and a priority never reorders
+/// one color's callbacks.
+#[test]
+fn multiprocessor_runs_a_priority_color_before_earlier_ones() {
+    for (name, builder) in [
+        ("mp1", Runtime::builder().workers(1)),
+        (
+            "mp1-shared",
+            Runtime::builder().workers(1).queue_mode(QueueMode::Shared),
+        ),
+    ] {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log2 = log.clone();
+        common::run_bounded(name, builder, LIMIT, move |h| {
+            let h2 = h.clone();
+            h.cpucb(Color(1), move || {
+                let left = Arc::new(AtomicUsize::new(11));
+                let post = |color: u32, seq: u32, priority: i8| {
+                    let (log, left, h) = (log2.clone(), left.clone(), h2.clone());
+                    h2.cpucb_with_priority(Color(color), priority, move || {
+                        log.lock().unwrap().push((color, seq));
+                        if left.fetch_sub(1, SeqCst) == 1 {
+                            h.stop();
+                        }
+                    });
+                };
+                for c in 2..=9 {
+                    post(c, 0, 0);
+                }
+                post(10, 0, 0);
+                post(10, 1, 5); // behind color 10's first callback, whatever its priority
+                post(11, 0, 5);
+            });
+        })
+        .unwrap();
+        let log = log.lock().unwrap();
+        assert_eq!(log.len(), 11, "{name}: {log:?}");
+        assert_eq!(log[0], (11, 0), "{name}: the priority color first: {log:?}");
+        let tens: Vec<_> = log.iter().filter(|(c, _)| *c == 10).collect();
+        assert_eq!(tens, [&(10, 0), &(10, 1)], "{name}: one color's order kept");
+    }
 }
 
 #[test]
