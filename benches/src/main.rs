@@ -35,9 +35,19 @@ enum Command {
     Tasks(tasks::TasksArgs),
     /// Read throughput of the libasync-smp paper Figure 10: K clients reading a cached file from sfsd with
     /// 1..N CPUs, as one multiprocessor server, the uniprocessor baseline, and N copies.
+    ///
+    /// Columns: median MB/s and its spread; speedup over `uni` on 1 CPU; `mp/ncopy` at the
+    /// same CPU count; `mp/this` (sfsd over a peer); the server's CPU-seconds per GB; that
+    /// over the cipher's own cost measured in this run (`x cipher`); the kernel's share of the
+    /// server's CPU (`kern%`); the busiest color's share of callback time (`serial%`) and the
+    /// Amdahl bound it implies. benches/README.md explains each mode.
     Read(read::ReadArgs),
     /// One client, one stream: `sfs get`/`put` of a cached file beside OpenSSH sftp and scp
     /// with the same cipher, MB/s and CPU-s/GB of server and client.
+    ///
+    /// Columns: median MB/s and its spread; server and client CPU-seconds per GB; the
+    /// kernel's share of the server's CPU (`kern%`); the server's cost over the cipher's
+    /// (sealing for get, opening for put); sfs's rate over each peer's.
     Stream(stream::StreamArgs),
     /// What idle authenticated connections cost the server (resident memory per connection),
     /// and whether they slow an active reader.
