@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
-use libcolor::{Color, Error, QueueMode, Runtime};
+use libcolor::{Color, Error, Handle, QueueMode, Runtime};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -85,16 +85,12 @@ fn stop_from_another_thread() {
     }
 }
 
-#[test]
-fn overloaded_queue_runs_the_drop_alternative_in_order() {
-    let rt = Runtime::builder()
-        .uniprocessor()
-        .overload_threshold(10)
-        .build()
-        .unwrap();
-    let h = rt.handle();
-    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-    // Scheduled from inside the runtime so they land on the local queue in one burst.
+/// What ran (`true`) or was shed (`false`), by post number.
+type ShedLog = Arc<std::sync::Mutex<Vec<(u32, bool)>>>;
+
+/// From inside color 1, posts 30 sheddable callbacks to color 1 in one burst (so they queue
+/// behind the running callback), then a callback that stops the runtime.
+fn burst_of_sheddable_posts(h: &Handle, log: &ShedLog) {
     let (h2, log2) = (h.clone(), log.clone());
     h.cpucb(Color(1), move || {
         for i in 0..30u32 {
@@ -108,6 +104,17 @@ fn overloaded_queue_runs_the_drop_alternative_in_order() {
         let h3 = h2.clone();
         h2.cpucb(Color(1), move || h3.stop());
     });
+}
+
+#[test]
+fn overloaded_queue_runs_the_drop_alternative_in_order() {
+    let rt = Runtime::builder()
+        .uniprocessor()
+        .overload_threshold(10)
+        .build()
+        .unwrap();
+    let log = ShedLog::default();
+    burst_of_sheddable_posts(&rt.handle(), &log);
     let stats = rt.run().unwrap();
     let log = log.lock().unwrap();
     assert_eq!(log.len(), 30);
@@ -130,22 +137,10 @@ fn multiprocessor_sheds_by_the_depth_of_the_colors_own_queue() {
         ("mp2", Runtime::builder().workers(2)),
         ("mp2-nosteal", Runtime::builder().workers(2).stealing(false)),
     ] {
-        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = ShedLog::default();
         let log2 = log.clone();
         let stats = common::run_bounded(name, builder.overload_threshold(10), LIMIT, move |h| {
-            let h2 = h.clone();
-            h.cpucb(Color(1), move || {
-                for i in 0..30u32 {
-                    let (a, b) = (log2.clone(), log2.clone());
-                    h2.cpucb_or_shed(
-                        Color(1),
-                        move || a.lock().unwrap().push((i, true)),
-                        move || b.lock().unwrap().push((i, false)),
-                    );
-                }
-                let h3 = h2.clone();
-                h2.cpucb(Color(1), move || h3.stop());
-            });
+            burst_of_sheddable_posts(h, &log2)
         })
         .unwrap();
         let log = log.lock().unwrap();
