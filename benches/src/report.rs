@@ -15,6 +15,12 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// Median of the values a measurement produced (`None` where it had none), if any.
+pub fn median_of_present(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    let present: Vec<f64> = values.into_iter().flatten().collect();
+    (!present.is_empty()).then(|| median(&present))
+}
+
 /// (min, max) of a sample.
 pub fn spread(values: &[f64]) -> (f64, f64) {
     values
@@ -48,5 +54,10 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(spread(&[4.0, 1.0, 2.0]), (1.0, 4.0));
+        assert_eq!(
+            median_of_present([Some(3.0), None, Some(1.0), Some(2.0)]),
+            Some(2.0)
+        );
+        assert_eq!(median_of_present([None, None]), None);
     }
 }

@@ -24,7 +24,7 @@ use crate::cputime::children_cpu_time;
 use crate::procs::CpuTimes;
 use crate::read::servers::{self, Server};
 use crate::read::{BENCH_USER, DATA_FILE, parse_size, prepare_exports, sftp};
-use crate::report::{median, spread};
+use crate::report::{median, median_of_present, spread};
 
 const SSH_CIPHER: &str = sftp::CIPHERS[0];
 
@@ -429,10 +429,6 @@ fn summarise(
             let (lo, hi) = spread(&rates);
             let mb = median(&rates);
             let server = med(i, |s| s.server_cpu_s_per_gb);
-            let system: Vec<f64> = samples[i]
-                .iter()
-                .filter_map(|s| s.server_system_share)
-                .collect();
             let own_cipher = match c.direction {
                 Direction::Get => cipher.seal_cpu_s_per_gb,
                 Direction::Put => cipher.open_cpu_s_per_gb,
@@ -450,7 +446,9 @@ fn summarise(
                 mb_per_s_min: lo,
                 mb_per_s_max: hi,
                 server_cpu_s_per_gb: server,
-                server_system_share: (!system.is_empty()).then(|| median(&system)),
+                server_system_share: median_of_present(
+                    samples[i].iter().map(|s| s.server_system_share),
+                ),
                 client_cpu_s_per_gb: med(i, |s| s.client_cpu_s_per_gb),
                 cipher: *cipher,
                 server_over_cipher: server / own_cipher,

@@ -94,10 +94,7 @@ exec ganesha.nfsd -F -f '{}' -L '{}' -p /run/ganesha/ganesha.pid -N NIV_EVENT",
 
     /// CPU time of NFS-Ganesha and rpcbind (the process tree started here).
     pub fn cpu_times(&self) -> crate::procs::CpuTimes {
-        super::sftp::process_tree(self.child.id())
-            .into_iter()
-            .filter_map(crate::procs::cpu_times)
-            .sum()
+        super::sftp::process_tree_cpu_times(self.child.id())
     }
 
     /// sfsd's `--backend` URL for export `i`.

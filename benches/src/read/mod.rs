@@ -20,7 +20,7 @@ use anyhow::{Context, bail};
 use protocol::UserKeypair;
 use serde::Serialize;
 
-use crate::report::{median, spread};
+use crate::report::{median, median_of_present, spread};
 use load::{LoadConfig, Progress, Target};
 use servers::Server;
 
@@ -442,10 +442,11 @@ fn measure_sftp(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sam
         bail!("no sftp transfer completed during the window (is sshd working?)");
     }
     let moved = (b1 - b0) as f64;
+    let server = c1.since(c0);
     Ok(Sample {
         mb_per_s: moved / 1e6 / (t1 - t0).as_secs_f64(),
-        server_cpu_s_per_gb: c1.since(c0).total().as_secs_f64() / (moved / 1e9),
-        server_system_share: c1.since(c0).system_share(),
+        server_cpu_s_per_gb: server.total().as_secs_f64() / (moved / 1e9),
+        server_system_share: server.system_share(),
         backend_cpu_s_per_gb: None,
         client_cpu_s_per_gb: k1.saturating_sub(k0).as_secs_f64() / (moved / 1e9),
         serial_fraction: None,
@@ -542,10 +543,11 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
     }
     let bytes = (b1 - b0) as f64;
     let fractions: Vec<f64> = stats.iter().filter_map(|s| s.serial_fraction).collect();
+    let server = c1.since(c0);
     Ok(Sample {
         mb_per_s: bytes / 1e6 / (t1 - t0).as_secs_f64(),
-        server_cpu_s_per_gb: c1.since(c0).total().as_secs_f64() / (bytes / 1e9).max(1e-9),
-        server_system_share: c1.since(c0).system_share(),
+        server_cpu_s_per_gb: server.total().as_secs_f64() / (bytes / 1e9).max(1e-9),
+        server_system_share: server.system_share(),
         backend_cpu_s_per_gb: g0
             .zip(g1)
             .map(|(g0, g1)| g1.since(g0).total().as_secs_f64() / (bytes / 1e9).max(1e-9)),
@@ -580,11 +582,8 @@ fn summarise(
             let per_gb =
                 |f: fn(&Sample) -> f64| median(&samples[i].iter().map(f).collect::<Vec<_>>());
             let server_cpu = per_gb(|s| s.server_cpu_s_per_gb);
-            // The median of a measure the samples may not have.
-            let median_of = |f: fn(&Sample) -> Option<f64>| {
-                let v: Vec<f64> = samples[i].iter().filter_map(f).collect();
-                (!v.is_empty()).then(|| median(&v))
-            };
+            let median_of =
+                |f: fn(&Sample) -> Option<f64>| median_of_present(samples[i].iter().map(f));
             let serial = median_of(|s| s.serial_fraction);
             Row {
                 mode: config.mode,

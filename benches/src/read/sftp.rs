@@ -158,10 +158,7 @@ impl Sshd {
 
     /// The same, user and system apart.
     pub fn cpu_times(&self) -> crate::procs::CpuTimes {
-        process_tree(self.child.id())
-            .into_iter()
-            .filter_map(crate::procs::cpu_times)
-            .sum()
+        process_tree_cpu_times(self.child.id())
     }
 
     fn kill(&mut self) {
@@ -176,6 +173,14 @@ impl Drop for Sshd {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// CPU time of `pid` and all its descendants alive now.
+pub fn process_tree_cpu_times(pid: u32) -> crate::procs::CpuTimes {
+    process_tree(pid)
+        .into_iter()
+        .filter_map(crate::procs::cpu_times)
+        .sum()
 }
 
 /// `pid` and all its descendants (from /proc), parents first.
