@@ -543,17 +543,22 @@ mod tests {
         assert!(Request::decode_reusing(&null, vec![1; 10]).is_ok());
     }
 
+    /// `payload` between a record header and a tag, as it lies in a receive buffer, and where.
+    fn in_receive_buffer(payload: &[u8]) -> (Vec<u8>, Range<usize>) {
+        let mut buf = b"HEAD".to_vec();
+        buf.extend_from_slice(payload);
+        buf.extend_from_slice(b"TAG-TAG-");
+        (buf, 4..4 + payload.len())
+    }
+
     #[test]
     fn request_decode_owned_keeps_the_buffer_as_write_data() {
         let fh = FileHandle::from_slice(&[7; crate::handle::HANDLE_LEN]).unwrap();
         let mut wire = Vec::new();
         encode_write_request_into(&mut wire, 3, 1, &fh, 4096, StableHow::Unstable, b"new data");
-        // The payload between a header and a tag, as in a receive buffer.
-        let mut buf = b"HEAD".to_vec();
-        buf.extend_from_slice(&wire);
-        buf.extend_from_slice(b"TAG-TAG-");
+        let (buf, payload) = in_receive_buffer(&wire);
         let (ptr, len) = (buf.as_ptr(), buf.len());
-        let req = Request::decode_owned(buf, 4..4 + wire.len()).unwrap();
+        let req = Request::decode_owned(buf, payload).unwrap();
         assert_eq!(req, Request::decode(&wire).unwrap());
         let RequestOp::Write { data, offset, .. } = req.op else {
             panic!("not a WRITE");
@@ -597,11 +602,9 @@ mod tests {
     #[test]
     fn server_message_decode_owned_keeps_the_buffer_as_read_data() {
         let wire = read_reply(b"some file bytes");
-        let mut buf = b"HEAD".to_vec();
-        buf.extend_from_slice(&wire);
-        buf.extend_from_slice(b"TAG-TAG-");
+        let (buf, payload) = in_receive_buffer(&wire);
         let (ptr, len) = (buf.as_ptr(), buf.len());
-        let msg = ServerMessage::decode_owned(buf, 4..4 + wire.len()).unwrap();
+        let msg = ServerMessage::decode_owned(buf, payload).unwrap();
         assert_eq!(msg, ServerMessage::decode(&wire).unwrap());
         let data = read_data(msg);
         assert_eq!(&*data, b"some file bytes");
