@@ -13,8 +13,12 @@ use crate::xdr::{self, Reader};
 /// A new object made by CREATE, MKDIR, SYMLINK or MKNOD.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewObject {
-    /// Its handle.
-    pub fh: FileHandle,
+    /// Its handle; absent when the object was made but the server could not then look it up
+    /// (out of descriptors, or the name already gone again). The operation succeeded all
+    /// the same: the client LOOKUPs the name for the handle, as with NFSv3's optional
+    /// `post_op_fh3`. An error answer would be wrong, since a retry would find the name
+    /// taken (by the object the first try made).
+    pub fh: Option<FileHandle>,
     /// Its attributes.
     pub attr: Option<Attr>,
     /// The directory's attributes after the operation.
@@ -257,14 +261,14 @@ pub enum ReplyBody {
 }
 
 fn encode_new(buf: &mut Vec<u8>, o: &NewObject) {
-    put_fh(buf, &o.fh);
+    xdr::put_option(buf, o.fh.as_ref(), put_fh);
     encode_opt_attr(buf, o.attr.as_ref());
     encode_opt_attr(buf, o.dir_attr.as_ref());
 }
 
 fn decode_new(r: &mut Reader<'_>) -> Result<NewObject, DecodeError> {
     Ok(NewObject {
-        fh: get_fh(r)?,
+        fh: r.option("handle follows", get_fh)?,
         attr: decode_opt_attr(r)?,
         dir_attr: decode_opt_attr(r)?,
     })

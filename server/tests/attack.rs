@@ -1182,22 +1182,6 @@ fn idle_authenticated_connection_times_out() {
 // ---------------------------------------------------------------------------------------------
 // 11. The open-file limit is raised and respected.
 
-fn with_nofile(cmd: &mut std::process::Command, soft: u64, hard: u64) {
-    // SAFETY: setrlimit is async-signal-safe; the closure only touches the child's limits.
-    unsafe {
-        cmd.pre_exec(move || {
-            let r = libc::rlimit {
-                rlim_cur: soft,
-                rlim_max: hard,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
 fn soft_nofile_of(pid: u32) -> u64 {
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
     let line = limits

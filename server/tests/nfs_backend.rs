@@ -268,7 +268,7 @@ fn backend_restart_gives_jukebox_then_everything_is_back() {
         )
         .unwrap()
     {
-        ReplyBody::Create(n) => n.fh,
+        ReplyBody::Create(n) => n.fh.expect("CREATE returned the file's handle"),
         other => panic!("unexpected {other:?}"),
     };
     // FILE_SYNC: acknowledged as stable.

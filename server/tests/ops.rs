@@ -245,7 +245,7 @@ fn namespace_ops() {
         )
         .unwrap()
     {
-        ReplyBody::Symlink(o) => o.fh,
+        ReplyBody::Symlink(o) => o.fh.expect("SYMLINK returned the link's handle"),
         o => panic!("{o:?}"),
     };
     assert_eq!(c.getattr(a, s).unwrap().ftype, FileType::Symlink);
@@ -426,7 +426,7 @@ fn symlink_times_are_the_links_own() {
         )
         .unwrap()
     {
-        ReplyBody::Symlink(o) => o.fh,
+        ReplyBody::Symlink(o) => o.fh.expect("SYMLINK returned the link's handle"),
         o => panic!("{o:?}"),
     };
     let t = |s| {

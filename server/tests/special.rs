@@ -83,6 +83,7 @@ fn rename2(
 fn fifos_and_sockets_are_made_as_the_caller_and_never_opened() {
     let (area, _s, mut c, alice, _root_user, root) = setup();
     let fifo = mknod(&mut c, alice, root, "pipe", SpecialKind::Fifo, 0o640).unwrap();
+    let fifo_fh = fifo.fh.expect("MKNOD returned the FIFO's handle");
     let sock = mknod(&mut c, alice, root, "sock", SpecialKind::Socket, 0o600).unwrap();
     let fa = fifo.attr.expect("attributes of the new FIFO");
     assert_eq!((fa.ftype, fa.mode & 0o7777), (FileType::Fifo, 0o640));
@@ -103,26 +104,34 @@ fn fifos_and_sockets_are_made_as_the_caller_and_never_opened() {
             .is_socket()
     );
     // The handle looks the FIFO up again.
-    assert_eq!(c.lookup(alice, root, "pipe").unwrap(), fifo.fh);
-    assert_eq!(c.getattr(alice, fifo.fh).unwrap().ftype, FileType::Fifo);
+    assert_eq!(c.lookup(alice, root, "pipe").unwrap(), fifo_fh);
+    assert_eq!(c.getattr(alice, fifo_fh).unwrap().ftype, FileType::Fifo);
 
     // Data operations are refused at once: opening a FIFO with no writer would block a
     // storage thread forever.
     let started = Instant::now();
-    assert_eq!(c.read(alice, fifo.fh, 0, 10), Err(NfsStatus::Inval));
-    assert_eq!(c.write(alice, fifo.fh, 0, b"x"), Err(NfsStatus::Inval));
+    assert_eq!(c.read(alice, fifo_fh, 0, 10), Err(NfsStatus::Inval));
+    assert_eq!(c.write(alice, fifo_fh, 0, b"x"), Err(NfsStatus::Inval));
     assert!(
         c.call(
             alice,
             RequestOp::Commit {
-                fh: fifo.fh,
+                fh: fifo_fh,
                 offset: 0,
                 count: 0
             }
         )
         .is_err()
     );
-    assert_eq!(c.read(alice, sock.fh, 0, 10), Err(NfsStatus::Inval));
+    assert_eq!(
+        c.read(
+            alice,
+            sock.fh.expect("MKNOD returned the socket's handle"),
+            0,
+            10
+        ),
+        Err(NfsStatus::Inval)
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
 
     // An existing name, or a bad one, is refused.
@@ -186,14 +195,15 @@ fn device_nodes_only_where_the_kernel_allows_the_caller() {
     match local {
         Ok(()) => {
             let o = remote.expect("root makes a device node");
+            let fh = o.fh.expect("MKNOD returned the node's handle");
             let a = o.attr.unwrap();
             assert_eq!((a.ftype, a.rdev), (FileType::Char, (1, 3)));
             let m = std::fs::symlink_metadata(area.export().join("null")).unwrap();
             assert!(m.file_type().is_char_device());
             assert_eq!(m.rdev(), rustix::fs::makedev(1, 3));
             // Never opened for data, even /dev/null's twin.
-            assert_eq!(c.read(root_user, o.fh, 0, 10), Err(NfsStatus::Inval));
-            assert_eq!(c.write(root_user, o.fh, 0, b"x"), Err(NfsStatus::Inval));
+            assert_eq!(c.read(root_user, fh, 0, 10), Err(NfsStatus::Inval));
+            assert_eq!(c.write(root_user, fh, 0, b"x"), Err(NfsStatus::Inval));
             let b = mknod(
                 &mut c,
                 root_user,

@@ -286,7 +286,7 @@ impl Client {
             how,
         };
         let_reply!(self, ReplyBody::Create(o) = self.call(op).await?);
-        self.new_object(o).await
+        self.new_object(dir, name, o).await
     }
 
     /// MKDIR.
@@ -303,7 +303,7 @@ impl Client {
             attr,
         };
         let_reply!(self, ReplyBody::Mkdir(o) = self.call(op).await?);
-        self.new_object(o).await
+        self.new_object(dir, name, o).await
     }
 
     /// SYMLINK.
@@ -322,7 +322,7 @@ impl Client {
             target: target.to_vec(),
         };
         let_reply!(self, ReplyBody::Symlink(o) = self.call(op).await?);
-        self.new_object(o).await
+        self.new_object(dir, name, o).await
     }
 
     /// The handle and attributes of an object just made (asked for when the reply has none).
@@ -343,16 +343,27 @@ impl Client {
             attr,
         };
         let_reply!(self, ReplyBody::Mknod(o) = self.call(op).await?);
-        self.new_object(o).await
+        self.new_object(dir, name, o).await
     }
 
-    async fn new_object(&self, o: NewObject) -> Result<(FileHandle, Attr), SessionError> {
+    /// The handle and attributes of the object just made as `name` in `dir`: from the reply,
+    /// or, when the server made it but could not look it up, from a LOOKUP (which, unlike the
+    /// operation that made it, can be retried).
+    async fn new_object(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        o: NewObject,
+    ) -> Result<(FileHandle, Attr), SessionError> {
+        let Some(fh) = o.fh else {
+            return self.lookup(dir, name).await;
+        };
         match o.attr {
             Some(a) => {
-                self.inner.cache.put(o.fh, a);
-                Ok((o.fh, a))
+                self.inner.cache.put(fh, a);
+                Ok((fh, a))
             }
-            None => Ok((o.fh, self.getattr_fresh(&o.fh).await?)),
+            None => Ok((fh, self.getattr_fresh(&fh).await?)),
         }
     }
 

@@ -723,3 +723,41 @@ fn bulk_windows_are_sized_in_bytes_within_the_request_bounds() {
     };
     assert_eq!(narrow.requests_in_flight(1 << 20), 1, "`window` wins");
 }
+
+#[tokio::test]
+async fn an_object_made_without_a_handle_is_looked_up() {
+    const DIR: FileHandle = FileHandle::from_bytes([3; 48]);
+    let lookups = Arc::new(Mutex::new(Vec::new()));
+    let seen = lookups.clone();
+    let f = fake(Box::new(move |_, req| match req.op {
+        // Made, but the server could not look it up (out of descriptors): no handle.
+        RequestOp::Mkdir { .. } => vec![reply(
+            req.id,
+            Ok(ReplyBody::Mkdir(protocol::NewObject {
+                fh: None,
+                attr: None,
+                dir_attr: None,
+            })),
+        )],
+        RequestOp::Lookup { dir, name } => {
+            seen.lock().push((dir, name));
+            vec![reply(
+                req.id,
+                Ok(ReplyBody::Lookup {
+                    fh: FH,
+                    attr: Some(attr(0, 60_000)),
+                    dir_attr: None,
+                }),
+            )]
+        }
+        _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let (fh, a) = c
+        .mkdir(&DIR, b"new", protocol::SetAttr::default())
+        .await
+        .unwrap();
+    assert_eq!((fh, a), (FH, attr(0, 60_000)));
+    assert_eq!(*lookups.lock(), vec![(DIR, b"new".to_vec())]);
+}

@@ -266,7 +266,8 @@ pub fn request() -> impl Strategy<Value = Request> {
 }
 
 fn new_object() -> impl Strategy<Value = NewObject> {
-    (fh(), opt_attr(), opt_attr()).prop_map(|(fh, attr, dir_attr)| NewObject { fh, attr, dir_attr })
+    (proptest::option::of(fh()), opt_attr(), opt_attr())
+        .prop_map(|(fh, attr, dir_attr)| NewObject { fh, attr, dir_attr })
 }
 
 fn dir_entry() -> impl Strategy<Value = DirEntry> {

@@ -261,7 +261,7 @@ impl Client {
                 how,
             },
         )? {
-            ReplyBody::Create(o) => Ok(o.fh),
+            ReplyBody::Create(o) => Ok(o.fh.expect("CREATE returned the file's handle")),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -284,7 +284,7 @@ impl Client {
                 },
             },
         )? {
-            ReplyBody::Mkdir(o) => Ok(o.fh),
+            ReplyBody::Mkdir(o) => Ok(o.fh.expect("MKDIR returned the directory's handle")),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -606,4 +606,22 @@ pub fn own(p: &Path, uid: u32, gid: u32, mode: u32) {
         .unwrap_or_else(|e| panic!("chown {}: {e}", p.display()));
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
         .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()));
+}
+
+/// Sets the open-file limits the server process starts with (for [`Area::start_with`]).
+pub fn with_nofile(cmd: &mut Command, soft: u64, hard: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe; the closure only touches the child's limits.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }

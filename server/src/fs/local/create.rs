@@ -167,13 +167,13 @@ impl LocalFs {
                         .map_err(|e| io_status(&e))?;
                 }
                 let new = self.new_object(ctx, d, &o, out);
-                out.changed.push((o.key, new.fh, new.attr));
+                out.changed.push((o.key, self.fh(&o), new.attr));
                 Ok(ReplyBody::Create(new))
             }
         }
     }
 
-    /// MKDIR; the new directory is looked up once for its handle.
+    /// MKDIR; the new directory is looked up once for its handle ([`LocalFs::made`]).
     pub(super) fn mkdir(
         &self,
         ctx: &OpCtx,
@@ -187,8 +187,7 @@ impl LocalFs {
         let n = new_component(name)?;
         let mode = attr.mode.unwrap_or(0o755) & 0o7777;
         rustix::fs::mkdirat(&d.fd, n, Mode::from_raw_mode(mode)).map_err(errno)?;
-        let o = self.child(&d, n)?;
-        Ok(ReplyBody::Mkdir(self.new_object(ctx, &d, &o, out)))
+        Ok(ReplyBody::Mkdir(self.made(ctx, &d, n, out)))
     }
 
     /// SYMLINK: the link holds `target` as text; the server never follows it.
@@ -207,8 +206,7 @@ impl LocalFs {
             return Err(NfsStatus::Inval);
         }
         rustix::fs::symlinkat(OsStr::from_bytes(target), &d.fd, n).map_err(errno)?;
-        let o = self.child(&d, n)?;
-        Ok(ReplyBody::Symlink(self.new_object(ctx, &d, &o, out)))
+        Ok(ReplyBody::Symlink(self.made(ctx, &d, n, out)))
     }
 
     /// MKNOD: a FIFO, socket or device node, made with `mknodat(2)` as the caller and looked
@@ -240,8 +238,7 @@ impl LocalFs {
             ),
         };
         rustix::fs::mknodat(&d.fd, n, ftype, mode, dev).map_err(errno)?;
-        let o = self.child(&d, n)?;
-        Ok(ReplyBody::Mknod(self.new_object(ctx, &d, &o, out)))
+        Ok(ReplyBody::Mknod(self.made(ctx, &d, n, out)))
     }
 
     /// LINK: a new name in `dir` for the object `fh` (never a directory).

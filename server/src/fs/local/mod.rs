@@ -31,6 +31,7 @@ mod readdir;
 mod remove;
 mod resolve;
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -149,9 +150,32 @@ impl LocalFs {
         out.leased.push((dir.key, dir_fh));
         out.changed.push((dir.key, dir_fh, dir_attr));
         NewObject {
-            fh,
+            fh: Some(fh),
             attr: obj.fresh_attr(ctx.lease_ms),
             dir_attr,
+        }
+    }
+
+    /// The answer for an object this request made as `name` in `dir` (MKDIR, SYMLINK,
+    /// MKNOD): its handle and attributes, or, when looking it up fails after it was made (out
+    /// of descriptors, or the name already gone), success without them, which the client
+    /// follows with a LOOKUP. An error would be wrong there: the object exists, so a retry
+    /// would fail on the name the first try took.
+    fn made(&self, ctx: &OpCtx, dir: &Obj, name: &OsStr, out: &mut Outcome) -> NewObject {
+        match self.child(dir, name) {
+            Ok(obj) => self.new_object(ctx, dir, &obj, out),
+            Err(status) => {
+                tracing::debug!(?status, "made an object but could not look it up");
+                let dir_fh = self.fh(dir);
+                let dir_attr = dir.fresh_attr(ctx.lease_ms);
+                out.leased.push((dir.key, dir_fh));
+                out.changed.push((dir.key, dir_fh, dir_attr));
+                NewObject {
+                    fh: None,
+                    attr: None,
+                    dir_attr,
+                }
+            }
         }
     }
 

@@ -770,21 +770,19 @@ impl Inner {
                 Ok((fh, ops::post_op_attr(r)?, ops::wcc(r)?))
             });
             done(outcome(r, |(b, attr, dir_attr), out| {
-                let Some(b) = b else {
-                    tracing::warn!(
-                        "the NFS backend created an object without returning its handle"
-                    );
-                    return Err(NfsStatus::Io);
-                };
-                let fh = me.wrap(&b, attr.as_ref())?;
+                // NFSv3 lets the backend make the object without returning its handle: that
+                // is success without one here too, and the client LOOKUPs the name.
+                let fh = b.map(|b| me.wrap(&b, attr.as_ref())).transpose()?;
                 let (attr, dir_attr) = (leased(attr, lease), leased(dir_attr, lease));
-                let k = attr.as_ref().map(key).unwrap_or_default();
-                out.leased.push((k, fh));
                 out.leased.push((d.key, d.fh));
                 out.changed.push((d.key, d.fh, dir_attr));
-                if maybe_existing {
-                    // An UNCHECKED create may have truncated an existing file.
-                    out.changed.push((k, fh, attr));
+                if let Some(fh) = fh {
+                    let k = attr.as_ref().map(key).unwrap_or_default();
+                    out.leased.push((k, fh));
+                    if maybe_existing {
+                        // An UNCHECKED create may have truncated an existing file.
+                        out.changed.push((k, fh, attr));
+                    }
                 }
                 Ok(body(NewObject { fh, attr, dir_attr }))
             }))
