@@ -83,7 +83,7 @@ fn dir_fattr(v: &mut Vec<u8>) {
 }
 
 /// A fake NFSv3 server: MOUNT answers with a root handle, NFS answers ACCESS and GETATTR as
-/// `mode` says. Records every uid seen on NFS calls.
+/// `mode` says, and MKDIR (when good) without the new directory's handle. Records every uid seen on NFS calls.
 struct Fake {
     mount_port: u16,
     nfs_port: u16,
@@ -122,6 +122,15 @@ impl Fake {
                     while let Some((xid, proc, uid)) = read_call(&mut s) {
                         uids.lock().unwrap().push(uid);
                         let out = match mode.load(Ordering::SeqCst) {
+                            0 if proc == 9 => {
+                                // MKDIR: made, but no handle returned (NFSv3 allows it).
+                                let mut v = accepted(xid);
+                                words(&mut v, &[0, 0, 1]);
+                                dir_fattr(&mut v);
+                                words(&mut v, &[0, 1]);
+                                dir_fattr(&mut v);
+                                record(&v)
+                            }
                             0 => {
                                 let mut v = accepted(xid);
                                 words(&mut v, &[0, 1]);
@@ -166,6 +175,39 @@ impl Fake {
             self.nfs_port, self.mount_port
         )
     }
+}
+
+#[test]
+fn an_object_the_backend_made_without_its_handle_is_made() {
+    let fake = Fake::start();
+    let area = Area::new();
+    let users = area.users(&[("alice", 1, 1000, "1000")]);
+    let url = fake.url();
+    let s = area.start(&["--backend", &url, "--users", users.to_str().unwrap()]);
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    let root = c.mount(a);
+    let made = c.call(
+        a,
+        RequestOp::Mkdir {
+            dir: root,
+            name: b"made".to_vec(),
+            attr: SetAttr::default(),
+        },
+    );
+    // Success without a handle (the client LOOKUPs the name), not an error: a retry would
+    // find the name taken.
+    match made {
+        Ok(ReplyBody::Mkdir(o)) => {
+            assert_eq!(o.fh, None);
+            assert!(
+                o.dir_attr.is_some(),
+                "the directory's attributes are passed on"
+            );
+        }
+        other => panic!("MKDIR answered {other:?}"),
+    }
+    assert!(fake.uids.lock().unwrap().contains(&1000), "sent as alice");
 }
 
 fn mount_root(c: &mut Client) -> Result<ReplyBody, NfsStatus> {
