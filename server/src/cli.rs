@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// RPC connections to the NFS backend (default 2).
     #[arg(long)]
     pub backend_connections: Option<usize>,
+    /// Seconds start-up waits for an NFS backend that is not answering yet (one started at the
+    /// same time as sfsd), trying again with backoff; 0 gives up at once (default 60).
+    #[arg(long)]
+    pub backend_wait_secs: Option<u64>,
     /// Seconds an NFS backend call may stay unanswered before its connection is dropped and
     /// reopened (default 15; mainly for tests).
     #[arg(long, hide = true)]

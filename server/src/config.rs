@@ -16,6 +16,7 @@ pub struct FileConfig {
     pub backend: Option<String>,
     pub backend_connections: Option<usize>,
     pub backend_timeout_secs: Option<u64>,
+    pub backend_wait_secs: Option<u64>,
     pub listen: Option<String>,
     pub location: Option<String>,
     pub workers: Option<usize>,
@@ -62,6 +63,7 @@ pub fn merge(mut a: ServeArgs, f: FileConfig) -> ServeArgs {
         backend,
         backend_connections,
         backend_timeout_secs,
+        backend_wait_secs,
         listen,
         location,
         workers,
@@ -103,12 +105,13 @@ mod tests {
         assert!(m.read_only);
         std::fs::write(
             &p,
-            "backend = \"nfs://nas/export\"\nbackend-connections = 4\n",
+            "backend = \"nfs://nas/export\"\nbackend-connections = 4\nbackend-wait-secs = 0\n",
         )
         .unwrap();
         let m = merge(ServeArgs::default(), load(&p).unwrap());
         assert_eq!(m.backend.as_deref(), Some("nfs://nas/export"));
         assert_eq!(m.backend_connections, Some(4));
+        assert_eq!(m.backend_wait_secs, Some(0));
         std::fs::write(&p, "bogus = 1\n").unwrap();
         assert!(load(&p).is_err());
     }

@@ -164,6 +164,7 @@ fn serve(args: ServeArgs) -> Result<()> {
                 max_io,
                 read_only: settings.read_only,
                 call_timeout: backend.call_timeout,
+                start_wait: backend.start_wait,
             };
             let b = fs::nfs::NfsBackend::start(&h, &cfg, st.handle_key.clone())
                 .with_context(|| format!("starting the NFS backend {}", backend.text))?;

@@ -50,6 +50,8 @@ pub mod defaults {
     pub const BACKEND_CONNECTIONS: usize = 2;
     /// Range `--backend-connections` is clamped to.
     pub const BACKEND_CONNECTIONS_RANGE: std::ops::RangeInclusive<usize> = 1..=64;
+    /// How long start-up waits for a backend that is not answering yet.
+    pub const BACKEND_START_WAIT: Duration = Duration::from_secs(60);
     /// Time a backend call may go unanswered before its connection is dropped.
     pub const BACKEND_CALL_TIMEOUT: Duration = crate::fs::nfs::link::CALL_TIMEOUT;
 }
@@ -62,6 +64,8 @@ pub struct BackendSettings {
     pub text: String,
     pub connections: usize,
     pub call_timeout: Duration,
+    /// How long start-up waits for the backend to answer.
+    pub start_wait: Duration,
 }
 
 /// How the runtime runs its workers.
@@ -139,6 +143,9 @@ impl Settings {
                         *defaults::BACKEND_CONNECTIONS_RANGE.end(),
                     ),
                 call_timeout: secs(a.backend_timeout_secs, defaults::BACKEND_CALL_TIMEOUT),
+                start_wait: a
+                    .backend_wait_secs
+                    .map_or(defaults::BACKEND_START_WAIT, Duration::from_secs),
             }),
             None => None,
         };

@@ -124,14 +124,26 @@ fn backend_urls_and_an_absent_backend_give_clear_errors() {
     assert!(serve(&["--backend", "nfs://nas"]).contains("no export path"));
     assert!(serve(&["--backend", "nfs://nas/e?port=1"]).contains("unknown option"));
     assert!(serve(&[]).contains("--backend nfs://HOST/EXPORT is required"));
-    // Nothing listens on these ports: start-up says which step failed, and does not hang.
+    // Nothing listens on these ports: start-up waits as long as it was told, then says which
+    // step failed.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();
     drop(closed);
     let url = format!("nfs://127.0.0.1:{port}/export?mountport={port}");
-    let err = serve(&["--backend", &url]);
+    let started = std::time::Instant::now();
+    let err = serve(&["--backend", &url, "--backend-wait-secs", "1"]);
+    let took = started.elapsed();
     assert!(
-        err.contains("starting the NFS backend") && err.contains("MOUNT"),
+        err.contains("starting the NFS backend")
+            && err.contains("did not answer within 1 s")
+            && err.contains("MOUNT"),
         "{err}"
+    );
+    assert!(err.contains("not answering yet; trying again"), "{err}");
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    let err = serve(&["--backend", &url, "--backend-wait-secs", "0"]);
+    assert!(
+        err.contains("MOUNT") && !err.contains("trying again"),
+        "no wait: {err}"
     );
 }

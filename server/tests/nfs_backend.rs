@@ -95,6 +95,11 @@ impl Fake {
     fn start() -> Fake {
         let mnt = TcpListener::bind("127.0.0.1:0").unwrap();
         let nfs = TcpListener::bind("127.0.0.1:0").unwrap();
+        Fake::serve(mnt, nfs)
+    }
+
+    /// The fake on listeners already bound.
+    fn serve(mnt: TcpListener, nfs: TcpListener) -> Fake {
         let fake = Fake {
             mount_port: mnt.local_addr().unwrap().port(),
             nfs_port: nfs.local_addr().unwrap().port(),
@@ -208,6 +213,33 @@ fn an_object_the_backend_made_without_its_handle_is_made() {
         other => panic!("MKDIR answered {other:?}"),
     }
     assert!(fake.uids.lock().unwrap().contains(&1000), "sent as alice");
+}
+
+#[test]
+fn sfsd_waits_for_a_backend_that_starts_after_it() {
+    let free_port = || {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let (mount_port, nfs_port) = (free_port(), free_port());
+    let url = format!("nfs://127.0.0.1:{nfs_port}/export?mountport={mount_port}");
+    let up_after = Duration::from_millis(1500);
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(up_after);
+        let bind = |port| TcpListener::bind(("127.0.0.1", port)).unwrap();
+        Fake::serve(bind(mount_port), bind(nfs_port))
+    });
+    let area = Area::new();
+    let started = Instant::now();
+    let s = area.start(&["--backend", &url, "--anonymous-read"]);
+    assert!(
+        started.elapsed() >= up_after,
+        "serving before the backend was up"
+    );
+    let _fake = late.join().unwrap();
+    let mut c = s.connect();
+    assert!(matches!(mount_root(&mut c), Ok(ReplyBody::Mount { .. })));
+    assert!(s.log().contains("not answering yet"), "{}", s.log());
 }
 
 fn mount_root(c: &mut Client) -> Result<ReplyBody, NfsStatus> {

@@ -71,6 +71,8 @@ pub struct NfsConfig {
     pub read_only: bool,
     /// A call unanswered this long takes its connection down (its calls get JUKEBOX).
     pub call_timeout: std::time::Duration,
+    /// How long start-up waits for a backend that is not answering yet.
+    pub start_wait: std::time::Duration,
 }
 
 struct Inner {
@@ -87,9 +89,10 @@ pub struct NfsBackend {
 }
 
 impl NfsBackend {
-    /// MOUNTs the export (blocking, before the runtime runs) and starts the connections.
+    /// MOUNTs the export (blocking, before the runtime runs; waiting up to `cfg.start_wait`
+    /// for a backend that is not answering yet) and starts the connections.
     pub fn start(h: &Handle, cfg: &NfsConfig, key: HandleKey) -> anyhow::Result<NfsBackend> {
-        let m = setup::mount(&cfg.url)?;
+        let m = setup::mount_waiting(&cfg.url, cfg.start_wait)?;
         let root = BackendFh::new(&m.root_fh)?;
         tracing::info!(backend = %m.nfs_addr, export = %cfg.url.export, "mounted the NFS backend");
         let pool = Pool::start(

@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
@@ -107,7 +107,9 @@ fn call(
             .read(&mut buf)
             .with_context(|| format!("reading from {addr}"))?;
         if n == 0 {
-            bail!("{addr} closed the connection without answering");
+            return Err(
+                NotAnswering(format!("{addr} closed the connection without answering")).into(),
+            );
         }
         rr.push(&buf[..n]);
         if let Some(r) = rr.next_record()? {
@@ -133,7 +135,10 @@ fn getport(host: SocketAddr, prog: u32, vers: u32, auth: &AuthSys) -> Result<u16
     let port = Xdr::new(&body).u32("port")?;
     match u16::try_from(port) {
         Ok(p) if p != 0 => Ok(p),
-        _ => bail!("program {prog} version {vers} is not registered with the port mapper at {pm}"),
+        _ => Err(NotAnswering(format!(
+            "program {prog} version {vers} is not registered with the port mapper at {pm}"
+        ))
+        .into()),
     }
 }
 
@@ -142,6 +147,61 @@ fn getport(host: SocketAddr, prog: u32, vers: u32, auth: &AuthSys) -> Result<u16
 pub struct Mounted {
     pub nfs_addr: SocketAddr,
     pub root_fh: Vec<u8>,
+}
+
+/// The backend did not answer: nothing listens, or its program is not registered yet (an
+/// NFS server still starting), as opposed to an answer that refuses us.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct NotAnswering(String);
+
+/// Whether `e` says the backend is not up (yet), which waiting may mend.
+fn not_answering(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind as K;
+    e.chain().any(|c| {
+        c.is::<NotAnswering>()
+            || c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    K::ConnectionRefused
+                        | K::ConnectionReset
+                        | K::ConnectionAborted
+                        | K::NotConnected
+                        | K::TimedOut
+                        | K::WouldBlock
+                        | K::UnexpectedEof
+                )
+            })
+    })
+}
+
+/// [`mount`], tried again with backoff while the backend is not answering (see
+/// [`not_answering`]) for up to `wait`, so sfsd can start alongside its NFS server. An answer
+/// that refuses (MOUNT denied, a malformed reply) ends the wait at once.
+pub fn mount_waiting(url: &BackendUrl, wait: Duration) -> Result<Mounted> {
+    let started = Instant::now();
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match mount(url) {
+            Err(e) if not_answering(&e) && started.elapsed() + delay <= wait => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    waited_s = started.elapsed().as_secs(),
+                    wait_s = wait.as_secs(),
+                    "the NFS backend is not answering yet; trying again"
+                );
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(e) if not_answering(&e) && !wait.is_zero() => {
+                return Err(e.context(format!(
+                    "the backend did not answer within {} s (--backend-wait-secs)",
+                    wait.as_secs()
+                )));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Resolves the URL's host, finds the ports and MOUNTs the export (as root, the way a kernel
