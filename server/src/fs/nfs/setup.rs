@@ -251,6 +251,51 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_silence_is_waited_out() {
+        use std::io::{Error, ErrorKind};
+        let io = |k| anyhow::Error::from(Error::from(k)).context("MOUNT");
+        for k in [
+            ErrorKind::ConnectionRefused,
+            ErrorKind::ConnectionReset,
+            ErrorKind::TimedOut,
+            ErrorKind::WouldBlock,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert!(not_answering(&io(k)), "{k:?}");
+        }
+        let unregistered =
+            anyhow::Error::from(NotAnswering("not registered".into())).context("port mapper");
+        assert!(not_answering(&unregistered));
+        // Answers that refuse, and local trouble, are not waited out.
+        assert!(!not_answering(&io(ErrorKind::PermissionDenied)));
+        assert!(!not_answering(&anyhow!(
+            "MOUNT of /x refused (mountstat3 13)"
+        )));
+        assert!(!not_answering(&anyhow!("resolving nas: no address")));
+    }
+
+    #[test]
+    fn waiting_ends_at_its_limit() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let url: BackendUrl = format!("nfs://127.0.0.1:{port}/e?mountport={port}")
+            .parse()
+            .unwrap();
+        let started = Instant::now();
+        let e = mount_waiting(&url, Duration::from_millis(500)).unwrap_err();
+        let took = started.elapsed();
+        assert!(format!("{e:#}").contains("did not answer within"), "{e:#}");
+        assert!(
+            took >= Duration::from_millis(300),
+            "gave up early: {took:?}"
+        );
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        let e = mount_waiting(&url, Duration::ZERO).unwrap_err();
+        assert!(!format!("{e:#}").contains("did not answer within"), "{e:#}");
+    }
+
+    #[test]
     fn urls() {
         let u: BackendUrl = "nfs://127.0.0.1:2049/export?mountport=20048"
             .parse()
