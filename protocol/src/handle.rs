@@ -350,6 +350,72 @@ mod tests {
     }
 
     #[test]
+    fn a_wrapped_handle_whose_length_byte_lies_is_refused_even_under_a_good_mac() {
+        // Only the key's holder can make a MAC that verifies, so this is defence in depth:
+        // the length byte must agree with the handle's size, and a backend part is never empty.
+        let k = HandleKey::new([4; 32]);
+        let body = [9u8; BODY_LEN];
+        let with_good_mac = |length_byte: u8, backend: &[u8]| {
+            let mut covered = body.to_vec();
+            covered.push(length_byte);
+            covered.extend_from_slice(backend);
+            let mut m = k.mac.clone();
+            m.update(WRAPPED_HANDLE_TAG);
+            m.update(&covered);
+            covered.extend_from_slice(&m.finalize().into_bytes());
+            covered
+        };
+        let honest = with_good_mac(3, &[1, 2, 3]);
+        assert!(
+            k.verify_bytes(&honest).is_ok(),
+            "the construction itself is right"
+        );
+        for lie in [0, 2, 4, 255] {
+            let b = with_good_mac(lie, &[1, 2, 3]);
+            assert_eq!(
+                k.verify_bytes(&b),
+                Err(HandleError::BadLength(b.len())),
+                "{lie}"
+            );
+        }
+        // An empty backend part (the length byte alone) is not a handle of either layout.
+        let empty = with_good_mac(0, &[]);
+        assert_eq!(
+            k.verify(&FileHandle {
+                len: empty.len() as u8,
+                bytes: {
+                    let mut b = [0u8; MAX_HANDLE_LEN];
+                    b[..empty.len()].copy_from_slice(&empty);
+                    b
+                },
+            }),
+            Err(HandleError::BadLength(empty.len()))
+        );
+    }
+
+    #[test]
+    fn handle_bytes_round_trip_and_the_longest_handle_fits() {
+        let b: [u8; HANDLE_LEN] = std::array::from_fn(|i| i as u8 + 1);
+        assert_eq!(FileHandle::from_bytes(b).as_bytes(), &b[..]);
+        // The longest wrapped handle: 28-byte body, length byte, 64-byte backend handle, MAC.
+        assert_eq!(MAX_HANDLE_LEN, 113);
+        assert!(FileHandle::from_slice(&[1; 113]).is_ok());
+        // Debug shows a handle's bytes, and never a key's secret.
+        assert_eq!(
+            format!("{:?}", FileHandle::from_slice(&[0xab; 50]).unwrap()),
+            format!("FileHandle({})", "ab".repeat(50))
+        );
+        assert_eq!(
+            format!("{:?}", BackendFh::new(&[1, 2]).unwrap()),
+            "BackendFh(0102)"
+        );
+        let secret = [0x5a; 32];
+        let shown = format!("{:?}", HandleKey::new(secret));
+        assert_eq!(shown, "HandleKey(..)");
+        assert!(!shown.contains("5a"));
+    }
+
+    #[test]
     fn a_local_handle_is_never_read_as_a_wrapped_one() {
         // A wrapped handle whose backend part is 0 bytes would be as long as... nothing: the
         // shortest wrapped handle is 50 bytes. And the tags differ, so a local MAC never
