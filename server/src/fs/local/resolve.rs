@@ -510,6 +510,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn names_up_to_name_max_are_one_component() {
+        assert!(component(&[b'a'; NAME_MAX]).is_ok());
+        assert_eq!(
+            component(&[b'a'; NAME_MAX + 1]),
+            Err(NfsStatus::NameTooLong)
+        );
+        for bad in [&b""[..], b"a/b", b"/", b"a\0b"] {
+            assert_eq!(component(bad), Err(NfsStatus::Inval), "{bad:?}");
+        }
+        assert_eq!(new_component(b".."), Err(NfsStatus::Exist));
+        assert!(new_component(b"..a").is_ok());
+    }
+
+    /// Descriptors sfsd opens for data or listing are close-on-exec and non-blocking (a FIFO
+    /// or a leased file never holds a storage thread).
+    #[test]
+    fn reopened_and_listing_descriptors_carry_their_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        let path_fd =
+            |p: &Path| rustix::fs::open(p, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).unwrap();
+        let fd = path_fd(&dir.path().join("f"));
+        let meta = stat_fd(fd.as_fd()).unwrap();
+        let o = Obj {
+            key: (meta.dev(), meta.ino()),
+            path: PathBuf::from("f"),
+            fd,
+            meta,
+        };
+        let check = |fd: BorrowedFd<'_>| {
+            let getfd = rustix::io::fcntl_getfd(fd).unwrap();
+            assert!(getfd.contains(rustix::io::FdFlags::CLOEXEC));
+            let getfl = rustix::fs::fcntl_getfl(fd).unwrap();
+            assert!(getfl.contains(OFlags::NONBLOCK), "{getfl:?}");
+        };
+        let file = o.reopen(OFlags::RDONLY).unwrap();
+        check(file.as_fd());
+        let listing = open_dir_stream(path_fd(dir.path()).as_fd()).unwrap();
+        check(listing.fd().unwrap());
+    }
+
+    #[test]
     fn stat_fd_reads_a_borrowed_descriptor_and_leaves_it_open() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), b"12345").unwrap();
