@@ -510,6 +510,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_root_and_self_parents_are_never_recorded() {
+        let mut ix = Index::new((1, 1), 100);
+        ix.remember((1, 1), (1, 2), b"r");
+        ix.remember((1, 3), (1, 3), b"me");
+        assert_eq!(ix.len(), 0);
+        assert_eq!(ix.path((1, 1)), Some(PathBuf::new()));
+        assert_eq!(ix.path((1, 3)), None);
+    }
+
+    #[test]
+    fn walks_take_at_most_a_tenth_of_the_time() {
+        let now = Instant::now();
+        let gate = |ago: u64, took: u64| WalkGate {
+            last_end: Some(now - std::time::Duration::from_millis(ago)),
+            last_took: std::time::Duration::from_millis(took),
+        };
+        assert!(WalkGate::default().may_walk(), "the first walk");
+        assert!(!gate(500, 10).may_walk(), "at most one a second");
+        assert!(gate(1_100, 10).may_walk());
+        // A walk that took 500 ms is followed by 5 s without one.
+        assert!(!gate(2_000, 500).may_walk());
+        assert!(gate(5_100, 500).may_walk());
+    }
+
+    #[test]
     fn names_up_to_name_max_are_one_component() {
         assert!(component(&[b'a'; NAME_MAX]).is_ok());
         assert_eq!(
