@@ -40,7 +40,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use protocol::{HandleData, HandleKey, NewObject, NfsStatus, ReplyBody, RequestOp};
+use protocol::{Attr, HandleData, HandleKey, NewObject, NfsStatus, ReplyBody, RequestOp};
 use rustix::fs::OFlags;
 
 use super::creds::Switcher;
@@ -144,16 +144,22 @@ impl LocalFs {
     /// The reply part for an object made in `dir`; records the leases and the change of `dir`.
     fn new_object(&self, ctx: &OpCtx, dir: &Obj, obj: &Obj, out: &mut Outcome) -> NewObject {
         let fh = self.fh(obj);
-        let dir_fh = self.fh(dir);
-        let dir_attr = dir.fresh_attr(ctx.lease_ms);
         out.leased.push((obj.key, fh));
-        out.leased.push((dir.key, dir_fh));
-        out.changed.push((dir.key, dir_fh, dir_attr));
         NewObject {
             fh: Some(fh),
             attr: obj.fresh_attr(ctx.lease_ms),
-            dir_attr,
+            dir_attr: self.dir_grew(ctx, dir, out),
         }
+    }
+
+    /// Records that `dir` gained a name (its lease for the caller, its change for other
+    /// holders) and returns its new attributes.
+    fn dir_grew(&self, ctx: &OpCtx, dir: &Obj, out: &mut Outcome) -> Option<Attr> {
+        let dir_fh = self.fh(dir);
+        let dir_attr = dir.fresh_attr(ctx.lease_ms);
+        out.leased.push((dir.key, dir_fh));
+        out.changed.push((dir.key, dir_fh, dir_attr));
+        dir_attr
     }
 
     /// The answer for an object this request made as `name` in `dir` (MKDIR, SYMLINK,
@@ -166,14 +172,10 @@ impl LocalFs {
             Ok(obj) => self.new_object(ctx, dir, &obj, out),
             Err(status) => {
                 tracing::debug!(?status, "made an object but could not look it up");
-                let dir_fh = self.fh(dir);
-                let dir_attr = dir.fresh_attr(ctx.lease_ms);
-                out.leased.push((dir.key, dir_fh));
-                out.changed.push((dir.key, dir_fh, dir_attr));
                 NewObject {
                     fh: None,
                     attr: None,
-                    dir_attr,
+                    dir_attr: self.dir_grew(ctx, dir, out),
                 }
             }
         }
