@@ -24,9 +24,14 @@ fn users(area: &Area) -> std::path::PathBuf {
     area.users(&[("alice", 1, uid, &gid)])
 }
 
+/// sfsd's arguments here: alice's users file, and [`QUIET`].
+fn serve_args(users: &Path) -> Vec<&str> {
+    [&["--users", users.to_str().unwrap()][..], &QUIET].concat()
+}
+
 /// Descriptors sfsd holds with one client logged in and its export mounted.
 fn descriptors_in_use(area: &Area, users: &Path) -> u64 {
-    let s = area.start(&[&["--users", users.to_str().unwrap()][..], &QUIET].concat());
+    let s = area.start(&serve_args(users));
     let mut c = s.connect();
     let a = c.login("alice", 1).unwrap();
     c.mount(a);
@@ -60,7 +65,7 @@ fn check(
     name: &str,
     op: RequestOp,
     tally: &mut Tally,
-) -> bool {
+) {
     let exists = |n: &str| std::fs::symlink_metadata(export.join(n)).is_ok();
     let Some(answer) = c.call_within(a, op, std::time::Duration::from_secs(10)) else {
         panic!("no answer making {name}");
@@ -74,7 +79,6 @@ fn check(
                 log_tail(s)
             );
             tally.refused += 1;
-            false
         }
         Ok(
             ReplyBody::Mkdir(o)
@@ -87,7 +91,6 @@ fn check(
                 Some(_) => tally.made_with_handle += 1,
                 None => tally.made_without_handle += 1,
             }
-            true
         }
         Ok(other) => panic!("making {name} answered {other:?}"),
     }
@@ -105,10 +108,7 @@ fn operations_out_of_descriptors_answer_what_they_did() {
     let export = area.export();
     let mut tally = Tally::default();
     for limit in base..base + 8 {
-        let s = area.start_with(
-            &[&["--users", users.to_str().unwrap()][..], &QUIET].concat(),
-            |cmd| with_nofile(cmd, limit, limit),
-        );
+        let s = area.start_with(&serve_args(&users), |cmd| with_nofile(cmd, limit, limit));
         let mut c = s.connect();
         let a = c.login("alice", 1).unwrap();
         let Ok(ReplyBody::Mount { fh: root, .. }) = c.call(
