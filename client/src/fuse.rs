@@ -149,7 +149,13 @@ struct Table {
     dirty: HashMap<u64, Dirty>,
     /// Open files per node (open/create minus release).
     open: HashMap<u64, u32>,
-    /// Nodes unlinked while open: renamed to a hidden name, removed at the last release.
+    /// Open nodes the server keeps an open state on, and for which local users: OPEN before
+    /// their last name went, or a CREATE whose mode denies the owner ([`kept_by_create`]).
+    /// Each is CLOSEd at the node's last release.
+    states: HashMap<u64, HashSet<u32>>,
+    /// Nodes unlinked while open on a server without open states (OPEN answered `NotSupp`, as
+    /// sfsd in front of an NFS server does, or the connection's states are used up): renamed
+    /// to a hidden name, removed at the last release or when the mount ends.
     hidden: HashMap<u64, (FileHandle, Vec<u8>)>,
     next_hidden: u64,
     /// Nodes whose unstable writes the server may have lost: reported by every flush and by
@@ -158,8 +164,16 @@ struct Table {
     lost: HashSet<u64>,
 }
 
-/// Prefix of the hidden names open-but-unlinked files get (not listed by `readdir`).
+/// Prefix of the hidden names open-but-unlinked files get where the server keeps no open
+/// states (not listed by `readdir`).
 const HIDDEN_PREFIX: &[u8] = b".sfs-unlinked-";
+
+/// Whether CREATE with `mode` leaves an open state on the server: sfsd keeps the creating
+/// descriptor when the mode denies the file's owner reading or writing, so the creator can
+/// write through the descriptor `open(O_CREAT, 0444)` returned, as POSIX allows.
+pub fn kept_by_create(mode: u32) -> bool {
+    mode & 0o600 != 0o600
+}
 
 /// State shared by the kernel-facing side and the invalidation thread.
 pub struct Shared {
@@ -549,10 +563,17 @@ impl Shared {
         Ok(self.entry(parent, name, fh, &a))
     }
 
-    /// If `dir/name` is a file some program has open, renames it to a hidden name instead of
-    /// letting it go (the server would forget it and the open descriptor would go stale);
-    /// it is removed at its last close. Whether it was hidden.
-    async fn hide_if_open(&self, c: &Client, dir: &FileHandle, name: &[u8]) -> Result<bool, Errno> {
+    /// If `dir/name` is a file some program has open, makes sure it outlives its name: the
+    /// server is asked to keep it (OPEN, an open state CLOSEd at its last release), or, on a
+    /// server without open states, it is renamed to a hidden name removed at its last release.
+    /// Whether it was renamed (the caller then has nothing left to remove).
+    async fn keep_if_open(
+        &self,
+        c: &Client,
+        uid: u32,
+        dir: &FileHandle,
+        name: &[u8],
+    ) -> Result<bool, Errno> {
         if self.table().open.is_empty() {
             return Ok(false);
         }
@@ -561,33 +582,62 @@ impl Shared {
             Err(SessionError::Nfs(NfsStatus::NoEnt)) => return Ok(false),
             Err(e) => return Err(errno(e)),
         };
-        let hidden = {
-            let mut t = self.table();
+        let ino = {
+            let t = self.table();
             let Some(ino) = t.by_fh.get(&fh).copied() else {
                 return Ok(false);
             };
             if t.open.get(&ino).copied().unwrap_or(0) == 0 || t.hidden.contains_key(&ino) {
                 return Ok(false);
             }
+            ino
+        };
+        match c.open(&fh).await {
+            Ok(()) => {
+                self.table().states.entry(ino).or_default().insert(uid);
+                return Ok(false);
+            }
+            Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale)) => return Ok(false),
+            Err(SessionError::Nfs(NfsStatus::NotSupp | NfsStatus::DQuot)) => {}
+            Err(e) => return Err(errno(e)),
+        }
+        let hidden = {
+            let mut t = self.table();
             t.next_hidden += 1;
             let mut h = HIDDEN_PREFIX.to_vec();
             h.extend_from_slice(
                 format!("{ino}-{}-{}", std::process::id(), t.next_hidden).as_bytes(),
             );
-            (ino, h)
+            h
         };
-        c.rename(dir, name, dir, &hidden.1).await.map_err(errno)?;
-        self.table().hidden.insert(hidden.0, (*dir, hidden.1));
+        c.rename(dir, name, dir, &hidden).await.map_err(errno)?;
+        self.table().hidden.insert(ino, (*dir, hidden));
         Ok(true)
+    }
+
+    /// The server keeps an open state on `ino` for local user `uid` (a CREATE that kept one).
+    fn holds_state(&self, ino: u64, uid: u32) {
+        self.table().states.entry(ino).or_default().insert(uid);
+    }
+
+    /// Removes the hidden names of files still open when the mount ends.
+    pub async fn remove_hidden(&self) {
+        let hidden: Vec<_> = self.table().hidden.drain().map(|(_, h)| h).collect();
+        for (dir, name) in hidden {
+            if let Err(e) = self.client.remove(&dir, &name, false).await {
+                tracing::warn!(error = %e.report(), "cannot remove a hidden name at unmount");
+            }
+        }
     }
 
     fn opened(&self, ino: u64) {
         *self.table().open.entry(ino).or_insert(0) += 1;
     }
 
-    /// The last close of a file unlinked while open removes its hidden name.
+    /// The last close of a file drops the server's open states on it and removes its hidden
+    /// name, if it has them.
     async fn released(&self, c: &Client, ino: INodeNo) -> Result<(), Errno> {
-        let hidden = {
+        let (hidden, states) = {
             let mut t = self.table();
             let left = match t.open.get_mut(&ino.0) {
                 Some(n) => {
@@ -599,11 +649,20 @@ impl Shared {
             if left == 0 {
                 t.open.remove(&ino.0);
                 t.lost.remove(&ino.0);
-                t.hidden.remove(&ino.0)
+                let states = t.states.remove(&ino.0).unwrap_or_default();
+                let fh = t.nodes.get(&ino.0).map(|n| n.fh);
+                (t.hidden.remove(&ino.0), fh.map(|fh| (fh, states)))
             } else {
-                None
+                (None, None)
             }
         };
+        if let Some((fh, uids)) = states {
+            for uid in uids {
+                if let Err(e) = self.client_for(uid).close(&fh).await {
+                    tracing::debug!(error = %e.report(), "CLOSE failed (the state goes with the connection)");
+                }
+            }
+        }
         if let Some((dir, name)) = hidden {
             c.remove(&dir, &name, false).await.map_err(errno)?;
         }
@@ -613,12 +672,13 @@ impl Shared {
     async fn remove(
         &self,
         c: &Client,
+        uid: u32,
         parent: INodeNo,
         name: &[u8],
         is_dir: bool,
     ) -> Result<(), Errno> {
         let dir = self.fh(parent)?;
-        if !is_dir && self.hide_if_open(c, &dir, name).await? {
+        if !is_dir && self.keep_if_open(c, uid, &dir, name).await? {
             self.forget_name(parent, name);
             return Ok(());
         }
@@ -630,6 +690,7 @@ impl Shared {
     async fn rename(
         &self,
         c: &Client,
+        uid: u32,
         parent: INodeNo,
         name: &[u8],
         newparent: INodeNo,
@@ -650,8 +711,8 @@ impl Shared {
                 .await
                 .map_err(errno)?;
         } else {
-            // Replacing a file some program has open: keep it alive under a hidden name.
-            self.hide_if_open(c, &to, newname).await?;
+            // Replacing a file some program has open: keep it alive.
+            self.keep_if_open(c, uid, &to, newname).await?;
             c.rename(&from, name, &to, newname).await.map_err(errno)?;
         }
         self.forget_name(parent, name);
@@ -1094,7 +1155,15 @@ impl Filesystem for SfsFuse {
         let name = name.as_bytes().to_vec();
         if mode & libc::S_IFMT == libc::S_IFREG {
             self.spawn(req, |sh, c| async move {
-                reply_entry(sh.create(&c, parent, &name, mode, true).await, reply)
+                let made = sh.create(&c, parent, &name, mode, true).await;
+                // Nothing is open: drop the state a restrictive mode made the server keep.
+                if let Ok(e) = &made
+                    && kept_by_create(mode)
+                    && let Ok(fh) = sh.fh(e.attr.ino)
+                {
+                    let _ = c.close(&fh).await;
+                }
+                reply_entry(made, reply)
             });
             return;
         }
@@ -1124,15 +1193,17 @@ impl Filesystem for SfsFuse {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.as_bytes().to_vec();
-        self.spawn(req, |sh, c| async move {
-            reply_empty(sh.remove(&c, parent, &name, false).await, reply)
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
+            reply_empty(sh.remove(&c, uid, parent, &name, false).await, reply)
         });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.as_bytes().to_vec();
-        self.spawn(req, |sh, c| async move {
-            reply_empty(sh.remove(&c, parent, &name, true).await, reply)
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
+            reply_empty(sh.remove(&c, uid, parent, &name, true).await, reply)
         });
     }
 
@@ -1163,9 +1234,10 @@ impl Filesystem for SfsFuse {
     ) {
         let name = name.as_bytes().to_vec();
         let newname = newname.as_bytes().to_vec();
-        self.spawn(req, |sh, c| async move {
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
             reply_empty(
-                sh.rename(&c, parent, &name, newparent, &newname, flags)
+                sh.rename(&c, uid, parent, &name, newparent, &newname, flags)
                     .await,
                 reply,
             )
@@ -1374,6 +1446,11 @@ impl Filesystem for SfsFuse {
         reply.ok();
     }
 
+    fn destroy(&mut self) {
+        let sh = self.sh.clone();
+        self.rt.block_on(async move { sh.remove_hidden().await });
+    }
+
     fn releasedir(
         &self,
         _req: &Request,
@@ -1439,10 +1516,14 @@ impl Filesystem for SfsFuse {
     ) {
         let name = name.as_bytes().to_vec();
         let exclusive = flags & libc::O_EXCL != 0;
-        self.spawn(req, |sh, c| async move {
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
             match sh.create(&c, parent, &name, mode, exclusive).await {
                 Ok(e) => {
                     sh.opened(e.attr.ino.0);
+                    if kept_by_create(mode) {
+                        sh.holds_state(e.attr.ino.0, uid);
+                    }
                     reply.created(
                         &e.ttl,
                         &e.attr,

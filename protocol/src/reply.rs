@@ -251,6 +251,13 @@ pub enum ReplyBody {
     FsInfo(FsInfo),
     /// PATHCONF.
     PathConf(PathConf),
+    /// OPEN: the object's attributes.
+    Open {
+        /// Attributes.
+        attr: Option<Attr>,
+    },
+    /// CLOSE.
+    Close,
     /// COMMIT.
     Commit {
         /// Attributes.
@@ -338,6 +345,8 @@ impl ReplyBody {
             ReplyBody::FsInfo(_) => Proc::FsInfo,
             ReplyBody::PathConf(_) => Proc::PathConf,
             ReplyBody::Commit { .. } => Proc::Commit,
+            ReplyBody::Open { .. } => Proc::Open,
+            ReplyBody::Close => Proc::Close,
         }
     }
 
@@ -345,7 +354,7 @@ impl ReplyBody {
     pub fn attrs_mut(&mut self) -> Vec<&mut Attr> {
         let mut out: Vec<&mut Attr> = Vec::new();
         match self {
-            ReplyBody::Null | ReplyBody::Login { .. } => {}
+            ReplyBody::Null | ReplyBody::Login { .. } | ReplyBody::Close => {}
             ReplyBody::Mount { attr, .. } | ReplyBody::GetAttr { attr } => out.push(attr),
             ReplyBody::SetAttr { attr }
             | ReplyBody::Access { attr, .. }
@@ -353,6 +362,7 @@ impl ReplyBody {
             | ReplyBody::Read { attr, .. }
             | ReplyBody::Write { attr, .. }
             | ReplyBody::Commit { attr, .. }
+            | ReplyBody::Open { attr }
             | ReplyBody::FsStat(FsStat { attr, .. })
             | ReplyBody::FsInfo(FsInfo { attr, .. })
             | ReplyBody::PathConf(PathConf { attr, .. })
@@ -393,7 +403,8 @@ impl ReplyBody {
     pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
         xdr::put_u32(buf, self.proc().code());
         match self {
-            ReplyBody::Null => {}
+            ReplyBody::Null | ReplyBody::Close => {}
+            ReplyBody::Open { attr } => encode_opt_attr(buf, attr.as_ref()),
             ReplyBody::Mount { fh, attr } => {
                 put_fh(buf, fh);
                 attr.encode(buf);
@@ -508,6 +519,10 @@ impl ReplyBody {
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<ReplyBody, DecodeError> {
         Ok(match Proc::decode(r)? {
             Proc::Null => ReplyBody::Null,
+            Proc::Open => ReplyBody::Open {
+                attr: decode_opt_attr(r)?,
+            },
+            Proc::Close => ReplyBody::Close,
             Proc::Mount => ReplyBody::Mount {
                 fh: get_fh(r)?,
                 attr: Attr::decode(r)?,

@@ -73,6 +73,10 @@ pub enum Proc {
     Login = 101,
     /// SFS extension: rename with flags ([`rename_flags`]).
     Rename2 = 102,
+    /// SFS extension: keep an object alive for this connection and user (an open state).
+    Open = 103,
+    /// SFS extension: drop this connection's and user's open state on an object.
+    Close = 104,
 }
 
 impl Proc {
@@ -103,6 +107,8 @@ impl Proc {
         Proc::Mount,
         Proc::Login,
         Proc::Rename2,
+        Proc::Open,
+        Proc::Close,
     ];
 
     /// The wire number.
@@ -276,6 +282,17 @@ pub enum RequestOp {
     /// Read a symbolic link.
     ReadLink {
         /// Link.
+        fh: FileHandle,
+    },
+    /// Open state (OPEN): the server keeps the object alive for this connection and user
+    /// until CLOSE or the connection ends, and keeps what CREATE granted this user.
+    Open {
+        /// Object.
+        fh: FileHandle,
+    },
+    /// Drops this connection's and user's open state on `fh` (CLOSE); none is not an error.
+    Close {
+        /// Object.
         fh: FileHandle,
     },
     /// Read `count` bytes at `offset`.
@@ -460,6 +477,8 @@ impl RequestOp {
             RequestOp::Lookup { .. } => Proc::Lookup,
             RequestOp::Access { .. } => Proc::Access,
             RequestOp::ReadLink { .. } => Proc::ReadLink,
+            RequestOp::Open { .. } => Proc::Open,
+            RequestOp::Close { .. } => Proc::Close,
             RequestOp::Read { .. } => Proc::Read,
             RequestOp::Write { .. } => Proc::Write,
             RequestOp::Create { .. } => Proc::Create,
@@ -494,6 +513,8 @@ impl RequestOp {
             }
             RequestOp::GetAttr { fh }
             | RequestOp::ReadLink { fh }
+            | RequestOp::Open { fh }
+            | RequestOp::Close { fh }
             | RequestOp::FsStat { fh }
             | RequestOp::FsInfo { fh }
             | RequestOp::PathConf { fh } => put_fh(buf, fh),
@@ -649,6 +670,8 @@ impl RequestOp {
             }
             Proc::GetAttr => RequestOp::GetAttr { fh: get_fh(r)? },
             Proc::ReadLink => RequestOp::ReadLink { fh: get_fh(r)? },
+            Proc::Open => RequestOp::Open { fh: get_fh(r)? },
+            Proc::Close => RequestOp::Close { fh: get_fh(r)? },
             Proc::FsStat => RequestOp::FsStat { fh: get_fh(r)? },
             Proc::FsInfo => RequestOp::FsInfo { fh: get_fh(r)? },
             Proc::PathConf => RequestOp::PathConf { fh: get_fh(r)? },

@@ -616,6 +616,7 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
     let ctx = OpCtx {
         creds: d.creds.clone(),
         lease_ms: lease.ms,
+        conn: d.id,
     };
     let (req_id, handle, offset, count) = (d.req_id, r.handle, r.offset, r.count);
     let job = move || -> Result<(ReplyRecord, Option<Arc<File>>), NfsStatus> {
@@ -676,6 +677,7 @@ fn start_read_async(
     let ctx = OpCtx {
         creds: d.creds.clone(),
         lease_ms: lease.ms,
+        conn: d.id,
     };
     let args = ReadArgs {
         hd: r.handle,

@@ -29,7 +29,11 @@ impl Server {
             lease_ms,
         } = d;
         let srv = self.clone();
-        let ctx = OpCtx { creds, lease_ms };
+        let ctx = OpCtx {
+            creds,
+            lease_ms,
+            conn: id,
+        };
         backend.submit(
             ctx,
             op,

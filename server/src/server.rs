@@ -217,7 +217,11 @@ impl Server {
             reserved,
             lease_ms,
         } = d;
-        let ctx = OpCtx { creds, lease_ms };
+        let ctx = OpCtx {
+            creds,
+            lease_ms,
+            conn: id,
+        };
         let srv = self.clone();
         let conn2 = conn.clone();
         let access = changes_access(&op);
@@ -346,6 +350,9 @@ impl Server {
             self.lease_ms_now
                 .store(c0.leases.lease_ms(), Ordering::Relaxed);
         });
+        if let Backend::Local(storage) = &self.storage {
+            storage.connection_closed(id);
+        }
     }
 
     /// Color 0, periodically: reap expired leases.

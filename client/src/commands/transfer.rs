@@ -225,9 +225,14 @@ async fn put_file(
         .await
         .map_err(|e| CmdError::at(label, e))?;
     let mut bar = Progress::new(label, size);
-    c.write_file(&fh, std::sync::Arc::new(f), |n| bar.inc(n))
-        .await
-        .map_err(|e| path_error(label, e))?;
+    let written = c
+        .write_file(&fh, std::sync::Arc::new(f), |n| bar.inc(n))
+        .await;
+    if crate::fuse::kept_by_create(mode) {
+        // The server kept the creating descriptor so a read-only file can be filled: done.
+        let _ = c.close(&fh).await;
+    }
+    written.map_err(|e| path_error(label, e))?;
     bar.finish();
     Ok(())
 }

@@ -413,6 +413,26 @@ impl Client {
         }
     }
 
+    /// OPEN: the server keeps `fh` alive for this session's user until [`Client::close`] or
+    /// the connection ends, so the file can lose its last name and still be used through its
+    /// handle. A server without open states answers `NotSupp`.
+    pub async fn open(&self, fh: &FileHandle) -> Result<(), SessionError> {
+        let op = RequestOp::Open { fh: *fh };
+        let_reply!(self, ReplyBody::Open { attr } = self.call(op).await?);
+        self.note(fh, &attr);
+        Ok(())
+    }
+
+    /// CLOSE: drops this session's user's open state on `fh` (OPEN's, or the one CREATE keeps
+    /// for a file made with a mode that denies its owner reading or writing).
+    pub async fn close(&self, fh: &FileHandle) -> Result<(), SessionError> {
+        let_reply!(
+            self,
+            ReplyBody::Close = self.call(RequestOp::Close { fh: *fh }).await?
+        );
+        Ok(())
+    }
+
     /// FSSTAT.
     pub async fn fsstat(&self, fh: &FileHandle) -> Result<FsStat, SessionError> {
         let op = RequestOp::FsStat { fh: *fh };

@@ -30,6 +30,8 @@ pub fn key_of(h: &HandleData) -> ObjKey {
 #[derive(Debug, Clone)]
 pub struct OpCtx {
     pub creds: Creds,
+    /// The connection the request came on (open states are its own).
+    pub conn: crate::leases::ConnId,
     /// Lease to put in every attribute of the reply (0 when the lease table is full).
     pub lease_ms: u32,
 }
@@ -66,6 +68,10 @@ pub trait Storage: Send + Sync + 'static {
     /// Opens `fh` for READ after checking the caller may read it (the READ path caches the
     /// descriptor for this caller: see [`crate::read`]).
     fn open_read(&self, ctx: &OpCtx, fh: &HandleData) -> Result<std::fs::File, NfsStatus>;
+    /// Connection `conn` closed: whatever the backend keeps for it goes (open states).
+    fn connection_closed(&self, conn: crate::leases::ConnId) {
+        let _ = conn;
+    }
 }
 
 /// A completion: runs once with the result, in whatever color the backend completes in.
@@ -126,5 +132,7 @@ pub fn is_mutating(op: &RequestOp) -> bool {
             | RequestOp::Rename2 { .. }
             | RequestOp::Link { .. }
             | RequestOp::Commit { .. }
+            // Holds a descriptor on the server: not for anonymous users.
+            | RequestOp::Open { .. }
     )
 }

@@ -64,7 +64,7 @@ impl LocalFs {
         {
             return Err(NfsStatus::NotSync);
         }
-        apply_setattr(&o, attr)?;
+        apply_setattr(&o, attr, || self.open_data(ctx, &o, OFlags::WRONLY))?;
         let a = o.fresh_attr(ctx.lease_ms);
         out.leased.push((o.key, fh));
         out.changed.push((o.key, fh, a));
@@ -163,8 +163,13 @@ fn access_bits(o: &Obj, may_modify: bool, asked: u32) -> u32 {
     granted & asked
 }
 
-/// SETATTR on a resolved object; the kernel checks each change against the caller.
-fn apply_setattr(o: &Obj, sa: &SetAttr) -> Result<(), NfsStatus> {
+/// SETATTR on a resolved object; the kernel checks each change against the caller. A new size
+/// is set through `for_writing`, the file opened for writing.
+fn apply_setattr(
+    o: &Obj,
+    sa: &SetAttr,
+    for_writing: impl FnOnce() -> Result<std::fs::File, NfsStatus>,
+) -> Result<(), NfsStatus> {
     let is_link = o.ftype() == FileType::Symlink;
     let changes_times = changes_times(sa);
     // Linux has no mode on symlinks (lchmod is EOPNOTSUPP). Their times can be set: the
@@ -174,7 +179,7 @@ fn apply_setattr(o: &Obj, sa: &SetAttr) -> Result<(), NfsStatus> {
     }
     if let Some(size) = sa.size {
         o.require_regular()?;
-        let f = o.reopen(OFlags::WRONLY)?;
+        let f = for_writing()?;
         f.set_len(size).map_err(|e| io_status(&e))?;
     }
     // Ownership before mode: a chown clears setuid bits the same request may set.

@@ -9,6 +9,7 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 
 use protocol::{CreateHow, FileHandle, FileType, NfsStatus, ReplyBody, SetAttr, SpecialKind};
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
@@ -97,9 +98,11 @@ impl LocalFs {
             How::Exclusive(_) => None,
         };
         let mode = Mode::from_raw_mode(mode.unwrap_or(0o644) & 0o7777);
+        // Read-write: the kernel grants any access to the file this call creates, which an
+        // open state keeps when the mode denies its owner ([`super::open`]).
         let flags = OFlags::CREATE
             | OFlags::EXCL
-            | OFlags::WRONLY
+            | OFlags::RDWR
             | OFlags::NOFOLLOW
             | OFlags::NONBLOCK
             | OFlags::NOCTTY
@@ -138,6 +141,11 @@ impl LocalFs {
         }
         let o = self.obj_from(file.into(), d.path.join(n))?;
         self.remember(o.key, d.key, n);
+        if o.meta.mode() & 0o600 != 0o600
+            && let Ok(fd) = o.fd.try_clone()
+        {
+            self.open.keep(super::open::holder(ctx), o.key, fd, true);
+        }
         Ok(ReplyBody::Create(self.new_object(ctx, d, &o, out)))
     }
 

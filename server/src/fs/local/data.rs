@@ -31,7 +31,7 @@ impl LocalFs {
         if offset.checked_add(data.len() as u64).is_none() {
             return Err(NfsStatus::FBig);
         }
-        let f = o.reopen(OFlags::WRONLY)?;
+        let f = self.open_data(ctx, &o, OFlags::WRONLY)?;
         write_in_pieces(&f, data, offset).map_err(|e| io_status(&e))?;
         match stable {
             StableHow::Unstable if data.len() >= WRITE_BEHIND_MIN => {
@@ -67,7 +67,7 @@ impl LocalFs {
         // fsync needs a descriptor open for data: whichever the caller may have.
         let f = o
             .reopen(OFlags::RDONLY)
-            .or_else(|_| o.reopen(OFlags::WRONLY))?;
+            .or_else(|_| self.open_data(ctx, &o, OFlags::WRONLY))?;
         f.sync_all().map_err(|e| io_status(&e))?;
         out.leased.push((o.key, fh));
         Ok(ReplyBody::Commit {

@@ -19,6 +19,7 @@
 //! | [`create`]    | CREATE, MKDIR, SYMLINK, LINK (objects and names made)   |
 //! | [`remove`]    | REMOVE, RMDIR, RENAME (names taken away or moved)       |
 //! | [`readdir`]   | READDIR, READDIRPLUS                                    |
+//! | [`open`]      | OPEN, CLOSE (open states: see there)                    |
 //!
 //! `LocalFs::run` below maps each request to its operation, one line each: adding an operation
 //! means a method in the file of its kind and one line there.
@@ -27,6 +28,7 @@ mod attrs;
 mod create;
 mod data;
 mod lookup;
+mod open;
 mod readdir;
 mod remove;
 mod resolve;
@@ -94,6 +96,8 @@ pub struct LocalFs {
     write_verifier: [u8; 8],
     read_only: bool,
     switcher: Switcher,
+    /// Descriptors kept for connections' users ([`open`]).
+    open: open::OpenStates,
 }
 
 impl LocalFs {
@@ -129,6 +133,7 @@ impl LocalFs {
             write_verifier: rand::random(),
             read_only,
             switcher,
+            open: open::OpenStates::default(),
         })
     }
 
@@ -178,6 +183,18 @@ impl LocalFs {
                     dir_attr: self.dir_grew(ctx, dir, out),
                 }
             }
+        }
+    }
+
+    /// `o` opened for data as the caller, or, when the kernel refuses that, through what the
+    /// CREATE that made it granted this connection's user ([`open`]).
+    fn open_data(&self, ctx: &OpCtx, o: &Obj, flags: OFlags) -> Result<File, NfsStatus> {
+        match o.reopen(flags) {
+            Err(NfsStatus::Acces) => self
+                .open
+                .granted(open::holder(ctx), o.key)
+                .ok_or(NfsStatus::Acces),
+            opened => opened,
         }
     }
 
@@ -245,6 +262,8 @@ impl LocalFs {
                 maxcount,
                 ..
             } => self.readdirplus(ctx, dir, cookie, dircount, maxcount, out),
+            Op::Open { fh } => self.open_state(ctx, fh, out),
+            Op::Close { fh } => self.close_state(ctx, fh),
             Op::FsStat { fh } => self.fsstat(ctx, fh),
             Op::FsInfo { fh } => self.fsinfo(ctx, fh),
             Op::PathConf { fh } => self.pathconf(ctx, fh),
@@ -278,11 +297,15 @@ impl Storage for LocalFs {
         let opened = self.switcher.run(&ctx.creds, || {
             let o = self.resolve(h, &ctx.creds)?;
             o.require_regular()?;
-            o.reopen(OFlags::RDONLY)
+            self.open_data(ctx, &o, OFlags::RDONLY)
         });
         opened.unwrap_or_else(|e| {
             tracing::error!(error = %e, user = %ctx.creds.name, "cannot switch credentials");
             Err(NfsStatus::ServerFault)
         })
+    }
+
+    fn connection_closed(&self, conn: crate::leases::ConnId) {
+        self.open.close_conn(conn);
     }
 }

@@ -268,6 +268,13 @@ impl LocalFs {
                 Err(e) => return Err(e),
             }
         }
+        // An object some client keeps open after its last name went ([`super::open`]).
+        if let Some(fd) = self.open.anchor(key) {
+            let o = self.obj_from(fd, PathBuf::new())?;
+            if generation(&o.meta) == birth && o.meta.nlink() == 0 {
+                return Ok(o);
+            }
+        }
         // Unknown (restart) or moved outside the server: walk the export, rate-limited.
         let found = {
             let mut gate = self.walks.lock();

@@ -566,6 +566,13 @@ impl Inner {
             // Not passed on yet (NFSv3 MKNOD would carry it): FIFOs, sockets and devices
             // cannot be made through this backend.
             RequestOp::Mknod { .. } => fail(done, NfsStatus::NotSupp),
+            // NFSv3 has no open state: a client that wants an open file kept after its last
+            // name goes renames it instead (the FUSE mount does), and CLOSE has nothing to drop.
+            RequestOp::Open { .. } => fail(done, NfsStatus::NotSupp),
+            RequestOp::Close { .. } => done(Outcome {
+                result: Ok(ReplyBody::Close),
+                ..Outcome::err(NfsStatus::ServerFault)
+            }),
             RequestOp::Link { fh, dir, name } => {
                 let o = obj!(fh);
                 let d = obj!(dir);
