@@ -594,7 +594,14 @@ impl Shared {
         };
         match c.open(&fh).await {
             Ok(()) => {
-                self.table().states.entry(ino).or_default().insert(uid);
+                // The last close may have come while OPEN was under way (close, then unlink,
+                // is common): then nothing will CLOSE this state but us, now.
+                if !self.while_open(ino, |t| {
+                    t.states.entry(ino).or_default().insert(uid);
+                }) && let Err(e) = c.close(&fh).await
+                {
+                    tracing::debug!(error = %e.report(), "CLOSE failed (the state goes with the connection)");
+                }
                 return Ok(false);
             }
             Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale)) => return Ok(false),
@@ -611,8 +618,24 @@ impl Shared {
             h
         };
         c.rename(dir, name, dir, &hidden).await.map_err(errno)?;
-        self.table().hidden.insert(ino, (*dir, hidden));
+        let recorded = self.while_open(ino, |t| {
+            t.hidden.insert(ino, (*dir, hidden.clone()));
+        });
+        if !recorded {
+            // Closed while the rename was under way: nobody is left to remove it but us.
+            c.remove(dir, &hidden, false).await.map_err(errno)?;
+        }
         Ok(true)
+    }
+
+    /// Runs `f` on the table if `ino` is open; whether it was.
+    fn while_open(&self, ino: u64, f: impl FnOnce(&mut Table)) -> bool {
+        let mut t = self.table();
+        if t.open.get(&ino).copied().unwrap_or(0) == 0 {
+            return false;
+        }
+        f(&mut t);
+        true
     }
 
     /// The server keeps an open state on `ino` for local user `uid` (a CREATE that kept one).
@@ -687,14 +710,12 @@ impl Shared {
         Ok(())
     }
 
+    /// RENAME of `name` in `parent` to `newname` in `newparent`, for local user `uid`.
     async fn rename(
         &self,
-        c: &Client,
-        uid: u32,
-        parent: INodeNo,
-        name: &[u8],
-        newparent: INodeNo,
-        newname: &[u8],
+        (c, uid): (&Client, u32),
+        (parent, name): (INodeNo, &[u8]),
+        (newparent, newname): (INodeNo, &[u8]),
         flags: RenameFlags,
     ) -> Result<(), Errno> {
         let from = self.fh(parent)?;
@@ -1237,7 +1258,7 @@ impl Filesystem for SfsFuse {
         let uid = req.uid();
         self.spawn(req, move |sh, c| async move {
             reply_empty(
-                sh.rename(&c, uid, parent, &name, newparent, &newname, flags)
+                sh.rename((&c, uid), (parent, &name), (newparent, &newname), flags)
                     .await,
                 reply,
             )

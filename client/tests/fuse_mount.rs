@@ -1044,3 +1044,142 @@ fn namespace_connects_on_lookup_and_shows_bookmarks() {
         "{log}"
     );
 }
+
+/// A mount that local uid 65534 uses with its own identity (mapped to 65534 on the server),
+/// and the directory `work` there that it owns. None (skipped, saying why) where the test
+/// cannot act as another local user.
+fn ordinary_user_mount() -> Option<(Setup, Mount, PathBuf)> {
+    let root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    if !root || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs root and setpriv to act as an ordinary local user");
+        return None;
+    }
+    let name = fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.split(':').nth(2) == Some("65534"))
+        .and_then(|l| l.split(':').next().map(str::to_owned))
+        .unwrap_or_else(|| "65534".to_owned());
+    let s = setup_users(&[(&name, 65534)]);
+    fs::set_permissions(s.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let work = s.export.join("work");
+    fs::create_dir(&work).unwrap();
+    std::os::unix::fs::chown(&work, Some(65534), Some(65534)).unwrap();
+    let idents = s.dir.path().join("idents");
+    let m = s.mount_with(
+        "mnt",
+        &["--multi-user", "--identities", idents.to_str().unwrap()],
+    );
+    let work = m.dir.join("work");
+    Some((s, m, work))
+}
+
+/// Names of hidden files the client may leave in `dir` (recursively).
+fn hidden_names(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with(".sfs-unlinked-")
+        {
+            out.push(e.path());
+        }
+        if e.file_type().unwrap().is_dir() {
+            out.extend(hidden_names(&e.path()));
+        }
+    }
+    out
+}
+
+#[test]
+fn ordinary_user_writes_through_a_read_only_creation_and_unlinks_open_files() {
+    need_fuse!();
+    let Some((s, m, work)) = ordinary_user_mount() else {
+        return;
+    };
+    // An archive holding a read-only file in a read-only directory, made locally.
+    let src = s.dir.path().join("src");
+    fs::create_dir_all(src.join("ro-dir")).unwrap();
+    fs::write(src.join("ro-dir/ro-file"), b"read-only contents\n").unwrap();
+    fs::set_permissions(
+        src.join("ro-dir/ro-file"),
+        fs::Permissions::from_mode(0o444),
+    )
+    .unwrap();
+    fs::set_permissions(src.join("ro-dir"), fs::Permissions::from_mode(0o555)).unwrap();
+    let archive = s.dir.path().join("ro.tar");
+    let out = Command::new("tar")
+        .arg("-C")
+        .arg(&src)
+        .arg("-cf")
+        .arg(&archive)
+        .arg("ro-dir")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    fs::set_permissions(&archive, fs::Permissions::from_mode(0o644)).unwrap();
+
+    let script = format!(
+        r#"set -e
+cd {work}
+# open(O_CREAT|O_RDWR, 0444), then write through that descriptor (how git writes objects).
+umask 0222
+exec 3<>ro
+printf hello >&3
+exec 3>&-
+umask 022
+test "$(cat ro)" = hello || {{ echo "read back: $(cat ro)" >&2; exit 1; }}
+test "$(stat -c %a ro)" = 444
+# Afterwards the mode decides.
+if (printf x >> ro) 2>/dev/null; then echo "appended to a 0444 file" >&2; exit 1; fi
+# tar x of read-only files and directories.
+tar -xf {archive}
+test "$(cat ro-dir/ro-file)" = "read-only contents"
+chmod u+w ro-dir
+# A file unlinked while open lives on through the descriptor; nothing hidden shows.
+mkdir scratch
+exec 4<>scratch/tmp
+printf abc >&4
+rm scratch/tmp
+test -z "$(ls -A scratch)" || {{ echo "left: $(ls -A scratch)" >&2; exit 1; }}
+test "$(cat /proc/$$/fd/4)" = abc
+printf def >&4
+test "$(cat /proc/$$/fd/4)" = abcdef
+exec 4>&-
+rmdir scratch
+# Replacing an open file by rename: the old one lives on too.
+printf old > a; printf new > b
+exec 5<a
+mv b a
+test "$(cat <&5)" = old
+exec 5<&-
+test "$(cat a)" = new
+# Close, then unlink at once (the close's RELEASE reaches the mount after the unlink began).
+mkdir churn
+i=0
+while [ $i -lt 100 ]; do
+    exec 6<>churn/f$i
+    printf x >&6
+    exec 6>&-
+    rm churn/f$i
+    i=$((i+1))
+done
+rmdir churn
+"#,
+        work = work.display(),
+        archive = archive.display(),
+    );
+    let (ok, err) = as_uid(65534, &script);
+    assert!(ok, "{err}\nmount log:\n{}", m.log());
+    let ro = s.export.join("work/ro");
+    assert_eq!(fs::read(&ro).unwrap(), b"hello");
+    assert_eq!(fs::metadata(&ro).unwrap().uid(), 65534);
+    assert_eq!(hidden_names(&s.export), Vec::<PathBuf>::new());
+    drop(m);
+    assert_eq!(hidden_names(&s.export), Vec::<PathBuf>::new());
+    let left: Vec<_> = fs::read_dir(s.export.join("work"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 3, "{left:?}");
+}

@@ -519,12 +519,12 @@ fn decoders_reject_huge_counts_without_allocating() {
         op: RequestOp::Null,
     }
     .encode();
-    b[12..16].copy_from_slice(&103u32.to_be_bytes()); // not in the set
+    b[12..16].copy_from_slice(&199u32.to_be_bytes()); // not in the set
     assert_eq!(
         Request::decode(&b),
         Err(DecodeError::BadDiscriminant {
             what: "procedure",
-            value: 103
+            value: 199
         })
     );
     assert!(ServerMessage::decode(&[0, 0, 0, 3]).is_err());

@@ -22,11 +22,15 @@ pub struct Limits {
 /// Descriptors the READ fast path may keep open, server-wide ([`crate::read`]).
 pub const CACHED_FILES: usize = 256;
 
+/// Open states (descriptors kept for connections' users), server-wide
+/// ([`crate::fs::local`]'s `open`).
+pub const OPEN_STATES: usize = 1024;
+
 /// Descriptors kept for files, the listener, logs and the runtime: per storage thread a few
 /// open objects (an operation holds at most about six), the READ path's cached descriptors,
-/// plus a fixed margin.
+/// the open states, plus a fixed margin.
 pub fn reserved_fds(storage_threads: usize) -> u64 {
-    64 + 8 * storage_threads as u64 + CACHED_FILES as u64
+    64 + 8 * storage_threads as u64 + CACHED_FILES as u64 + OPEN_STATES as u64
 }
 
 /// Raises the soft open-file limit to the hard limit and returns the number of connections the

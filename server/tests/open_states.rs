@@ -81,7 +81,11 @@ fn a_file_created_read_only_is_writable_by_its_creator_until_close() {
     assert_eq!(c.call(a, RequestOp::Close { fh: f }), Ok(ReplyBody::Close));
     assert_eq!(c.write(a, f, 0, b"x"), Err(NfsStatus::Acces));
     assert_eq!(truncate(&mut c, a, f, 0).err(), Some(NfsStatus::Acces));
-    assert_eq!(c.call(a, RequestOp::Close { fh: f }), Ok(ReplyBody::Close), "twice");
+    assert_eq!(
+        c.call(a, RequestOp::Close { fh: f }),
+        Ok(ReplyBody::Close),
+        "twice"
+    );
     let m = std::fs::metadata(area.export().join("ro")).unwrap();
     assert_eq!((m.len(), m.mode() & 0o7777, m.uid()), (6, 0o444, 1000));
     // A file whose mode lets its owner write keeps no state: writable as usual.

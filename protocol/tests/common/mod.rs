@@ -150,6 +150,8 @@ pub fn request_op() -> impl Strategy<Value = RequestOp> {
             .prop_map(|(fh, access)| RequestOp::Access { fh, access })
             .boxed(),
         fh().prop_map(|fh| RequestOp::ReadLink { fh }).boxed(),
+        fh().prop_map(|fh| RequestOp::Open { fh }).boxed(),
+        fh().prop_map(|fh| RequestOp::Close { fh }).boxed(),
         (fh(), any::<u64>(), any::<u32>())
             .prop_map(|(fh, offset, count)| RequestOp::Read { fh, offset, count })
             .boxed(),
@@ -429,6 +431,8 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
         (opt_attr(), verifier())
             .prop_map(|(attr, verifier)| ReplyBody::Commit { attr, verifier })
             .boxed(),
+        opt_attr().prop_map(|attr| ReplyBody::Open { attr }).boxed(),
+        Just(ReplyBody::Close).boxed(),
     ])
 }
 

@@ -18,7 +18,8 @@
 //!   the last holder closes. Nothing is left in the export, whatever happens to the client:
 //!   the kernel frees the inode when sfsd closes the descriptor.
 //!
-//! Bounded: at most [`MAX_PER_HOLDER`] states per connection, each charged to it; past that
+//! Bounded: at most [`MAX_PER_HOLDER`] states per connection, each charged to it, and
+//! [`crate::limits::OPEN_STATES`] in all (counted in the descriptors the server reserves); past that
 //! CREATE keeps nothing (writing a read-only file through its creating descriptor then fails
 //! as before) and OPEN is refused, which the client handles by renaming the file to a hidden
 //! name instead.
@@ -58,7 +59,7 @@ impl LocalFs {
         let o = self.obj(&fh, &ctx.creds)?;
         let attr = o.fresh_attr(ctx.lease_ms);
         if !self.open.keep(holder(ctx), o.key, o.fd, false) {
-            return Err(NfsStatus::Jukebox);
+            return Err(NfsStatus::DQuot);
         }
         out.leased.push((o.key, fh));
         Ok(ReplyBody::Open { attr })
@@ -87,6 +88,8 @@ const CLOSED_REMEMBERED: usize = 1024;
 struct Inner {
     by_obj: HashMap<ObjKey, HashMap<Holder, State>>,
     by_conn: HashMap<ConnId, HashSet<(u32, ObjKey)>>,
+    /// States held, all connections together.
+    total: usize,
     /// Connections closed lately: a request of theirs still on a storage thread when they
     /// closed must not leave a state nobody will ever drop.
     closed: VecDeque<ConnId>,
@@ -107,11 +110,15 @@ impl OpenStates {
         if g.closed.contains(&holder.0) {
             return false;
         }
+        let total = g.total;
         let held = g.by_conn.entry(holder.0).or_default();
-        if !held.contains(&(holder.1, key)) && held.len() >= MAX_PER_HOLDER {
-            return false;
+        if !held.contains(&(holder.1, key)) {
+            if held.len() >= MAX_PER_HOLDER || total >= crate::limits::OPEN_STATES {
+                return false;
+            }
+            held.insert((holder.1, key));
+            g.total += 1;
         }
-        held.insert((holder.1, key));
         let states = g.by_obj.entry(key).or_default();
         match states.get(&holder) {
             Some(s) if s.granted && !granted => {}
@@ -149,8 +156,10 @@ impl OpenStates {
     pub fn close(&self, holder: Holder, key: ObjKey) {
         let mut g = self.inner.lock();
         if let Some(held) = g.by_conn.get_mut(&holder.0) {
-            held.remove(&(holder.1, key));
-            if held.is_empty() {
+            if held.remove(&(holder.1, key)) {
+                g.total -= 1;
+            }
+            if g.by_conn.get(&holder.0).is_some_and(HashSet::is_empty) {
                 g.by_conn.remove(&holder.0);
             }
         }
@@ -172,6 +181,7 @@ impl OpenStates {
         let Some(held) = g.by_conn.remove(&conn) else {
             return;
         };
+        g.total -= held.len();
         for (uid, key) in held {
             if let Some(states) = g.by_obj.get_mut(&key) {
                 states.remove(&(conn, uid));
@@ -241,10 +251,31 @@ mod tests {
             s.keep((1, 1000), (1, 0), fd(), true),
             "one it holds may be renewed"
         );
-        assert!(s.keep((2, 1000), (1, u64::MAX), fd(), false), "others unaffected");
+        assert!(
+            s.keep((2, 1000), (1, u64::MAX), fd(), false),
+            "others unaffected"
+        );
         assert_eq!(s.held_by(1), MAX_PER_HOLDER);
         s.close_conn(1);
         assert_eq!(s.held_by(1), 0);
         assert!(s.anchor((1, 5)).is_none());
+        s.close((2, 1000), (1, u64::MAX));
+        assert_eq!(s.inner.lock().total, 0);
+    }
+
+    #[test]
+    fn the_server_holds_a_bounded_number() {
+        let s = OpenStates::default();
+        let per = MAX_PER_HOLDER as u64;
+        let conns = (crate::limits::OPEN_STATES as u64).div_ceil(per);
+        for conn in 0..conns {
+            for i in 0..per {
+                s.keep((conn as ConnId, 0), (conn, i), fd(), false);
+            }
+        }
+        assert_eq!(s.inner.lock().total, crate::limits::OPEN_STATES);
+        assert!(!s.keep((999, 0), (7, 7), fd(), false), "full");
+        s.close((0, 0), (0, 0));
+        assert!(s.keep((999, 0), (7, 7), fd(), false), "room again");
     }
 }
