@@ -97,6 +97,29 @@ macro_rules! no_xattrs {
 }
 pub(crate) use no_xattrs;
 
+/// `ioctl` answering `ENOTTY` quietly: no ioctl is in the protocol, and every `isatty(3)` on a
+/// file of the mount (thousands in a build) sends TCGETS, which fuser's default would log as a
+/// warning each time (the kernel, unlike for other ENOSYS answers, keeps asking). `ENOTTY` is
+/// what a regular file answers locally.
+macro_rules! no_ioctls {
+    () => {
+        fn ioctl(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _fh: fuser::FileHandle,
+            _flags: fuser::IoctlFlags,
+            _cmd: u32,
+            _in_data: &[u8],
+            _out_size: u32,
+            reply: fuser::ReplyIoctl,
+        ) {
+            reply.error(fuser::Errno::ENOTTY);
+        }
+    };
+}
+pub(crate) use no_ioctls;
+
 /// The root's node id (fixed by FUSE).
 pub const ROOT: u64 = 1;
 
@@ -1518,6 +1541,7 @@ impl Filesystem for SfsFuse {
     }
 
     no_xattrs!();
+    no_ioctls!();
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         self.spawn(req, |sh, c| async move {

@@ -470,6 +470,7 @@ impl Filesystem for NsFuse {
     }
 
     crate::fuse::no_xattrs!();
+    crate::fuse::no_ioctls!();
 
     fn setattr(
         &self,

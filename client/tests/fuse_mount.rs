@@ -460,6 +460,16 @@ fn posix_details_sparse_large_offsets_times_open_unlinked() {
         .unwrap();
     fs::remove_file(&p).unwrap();
     assert_eq!(errno(&fs::metadata(&p).unwrap_err()), libc::ENOENT);
+    // isatty(3) on a mount file: ENOTTY, as for a local file, and nothing logged.
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: isatty only reads the descriptor number, which `f` keeps open.
+        assert_eq!(unsafe { libc::isatty(f.as_raw_fd()) }, 0);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENOTTY)
+        );
+    }
     // No hidden name: the server keeps the file for the mount (an open state).
     assert_eq!(
         f.metadata().unwrap().nlink(),
@@ -483,6 +493,8 @@ fn posix_details_sparse_large_offsets_times_open_unlinked() {
     f.read_to_string(&mut got).unwrap();
     assert_eq!(got, "still readable and writable");
     drop(f);
+    let log = m.log();
+    assert!(!log.contains("ioctl"), "ioctl logged:\n{log}");
 }
 
 /// MKNOD and RENAME2 end to end: FIFOs and sockets made by ordinary programs exist on the
