@@ -26,14 +26,19 @@ pub fn default_path() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| Path::new(&h).join(".sfs").join("identity"))
 }
 
-/// The user name to log in as: explicit, else `SFS_USER`, else `USER`, else `root`.
+/// The user name to log in as: explicit, else `SFS_USER`, else `USER`, else the process's
+/// user's name in /etc/passwd (the decimal uid when it has none), as `id -un` prints it.
 pub fn user_name(explicit: Option<&str>) -> String {
     explicit
         .map(str::to_owned)
         .or_else(|| std::env::var("SFS_USER").ok())
         .or_else(|| std::env::var("USER").ok())
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "root".to_owned())
+        .unwrap_or_else(|| {
+            // SAFETY: geteuid cannot fail and touches no memory.
+            let uid = unsafe { libc::geteuid() };
+            local_user(uid).map_or_else(|| uid.to_string(), |(name, _)| name)
+        })
 }
 
 /// Loads the identity. An explicitly named file (flag or `SFS_IDENTITY`) must exist; the

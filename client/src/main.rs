@@ -110,9 +110,14 @@ fn run(cli: Cli) -> Result<(), CmdError> {
         };
         let key = identity::keygen(&path, *force)?;
         println!("wrote {} (keep it secret)", path.display());
-        println!("add this line to the server's users file:");
+        // SAFETY: getuid and getgid cannot fail and touch no memory.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         println!(
-            "  {} {} UID GID",
+            "add this line to the server's users file (its last two fields are the uid and gid \
+             this key acts as on the server; these are yours here):"
+        );
+        println!(
+            "  {} {} {uid} {gid}",
             identity::user_name(cli.user.as_deref()),
             key.public_key()
         );

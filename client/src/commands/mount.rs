@@ -494,7 +494,7 @@ where
     .map_err(|e| {
         CmdError::Path(
             abs.display().to_string(),
-            format!("cannot mount with FUSE: {e} (is /dev/fuse there, and fusermount3 from the fuse3 package?)"),
+            format!("cannot mount with FUSE: {e} ({})", fuse_hint()),
         )
     })?;
     mounted(session.notifier())?;
@@ -549,6 +549,23 @@ where
         tracing::warn!("the FUSE session did not end within 5 s of unmounting; exiting anyway");
     }
     Ok(())
+}
+
+/// What to check when a FUSE mount fails: /dev/fuse usable by this user, fusermount3 there.
+fn fuse_hint() -> &'static str {
+    let dev = Path::new("/dev/fuse");
+    if !dev.exists() {
+        "there is no /dev/fuse: load the fuse module, or give the container the device"
+    } else if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dev)
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    {
+        "this user may not open /dev/fuse: distributions make it mode 0666 (chmod 0666 /dev/fuse)"
+    } else {
+        "is fusermount3 there (Debian/Ubuntu package fuse3)?"
+    }
 }
 
 /// `sfs umount`: FUSE mounts through fusermount3 (which unprivileged users may use, and which
