@@ -21,6 +21,12 @@ struct Setup {
 
 /// A server exporting a fresh directory, with `alice` (key in `identity`) in its users file.
 fn setup(extra: &[&str]) -> Setup {
+    setup_as(None, extra)
+}
+
+/// [`setup`] with `alice` mapped to `user` (uid, gid), who owns the export; by default the
+/// owner of the temporary directory.
+fn setup_as(user: Option<(u32, u32)>, extra: &[&str]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let export = dir.path().join("export");
@@ -40,7 +46,8 @@ fn setup(extra: &[&str]) -> Setup {
     let public = stdout.lines().last().unwrap().trim().to_owned();
     assert!(public.starts_with("ed25519:"), "{public}");
     // SAFETY-free uid lookup: the tests run as the owner of the temp dir.
-    let (uid, gid) = owner(dir.path());
+    let (uid, gid) = user.unwrap_or_else(|| owner(dir.path()));
+    std::os::unix::fs::chown(&export, Some(uid), Some(gid)).unwrap();
     let users = dir.path().join("users");
     fs::write(&users, format!("alice {public} {uid} {gid}\n")).unwrap();
     let users_s = users.to_string_lossy().into_owned();
@@ -66,6 +73,21 @@ impl Setup {
     fn sfs(&self, args: &[&str]) -> std::process::Output {
         let mut c = sfs_cmd(&self.home);
         c.arg("--identity").arg(&self.identity).args(args);
+        run(c, LIMIT)
+    }
+
+    /// [`Setup::sfs`] run with `umask`.
+    fn sfs_umask(&self, umask: u32, args: &[&str]) -> std::process::Output {
+        use std::os::unix::process::CommandExt;
+        let mut c = sfs_cmd(&self.home);
+        c.arg("--identity").arg(&self.identity).args(args);
+        // SAFETY: umask(2) is async-signal-safe and cannot fail.
+        unsafe {
+            c.pre_exec(move || {
+                libc::umask(umask as libc::mode_t);
+                Ok(())
+            });
+        }
         run(c, LIMIT)
     }
 
@@ -311,4 +333,83 @@ fn bookmarks_stand_for_servers_in_every_command() {
         err.contains("no bookmark \"home\"") && err.contains("bookmarks"),
         "{err}"
     );
+}
+
+fn mode(p: &Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    format!(
+        "{:o}",
+        fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    )
+}
+
+/// `sfs mkdir` makes what a local `mkdir` would: 0777 less the umask, so its user can list
+/// it, fill it and remove it (it used to send no mode, and sfsd in front of NFS-Ganesha made
+/// such a directory 000). `mkdir -p` parents get u+wx as with GNU mkdir. Run as a user other
+/// than root where the tests run as root, so permissions are checked.
+#[test]
+fn mkdir_makes_what_a_local_mkdir_would() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let s = setup_as(root.then_some((1000, 1000)), &[]);
+    for (umask, want) in [
+        (0o022, "755"),
+        (0o027, "750"),
+        (0o002, "775"),
+        (0o077, "700"),
+    ] {
+        let d = format!("/d{umask:o}");
+        ok(&s.sfs_umask(umask, &["mkdir", &s.path(&d)]));
+        assert_eq!(mode(&s.export.join(&d[1..])), want, "umask {umask:03o}");
+        // Its user can fill it, list it and remove it.
+        let f = s.home.join("f");
+        fs::write(&f, b"x").unwrap();
+        ok(&s.sfs_umask(
+            umask,
+            &["put", f.to_str().unwrap(), &s.path(&format!("{d}/f"))],
+        ));
+        assert_eq!(ok(&s.sfs(&["ls", &s.path(&d)])).trim(), "f");
+        ok(&s.sfs(&["rm", "-r", &s.path(&d)]));
+        assert!(!s.export.join(&d[1..]).exists());
+    }
+    // -p: the parents writable and searchable by their owner whatever the umask.
+    ok(&s.sfs_umask(0o577, &["mkdir", "-p", &s.path("/p/q/r")]));
+    assert_eq!(mode(&s.export.join("p")), "300");
+    assert_eq!(mode(&s.export.join("p/q")), "300");
+    assert_eq!(mode(&s.export.join("p/q/r")), "200");
+}
+
+/// `sfs put` makes files and directories as `cp` does: the local mode less the umask and
+/// without setuid or setgid; a read-only file or directory is filled first, then made
+/// read-only (WRITE is checked against the mode the file has).
+#[test]
+fn put_gives_the_local_mode_less_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let s = setup_as(root.then_some((1000, 1000)), &[]);
+    let set = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+    let tree = s.home.join("tree");
+    fs::create_dir(&tree).unwrap();
+    fs::write(tree.join("ro"), b"read only").unwrap();
+    set(&tree.join("ro"), 0o444);
+    fs::write(tree.join("suid"), b"#!/bin/sh\n").unwrap();
+    set(&tree.join("suid"), 0o4755);
+    set(&tree, 0o555);
+    ok(&s.sfs_umask(
+        0o027,
+        &["put", "-r", tree.to_str().unwrap(), &s.path("/tree")],
+    ));
+    let ex = s.export.join("tree");
+    assert_eq!(mode(&ex), "550");
+    assert_eq!(mode(&ex.join("ro")), "440");
+    assert_eq!(mode(&ex.join("suid")), "750", "no setuid");
+    assert_eq!(fs::read(ex.join("ro")).unwrap(), b"read only");
+    ok(&s.sfs_umask(
+        0o022,
+        &["put", tree.join("ro").to_str().unwrap(), &s.path("/ro")],
+    ));
+    assert_eq!(mode(&s.export.join("ro")), "444");
+    assert_eq!(fs::read(s.export.join("ro")).unwrap(), b"read only");
+    set(&tree, 0o755);
 }
