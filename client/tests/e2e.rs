@@ -413,3 +413,70 @@ fn put_gives_the_local_mode_less_the_umask() {
     assert_eq!(fs::read(s.export.join("ro")).unwrap(), b"read only");
     set(&tree, 0o755);
 }
+
+/// `sfs ls -l` prints times as GNU `ls -l` does, in the local time zone (`TZ`); `--json`
+/// keeps the exact seconds and nanoseconds.
+#[test]
+fn ls_long_prints_local_times_and_json_the_exact_ones() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let s = setup(&[]);
+    let set_mtime = |name: &str, t: SystemTime| {
+        let p = s.export.join(name);
+        fs::write(&p, b"x").unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    };
+    // 2020-09-13 20:30:00.25 UTC: 2020-09-14 05:30 in Tokyo.
+    set_mtime("old", UNIX_EPOCH + Duration::from_millis(1_600_029_000_250));
+    // Two hours ago, on a whole minute.
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let recent = now - 7200 - now % 60;
+    set_mtime("new", UNIX_EPOCH + Duration::from_secs(recent));
+    let ls_l = |tz: &str| {
+        let mut c = sfs_cmd(&s.home);
+        c.env("TZ", tz)
+            .arg("--identity")
+            .arg(&s.identity)
+            .args(["ls", "-l", &s.path("/")]);
+        ok(&run(c, LIMIT))
+    };
+    let line = |out: &str, name: &str| {
+        out.lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .unwrap_or_else(|| panic!("no {name} in {out}"))
+            .to_owned()
+    };
+    let hhmm = |offset: u64| {
+        let day = (recent + offset) % 86_400;
+        format!(" {:02}:{:02} new", day / 3600, day % 3600 / 60)
+    };
+    let utc = ls_l("UTC0");
+    assert!(line(&utc, "old").ends_with(" Sep 13  2020 old"), "{utc}");
+    assert!(line(&utc, "new").ends_with(&hhmm(0)), "{utc}");
+    let tokyo = ls_l("JST-9");
+    assert!(
+        line(&tokyo, "old").ends_with(" Sep 14  2020 old"),
+        "{tokyo}"
+    );
+    assert!(line(&tokyo, "new").ends_with(&hhmm(9 * 3600)), "{tokyo}");
+    // --json: the numbers themselves, whatever the zone.
+    let js = ok(&s.sfs(&["ls", "--json", &s.path("/")]));
+    let v: serde_json::Value = serde_json::from_str(&js).unwrap();
+    let mtime = |name: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["mtime"].as_f64())
+            .unwrap()
+    };
+    assert_eq!(mtime("old"), 1_600_029_000.25);
+    assert_eq!(mtime("new"), recent as f64);
+}
