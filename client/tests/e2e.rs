@@ -21,6 +21,12 @@ struct Setup {
 
 /// A server exporting a fresh directory, with `alice` (key in `identity`) in its users file.
 fn setup(extra: &[&str]) -> Setup {
+    setup_as(None, extra)
+}
+
+/// [`setup`] with `alice` mapped to `user` (uid, gid), who owns the export; by default the
+/// owner of the temporary directory.
+fn setup_as(user: Option<(u32, u32)>, extra: &[&str]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let export = dir.path().join("export");
@@ -40,7 +46,8 @@ fn setup(extra: &[&str]) -> Setup {
     let public = stdout.lines().last().unwrap().trim().to_owned();
     assert!(public.starts_with("ed25519:"), "{public}");
     // SAFETY-free uid lookup: the tests run as the owner of the temp dir.
-    let (uid, gid) = owner(dir.path());
+    let (uid, gid) = user.unwrap_or_else(|| owner(dir.path()));
+    std::os::unix::fs::chown(&export, Some(uid), Some(gid)).unwrap();
     let users = dir.path().join("users");
     fs::write(&users, format!("alice {public} {uid} {gid}\n")).unwrap();
     let users_s = users.to_string_lossy().into_owned();
@@ -66,6 +73,21 @@ impl Setup {
     fn sfs(&self, args: &[&str]) -> std::process::Output {
         let mut c = sfs_cmd(&self.home);
         c.arg("--identity").arg(&self.identity).args(args);
+        run(c, LIMIT)
+    }
+
+    /// [`Setup::sfs`] run with `umask`.
+    fn sfs_umask(&self, umask: u32, args: &[&str]) -> std::process::Output {
+        use std::os::unix::process::CommandExt;
+        let mut c = sfs_cmd(&self.home);
+        c.arg("--identity").arg(&self.identity).args(args);
+        // SAFETY: umask(2) is async-signal-safe and cannot fail.
+        unsafe {
+            c.pre_exec(move || {
+                libc::umask(umask as libc::mode_t);
+                Ok(())
+            });
+        }
         run(c, LIMIT)
     }
 
@@ -311,4 +333,150 @@ fn bookmarks_stand_for_servers_in_every_command() {
         err.contains("no bookmark \"home\"") && err.contains("bookmarks"),
         "{err}"
     );
+}
+
+fn mode(p: &Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    format!(
+        "{:o}",
+        fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    )
+}
+
+/// `sfs mkdir` makes what a local `mkdir` would: 0777 less the umask, so its user can list
+/// it, fill it and remove it (it used to send no mode, and sfsd in front of NFS-Ganesha made
+/// such a directory 000). `mkdir -p` parents get u+wx as with GNU mkdir. Run as a user other
+/// than root where the tests run as root, so permissions are checked.
+#[test]
+fn mkdir_makes_what_a_local_mkdir_would() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let s = setup_as(root.then_some((1000, 1000)), &[]);
+    for (umask, want) in [
+        (0o022, "755"),
+        (0o027, "750"),
+        (0o002, "775"),
+        (0o077, "700"),
+    ] {
+        let d = format!("/d{umask:o}");
+        ok(&s.sfs_umask(umask, &["mkdir", &s.path(&d)]));
+        assert_eq!(mode(&s.export.join(&d[1..])), want, "umask {umask:03o}");
+        // Its user can fill it, list it and remove it.
+        let f = s.home.join("f");
+        fs::write(&f, b"x").unwrap();
+        ok(&s.sfs_umask(
+            umask,
+            &["put", f.to_str().unwrap(), &s.path(&format!("{d}/f"))],
+        ));
+        assert_eq!(ok(&s.sfs(&["ls", &s.path(&d)])).trim(), "f");
+        ok(&s.sfs(&["rm", "-r", &s.path(&d)]));
+        assert!(!s.export.join(&d[1..]).exists());
+    }
+    // -p: the parents writable and searchable by their owner whatever the umask.
+    ok(&s.sfs_umask(0o577, &["mkdir", "-p", &s.path("/p/q/r")]));
+    assert_eq!(mode(&s.export.join("p")), "300");
+    assert_eq!(mode(&s.export.join("p/q")), "300");
+    assert_eq!(mode(&s.export.join("p/q/r")), "200");
+}
+
+/// `sfs put` makes files and directories as `cp` does: the local mode less the umask and
+/// without setuid or setgid; a read-only file or directory is filled first, then made
+/// read-only (WRITE is checked against the mode the file has).
+#[test]
+fn put_gives_the_local_mode_less_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let s = setup_as(root.then_some((1000, 1000)), &[]);
+    let set = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+    let tree = s.home.join("tree");
+    fs::create_dir(&tree).unwrap();
+    fs::write(tree.join("ro"), b"read only").unwrap();
+    set(&tree.join("ro"), 0o444);
+    fs::write(tree.join("suid"), b"#!/bin/sh\n").unwrap();
+    set(&tree.join("suid"), 0o4755);
+    set(&tree, 0o555);
+    ok(&s.sfs_umask(
+        0o027,
+        &["put", "-r", tree.to_str().unwrap(), &s.path("/tree")],
+    ));
+    let ex = s.export.join("tree");
+    assert_eq!(mode(&ex), "550");
+    assert_eq!(mode(&ex.join("ro")), "440");
+    assert_eq!(mode(&ex.join("suid")), "750", "no setuid");
+    assert_eq!(fs::read(ex.join("ro")).unwrap(), b"read only");
+    ok(&s.sfs_umask(
+        0o022,
+        &["put", tree.join("ro").to_str().unwrap(), &s.path("/ro")],
+    ));
+    assert_eq!(mode(&s.export.join("ro")), "444");
+    assert_eq!(fs::read(s.export.join("ro")).unwrap(), b"read only");
+    set(&tree, 0o755);
+}
+
+/// `sfs ls -l` prints times as GNU `ls -l` does, in the local time zone (`TZ`); `--json`
+/// keeps the exact seconds and nanoseconds.
+#[test]
+fn ls_long_prints_local_times_and_json_the_exact_ones() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let s = setup(&[]);
+    let set_mtime = |name: &str, t: SystemTime| {
+        let p = s.export.join(name);
+        fs::write(&p, b"x").unwrap();
+        fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    };
+    // 2020-09-13 20:30:00.25 UTC: 2020-09-14 05:30 in Tokyo.
+    set_mtime("old", UNIX_EPOCH + Duration::from_millis(1_600_029_000_250));
+    // Two hours ago, on a whole minute.
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let recent = now - 7200 - now % 60;
+    set_mtime("new", UNIX_EPOCH + Duration::from_secs(recent));
+    let ls_l = |tz: &str| {
+        let mut c = sfs_cmd(&s.home);
+        c.env("TZ", tz)
+            .arg("--identity")
+            .arg(&s.identity)
+            .args(["ls", "-l", &s.path("/")]);
+        ok(&run(c, LIMIT))
+    };
+    let line = |out: &str, name: &str| {
+        out.lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .unwrap_or_else(|| panic!("no {name} in {out}"))
+            .to_owned()
+    };
+    let hhmm = |offset: u64| {
+        let day = (recent + offset) % 86_400;
+        format!(" {:02}:{:02} new", day / 3600, day % 3600 / 60)
+    };
+    let utc = ls_l("UTC0");
+    assert!(line(&utc, "old").ends_with(" Sep 13  2020 old"), "{utc}");
+    assert!(line(&utc, "new").ends_with(&hhmm(0)), "{utc}");
+    let tokyo = ls_l("JST-9");
+    assert!(
+        line(&tokyo, "old").ends_with(" Sep 14  2020 old"),
+        "{tokyo}"
+    );
+    assert!(line(&tokyo, "new").ends_with(&hhmm(9 * 3600)), "{tokyo}");
+    // --json: the numbers themselves, whatever the zone.
+    let js = ok(&s.sfs(&["ls", "--json", &s.path("/")]));
+    let v: serde_json::Value = serde_json::from_str(&js).unwrap();
+    let mtime = |name: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["mtime"].as_f64())
+            .unwrap()
+    };
+    assert_eq!(mtime("old"), 1_600_029_000.25);
+    assert_eq!(mtime("new"), recent as f64);
 }

@@ -204,7 +204,9 @@ impl Server {
     /// Connection color: any other storage operation goes to a storage thread; its completion
     /// runs in color 0, which owns the lease table, then the reply goes back to the
     /// connection's color.
-    pub fn dispatch(self: &Arc<Self>, d: Dispatch, op: RequestOp) {
+    pub fn dispatch(self: &Arc<Self>, d: Dispatch, mut op: RequestOp) {
+        // One default mode for objects made without one, whichever backend makes them.
+        crate::fs::fill_default_mode(&mut op);
         let storage = match &self.storage {
             Backend::Local(s) => s.clone(),
             Backend::Async(b) => return self.dispatch_async(b.clone(), d, op),

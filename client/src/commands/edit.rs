@@ -1,6 +1,6 @@
 //! `rm`, `mkdir` and `mv`.
 
-use protocol::{FileHandle, FileType};
+use protocol::{FileHandle, FileType, SetAttr};
 
 use super::transfer::set_nothing;
 use super::{CmdError, Ctx, Target};
@@ -80,15 +80,28 @@ pub async fn mkdir(ctx: &mut Ctx, targets: &[String], parents: bool) -> Result<(
     for text in targets {
         let r = async {
             let t = Target::parse(text)?;
+            // As a local mkdir makes it: 0777 less the umask.
+            let attr = SetAttr {
+                mode: Some(super::new_mode(0o777)),
+                ..set_nothing()
+            };
             if parents {
+                // Parents as GNU `mkdir -p` makes them: writable and searchable by their owner
+                // whatever the umask, so the next level can be made in them.
+                let parent = SetAttr {
+                    mode: attr.mode.map(|m| m | 0o300),
+                    ..attr
+                };
                 let (c, mut fh) = ctx.client(&t.server).await?;
-                for comp in &t.components {
-                    fh = super::mkdir_or_existing(&c, &fh, comp, set_nothing(), text).await?;
+                for (i, comp) in t.components.iter().enumerate() {
+                    let last = i + 1 == t.components.len();
+                    let attr = if last { &attr } else { &parent };
+                    (fh, _) = super::mkdir_or_existing(&c, &fh, comp, *attr, text).await?;
                 }
                 return Ok(());
             }
             let (c, dir, name) = ctx.parent(&t).await?;
-            c.mkdir(&dir, name.as_bytes(), set_nothing())
+            c.mkdir(&dir, name.as_bytes(), attr)
                 .await
                 .map(|_| ())
                 .map_err(|e| CmdError::at(text, e))

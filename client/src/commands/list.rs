@@ -89,15 +89,77 @@ fn mode_string(a: &Attr) -> String {
     s
 }
 
-fn long_line(name: &str, a: &Attr) -> String {
+/// Half a Gregorian year in seconds: GNU `ls`'s "six months".
+const SIX_MONTHS: i64 = 31_556_952 / 2;
+
+unsafe extern "C" {
+    /// POSIX `tzset(3)` (the `libc` crate binds it only for Windows).
+    fn tzset();
+}
+
+/// Seconds since the epoch, now.
+fn now() -> i64 {
+    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
+    }
+}
+
+/// `t` (seconds since the epoch) in the local time zone (`TZ`, else `/etc/localtime`).
+fn local_tm(t: i64) -> Option<libc::tm> {
+    static TZ: std::sync::Once = std::sync::Once::new();
+    // SAFETY: tzset only reads the environment and the zone files; called once, before any
+    // localtime_r of this process's own.
+    TZ.call_once(|| unsafe { tzset() });
+    let t = libc::time_t::try_from(t).ok()?;
+    // SAFETY: `tm` is plain data (integers and a pointer localtime_r sets), valid zeroed.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call; localtime_r is thread-safe.
+    let r = unsafe { libc::localtime_r(&t, &mut tm) };
+    (!r.is_null()).then_some(tm)
+}
+
+/// A modification time as GNU `ls -l` prints it (C locale), in the local time zone: month,
+/// day and `HH:MM` for times within the last six months, else month, day and year (also for
+/// times in the future), both 12 characters wide.
+fn ls_time(t: i64, now: i64) -> String {
+    ls_time_with(t, now, local_tm)
+}
+
+/// [`ls_time`] with `tm_of` breaking a time down (`localtime_r`, or `gmtime_r` in tests).
+fn ls_time_with(t: i64, now: i64, tm_of: impl Fn(i64) -> Option<libc::tm>) -> String {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let Some(tm) = tm_of(t) else {
+        // Beyond what the C library can break down: the number itself.
+        return format!("{t:>12}");
+    };
+    let month = usize::try_from(tm.tm_mon)
+        .ok()
+        .and_then(|m| MONTHS.get(m))
+        .unwrap_or(&"???");
+    let recent = now.saturating_sub(SIX_MONTHS) < t && t <= now;
+    if recent {
+        format!(
+            "{month} {:>2} {:02}:{:02}",
+            tm.tm_mday, tm.tm_hour, tm.tm_min
+        )
+    } else {
+        let year = i64::from(tm.tm_year) + 1900;
+        format!("{month} {:>2} {year:>5}", tm.tm_mday)
+    }
+}
+
+fn long_line(name: &str, a: &Attr, now: i64) -> String {
     format!(
-        "{} {:>3} {:>5} {:>5} {:>12} {:>12} {}",
+        "{} {:>3} {:>5} {:>5} {:>12} {} {}",
         mode_string(a),
         a.nlink,
         a.uid,
         a.gid,
         a.size,
-        a.mtime.seconds,
+        ls_time(a.mtime.seconds, now),
         name
     )
 }
@@ -142,7 +204,7 @@ async fn ls_one(
         if json {
             out.push(to_json(name, &attr));
         } else if long {
-            println!("{}", long_line(name, &attr));
+            println!("{}", long_line(name, &attr, now()));
         } else {
             println!("{name}");
         }
@@ -157,6 +219,7 @@ async fn ls_one(
     if header && !json {
         println!("{}:", t.text);
     }
+    let now = now();
     for e in entries {
         let name = String::from_utf8_lossy(&e.name).into_owned();
         let attr = match (&e.attr, &e.fh) {
@@ -170,7 +233,7 @@ async fn ls_one(
             }
         } else if long {
             match attr {
-                Some(a) => println!("{}", long_line(&name, &a)),
+                Some(a) => println!("{}", long_line(&name, &a, now)),
                 None => println!("?????????? {name}"),
             }
         } else {
@@ -228,5 +291,88 @@ pub async fn stat(ctx: &mut Ctx, targets: &[String], json: bool) -> Result<(), C
     match failed {
         Some(_) => Err(CmdError::Reported),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(t: i64) -> Option<libc::tm> {
+        let t = libc::time_t::try_from(t).ok()?;
+        // SAFETY: as in local_tm, with gmtime_r.
+        let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::gmtime_r(&t, &mut tm) };
+        (!r.is_null()).then_some(tm)
+    }
+
+    /// 2023-11-14 22:13:20 UTC.
+    const NOW: i64 = 1_700_000_000;
+
+    #[test]
+    fn times_print_as_gnu_ls_prints_them() {
+        let at = |t: i64| ls_time_with(t, NOW, utc);
+        assert_eq!(at(NOW - 3600), "Nov 14 21:13");
+        assert_eq!(at(NOW), "Nov 14 22:13", "now is recent");
+        assert_eq!(at(1_699_148_000), "Nov  5 01:33", "the day padded like %e");
+        assert_eq!(
+            at(1_600_000_000),
+            "Sep 13  2020",
+            "older than six months: the year"
+        );
+        assert_eq!(
+            at(NOW + 30 * 86_400),
+            "Dec 14  2023",
+            "the future: the year"
+        );
+        assert_eq!(at(NOW + 1), "Nov 14  2023");
+        assert_eq!(
+            at(NOW - SIX_MONTHS + 1),
+            "May 16 07:18",
+            "just within six months"
+        );
+        assert_eq!(at(NOW - SIX_MONTHS), "May 16  2023");
+        assert_eq!(at(-1), "Dec 31  1969");
+        for t in [NOW, 1_600_000_000, -1, 0] {
+            assert_eq!(at(t).len(), 12, "{t}: one width, so columns line up");
+        }
+    }
+
+    /// `ls -l` uses the local time zone: local_tm is UTC moved by the zone's own offset.
+    #[test]
+    fn local_times_are_utc_moved_by_the_zone_offset() {
+        for t in [0, 1_600_000_000, NOW] {
+            let local = local_tm(t).unwrap();
+            let shifted = utc(t + local.tm_gmtoff).unwrap();
+            let fields = |tm: &libc::tm| (tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min);
+            assert_eq!(fields(&local), fields(&shifted), "{t}");
+        }
+    }
+
+    #[test]
+    fn long_lines_carry_the_time_and_json_the_exact_numbers() {
+        let mut a = Attr::test_file(5, 0);
+        a.mtime = protocol::Time {
+            seconds: 1_600_000_000,
+            nanos: 123_456_789,
+        };
+        a.atime = protocol::Time {
+            seconds: NOW,
+            nanos: 1,
+        };
+        let line = long_line("f", &a, NOW);
+        let want_time = ls_time(1_600_000_000, NOW);
+        assert!(line.ends_with(&format!(" {want_time} f")), "{line}");
+        assert!(!line.contains("1600000000"), "{line}");
+        let j = to_json("f", &a);
+        assert_eq!(j.mtime, 1_600_000_000.0 + 123_456_789.0 / 1e9);
+        assert_eq!(j.atime, NOW as f64 + 1e-9);
+        let v: serde_json::Value = serde_json::to_value(&j).unwrap();
+        assert_eq!(
+            v["mtime"].as_f64(),
+            Some(j.mtime),
+            "printed as the number itself"
+        );
+        assert_eq!(v["ctime"].as_f64(), Some(1.0));
     }
 }

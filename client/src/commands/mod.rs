@@ -190,17 +190,54 @@ impl Ctx {
     }
 }
 
+/// This process's umask: the permission bits a new object's mode loses, as for local `mkdir`
+/// and `open(O_CREAT)`. Read once, where Linux shows it (`/proc/self/status`, since 4.7)
+/// without changing it; elsewhere set and restored at once.
+pub fn umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        let shown = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| umask_in_status(&s));
+        shown.unwrap_or_else(umask_by_setting) & 0o777
+    })
+}
+
+/// The umask where `/proc` does not show it: set, and put back at once.
+#[allow(clippy::useless_conversion)] // mode_t is u16 on some systems
+fn umask_by_setting() -> u32 {
+    // SAFETY: umask(2) cannot fail; the old mask is put back at once.
+    let old = unsafe { libc::umask(0o022) };
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    u32::from(old)
+}
+
+/// The `Umask:` line of `/proc/self/status` (octal).
+fn umask_in_status(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+    u32::from_str_radix(line.trim(), 8).ok()
+}
+
+/// The mode a local program would make an object with when it asks for `mode`: less the
+/// [`umask`], and never setuid or setgid (as `cp` without `-p`). Sent in every request that
+/// makes an object, so the server applies no default of its own.
+pub fn new_mode(mode: u32) -> u32 {
+    mode & 0o1777 & !umask()
+}
+
 /// Makes directory `name` in `parent`, or reuses it if a directory of that name already exists
-/// (`mkdir -p`, `put -r`); anything else already there is "File exists".
+/// (`mkdir -p`, `put -r`); anything else already there is "File exists". Also says whether it
+/// made the directory.
 pub async fn mkdir_or_existing(
     c: &Client,
     parent: &FileHandle,
     name: &str,
     attr: SetAttr,
     label: &str,
-) -> Result<FileHandle, CmdError> {
+) -> Result<(FileHandle, bool), CmdError> {
     match c.mkdir(parent, name.as_bytes(), attr).await {
-        Ok((fh, _)) => Ok(fh),
+        Ok((fh, _)) => Ok((fh, true)),
         Err(SessionError::Nfs(NfsStatus::Exist)) => {
             let (fh, attr) = c
                 .lookup(parent, name.as_bytes())
@@ -209,8 +246,29 @@ pub async fn mkdir_or_existing(
             if attr.ftype != FileType::Directory {
                 return Err(CmdError::Path(label.into(), "File exists".into()));
             }
-            Ok(fh)
+            Ok((fh, false))
         }
         Err(e) => Err(CmdError::at(label, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_umask_is_read_from_proc_and_applied_like_cp() {
+        assert_eq!(
+            umask_in_status("Name:\tsfs\nUmask:\t0027\nState:\tR\n"),
+            Some(0o027)
+        );
+        assert_eq!(umask_in_status("Name:\tsfs\n"), None);
+        // The process's own, however it was read.
+        assert_eq!(umask(), umask_by_setting());
+        let u = umask();
+        assert_eq!(new_mode(0o777), 0o777 & !u);
+        assert_eq!(new_mode(0o4755) & 0o7000, 0, "never setuid");
+        assert_eq!(new_mode(0o2755) & 0o7000, 0, "never setgid");
+        assert_eq!(new_mode(0o1777) & 0o1000, 0o1000, "sticky stays");
     }
 }

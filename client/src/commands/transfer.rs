@@ -2,9 +2,10 @@
 
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use protocol::{Attr, CreateHow, FileHandle, FileType, SetAttr, SetTime};
+use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime};
 
 use super::{CmdError, Ctx, Target};
 use crate::progress::Progress;
@@ -210,31 +211,56 @@ async fn put_file(
         ));
     }
     let size = Some(meta.len());
-    let mode = local_mode(local);
-    // UNCHECKED create with size 0: creates, or truncates an existing file.
-    let (fh, _) = c
-        .create(
-            dir,
-            name.as_bytes(),
-            CreateHow::Unchecked(SetAttr {
-                mode: Some(mode),
-                size: Some(0),
-                ..set_nothing()
-            }),
-        )
-        .await
-        .map_err(|e| CmdError::at(label, e))?;
+    let mode = super::new_mode(meta.permissions().mode());
+    // Writable by its owner while the data goes in: WRITE is checked against the file's mode
+    // (the protocol keeps no open descriptor), so a read-only file is made read-only after.
+    let filling = mode | 0o200;
+    let attr = SetAttr {
+        mode: Some(filling),
+        size: Some(0),
+        ..set_nothing()
+    };
+    // A new file; or an existing one truncated (UNCHECKED), which keeps its own mode, as cp.
+    let made = c
+        .create(dir, name.as_bytes(), CreateHow::Guarded(attr))
+        .await;
+    let (fh, made) = match made {
+        Ok((fh, _)) => (fh, true),
+        Err(SessionError::Nfs(NfsStatus::Exist)) => {
+            let (fh, _) = c
+                .create(dir, name.as_bytes(), CreateHow::Unchecked(attr))
+                .await
+                .map_err(|e| CmdError::at(label, e))?;
+            (fh, false)
+        }
+        Err(e) => return Err(CmdError::at(label, e)),
+    };
     let mut bar = Progress::new(label, size);
     let written = c
         .write_file(&fh, std::sync::Arc::new(f), |n| bar.inc(n))
         .await;
-    if crate::fuse::kept_by_create(mode) {
-        // The server kept the creating descriptor so a read-only file can be filled: done.
+    if made && crate::fuse::kept_by_create(filling) {
+        // The server kept the creating descriptor (the owner may not read it): done with it.
         let _ = c.close(&fh).await;
     }
     written.map_err(|e| path_error(label, e))?;
     bar.finish();
+    if made && filling != mode {
+        set_mode(c, &fh, mode, label).await?;
+    }
     Ok(())
+}
+
+/// SETATTR of the mode alone.
+async fn set_mode(c: &Client, fh: &FileHandle, mode: u32, label: &str) -> Result<(), CmdError> {
+    let attr = SetAttr {
+        mode: Some(mode),
+        ..set_nothing()
+    };
+    c.setattr(fh, attr)
+        .await
+        .map(|_| ())
+        .map_err(|e| CmdError::at(label, e))
 }
 
 fn put_tree<'a>(
@@ -245,17 +271,16 @@ fn put_tree<'a>(
     label: &'a str,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), CmdError>> + 'a>> {
     Box::pin(async move {
-        let dir = super::mkdir_or_existing(
-            c,
-            &parent,
-            name,
-            SetAttr {
-                mode: Some(local_mode(local)),
-                ..set_nothing()
-            },
-            label,
-        )
-        .await?;
+        let meta = fs::metadata(local)?;
+        let mode = super::new_mode(meta.permissions().mode());
+        // Writable and searchable by its owner while it is filled (as cp -r does), its own
+        // mode after.
+        let filling = mode | 0o700;
+        let attr = SetAttr {
+            mode: Some(filling),
+            ..set_nothing()
+        };
+        let (dir, made) = super::mkdir_or_existing(c, &parent, name, attr, label).await?;
         let mut entries: Vec<_> = fs::read_dir(local)?.collect::<Result<_, _>>()?;
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
@@ -282,6 +307,9 @@ fn put_tree<'a>(
                 }
             }
         }
+        if made && filling != mode {
+            set_mode(c, &dir, mode, label).await?;
+        }
         Ok(())
     })
 }
@@ -296,18 +324,6 @@ pub fn set_nothing() -> SetAttr {
         atime: SetTime::DontChange,
         mtime: SetTime::DontChange,
     }
-}
-
-fn local_mode(p: &Path) -> u32 {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        if let Ok(m) = fs::metadata(p) {
-            return m.permissions().mode() & 0o7777;
-        }
-    }
-    let _ = p;
-    0o644
 }
 
 fn io_message(e: &std::io::Error) -> String {

@@ -115,6 +115,39 @@ pub enum Backend {
     Async(Arc<dyn AsyncStorage>),
 }
 
+/// The mode of an object made by a request that carries none: one default for every backend
+/// (docs/PROTOCOL.md, "Modes of new objects"). [`fill_default_mode`] writes it into the
+/// request before any backend sees it, so an NFS server's own choice (NFS-Ganesha makes such
+/// a directory 000) never applies.
+pub mod default_mode {
+    /// MKDIR.
+    pub const DIRECTORY: u32 = 0o755;
+    /// CREATE (UNCHECKED or GUARDED) of a regular file, and MKNOD of a special file.
+    pub const FILE: u32 = 0o644;
+    /// SYMLINK (Linux gives every symlink 0777 and ignores any mode asked).
+    pub const SYMLINK: u32 = 0o777;
+    /// EXCLUSIVE CREATE, which carries no attributes: private until the SETATTR the client
+    /// sends next sets the mode it wants. (The NFS backend cannot pass a mode in that call;
+    /// the NFS server chooses, and NFS-Ganesha's choice is also 0600.)
+    pub const EXCLUSIVE: u32 = 0o600;
+}
+
+/// Gives a request that makes an object without a mode the [`default_mode`] for its kind.
+pub fn fill_default_mode(op: &mut RequestOp) {
+    use protocol::CreateHow;
+    let (attr, default) = match op {
+        RequestOp::Mkdir { attr, .. } => (attr, default_mode::DIRECTORY),
+        RequestOp::Create {
+            how: CreateHow::Unchecked(attr) | CreateHow::Guarded(attr),
+            ..
+        }
+        | RequestOp::Mknod { attr, .. } => (attr, default_mode::FILE),
+        RequestOp::Symlink { attr, .. } => (attr, default_mode::SYMLINK),
+        _ => return,
+    };
+    attr.mode.get_or_insert(default);
+}
+
 /// Procedures that change the file system (refused on read-only exports and to anonymous
 /// users).
 pub fn is_mutating(op: &RequestOp) -> bool {
@@ -135,4 +168,78 @@ pub fn is_mutating(op: &RequestOp) -> bool {
             // Holds a descriptor on the server: not for anonymous users.
             | RequestOp::Open { .. }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::{CreateHow, FileHandle, SetAttr, SpecialKind};
+
+    use super::*;
+
+    #[test]
+    fn a_missing_mode_gets_the_default_for_its_kind_and_a_sent_one_stays() {
+        let fh = FileHandle::from_bytes([7; protocol::handle::HANDLE_LEN]);
+        let none = SetAttr::default();
+        let sent = SetAttr {
+            mode: Some(0o700),
+            ..SetAttr::default()
+        };
+        let mode_of = |op: RequestOp| {
+            let mut op = op;
+            fill_default_mode(&mut op);
+            match op {
+                RequestOp::Mkdir { attr, .. }
+                | RequestOp::Symlink { attr, .. }
+                | RequestOp::Mknod { attr, .. }
+                | RequestOp::Create {
+                    how: CreateHow::Unchecked(attr) | CreateHow::Guarded(attr),
+                    ..
+                } => attr.mode,
+                RequestOp::Create {
+                    how: CreateHow::Exclusive(_),
+                    ..
+                } => None,
+                other => panic!("{other:?}"),
+            }
+        };
+        let name = b"n".to_vec();
+        let mkdir = |attr: &SetAttr| RequestOp::Mkdir {
+            dir: fh,
+            name: name.clone(),
+            attr: *attr,
+        };
+        let create = |how| RequestOp::Create {
+            dir: fh,
+            name: name.clone(),
+            how,
+        };
+        let symlink = RequestOp::Symlink {
+            dir: fh,
+            name: name.clone(),
+            attr: none,
+            target: b"t".to_vec(),
+        };
+        let mknod = RequestOp::Mknod {
+            dir: fh,
+            name: name.clone(),
+            kind: SpecialKind::Fifo,
+            attr: none,
+        };
+        assert_eq!(mode_of(mkdir(&none)), Some(0o755));
+        assert_eq!(mode_of(mkdir(&sent)), Some(0o700));
+        assert_eq!(mode_of(create(CreateHow::Guarded(none))), Some(0o644));
+        assert_eq!(mode_of(create(CreateHow::Unchecked(none))), Some(0o644));
+        assert_eq!(mode_of(create(CreateHow::Unchecked(sent))), Some(0o700));
+        assert_eq!(mode_of(create(CreateHow::Exclusive([1; 8]))), None);
+        assert_eq!(mode_of(symlink), Some(0o777));
+        assert_eq!(mode_of(mknod), Some(0o644));
+        // Requests that make nothing are left alone.
+        let mut op = RequestOp::SetAttr {
+            fh,
+            attr: none,
+            guard: None,
+        };
+        fill_default_mode(&mut op);
+        assert!(matches!(op, RequestOp::SetAttr { attr, .. } if attr.mode.is_none()));
+    }
 }

@@ -1,10 +1,11 @@
 //! Operations that make objects or names: CREATE, MKDIR, SYMLINK, MKNOD, LINK.
 //!
-//! New objects get exactly the mode the client asked for (the process umask is 0) and belong
-//! to whoever the kernel says made them (the storage thread runs as the caller). That includes
-//! the decision whether a device node may be made at all: only a caller mapped to root keeps
-//! CAP_MKNOD on its storage thread (a non-zero fsuid drops it), so an ordinary user's MKNOD of
-//! a device fails with the kernel's EPERM.
+//! New objects get exactly the mode the client asked for (the process umask is 0), or the
+//! one default of [`default_mode`] when it asked none, and belong to whoever the kernel says
+//! made them (the storage thread runs as the caller). That includes the decision whether a
+//! device node may be made at all: only a caller mapped to root keeps CAP_MKNOD on its
+//! storage thread (a non-zero fsuid drops it), so an ordinary user's MKNOD of a device fails
+//! with the kernel's EPERM.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -17,7 +18,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 use super::attrs::{changes_times, timespec};
 use super::resolve::{Obj, RESOLVE, new_component};
 use super::{LocalFs, MAX_LINK, errno, io_status};
-use crate::fs::{OpCtx, Outcome};
+use crate::fs::{OpCtx, Outcome, default_mode};
 
 /// The exclusive-create verifier, decoded once. NFS convention: the server keeps it in the
 /// new file's atime and mtime (seconds) until the client's follow-up SETATTR replaces them, so
@@ -94,10 +95,10 @@ impl LocalFs {
         let n = new_component(name)?;
         let how = How::from(how);
         let mode = match &how {
-            How::Unchecked(s) | How::Guarded(s) => s.mode,
-            How::Exclusive(_) => None,
+            How::Unchecked(s) | How::Guarded(s) => s.mode.unwrap_or(default_mode::FILE),
+            How::Exclusive(_) => default_mode::EXCLUSIVE,
         };
-        let mode = Mode::from_raw_mode(mode.unwrap_or(0o644) & 0o7777);
+        let mode = Mode::from_raw_mode(mode & 0o7777);
         // Read-write: the kernel grants any access to the file this call creates, which an
         // open state keeps when the mode denies its owner ([`super::open`]).
         let flags = OFlags::CREATE
@@ -193,7 +194,7 @@ impl LocalFs {
         self.writable()?;
         let d = self.dir(&dir, &ctx.creds)?;
         let n = new_component(name)?;
-        let mode = attr.mode.unwrap_or(0o755) & 0o7777;
+        let mode = attr.mode.unwrap_or(default_mode::DIRECTORY) & 0o7777;
         rustix::fs::mkdirat(&d.fd, n, Mode::from_raw_mode(mode)).map_err(errno)?;
         Ok(ReplyBody::Mkdir(self.made(ctx, &d, n, out)))
     }
@@ -232,7 +233,7 @@ impl LocalFs {
         self.writable()?;
         let d = self.dir(&dir, &ctx.creds)?;
         let n = new_component(name)?;
-        let mode = Mode::from_raw_mode(attr.mode.unwrap_or(0o644) & 0o7777);
+        let mode = Mode::from_raw_mode(attr.mode.unwrap_or(default_mode::FILE) & 0o7777);
         let (ftype, dev) = match kind {
             SpecialKind::Fifo => (rustix::fs::FileType::Fifo, 0),
             SpecialKind::Socket => (rustix::fs::FileType::Socket, 0),

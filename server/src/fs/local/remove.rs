@@ -71,9 +71,10 @@ impl LocalFs {
             rustix::io::Errno::EXIST | rustix::io::Errno::NOTEMPTY => NfsStatus::NotEmpty,
             e => errno(e),
         })?;
-        if victim.meta.nlink() <= 1 || is_dir {
-            self.forget(victim.key);
-        }
+        // Only this name is gone while the object has others (link-then-unlink): the index
+        // keeps them, so its handle still resolves without a walk.
+        let last = victim.meta.nlink() <= 1 || is_dir;
+        self.removed(victim.key, last, d.key, n);
         let dir_attr = d.fresh_attr(ctx.lease_ms);
         out.changed.push((victim.key, self.fh(&victim), None));
         out.changed.push((d.key, dir, dir_attr));
@@ -110,11 +111,11 @@ impl LocalFs {
         let source_name = old_component(from_name)?;
         let target_name = old_component(to_name)?;
         let moving = self.child(&source_dir, source_name)?;
-        // What the target name named before, unless it is the same object (a no-op rename).
-        let replaced = self
-            .child(&target_dir, target_name)
-            .ok()
-            .filter(|r| r.key != moving.key);
+        // What the target name named before. The same object (the same name, or two hard
+        // links of one file) makes the rename a no-op: POSIX leaves both names in place.
+        let at_target = self.child(&target_dir, target_name).ok();
+        let no_op = at_target.as_ref().is_some_and(|r| r.key == moving.key);
+        let replaced = at_target.filter(|r| r.key != moving.key);
         rustix::fs::renameat_with(
             &source_dir.fd,
             source_name,
@@ -129,11 +130,20 @@ impl LocalFs {
             rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST => NfsStatus::NotEmpty,
             e => errno(e),
         })?;
-        let replaced_gone = replaced
-            .as_ref()
-            .filter(|r| r.meta.nlink() <= 1)
-            .map(|r| r.key);
-        self.renamed(moving.key, replaced_gone, target_dir.key, target_name);
+        if !no_op {
+            // The replaced object lost the target name; it is gone with its last name (a
+            // directory has only one).
+            let replaced = replaced.as_ref().map(|r| {
+                let last = r.meta.nlink() <= 1 || r.ftype() == FileType::Directory;
+                (r.key, last)
+            });
+            self.renamed(
+                moving.key,
+                replaced,
+                (source_dir.key, source_name),
+                (target_dir.key, target_name),
+            );
+        }
         let lease = ctx.lease_ms;
         out.changed.push((moving.key, self.fh(&moving), None));
         if let Some(r) = replaced {

@@ -22,8 +22,10 @@
 //! once to answer with its handle, and nothing is changed through that lookup.
 //!
 //! **Handles across restarts: the inode index.** [`Index`] maps (dev, inode) to (parent,
-//! name). On a miss (after a restart, or an external rename) the export is walked once with
-//! the server's own credentials. Walks are rate-limited globally, whatever triggers them: at
+//! name), keeping every name of a hard-linked object up to [`MAX_NAMES`]: REMOVE and RENAME
+//! take away only the name they removed, so after link-then-unlink the object is found through
+//! the name it kept. On a miss (after a restart, or an external rename) the export is walked
+//! once with the server's own credentials. Walks are rate-limited globally, whatever triggers them: at
 //! most one per second, and never more than a tenth of the time (a slow walk widens the
 //! interval).
 //!
@@ -248,9 +250,10 @@ impl LocalFs {
         }
         let key = (h.device, h.inode);
         let birth = h.generation;
-        let known = self.index.lock().path(key);
-        let was_known = known.is_some();
-        if let Some(path) = known {
+        // Every name the index knows (hard links: several), latest first.
+        let known = self.index.lock().paths(key);
+        let was_known = !known.is_empty();
+        for path in known {
             match self.open_path_at(self.root.as_fd(), &path) {
                 Ok(fd) => {
                     let o = self.obj_from(fd, path)?;
@@ -264,6 +267,7 @@ impl LocalFs {
                         };
                     }
                 }
+                // That name is gone or names another object now: try the next.
                 Err(NfsStatus::Stale | NfsStatus::NoEnt | NfsStatus::NotDir) => {}
                 Err(e) => return Err(e),
             }
@@ -278,10 +282,13 @@ impl LocalFs {
         // Unknown (restart) or moved outside the server: walk the export, rate-limited.
         let found = {
             let mut gate = self.walks.lock();
-            let known = self.index.lock().path(key);
-            match known {
+            let known = self.index.lock().paths(key);
+            let now_found = known
+                .into_iter()
+                .find(|p| self.open_at_path(key, birth, p).is_ok());
+            match now_found {
                 // Another request's walk found it while we waited.
-                Some(p) if self.open_at_path(key, birth, &p).is_ok() => Some(p),
+                Some(p) => Some(p),
                 _ if !gate.may_walk() => {
                     // A handle this server knew is worth retrying after the next walk; an
                     // unknown one (a deleted object, a replay) is stale.
@@ -382,25 +389,35 @@ impl LocalFs {
         self.index.lock().remember(obj, dir, name.as_bytes());
     }
 
-    /// Forgets `obj` (its last name is gone).
-    pub(super) fn forget(&self, obj: ObjKey) {
-        self.index.lock().forget(obj);
+    /// After REMOVE of `name` in `dir`, which named `obj`: forgets that name, and the object
+    /// with it if it was the last (`last`); the object's other names stay.
+    pub(super) fn removed(&self, obj: ObjKey, last: bool, dir: ObjKey, name: &OsStr) {
+        let mut ix = self.index.lock();
+        if last {
+            ix.forget(obj);
+        } else {
+            ix.unname(obj, dir, name.as_bytes());
+        }
     }
 
-    /// After RENAME: `moved` is now `name` in `dir`, and `replaced` (the object the rename
-    /// overwrote, if it had no other name) is gone; one update, under one lock.
+    /// After RENAME of `from` to `to`: `moved` is called `to` instead of `from` (its other
+    /// names stay), and `replaced`, the object `to` named before, if any, lost that name (and
+    /// is forgotten with its last one, `true`); one update, under one lock.
     pub(super) fn renamed(
         &self,
         moved: ObjKey,
-        replaced: Option<ObjKey>,
-        dir: ObjKey,
-        name: &OsStr,
+        replaced: Option<(ObjKey, bool)>,
+        from: (ObjKey, &OsStr),
+        to: (ObjKey, &OsStr),
     ) {
         let mut ix = self.index.lock();
-        if let Some(r) = replaced {
-            ix.forget(r);
+        match replaced {
+            Some((r, true)) => ix.forget(r),
+            Some((r, false)) => ix.unname(r, to.0, to.1.as_bytes()),
+            None => {}
         }
-        ix.remember(moved, dir, name.as_bytes());
+        ix.unname(moved, from.0, from.1.as_bytes());
+        ix.remember(moved, to.0, to.1.as_bytes());
     }
 
     /// The object a client's handle names.
@@ -434,12 +451,19 @@ impl WalkGate {
     }
 }
 
+/// Names the index keeps for one object: its hard links, the most recently seen first.
+const MAX_NAMES: usize = 4;
+
 /// The inode index: from a handle's (device, inode) back to a path below the export root.
 ///
 /// Each known object records its parent directory and its name there (a dentry, in kernel
 /// terms), so renaming a directory updates one entry and every path below it follows; the
-/// path is rebuilt by walking up the parents. Bounded: at most `max` entries, paths at most
-/// [`MAX_DEPTH`] components (a stale loop of parents ends there instead of spinning).
+/// path is rebuilt by walking up the parents. An object with several hard links keeps up to
+/// [`MAX_NAMES`] of them, the most recently seen first, and REMOVE and RENAME take away only
+/// the name they removed: after link-then-unlink (how mail spools, lock files and git write
+/// objects) the object is still found through the name it kept, without a walk. Bounded: at
+/// most `max` names in all, paths at most [`MAX_DEPTH`] components (a stale loop of parents
+/// ends there instead of spinning).
 ///
 /// The index is only a hint: every path it yields is opened beneath the export root and the
 /// opened object's identity checked against the handle, so a stale entry can make a request
@@ -447,14 +471,35 @@ impl WalkGate {
 #[derive(Debug)]
 pub(super) struct Index {
     root: ObjKey,
-    entries: HashMap<ObjKey, Entry>,
+    /// Each known object's latest name.
+    entries: HashMap<ObjKey, Name>,
+    /// The older names of objects with several (hard links), newest first: at most
+    /// [`MAX_NAMES`]` - 1` each. Kept apart so that the many objects with one name pay nothing
+    /// for them.
+    older: HashMap<ObjKey, Vec<Name>>,
+    /// Names held, over both maps (what `max` bounds).
+    names: usize,
     max: usize,
 }
 
+/// One name of an object: its parent directory and the name there.
 #[derive(Debug)]
-struct Entry {
+struct Name {
     parent: ObjKey,
     name: Box<[u8]>,
+}
+
+impl Name {
+    fn new(parent: ObjKey, name: &[u8]) -> Name {
+        Name {
+            parent,
+            name: name.into(),
+        }
+    }
+
+    fn is(&self, parent: ObjKey, name: &[u8]) -> bool {
+        self.parent == parent && *self.name == *name
+    }
 }
 
 impl Index {
@@ -462,35 +507,109 @@ impl Index {
         Index {
             root,
             entries: HashMap::new(),
+            older: HashMap::new(),
+            names: 0,
             max,
         }
     }
 
-    /// Records that `key` is called `name` in directory `parent`.
+    /// Records that `key` is called `name` in directory `parent` (its latest name; the names
+    /// it already had stay, up to [`MAX_NAMES`], the oldest dropped first).
     fn remember(&mut self, key: ObjKey, parent: ObjKey, name: &[u8]) {
         if key == self.root || key == parent {
             return;
         }
-        if self.entries.len() >= self.max && !self.entries.contains_key(&key) {
+        let full = self.names >= self.max;
+        let Some(latest) = self.entries.get_mut(&key) else {
+            if !full {
+                self.entries.insert(key, Name::new(parent, name));
+                self.names += 1;
+            }
+            return;
+        };
+        if latest.is(parent, name) {
             return;
         }
-        self.entries.insert(
-            key,
-            Entry {
-                parent,
-                name: name.into(),
-            },
-        );
+        let older = self.older.entry(key).or_default();
+        let new = if let Some(i) = older.iter().position(|n| n.is(parent, name)) {
+            // Known already: it becomes the latest again.
+            older.remove(i)
+        } else if !full && older.len() + 1 < MAX_NAMES {
+            self.names += 1;
+            Name::new(parent, name)
+        } else if older.pop().is_some() {
+            // No room for one more name: the oldest makes way.
+            Name::new(parent, name)
+        } else {
+            // Its only name, in a full index: replaced, so known objects still move.
+            self.older.remove(&key);
+            *latest = Name::new(parent, name);
+            return;
+        };
+        older.insert(0, std::mem::replace(latest, new));
     }
 
+    /// Forgets `key` and every name it had.
     fn forget(&mut self, key: ObjKey) {
-        self.entries.remove(&key);
+        if self.entries.remove(&key).is_some() {
+            self.names -= 1;
+        }
+        if let Some(older) = self.older.remove(&key) {
+            self.names -= older.len();
+        }
     }
 
-    /// The path of `key` relative to the root (empty for the root), if known.
+    /// Takes away one name of `key` (REMOVE or RENAME took it away); its other names stay,
+    /// and with none left it is forgotten.
+    fn unname(&mut self, key: ObjKey, parent: ObjKey, name: &[u8]) {
+        let Some(latest) = self.entries.get_mut(&key) else {
+            return;
+        };
+        let older = self.older.get_mut(&key);
+        if latest.is(parent, name) {
+            match older {
+                Some(older) if !older.is_empty() => *latest = older.remove(0),
+                _ => {
+                    self.entries.remove(&key);
+                }
+            }
+        } else if let Some(older) = older
+            && let Some(i) = older.iter().position(|n| n.is(parent, name))
+        {
+            older.remove(i);
+        } else {
+            return;
+        }
+        self.names -= 1;
+        if self.older.get(&key).is_some_and(Vec::is_empty) {
+            self.older.remove(&key);
+        }
+    }
+
+    /// The path of `key` relative to the root (empty for the root) through its latest name,
+    /// if known.
     fn path(&self, key: ObjKey) -> Option<PathBuf> {
-        let mut names: Vec<&[u8]> = Vec::new();
-        let mut at = key;
+        self.up_from(key, Vec::new())
+    }
+
+    /// Every known path of `key`, one per name it has (latest first); for the root, the
+    /// empty path. Directories have one name, so the ancestors follow their latest names.
+    fn paths(&self, key: ObjKey) -> Vec<PathBuf> {
+        if key == self.root {
+            return vec![PathBuf::new()];
+        }
+        let Some(latest) = self.entries.get(&key) else {
+            return Vec::new();
+        };
+        let older = self.older.get(&key).into_iter().flatten();
+        std::iter::once(latest)
+            .chain(older)
+            .filter_map(|n| self.up_from(n.parent, vec![&n.name]))
+            .collect()
+    }
+
+    /// `names` (innermost first) below `at`, completed up to the root through latest names.
+    fn up_from<'a>(&'a self, mut at: ObjKey, mut names: Vec<&'a [u8]>) -> Option<PathBuf> {
         while at != self.root {
             if names.len() >= MAX_DEPTH {
                 return None;
@@ -502,13 +621,16 @@ impl Index {
         Some(names.iter().rev().map(|n| OsStr::from_bytes(n)).collect())
     }
 
+    /// Names held, over all objects.
     fn len(&self) -> usize {
-        self.entries.len()
+        self.names
     }
 
     /// Replaces everything with the result of a fresh walk.
     fn replace(&mut self, fresh: Index) {
         self.entries = fresh.entries;
+        self.older = fresh.older;
+        self.names = fresh.names;
     }
 }
 
@@ -625,6 +747,134 @@ mod tests {
         ix.forget((1, 3));
         assert_eq!(ix.path((1, 4)), None, "a missing ancestor: unknown");
         assert_eq!(ix.path((9, 9)), None);
+    }
+
+    fn paths(ix: &Index, key: ObjKey) -> Vec<String> {
+        let p = ix.paths(key);
+        p.iter().map(|p| p.display().to_string()).collect()
+    }
+
+    /// LINK to a new name, then REMOVE of the old one (whose lookup records the old name
+    /// again): the object is still found through the new name.
+    #[test]
+    fn link_then_unlink_keeps_the_other_name() {
+        let (root, d, f) = ((1, 1), (1, 2), (1, 3));
+        let mut ix = Index::new(root, 100);
+        ix.remember(d, root, b"d");
+        ix.remember(f, d, b"tmp");
+        ix.remember(f, d, b"obj");
+        assert_eq!(paths(&ix, f), ["d/obj", "d/tmp"], "latest first");
+        ix.remember(f, d, b"tmp");
+        assert_eq!(
+            paths(&ix, f),
+            ["d/tmp", "d/obj"],
+            "seen again: latest again"
+        );
+        assert_eq!(ix.len(), 3, "no name twice");
+        ix.unname(f, d, b"tmp");
+        assert_eq!(paths(&ix, f), ["d/obj"]);
+        assert_eq!(ix.path(f), Some(PathBuf::from("d/obj")));
+        // A name it does not have, or an object it does not know: nothing changes.
+        ix.unname(f, root, b"obj");
+        ix.unname((1, 9), d, b"obj");
+        assert_eq!((paths(&ix, f), ix.len()), (vec!["d/obj".to_string()], 2));
+        // The last name taken away: forgotten.
+        ix.unname(f, d, b"obj");
+        assert!(ix.paths(f).is_empty());
+        assert_eq!(ix.len(), 1);
+        assert_eq!(paths(&ix, root), [""], "the root is always known");
+    }
+
+    /// RENAME as `LocalFs::renamed` does it: the moved name taken away and the new one
+    /// recorded; the object's other names, and those of a hard-linked object the rename
+    /// replaced, stay.
+    #[test]
+    fn rename_moves_one_name_of_several() {
+        let (root, f, g) = ((1, 1), (1, 3), (1, 4));
+        let mut ix = Index::new(root, 100);
+        ix.remember(f, root, b"a");
+        ix.remember(f, root, b"b");
+        ix.remember(g, root, b"y");
+        ix.remember(g, root, b"y2");
+        // a -> y, replacing one of g's two names.
+        ix.unname(g, root, b"y");
+        ix.unname(f, root, b"a");
+        ix.remember(f, root, b"y");
+        assert_eq!(paths(&ix, f), ["y", "b"]);
+        assert_eq!(paths(&ix, g), ["y2"]);
+        assert_eq!(ix.len(), 3);
+        assert_eq!(ix.older.len(), 1, "only f has an older name");
+        // An object with one name, renamed: still one name, nothing kept beside it.
+        ix.unname(g, root, b"y2");
+        ix.remember(g, root, b"y3");
+        ix.unname(g, root, b"y3");
+        ix.remember(g, root, b"y4");
+        ix.remember(g, (1, 9), b"elsewhere");
+        ix.unname(g, root, b"y4");
+        assert_eq!(paths(&ix, g), Vec::<String>::new(), "(1, 9) is unknown");
+        assert_eq!(ix.path(g), None);
+        ix.remember(g, root, b"y5");
+        ix.unname(g, (1, 9), b"elsewhere");
+        assert_eq!(paths(&ix, g), ["y5"]);
+        assert_eq!(ix.older.len(), 1, "no empty list left for g");
+        assert_eq!(ix.len(), 3);
+        // Forgetting drops every name.
+        ix.forget(f);
+        assert!(ix.paths(f).is_empty());
+        assert_eq!(ix.len(), 1);
+    }
+
+    #[test]
+    fn names_per_object_are_bounded_oldest_dropped() {
+        let (root, f) = ((1, 1), (1, 3));
+        let mut ix = Index::new(root, 100);
+        for n in 0..MAX_NAMES + 2 {
+            ix.remember(f, root, format!("n{n}").as_bytes());
+        }
+        let want: Vec<String> = (2..MAX_NAMES + 2).rev().map(|n| format!("n{n}")).collect();
+        assert_eq!(paths(&ix, f), want);
+        assert_eq!(ix.len(), MAX_NAMES);
+    }
+
+    /// Children follow their directory's latest name; a hard link's names each give a path.
+    #[test]
+    fn every_name_gives_a_path_through_its_directory() {
+        let (root, a, b, f) = ((1, 1), (1, 2), (1, 5), (1, 3));
+        let mut ix = Index::new(root, 100);
+        ix.remember(a, root, b"a");
+        ix.remember(b, a, b"b");
+        ix.remember(f, a, b"x");
+        ix.remember(f, b, b"y");
+        ix.remember(f, (1, 9), b"lost");
+        assert_eq!(
+            paths(&ix, f),
+            ["a/b/y", "a/x"],
+            "an unknown parent gives no path"
+        );
+        ix.remember(a, root, b"z");
+        assert_eq!(paths(&ix, f), ["z/b/y", "z/x"]);
+    }
+
+    /// The global bound counts names: a full index takes no new object, and a known one
+    /// trades its oldest name for the new one (or, with one name, replaces it).
+    #[test]
+    fn the_bound_counts_names() {
+        let (root, f, g, h) = ((1, 1), (1, 3), (1, 4), (1, 5));
+        let mut ix = Index::new(root, 3);
+        ix.remember(f, root, b"f1");
+        ix.remember(f, root, b"f2");
+        ix.remember(g, root, b"g1");
+        assert_eq!(ix.len(), 3);
+        ix.remember(h, root, b"h");
+        assert!(ix.paths(h).is_empty(), "full: no new object");
+        ix.remember(f, root, b"f3");
+        assert_eq!(paths(&ix, f), ["f3", "f2"]);
+        ix.remember(g, root, b"g2");
+        assert_eq!(paths(&ix, g), ["g2"]);
+        assert_eq!(ix.len(), 3);
+        ix.unname(f, root, b"f2");
+        ix.remember(h, root, b"h");
+        assert_eq!(paths(&ix, h), ["h"], "room again");
     }
 
     #[test]
