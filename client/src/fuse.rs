@@ -42,6 +42,7 @@ use parking_lot::{Mutex, MutexGuard};
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
 use tokio::runtime::Handle;
 
+use crate::cache::Stamp;
 use crate::session::{Client, Invalidation, SessionError};
 
 /// The four extended-attribute methods of a `fuser::Filesystem`, all answering ENOSYS: extended
@@ -125,6 +126,8 @@ struct Node {
 /// One directory listing taken at `opendir`, served in pieces by `readdir`/`readdirplus`.
 struct Listing {
     entries: Vec<Listed>,
+    /// Taken before the listing was asked for: its attributes are from no earlier.
+    since: Stamp,
 }
 
 struct Listed {
@@ -667,6 +670,7 @@ impl Shared {
     /// this snapshot.
     async fn opendir(&self, c: &Client, ino: INodeNo) -> Result<u64, Errno> {
         let dir = self.fh(ino)?;
+        let since = c.cache().stamp();
         let all = c.readdir_all(&dir).await.map_err(errno)?;
         let mut entries = Vec::with_capacity(all.len() + 2);
         for name in [&b"."[..], b".."] {
@@ -702,7 +706,7 @@ impl Shared {
         let mut t = self.table();
         let h = t.next_listing;
         t.next_listing += 1;
-        t.listings.insert(h, Arc::new(Listing { entries }));
+        t.listings.insert(h, Arc::new(Listing { entries, since }));
         Ok(h)
     }
 
@@ -734,6 +738,62 @@ impl Shared {
 
     fn listing(&self, h: u64) -> Option<Arc<Listing>> {
         self.table().listings.get(&h).cloned()
+    }
+
+    /// Answers a READDIRPLUS from listing `l` at `start`, with the attributes in `fresh` (by
+    /// index) for entries changed since the listing was read (None: gone since, left out).
+    fn list_plus(
+        &self,
+        l: &Listing,
+        dir: INodeNo,
+        start: usize,
+        fresh: &HashMap<usize, Option<Attr>>,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        for (i, e) in l.entries.iter().enumerate().skip(start) {
+            let name = OsStr::from_bytes(&e.name);
+            let off = i as u64 + 1;
+            match &e.node {
+                Some((h, a)) => {
+                    let a = match fresh.get(&i) {
+                        Some(Some(a)) => a,
+                        Some(None) => continue,
+                        None => a,
+                    };
+                    // Every entry sent here is a lookup the kernel will FORGET later.
+                    let node = self.node_for(*h);
+                    if reply.add(
+                        INodeNo(node),
+                        off,
+                        name,
+                        &ttl(a),
+                        &fattr(node, a),
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                    self.counted(node, *h, dir, &e.name);
+                }
+                None => {
+                    // `.` and `..`: the kernel uses neither the attributes nor a lookup.
+                    let attr = FileAttr {
+                        ino: INodeNo(e.ino),
+                        ..fattr(e.ino, &placeholder_dir())
+                    };
+                    if reply.add(
+                        INodeNo(e.ino),
+                        off,
+                        name,
+                        &Duration::ZERO,
+                        &attr,
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                }
+            }
+        }
+        reply.ok();
     }
 
     async fn statfs(&self, c: &Client) -> Result<protocol::FsStat, Errno> {
@@ -1322,56 +1382,63 @@ impl Filesystem for SfsFuse {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
         let Some(l) = self.sh.listing(fh.0) else {
             reply.error(Errno::EBADF);
             return;
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        // The kernel installs these attributes as of this request, not as of the listing
+        // (fs/fuse/readdir.c takes the attr_version when the READDIRPLUS is sent): those of
+        // an entry changed since the listing was read, e.g. by a write that has returned,
+        // would take its size back. Such entries get the cache's (installed in order) or, if
+        // it has none, the server's.
+        let cache = self.sh.client.cache();
+        let mut fresh = HashMap::new();
+        let mut ask = Vec::new();
         for (i, e) in l.entries.iter().enumerate().skip(start) {
-            let name = OsStr::from_bytes(&e.name);
-            let off = i as u64 + 1;
-            match &e.node {
-                Some((h, a)) => {
-                    // Every entry sent here is a lookup the kernel will FORGET later.
-                    let node = self.sh.node_for(*h);
-                    if reply.add(
-                        INodeNo(node),
-                        off,
-                        name,
-                        &ttl(a),
-                        &fattr(node, a),
-                        Generation(0),
-                    ) {
-                        break;
+            if let Some((h, _)) = &e.node
+                && cache.changed_since(h, l.since)
+            {
+                match cache.get(h) {
+                    Some(a) => {
+                        fresh.insert(i, Some(a));
                     }
-                    self.sh.counted(node, *h, ino, &e.name);
-                }
-                None => {
-                    // `.` and `..`: the kernel uses neither the attributes nor a lookup.
-                    let attr = FileAttr {
-                        ino: INodeNo(e.ino),
-                        ..fattr(e.ino, &placeholder_dir())
-                    };
-                    if reply.add(
-                        INodeNo(e.ino),
-                        off,
-                        name,
-                        &Duration::ZERO,
-                        &attr,
-                        Generation(0),
-                    ) {
-                        break;
-                    }
+                    None => ask.push((i, *h)),
                 }
             }
         }
-        reply.ok();
+        if ask.is_empty() {
+            return self.sh.list_plus(&l, ino, start, &fresh, reply);
+        }
+        self.spawn(req, move |sh, c| async move {
+            let asked: Vec<_> = ask
+                .into_iter()
+                .map(|(i, h)| {
+                    let c = c.clone();
+                    (i, tokio::spawn(async move { c.getattr(&h).await }))
+                })
+                .collect();
+            for (i, t) in asked {
+                match t.await {
+                    Ok(Ok(a)) => {
+                        fresh.insert(i, Some(a));
+                    }
+                    // Gone since the listing: left out.
+                    Ok(Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale))) => {
+                        fresh.insert(i, None);
+                    }
+                    Ok(Err(e)) => return reply.error(errno(e)),
+                    Err(_) => return reply.error(Errno::EIO),
+                }
+            }
+            sh.list_plus(&l, ino, start, &fresh, reply)
+        });
     }
 
     fn releasedir(

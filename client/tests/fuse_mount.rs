@@ -1060,7 +1060,7 @@ fn closed_files_reopen_whole_under_writers_listers_and_reopeners() {
     let d = m.dir.join("out");
     fs::create_dir(&d).unwrap();
     let d = &d;
-    let deadline = Instant::now() + Duration::from_secs(4);
+    let deadline = Instant::now() + Duration::from_secs(3);
     let (tx, rx) = mpsc::channel::<(PathBuf, u64, usize)>();
     let rx = Mutex::new(rx);
     let written = Mutex::new(Vec::new());
