@@ -54,7 +54,8 @@ struct Changes {
 #[derive(Default)]
 struct Inner {
     attrs: HashMap<FileHandle, (Attr, Instant)>,
-    access: HashMap<(FileHandle, u32), (u32, u32, Instant)>,
+    /// Per handle (so a change drops them in one step), per authno: (asked, granted, expiry).
+    access: HashMap<FileHandle, HashMap<u32, (u32, u32, Instant)>>,
     /// The logical clock: the tick of the last change event of any object.
     clock: u64,
     changes: HashMap<FileHandle, Changes>,
@@ -137,7 +138,7 @@ impl Inner {
         }
         self.clock += 1;
         self.attrs.remove(fh);
-        self.access.retain(|(h, _), _| h != fh);
+        self.access.remove(fh);
         let clock = self.clock;
         let c = self.changes.entry(*fh).or_default();
         c.tick = clock;
@@ -269,13 +270,16 @@ impl AttrCache {
         if g.access.len() >= MAX_ENTRIES {
             g.access.clear();
         }
-        g.access.insert((fh, authno), (asked, granted, expiry));
+        g.access
+            .entry(fh)
+            .or_default()
+            .insert(authno, (asked, granted, expiry));
     }
 
     /// Cached answer to `asked` for `authno` on `fh`, if every bit asked was asked before.
     pub fn get_access(&self, fh: &FileHandle, authno: u32, asked: u32) -> Option<u32> {
         let g = self.inner.lock();
-        match g.access.get(&(*fh, authno)) {
+        match g.access.get(fh).and_then(|m| m.get(&authno)) {
             Some((a, granted, e)) if *e > Instant::now() && asked & !a == 0 => {
                 Some(granted & asked)
             }

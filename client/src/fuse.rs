@@ -18,6 +18,11 @@
 //! have cached (`FUSE_NOTIFY_INVAL_ENTRY`). After a reconnect everything is invalidated, since
 //! INVALIDATEs may have been missed. Negative lookups are not cached at all.
 //!
+//! **Listings** are read whole at `opendir` and paged by `readdirplus`; the kernel installs an
+//! entry's attributes as of its READDIRPLUS request, so an entry changed since the listing was
+//! read is sent with newer attributes (the session cache's, else a GETATTR's), never the
+//! listing's: those would take a just-written file's size back.
+//!
 //! **Writes** go to the server UNSTABLE (it may keep them in its cache); `close`, `fsync` and
 //! `fsync`-like flushes send COMMIT, and if the server's write verifier changed in between (it
 //! restarted and may have lost data) the call fails with `EIO` instead of claiming success.
