@@ -745,25 +745,46 @@ impl Shared {
         self.table().listings.get(&h).cloned()
     }
 
-    /// Answers a READDIRPLUS from listing `l` at `start`, with the attributes in `fresh` (by
-    /// index) for entries changed since the listing was read (None: gone since, left out).
+    /// Answers a READDIRPLUS from listing `l` at `start` (`added`: the reply has entries
+    /// already), or stops at an entry whose attributes must be asked for.
+    ///
+    /// The kernel installs these attributes as of its READDIRPLUS request, not as of the
+    /// listing (fs/fuse/readdir.c takes the attr_version when it sends the request): the
+    /// listing's attributes of an entry changed since it was read, e.g. by a write that has
+    /// returned, would take its size back. Such an entry gets the cache's attributes
+    /// (installed in order) or, if it has none, stops the answer here; the caller asks the
+    /// server and goes on with `known`, the attributes of entry `start` (None: gone since,
+    /// left out).
     fn list_plus(
         &self,
         l: &Listing,
         dir: INodeNo,
         start: usize,
-        fresh: &HashMap<usize, Option<Attr>>,
+        mut known: Option<Option<Attr>>,
         mut reply: ReplyDirectoryPlus,
-    ) {
+        mut added: bool,
+    ) -> Option<NeedAttr> {
+        let cache = self.client.cache();
         for (i, e) in l.entries.iter().enumerate().skip(start) {
             let name = OsStr::from_bytes(&e.name);
             let off = i as u64 + 1;
             match &e.node {
-                Some((h, a)) => {
-                    let a = match fresh.get(&i) {
+                Some((h, listed)) => {
+                    let a = match known.take() {
                         Some(Some(a)) => a,
                         Some(None) => continue,
-                        None => a,
+                        None if cache.changed_since(h, l.since) => match cache.get(h) {
+                            Some(a) => a,
+                            None => {
+                                return Some(NeedAttr {
+                                    at: i,
+                                    fh: *h,
+                                    reply,
+                                    added,
+                                });
+                            }
+                        },
+                        None => *listed,
                     };
                     // Every entry sent here is a lookup the kernel will FORGET later.
                     let node = self.node_for(*h);
@@ -771,8 +792,8 @@ impl Shared {
                         INodeNo(node),
                         off,
                         name,
-                        &ttl(a),
-                        &fattr(node, a),
+                        &ttl(&a),
+                        &fattr(node, &a),
                         Generation(0),
                     ) {
                         break;
@@ -797,14 +818,25 @@ impl Shared {
                     }
                 }
             }
+            added = true;
         }
         reply.ok();
+        None
     }
 
     async fn statfs(&self, c: &Client) -> Result<protocol::FsStat, Errno> {
         let root = self.fh(INodeNo(self.root))?;
         c.fsstat(&root).await.map_err(errno)
     }
+}
+
+/// A READDIRPLUS answer stopped at entry `at` (handle `fh`) of its listing, whose attributes
+/// must come from the server; `added`: `reply` has entries already.
+struct NeedAttr {
+    at: usize,
+    fh: FileHandle,
+    reply: ReplyDirectoryPlus,
+    added: bool,
 }
 
 /// An entry for the kernel.
@@ -1398,51 +1430,24 @@ impl Filesystem for SfsFuse {
             return;
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        // The kernel installs these attributes as of this request, not as of the listing
-        // (fs/fuse/readdir.c takes the attr_version when the READDIRPLUS is sent): those of
-        // an entry changed since the listing was read, e.g. by a write that has returned,
-        // would take its size back. Such entries get the cache's (installed in order) or, if
-        // it has none, the server's.
-        let cache = self.sh.client.cache();
-        let mut fresh = HashMap::new();
-        let mut ask = Vec::new();
-        for (i, e) in l.entries.iter().enumerate().skip(start) {
-            if let Some((h, _)) = &e.node
-                && cache.changed_since(h, l.since)
-            {
-                match cache.get(h) {
-                    Some(a) => {
-                        fresh.insert(i, Some(a));
-                    }
-                    None => ask.push((i, *h)),
-                }
-            }
-        }
-        if ask.is_empty() {
-            return self.sh.list_plus(&l, ino, start, &fresh, reply);
-        }
+        let Some(mut need) = self.sh.list_plus(&l, ino, start, None, reply, false) else {
+            return;
+        };
+        // An entry changed since the listing and not cached: the rest waits for its GETATTR.
         self.spawn(req, move |sh, c| async move {
-            let asked: Vec<_> = ask
-                .into_iter()
-                .map(|(i, h)| {
-                    let c = c.clone();
-                    (i, tokio::spawn(async move { c.getattr(&h).await }))
-                })
-                .collect();
-            for (i, t) in asked {
-                match t.await {
-                    Ok(Ok(a)) => {
-                        fresh.insert(i, Some(a));
-                    }
-                    // Gone since the listing: left out.
-                    Ok(Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale))) => {
-                        fresh.insert(i, None);
-                    }
-                    Ok(Err(e)) => return reply.error(errno(e)),
-                    Err(_) => return reply.error(Errno::EIO),
+            loop {
+                let known = match c.getattr(&need.fh).await {
+                    Ok(a) => Some(a),
+                    Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale)) => None,
+                    // What is in the reply stands; the kernel asks again for the rest.
+                    Err(_) if need.added => return need.reply.ok(),
+                    Err(e) => return need.reply.error(errno(e)),
+                };
+                match sh.list_plus(&l, ino, need.at, Some(known), need.reply, need.added) {
+                    Some(n) => need = n,
+                    None => return,
                 }
             }
-            sh.list_plus(&l, ino, start, &fresh, reply)
         });
     }
 
