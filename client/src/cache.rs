@@ -17,7 +17,9 @@
 //! * a modifying request (WRITE, SETATTR, COMMIT, a change of a directory) is bracketed by
 //!   [`AttrCache::begin`] and [`Change::end`]; its own post-op attributes are installed only if
 //!   no other change overlapped it (none in flight when it began, none begun since);
-//! * an INVALIDATE or a local [`AttrCache::invalidate`] counts as a change;
+//! * an INVALIDATE or a local [`AttrCache::invalidate`] counts as a change, and an
+//!   INVALIDATE's attributes are installed only for an object we have not changed ourselves
+//!   (the server may have taken them before a change of ours whose reply came first);
 //! * attributes whose ctime is older than the cached ones' are refused too.
 //!
 //! Anything refused leaves the object uncached, so the next use asks the server. The change
@@ -49,6 +51,9 @@ struct Changes {
     begun: u64,
     /// Modifying requests in flight.
     in_flight: u32,
+    /// We changed it (since its record was made): an INVALIDATE's attributes, taken when
+    /// another client changed it, may predate our change, so they are not installed.
+    ours: bool,
 }
 
 #[derive(Default)]
@@ -174,6 +179,7 @@ impl AttrCache {
         let c = g.changed(fh);
         let overlapped = c.in_flight > 0;
         c.in_flight += 1;
+        c.ours = true;
         c.begun = c.tick;
         Change {
             cache: self,
@@ -204,6 +210,7 @@ impl AttrCache {
         let install = g.unchanged_since(fh, since);
         let c = g.changed(fh);
         c.begun = c.tick;
+        c.ours = true;
         if let (Some(a), true) = (attr, install) {
             g.install(*fh, a);
         }
@@ -229,12 +236,14 @@ impl AttrCache {
     }
 
     /// The server's INVALIDATE of `fh` (another client changed it), with its attributes when
-    /// the server sent them: those are the newest unless a change of ours is in flight.
+    /// the server sent them: installed only if we never changed `fh` (as far as its record
+    /// goes), since the server may have taken them before a change of ours whose reply came
+    /// first.
     pub fn invalidated(&self, fh: &FileHandle, attr: Option<Attr>) {
         let mut g = self.inner.lock();
         let c = g.changed(fh);
         c.begun = c.tick;
-        if let (Some(a), 0) = (attr, c.in_flight) {
+        if let (Some(a), false) = (attr, c.ours) {
             g.install(*fh, a);
         }
     }
@@ -416,6 +425,11 @@ mod tests {
             None,
             "the invalidation came during our write"
         );
+        // After a write of ours, an INVALIDATE may carry attributes taken before it.
+        c.begin(&FH).end(Some(sized(80, 8)));
+        assert_eq!(size(&c, &FH), Some(80));
+        c.invalidated(&FH, Some(sized(60, 8)));
+        assert_eq!(size(&c, &FH), None);
     }
 
     #[test]
