@@ -1,9 +1,29 @@
-//! Attribute and access caches honouring the server's leases.
+//! Attribute and access caches honouring the server's leases, installed in order.
 //!
 //! Every attribute the server sends carries `lease_ms`: the client may use it for that long
 //! after *receiving* it (so clocks need not agree) unless an INVALIDATE arrives first. Access
 //! results are cached per authno (one per user on the session), with the lease of the
 //! attributes that came with them.
+//!
+//! **Order.** Requests are pipelined on one stream and the server runs them on several
+//! threads, so a reply can carry attributes taken before a WRITE whose reply came first; the
+//! last reply to arrive is not the newest state. Like the kernel's FUSE `attr_version` and the
+//! Linux NFS client, the cache keeps a logical clock and, per object, the tick of its last
+//! change and how many modifying requests to it are in flight:
+//!
+//! * a request that does not modify an object takes a [`Stamp`] before it is sent; its reply's
+//!   attributes are installed ([`AttrCache::put`]) only if no modification of that object was
+//!   in flight or started or ended since the stamp;
+//! * a modifying request (WRITE, SETATTR, COMMIT, a change of a directory) is bracketed by
+//!   [`AttrCache::begin`] and [`Change::end`]; its own post-op attributes are installed only if
+//!   no other change overlapped it (none in flight when it began, none begun since);
+//! * an INVALIDATE or a local [`AttrCache::invalidate`] counts as a change, and an
+//!   INVALIDATE's attributes are installed only for an object we have not changed ourselves
+//!   (the server may have taken them before a change of ours whose reply came first);
+//! * attributes whose ctime is older than the cached ones' are refused too.
+//!
+//! Anything refused leaves the object uncached, so the next use asks the server. The change
+//! records are bounded: when they are dropped, every stamp taken before is refused.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -17,31 +37,182 @@ pub struct AttrCache {
     inner: Mutex<Inner>,
 }
 
+/// A point of the cache's logical clock, taken before a request is sent: attributes its
+/// reply carries are installed only if nothing changed the object since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Stamp(u64);
+
+/// What the cache knows of the changes of one object.
+#[derive(Debug, Default)]
+struct Changes {
+    /// Tick of its last change event (a modification begun or ended, an invalidation).
+    tick: u64,
+    /// Tick of the last modification begun (or invalidation).
+    begun: u64,
+    /// Modifying requests in flight.
+    in_flight: u32,
+    /// We changed it (since its record was made): an INVALIDATE's attributes, taken when
+    /// another client changed it, may predate our change, so they are not installed.
+    ours: bool,
+}
+
 #[derive(Default)]
 struct Inner {
     attrs: HashMap<FileHandle, (Attr, Instant)>,
-    access: HashMap<(FileHandle, u32), (u32, u32, Instant)>,
+    /// Per handle (so a change drops them in one step), per authno: (asked, granted, expiry).
+    access: HashMap<FileHandle, HashMap<u32, (u32, u32, Instant)>>,
+    /// The logical clock: the tick of the last change event of any object.
+    clock: u64,
+    changes: HashMap<FileHandle, Changes>,
+    /// Stamps older than this are refused for every object: the change records they would be
+    /// checked against were dropped (bound on memory, or a reconnect).
+    floor: u64,
 }
 
 /// Bound on entries: past it, expired entries are swept, then everything if still too many.
 const MAX_ENTRIES: usize = 65_536;
 
-impl AttrCache {
-    /// Remembers `attr` for `fh`, valid for its lease from now.
-    pub fn put(&self, fh: FileHandle, attr: Attr) {
-        let expiry = Instant::now() + Duration::from_millis(u64::from(attr.lease_ms));
-        let mut g = self.inner.lock();
-        if g.attrs.len() >= MAX_ENTRIES {
-            let now = Instant::now();
-            g.attrs.retain(|_, (_, e)| *e > now);
-            if g.attrs.len() >= MAX_ENTRIES {
-                g.attrs.clear();
-            }
+/// A modifying request to one object in flight (see [`AttrCache::begin`]). Ending it without
+/// attributes is what dropping it does, so an error or a cancelled request still counts.
+pub struct Change<'a> {
+    cache: &'a AttrCache,
+    fh: FileHandle,
+    /// Its tick when it began.
+    began: u64,
+    /// Another change of the object was in flight when it began.
+    overlapped: bool,
+    ended: bool,
+}
+
+impl Change<'_> {
+    /// The request's reply came: installs `attr` (its post-op attributes) unless another
+    /// change of the object overlapped this one.
+    pub fn end(mut self, attr: Option<Attr>) {
+        self.ended = true;
+        self.cache.end(&self, attr);
+    }
+}
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.cache.end(self, None);
+        }
+    }
+}
+
+impl Inner {
+    /// Whether attributes of `fh` taken by a request stamped `since` may be installed.
+    fn unchanged_since(&self, fh: &FileHandle, since: Stamp) -> bool {
+        since.0 >= self.floor
+            && self
+                .changes
+                .get(fh)
+                .is_none_or(|c| c.in_flight == 0 && c.tick <= since.0)
+    }
+
+    /// Caches `attr` for `fh` unless the cached attributes have a later ctime.
+    fn install(&mut self, fh: FileHandle, attr: Attr) {
+        let now = Instant::now();
+        if let Some((old, e)) = self.attrs.get(&fh)
+            && *e > now
+            && old.ctime > attr.ctime
+        {
+            return;
         }
         if attr.lease_ms == 0 {
-            g.attrs.remove(&fh);
-        } else {
-            g.attrs.insert(fh, (attr, expiry));
+            self.attrs.remove(&fh);
+            return;
+        }
+        if self.attrs.len() >= MAX_ENTRIES {
+            self.attrs.retain(|_, (_, e)| *e > now);
+            if self.attrs.len() >= MAX_ENTRIES {
+                self.attrs.clear();
+            }
+        }
+        let expiry = now + Duration::from_millis(u64::from(attr.lease_ms));
+        self.attrs.insert(fh, (attr, expiry));
+    }
+
+    /// A new tick of the clock, recorded as a change event of `fh`; what is cached of it goes.
+    fn changed(&mut self, fh: &FileHandle) -> &mut Changes {
+        if self.changes.len() >= MAX_ENTRIES && !self.changes.contains_key(fh) {
+            // Forget the settled objects; stamps taken before can no longer be checked.
+            self.changes.retain(|_, c| c.in_flight > 0);
+            self.floor = self.clock + 1;
+        }
+        self.clock += 1;
+        self.attrs.remove(fh);
+        self.access.remove(fh);
+        let clock = self.clock;
+        let c = self.changes.entry(*fh).or_default();
+        c.tick = clock;
+        c
+    }
+}
+
+impl AttrCache {
+    /// The stamp of a request about to be sent.
+    pub fn stamp(&self) -> Stamp {
+        Stamp(self.inner.lock().clock)
+    }
+
+    /// Remembers `attr` for `fh` (valid for its lease from now), from the reply to a request
+    /// stamped `since`: unless `fh` changed since (see the module's doc).
+    pub fn put(&self, fh: FileHandle, attr: Attr, since: Stamp) {
+        let mut g = self.inner.lock();
+        if g.unchanged_since(&fh, since) {
+            g.install(fh, attr);
+        }
+    }
+
+    /// Whether attributes of `fh` taken by a request stamped `since` would be out of date: a
+    /// change of it began or ended since, or is in flight.
+    pub fn changed_since(&self, fh: &FileHandle, since: Stamp) -> bool {
+        !self.inner.lock().unchanged_since(fh, since)
+    }
+
+    /// A modifying request to `fh` is about to be sent: what is cached of `fh` goes, and
+    /// replies to requests sent before (or while it is in flight) are not installed.
+    pub fn begin(&self, fh: &FileHandle) -> Change<'_> {
+        let mut g = self.inner.lock();
+        let c = g.changed(fh);
+        let overlapped = c.in_flight > 0;
+        c.in_flight += 1;
+        c.ours = true;
+        c.begun = c.tick;
+        Change {
+            cache: self,
+            fh: *fh,
+            began: c.tick,
+            overlapped,
+            ended: false,
+        }
+    }
+
+    fn end(&self, change: &Change<'_>, attr: Option<Attr>) {
+        let mut g = self.inner.lock();
+        let valid = change.began >= g.floor;
+        let c = g.changed(&change.fh);
+        c.in_flight = c.in_flight.saturating_sub(1);
+        let alone = !change.overlapped && c.begun == change.began;
+        if let (Some(a), true) = (attr, alone && valid) {
+            g.install(change.fh, a);
+        }
+    }
+
+    /// `fh` was made, or maybe changed (CREATE of an existing file truncates it), by a request
+    /// stamped `since` that was not bracketed by [`AttrCache::begin`] since its handle was not
+    /// known: its reply's `attr` is installed unless something else changed `fh` since, and
+    /// replies to requests sent before are refused from now on.
+    pub fn made(&self, fh: &FileHandle, attr: Option<Attr>, since: Stamp) {
+        let mut g = self.inner.lock();
+        let install = g.unchanged_since(fh, since);
+        let c = g.changed(fh);
+        c.begun = c.tick;
+        c.ours = true;
+        if let (Some(a), true) = (attr, install) {
+            g.install(*fh, a);
         }
     }
 
@@ -58,37 +229,66 @@ impl AttrCache {
         }
     }
 
-    /// Drops everything known about `fh` (INVALIDATE, or a change we made ourselves).
+    /// Drops everything known about `fh` (it changed), so replies to requests sent before
+    /// are not installed either.
     pub fn invalidate(&self, fh: &FileHandle) {
-        let mut g = self.inner.lock();
-        g.attrs.remove(fh);
-        g.access.retain(|(h, _), _| h != fh);
+        self.inner.lock().changed(fh);
     }
 
-    /// Drops everything (after a reconnect: invalidations may have been missed).
+    /// The server's INVALIDATE of `fh` (another client changed it), with its attributes when
+    /// the server sent them: installed only if we never changed `fh` (as far as its record
+    /// goes), since the server may have taken them before a change of ours whose reply came
+    /// first.
+    pub fn invalidated(&self, fh: &FileHandle, attr: Option<Attr>) {
+        let mut g = self.inner.lock();
+        let c = g.changed(fh);
+        c.begun = c.tick;
+        if let (Some(a), false) = (attr, c.ours) {
+            g.install(*fh, a);
+        }
+    }
+
+    /// Drops everything (after a reconnect: invalidations may have been missed), including
+    /// what replies to requests sent before would bring.
     pub fn clear(&self) {
         let mut g = self.inner.lock();
         g.attrs.clear();
         g.access.clear();
+        g.clock += 1;
+        g.floor = g.clock;
     }
 
-    /// Remembers that `authno` asked `asked` on `fh` and was granted `granted`.
-    pub fn put_access(&self, fh: FileHandle, authno: u32, asked: u32, granted: u32, lease_ms: u32) {
+    /// Remembers that `authno` asked `asked` on `fh` and was granted `granted`, in the reply
+    /// to a request stamped `since` (unless `fh` changed since).
+    pub fn put_access(
+        &self,
+        fh: FileHandle,
+        authno: u32,
+        (asked, granted): (u32, u32),
+        lease_ms: u32,
+        since: Stamp,
+    ) {
         if lease_ms == 0 {
             return;
         }
         let expiry = Instant::now() + Duration::from_millis(u64::from(lease_ms));
         let mut g = self.inner.lock();
+        if !g.unchanged_since(&fh, since) {
+            return;
+        }
         if g.access.len() >= MAX_ENTRIES {
             g.access.clear();
         }
-        g.access.insert((fh, authno), (asked, granted, expiry));
+        g.access
+            .entry(fh)
+            .or_default()
+            .insert(authno, (asked, granted, expiry));
     }
 
     /// Cached answer to `asked` for `authno` on `fh`, if every bit asked was asked before.
     pub fn get_access(&self, fh: &FileHandle, authno: u32, asked: u32) -> Option<u32> {
         let g = self.inner.lock();
-        match g.access.get(&(*fh, authno)) {
+        match g.access.get(fh).and_then(|m| m.get(&authno)) {
             Some((a, granted, e)) if *e > Instant::now() && asked & !a == 0 => {
                 Some(granted & asked)
             }
@@ -105,11 +305,25 @@ mod tests {
         Attr::test_file(5, lease_ms)
     }
 
+    /// A file of `size` bytes whose ctime is `ctime` seconds.
+    fn sized(size: u64, ctime: i64) -> Attr {
+        let mut a = Attr::test_file(size, 60_000);
+        a.ctime.seconds = ctime;
+        a
+    }
+
+    fn size(c: &AttrCache, fh: &FileHandle) -> Option<u64> {
+        c.get(fh).map(|a| a.size)
+    }
+
+    const FH: FileHandle = FileHandle::from_bytes([9; 48]);
+    const OTHER: FileHandle = FileHandle::from_bytes([8; 48]);
+
     #[test]
     fn lease_expires() {
         let c = AttrCache::default();
         let fh = FileHandle::from_bytes([1; 48]);
-        c.put(fh, attr(30));
+        c.put(fh, attr(30), c.stamp());
         assert!(c.get(&fh).is_some());
         std::thread::sleep(Duration::from_millis(60));
         assert!(c.get(&fh).is_none());
@@ -119,8 +333,8 @@ mod tests {
     fn invalidate_drops_attrs_and_access() {
         let c = AttrCache::default();
         let fh = FileHandle::from_bytes([2; 48]);
-        c.put(fh, attr(60_000));
-        c.put_access(fh, 1, 0x3, 0x1, 60_000);
+        c.put(fh, attr(60_000), c.stamp());
+        c.put_access(fh, 1, (0x3, 0x1), 60_000, c.stamp());
         assert_eq!(c.get_access(&fh, 1, 0x1), Some(0x1));
         assert_eq!(c.get_access(&fh, 1, 0x4), None, "bit never asked");
         assert_eq!(c.get_access(&fh, 2, 0x1), None, "per user");
@@ -133,7 +347,136 @@ mod tests {
     fn zero_lease_is_not_cached() {
         let c = AttrCache::default();
         let fh = FileHandle::from_bytes([3; 48]);
-        c.put(fh, attr(0));
+        c.put(fh, attr(0), c.stamp());
         assert!(c.get(&fh).is_none());
+    }
+
+    /// A GETATTR sent before a WRITE whose reply came first carries the size from before it.
+    #[test]
+    fn a_reply_to_a_request_sent_before_a_change_is_not_installed() {
+        let c = AttrCache::default();
+        let read = c.stamp();
+        let w = c.begin(&FH);
+        w.end(Some(sized(100, 2)));
+        assert_eq!(size(&c, &FH), Some(100));
+        c.put(FH, sized(0, 1), read);
+        assert_eq!(size(&c, &FH), Some(100), "the older reply lost");
+        // Other objects are not affected, and later requests install again.
+        c.put(OTHER, sized(3, 1), read);
+        assert_eq!(size(&c, &OTHER), Some(3));
+        c.put(FH, sized(200, 3), c.stamp());
+        assert_eq!(size(&c, &FH), Some(200));
+    }
+
+    /// A reply that arrives while a WRITE is in flight may have been taken before it or after.
+    #[test]
+    fn nothing_is_installed_while_a_change_is_in_flight() {
+        let c = AttrCache::default();
+        c.put(FH, sized(10, 1), c.stamp());
+        let w = c.begin(&FH);
+        assert_eq!(size(&c, &FH), None, "a change drops the cached attributes");
+        let during = c.stamp();
+        c.put(FH, sized(10, 1), during);
+        assert_eq!(size(&c, &FH), None);
+        assert!(c.changed_since(&FH, during));
+        drop(w);
+        c.put(FH, sized(10, 1), during);
+        assert_eq!(size(&c, &FH), None, "the change ended after the stamp");
+        assert!(c.changed_since(&FH, during));
+        assert!(!c.changed_since(&FH, c.stamp()));
+    }
+
+    /// Two WRITEs in flight at once: either's post-op attributes may predate the other's.
+    #[test]
+    fn overlapping_changes_install_neither_post_op_attribute() {
+        let c = AttrCache::default();
+        let first = c.begin(&FH);
+        let second = c.begin(&FH);
+        second.end(Some(sized(200, 2)));
+        assert_eq!(size(&c, &FH), None, "the first was in flight");
+        first.end(Some(sized(100, 2)));
+        assert_eq!(size(&c, &FH), None, "the second began after it");
+        // One alone installs its own.
+        c.begin(&FH).end(Some(sized(300, 3)));
+        assert_eq!(size(&c, &FH), Some(300));
+        // A change begun and ended inside another's span spoils the outer one too.
+        let outer = c.begin(&FH);
+        c.begin(&FH).end(Some(sized(400, 4)));
+        outer.end(Some(sized(350, 4)));
+        assert_eq!(size(&c, &FH), None);
+    }
+
+    /// An INVALIDATE's attributes are the newest unless one of our changes is in flight; a
+    /// reply to a request sent before it is not.
+    #[test]
+    fn invalidations_order_like_changes() {
+        let c = AttrCache::default();
+        let before = c.stamp();
+        c.invalidated(&FH, Some(sized(50, 5)));
+        assert_eq!(size(&c, &FH), Some(50));
+        c.put(FH, sized(40, 4), before);
+        assert_eq!(size(&c, &FH), Some(50));
+        let w = c.begin(&FH);
+        c.invalidated(&FH, Some(sized(60, 6)));
+        assert_eq!(size(&c, &FH), None, "our write may land after it");
+        w.end(Some(sized(70, 7)));
+        assert_eq!(
+            size(&c, &FH),
+            None,
+            "the invalidation came during our write"
+        );
+        // After a write of ours, an INVALIDATE may carry attributes taken before it.
+        c.begin(&FH).end(Some(sized(80, 8)));
+        assert_eq!(size(&c, &FH), Some(80));
+        c.invalidated(&FH, Some(sized(60, 8)));
+        assert_eq!(size(&c, &FH), None);
+    }
+
+    #[test]
+    fn an_older_ctime_never_replaces_a_newer_one() {
+        let c = AttrCache::default();
+        c.put(FH, sized(100, 5), c.stamp());
+        c.put(FH, sized(0, 4), c.stamp());
+        assert_eq!(size(&c, &FH), Some(100));
+        c.put(FH, sized(0, 5), c.stamp());
+        assert_eq!(size(&c, &FH), Some(0), "equal ctimes: the later reply");
+    }
+
+    #[test]
+    fn access_answers_from_before_a_change_are_not_kept() {
+        let c = AttrCache::default();
+        let before = c.stamp();
+        c.begin(&FH).end(None);
+        c.put_access(FH, 1, (0x1, 0x1), 60_000, before);
+        assert_eq!(c.get_access(&FH, 1, 0x1), None);
+    }
+
+    /// After a reconnect (or when the change records are dropped) nothing stamped before is
+    /// trusted, for any object.
+    #[test]
+    fn clear_and_dropped_records_refuse_older_stamps() {
+        let c = AttrCache::default();
+        let before = c.stamp();
+        let w = c.begin(&FH);
+        c.clear();
+        c.put(OTHER, sized(1, 1), before);
+        assert_eq!(size(&c, &OTHER), None);
+        w.end(Some(sized(2, 2)));
+        assert_eq!(size(&c, &FH), None, "begun before the reconnect");
+        c.put(OTHER, sized(1, 1), c.stamp());
+        assert_eq!(size(&c, &OTHER), Some(1));
+
+        let c = AttrCache::default();
+        let before = c.stamp();
+        for i in 0..MAX_ENTRIES as u32 + 1 {
+            let mut b = [0u8; 48];
+            b[..4].copy_from_slice(&i.to_le_bytes());
+            c.invalidate(&FileHandle::from_bytes(b));
+        }
+        assert!(c.inner.lock().changes.len() <= MAX_ENTRIES, "bounded");
+        c.put(OTHER, sized(1, 1), before);
+        assert_eq!(size(&c, &OTHER), None, "its record may have been dropped");
+        c.put(OTHER, sized(1, 1), c.stamp());
+        assert_eq!(size(&c, &OTHER), Some(1));
     }
 }

@@ -18,6 +18,11 @@
 //! have cached (`FUSE_NOTIFY_INVAL_ENTRY`). After a reconnect everything is invalidated, since
 //! INVALIDATEs may have been missed. Negative lookups are not cached at all.
 //!
+//! **Listings** are read whole at `opendir` and paged by `readdirplus`; the kernel installs an
+//! entry's attributes as of its READDIRPLUS request, so an entry changed since the listing was
+//! read is sent with newer attributes (the session cache's, else a GETATTR's), never the
+//! listing's: those would take a just-written file's size back.
+//!
 //! **Writes** go to the server UNSTABLE (it may keep them in its cache); `close`, `fsync` and
 //! `fsync`-like flushes send COMMIT, and if the server's write verifier changed in between (it
 //! restarted and may have lost data) the call fails with `EIO` instead of claiming success.
@@ -42,6 +47,7 @@ use parking_lot::{Mutex, MutexGuard};
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
 use tokio::runtime::Handle;
 
+use crate::cache::Stamp;
 use crate::session::{Client, Invalidation, SessionError};
 
 /// The four extended-attribute methods of a `fuser::Filesystem`, all answering ENOSYS: extended
@@ -148,6 +154,8 @@ struct Node {
 /// One directory listing taken at `opendir`, served in pieces by `readdir`/`readdirplus`.
 struct Listing {
     entries: Vec<Listed>,
+    /// Taken before the listing was asked for: its attributes are from no earlier.
+    since: Stamp,
 }
 
 struct Listed {
@@ -772,6 +780,7 @@ impl Shared {
     /// this snapshot.
     async fn opendir(&self, c: &Client, ino: INodeNo) -> Result<u64, Errno> {
         let dir = self.fh(ino)?;
+        let since = c.cache().stamp();
         let all = c.readdir_all(&dir).await.map_err(errno)?;
         let mut entries = Vec::with_capacity(all.len() + 2);
         for name in [&b"."[..], b".."] {
@@ -807,7 +816,7 @@ impl Shared {
         let mut t = self.table();
         let h = t.next_listing;
         t.next_listing += 1;
-        t.listings.insert(h, Arc::new(Listing { entries }));
+        t.listings.insert(h, Arc::new(Listing { entries, since }));
         Ok(h)
     }
 
@@ -841,10 +850,98 @@ impl Shared {
         self.table().listings.get(&h).cloned()
     }
 
+    /// Answers a READDIRPLUS from listing `l` at `start` (`added`: the reply has entries
+    /// already), or stops at an entry whose attributes must be asked for.
+    ///
+    /// The kernel installs these attributes as of its READDIRPLUS request, not as of the
+    /// listing (fs/fuse/readdir.c takes the attr_version when it sends the request): the
+    /// listing's attributes of an entry changed since it was read, e.g. by a write that has
+    /// returned, would take its size back. Such an entry gets the cache's attributes
+    /// (installed in order) or, if it has none, stops the answer here; the caller asks the
+    /// server and goes on with `known`, the attributes of entry `start` (None: gone since,
+    /// left out).
+    fn list_plus(
+        &self,
+        l: &Listing,
+        dir: INodeNo,
+        start: usize,
+        mut known: Option<Option<Attr>>,
+        mut reply: ReplyDirectoryPlus,
+        mut added: bool,
+    ) -> Option<NeedAttr> {
+        let cache = self.client.cache();
+        for (i, e) in l.entries.iter().enumerate().skip(start) {
+            let name = OsStr::from_bytes(&e.name);
+            let off = i as u64 + 1;
+            match &e.node {
+                Some((h, listed)) => {
+                    let a = match known.take() {
+                        Some(Some(a)) => a,
+                        Some(None) => continue,
+                        None if cache.changed_since(h, l.since) => match cache.get(h) {
+                            Some(a) => a,
+                            None => {
+                                return Some(NeedAttr {
+                                    at: i,
+                                    fh: *h,
+                                    reply,
+                                    added,
+                                });
+                            }
+                        },
+                        None => *listed,
+                    };
+                    // Every entry sent here is a lookup the kernel will FORGET later.
+                    let node = self.node_for(*h);
+                    if reply.add(
+                        INodeNo(node),
+                        off,
+                        name,
+                        &ttl(&a),
+                        &fattr(node, &a),
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                    self.counted(node, *h, dir, &e.name);
+                }
+                None => {
+                    // `.` and `..`: the kernel uses neither the attributes nor a lookup.
+                    let attr = FileAttr {
+                        ino: INodeNo(e.ino),
+                        ..fattr(e.ino, &placeholder_dir())
+                    };
+                    if reply.add(
+                        INodeNo(e.ino),
+                        off,
+                        name,
+                        &Duration::ZERO,
+                        &attr,
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                }
+            }
+            added = true;
+        }
+        reply.ok();
+        None
+    }
+
     async fn statfs(&self, c: &Client) -> Result<protocol::FsStat, Errno> {
         let root = self.fh(INodeNo(self.root))?;
         c.fsstat(&root).await.map_err(errno)
     }
+}
+
+/// A READDIRPLUS answer stopped at entry `at` (handle `fh`) of its listing, whose attributes
+/// must come from the server; `added`: `reply` has entries already.
+struct NeedAttr {
+    at: usize,
+    fh: FileHandle,
+    reply: ReplyDirectoryPlus,
+    added: bool,
 }
 
 /// An entry for the kernel.
@@ -1438,56 +1535,36 @@ impl Filesystem for SfsFuse {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
         let Some(l) = self.sh.listing(fh.0) else {
             reply.error(Errno::EBADF);
             return;
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (i, e) in l.entries.iter().enumerate().skip(start) {
-            let name = OsStr::from_bytes(&e.name);
-            let off = i as u64 + 1;
-            match &e.node {
-                Some((h, a)) => {
-                    // Every entry sent here is a lookup the kernel will FORGET later.
-                    let node = self.sh.node_for(*h);
-                    if reply.add(
-                        INodeNo(node),
-                        off,
-                        name,
-                        &ttl(a),
-                        &fattr(node, a),
-                        Generation(0),
-                    ) {
-                        break;
-                    }
-                    self.sh.counted(node, *h, ino, &e.name);
-                }
-                None => {
-                    // `.` and `..`: the kernel uses neither the attributes nor a lookup.
-                    let attr = FileAttr {
-                        ino: INodeNo(e.ino),
-                        ..fattr(e.ino, &placeholder_dir())
-                    };
-                    if reply.add(
-                        INodeNo(e.ino),
-                        off,
-                        name,
-                        &Duration::ZERO,
-                        &attr,
-                        Generation(0),
-                    ) {
-                        break;
-                    }
+        let Some(mut need) = self.sh.list_plus(&l, ino, start, None, reply, false) else {
+            return;
+        };
+        // An entry changed since the listing and not cached: the rest waits for its GETATTR.
+        self.spawn(req, move |sh, c| async move {
+            loop {
+                let known = match c.getattr(&need.fh).await {
+                    Ok(a) => Some(a),
+                    Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale)) => None,
+                    // What is in the reply stands; the kernel asks again for the rest.
+                    Err(_) if need.added => return need.reply.ok(),
+                    Err(e) => return need.reply.error(errno(e)),
+                };
+                match sh.list_plus(&l, ino, need.at, Some(known), need.reply, need.added) {
+                    Some(n) => need = n,
+                    None => return,
                 }
             }
-        }
-        reply.ok();
+        });
     }
 
     fn destroy(&mut self) {

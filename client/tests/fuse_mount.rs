@@ -1196,3 +1196,112 @@ rmdir churn
         .collect();
     assert_eq!(left.len(), 3, "{left:?}");
 }
+
+/// What a build with its output in the mount does, many times at once: writers create a file,
+/// write it in pieces and close it; other threads reopen each closed file at once and check
+/// `fstat`/`statx` size and the data, while listers read the directory with its attributes
+/// (`ls -l`: READDIRPLUS) and stat every entry. A file's size must never go back to what it was
+/// before a write that has returned (close-to-open), e.g. from a listing started earlier.
+#[test]
+fn closed_files_reopen_whole_under_writers_listers_and_reopeners() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Mutex, mpsc};
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let d = m.dir.join("out");
+    fs::create_dir(&d).unwrap();
+    let d = &d;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (tx, rx) = mpsc::channel::<(PathBuf, u64, usize)>();
+    let rx = Mutex::new(rx);
+    let written = Mutex::new(Vec::new());
+    let failures = Mutex::new(Vec::<String>::new());
+    let listings = AtomicUsize::new(0);
+    let fail = |what: String| failures.lock().unwrap().push(what);
+    // Size and data of `p`, reopened: both stat paths and the bytes.
+    let check = |p: &Path, seed: u64, len: usize| {
+        let by_path = fs::metadata(p).map(|m| m.len());
+        let mut f = match fs::File::open(p) {
+            Ok(f) => f,
+            Err(e) => return fail(format!("{}: open: {e}", p.display())),
+        };
+        let by_fd = f.metadata().map(|m| m.len());
+        let mut got = Vec::new();
+        let read = f.read_to_end(&mut got);
+        let want = len as u64;
+        if by_path.as_ref().ok() != Some(&want) || by_fd.as_ref().ok() != Some(&want) {
+            fail(format!(
+                "{}: stat says {by_path:?}, fstat {by_fd:?}, written {want}",
+                p.display()
+            ));
+        } else if read.is_err() || got != data(len, seed) {
+            fail(format!(
+                "{}: read {} bytes ({read:?}), not the {len} written",
+                p.display(),
+                got.len()
+            ));
+        }
+    };
+    std::thread::scope(|sc| {
+        for w in 0..6u64 {
+            let tx = tx.clone();
+            sc.spawn(move || {
+                let mut r = 0u64;
+                while Instant::now() < deadline {
+                    let seed = w << 32 | r;
+                    let len = 20_000 + (seed.wrapping_mul(7919) % 300_000) as usize;
+                    let p = d.join(format!("w{w}-{r}.o"));
+                    let bytes = data(len, seed);
+                    let mut f = fs::File::create(&p).unwrap();
+                    for piece in bytes.chunks(48 * 1024) {
+                        f.write_all(piece).unwrap();
+                    }
+                    drop(f);
+                    tx.send((p, seed, len)).unwrap();
+                    r += 1;
+                }
+            });
+        }
+        drop(tx);
+        for _ in 0..3 {
+            sc.spawn(|| {
+                loop {
+                    let next = rx.lock().unwrap().recv();
+                    let Ok((p, seed, len)) = next else { break };
+                    check(&p, seed, len);
+                    written.lock().unwrap().push((p, seed, len));
+                }
+            });
+        }
+        for _ in 0..2 {
+            sc.spawn(|| {
+                while Instant::now() < deadline {
+                    for e in fs::read_dir(d).unwrap() {
+                        let _ = e.unwrap().metadata();
+                    }
+                    listings.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    // Once more, all at rest: nothing listed earlier may have left a size behind.
+    let written = written.into_inner().unwrap();
+    for (p, seed, len) in &written {
+        check(p, *seed, *len);
+    }
+    let failures = failures.into_inner().unwrap();
+    eprintln!(
+        "{} files written and reopened, {} listings, {} failures",
+        written.len(),
+        listings.into_inner(),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} checks failed, e.g.:\n{}",
+        failures.len(),
+        written.len() * 2,
+        failures[..failures.len().min(10)].join("\n")
+    );
+}

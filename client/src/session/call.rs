@@ -15,6 +15,7 @@ use protocol::{Attr, FileHandle, NfsStatus, Proc, ReplyBody, Request, RequestOp}
 use super::conn::Outgoing;
 use super::error::{AfterTimeout, ConnectError, ProtocolError, SessionError, secs};
 use super::{Client, MAX_TIMEOUT_RETRIES};
+use crate::cache::Stamp;
 
 impl Client {
     /// Sends a request and waits for its reply, reconnecting and retrying when the request is
@@ -149,10 +150,10 @@ impl Client {
         self.protocol_error(ProtocolError::UnexpectedReply(body.proc()))
     }
 
-    /// Remembers attributes that came with a reply.
-    pub(super) fn note(&self, fh: &FileHandle, attr: &Option<Attr>) {
+    /// Remembers attributes that came with the reply to a request stamped `since`.
+    pub(super) fn note(&self, fh: &FileHandle, attr: &Option<Attr>, since: Stamp) {
         match attr {
-            Some(a) => self.inner.cache.put(*fh, *a),
+            Some(a) => self.inner.cache.put(*fh, *a, since),
             None => self.inner.cache.invalidate(fh),
         }
     }

@@ -420,10 +420,7 @@ async fn read_records(
                 }
                 Ok(ServerMessage::Invalidate(inv)) => {
                     if let Some(inner) = client.upgrade() {
-                        inner.cache.invalidate(&inv.fh);
-                        if let Some(a) = inv.attr {
-                            inner.cache.put(inv.fh, a);
-                        }
+                        inner.cache.invalidated(&inv.fh, inv.attr);
                         inner.invalidated(Invalidation::Object(inv.fh, inv.attr));
                     }
                 }

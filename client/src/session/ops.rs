@@ -9,6 +9,7 @@ use protocol::{
 use super::Client;
 use super::conn::Outgoing;
 use super::error::SessionError;
+use crate::cache::Stamp;
 
 /// Binds the fields of the reply an operation expects (`let`-else on `pattern = reply`); any
 /// other kind of reply returns [`Client::unexpected`] from the calling operation.
@@ -28,8 +29,9 @@ impl Client {
         let op = RequestOp::Mount {
             path: path.as_bytes().to_vec(),
         };
+        let since = self.inner.cache.stamp();
         let_reply!(self, ReplyBody::Mount { fh, attr } = self.call(op).await?);
-        self.inner.cache.put(fh, attr);
+        self.inner.cache.put(fh, attr, since);
         Ok((fh, attr))
     }
 
@@ -44,8 +46,9 @@ impl Client {
     /// Attributes from the server, bypassing the cache.
     pub async fn getattr_fresh(&self, fh: &FileHandle) -> Result<Attr, SessionError> {
         let op = RequestOp::GetAttr { fh: *fh };
+        let since = self.inner.cache.stamp();
         let_reply!(self, ReplyBody::GetAttr { attr } = self.call(op).await?);
-        self.inner.cache.put(*fh, attr);
+        self.inner.cache.put(*fh, attr, since);
         Ok(attr)
     }
 
@@ -59,16 +62,17 @@ impl Client {
             dir: *dir,
             name: name.to_vec(),
         };
+        let since = self.inner.cache.stamp();
         let_reply!(
             self,
             ReplyBody::Lookup { fh, attr, dir_attr } = self.call(op).await?
         );
         if let Some(d) = dir_attr {
-            self.inner.cache.put(*dir, d);
+            self.inner.cache.put(*dir, d, since);
         }
         let attr = match attr {
             Some(a) => {
-                self.inner.cache.put(fh, a);
+                self.inner.cache.put(fh, a, since);
                 a
             }
             None => self.getattr(&fh).await?,
@@ -87,6 +91,7 @@ impl Client {
             fh: *fh,
             access: bits,
         };
+        let since = self.inner.cache.stamp();
         let_reply!(
             self,
             ReplyBody::Access { attr, access } = self.call(op).await?
@@ -94,26 +99,24 @@ impl Client {
         if let Some(a) = &attr {
             self.inner
                 .cache
-                .put_access(*fh, authno, bits, access, a.lease_ms);
+                .put_access(*fh, authno, (bits, access), a.lease_ms, since);
         }
-        self.note(fh, &attr);
+        self.note(fh, &attr, since);
         Ok(access)
     }
 
     /// SETATTR.
     pub async fn setattr(&self, fh: &FileHandle, attr: SetAttr) -> Result<Attr, SessionError> {
-        self.inner.cache.invalidate(fh);
+        let change = self.inner.cache.begin(fh);
         let op = RequestOp::SetAttr {
             fh: *fh,
             attr,
             guard: None,
         };
         let_reply!(self, ReplyBody::SetAttr { attr } = self.call(op).await?);
+        change.end(attr);
         match attr {
-            Some(a) => {
-                self.inner.cache.put(*fh, a);
-                Ok(a)
-            }
+            Some(a) => Ok(a),
             None => self.getattr_fresh(fh).await,
         }
     }
@@ -141,12 +144,13 @@ impl Client {
             offset,
             count: count.min(rmax),
         };
+        let since = self.inner.cache.stamp();
         let_reply!(
             self,
             ReplyBody::Read { attr, eof, data } = self.call(op).await?
         );
         if let Some(a) = attr {
-            self.inner.cache.put(*fh, a);
+            self.inner.cache.put(*fh, a, since);
         }
         Ok((data, eof))
     }
@@ -200,7 +204,7 @@ impl Client {
         len: usize,
         fill: impl Fn(&mut [u8]) -> std::io::Result<usize>,
     ) -> Result<(u32, [u8; 8]), SessionError> {
-        self.inner.cache.invalidate(fh);
+        let change = self.inner.cache.begin(fh);
         let reply = self
             .call_with(Proc::Write, len, |id, authno, buf| {
                 let head = WriteHead {
@@ -222,7 +226,7 @@ impl Client {
                 ..
             } = reply
         );
-        self.note(fh, &attr);
+        change.end(attr);
         Ok((count, verifier))
     }
 
@@ -233,10 +237,12 @@ impl Client {
             offset: 0,
             count: 0,
         };
+        let change = self.inner.cache.begin(fh);
         let_reply!(
             self,
-            ReplyBody::Commit { verifier, .. } = self.call(op).await?
+            ReplyBody::Commit { verifier, attr } = self.call(op).await?
         );
+        change.end(attr);
         Ok(verifier)
     }
 
@@ -253,16 +259,17 @@ impl Client {
                 dircount: 64 * 1024,
                 maxcount: 256 * 1024,
             };
+            let since = self.inner.cache.stamp();
             let_reply!(self, ReplyBody::ReadDirPlus(page) = self.call(op).await?);
             if let Some(a) = page.dir_attr {
-                self.inner.cache.put(*dir, a);
+                self.inner.cache.put(*dir, a, since);
             }
             verifier = page.verifier;
             let n = page.entries.len();
             for e in page.entries {
                 cookie = e.cookie;
                 if let (Some(fh), Some(a)) = (&e.fh, &e.attr) {
-                    self.inner.cache.put(*fh, *a);
+                    self.inner.cache.put(*fh, *a, since);
                 }
                 out.push(e);
             }
@@ -279,14 +286,16 @@ impl Client {
         name: &[u8],
         how: CreateHow,
     ) -> Result<(FileHandle, Attr), SessionError> {
-        self.inner.cache.invalidate(dir);
+        let change = self.inner.cache.begin(dir);
+        let since = self.inner.cache.stamp();
         let op = RequestOp::Create {
             dir: *dir,
             name: name.to_vec(),
             how,
         };
         let_reply!(self, ReplyBody::Create(o) = self.call(op).await?);
-        self.new_object(dir, name, o).await
+        change.end(None);
+        self.new_object(dir, name, o, since).await
     }
 
     /// MKDIR.
@@ -296,14 +305,16 @@ impl Client {
         name: &[u8],
         attr: SetAttr,
     ) -> Result<(FileHandle, Attr), SessionError> {
-        self.inner.cache.invalidate(dir);
+        let change = self.inner.cache.begin(dir);
+        let since = self.inner.cache.stamp();
         let op = RequestOp::Mkdir {
             dir: *dir,
             name: name.to_vec(),
             attr,
         };
         let_reply!(self, ReplyBody::Mkdir(o) = self.call(op).await?);
-        self.new_object(dir, name, o).await
+        change.end(None);
+        self.new_object(dir, name, o, since).await
     }
 
     /// SYMLINK.
@@ -314,7 +325,8 @@ impl Client {
         target: &[u8],
         attr: SetAttr,
     ) -> Result<(FileHandle, Attr), SessionError> {
-        self.inner.cache.invalidate(dir);
+        let change = self.inner.cache.begin(dir);
+        let since = self.inner.cache.stamp();
         let op = RequestOp::Symlink {
             dir: *dir,
             name: name.to_vec(),
@@ -322,7 +334,8 @@ impl Client {
             target: target.to_vec(),
         };
         let_reply!(self, ReplyBody::Symlink(o) = self.call(op).await?);
-        self.new_object(dir, name, o).await
+        change.end(None);
+        self.new_object(dir, name, o, since).await
     }
 
     /// The handle and attributes of an object just made (asked for when the reply has none).
@@ -335,7 +348,8 @@ impl Client {
         kind: protocol::SpecialKind,
         attr: SetAttr,
     ) -> Result<(FileHandle, Attr), SessionError> {
-        self.inner.cache.invalidate(dir);
+        let change = self.inner.cache.begin(dir);
+        let since = self.inner.cache.stamp();
         let op = RequestOp::Mknod {
             dir: *dir,
             name: name.to_vec(),
@@ -343,26 +357,29 @@ impl Client {
             attr,
         };
         let_reply!(self, ReplyBody::Mknod(o) = self.call(op).await?);
-        self.new_object(dir, name, o).await
+        change.end(None);
+        self.new_object(dir, name, o, since).await
     }
 
     /// The handle and attributes of the object just made as `name` in `dir`: from the reply,
     /// or, when the server made it but could not look it up, from a LOOKUP (which, unlike the
     /// operation that made it, can be retried).
+    ///
+    /// `since` is the stamp taken before the request: the object may be an existing file that
+    /// CREATE truncated, so replies about it sent before are refused from now on.
     async fn new_object(
         &self,
         dir: &FileHandle,
         name: &[u8],
         o: NewObject,
+        since: Stamp,
     ) -> Result<(FileHandle, Attr), SessionError> {
         let Some(fh) = o.fh else {
             return self.lookup(dir, name).await;
         };
+        self.inner.cache.made(&fh, o.attr, since);
         match o.attr {
-            Some(a) => {
-                self.inner.cache.put(fh, a);
-                Ok((fh, a))
-            }
+            Some(a) => Ok((fh, a)),
             None => Ok((fh, self.getattr_fresh(&fh).await?)),
         }
     }
@@ -374,7 +391,7 @@ impl Client {
         name: &[u8],
         is_dir: bool,
     ) -> Result<(), SessionError> {
-        self.inner.cache.invalidate(dir);
+        let _change = self.inner.cache.begin(dir);
         let op = if is_dir {
             RequestOp::Rmdir {
                 dir: *dir,
@@ -396,19 +413,17 @@ impl Client {
         dir: &FileHandle,
         name: &[u8],
     ) -> Result<Attr, SessionError> {
-        self.inner.cache.invalidate(dir);
-        self.inner.cache.invalidate(fh);
+        let _dir_change = self.inner.cache.begin(dir);
+        let change = self.inner.cache.begin(fh);
         let op = RequestOp::Link {
             fh: *fh,
             dir: *dir,
             name: name.to_vec(),
         };
         let_reply!(self, ReplyBody::Link { attr, .. } = self.call(op).await?);
+        change.end(attr);
         match attr {
-            Some(a) => {
-                self.inner.cache.put(*fh, a);
-                Ok(a)
-            }
+            Some(a) => Ok(a),
             None => self.getattr_fresh(fh).await,
         }
     }
@@ -418,8 +433,9 @@ impl Client {
     /// handle. A server without open states answers `NotSupp`.
     pub async fn open(&self, fh: &FileHandle) -> Result<(), SessionError> {
         let op = RequestOp::Open { fh: *fh };
+        let since = self.inner.cache.stamp();
         let_reply!(self, ReplyBody::Open { attr } = self.call(op).await?);
-        self.note(fh, &attr);
+        self.note(fh, &attr, since);
         Ok(())
     }
 
@@ -436,8 +452,9 @@ impl Client {
     /// FSSTAT.
     pub async fn fsstat(&self, fh: &FileHandle) -> Result<FsStat, SessionError> {
         let op = RequestOp::FsStat { fh: *fh };
+        let since = self.inner.cache.stamp();
         let_reply!(self, ReplyBody::FsStat(s) = self.call(op).await?);
-        self.note(fh, &s.attr);
+        self.note(fh, &s.attr, since);
         Ok(s)
     }
 
@@ -449,8 +466,8 @@ impl Client {
         to_dir: &FileHandle,
         to_name: &[u8],
     ) -> Result<(), SessionError> {
-        self.inner.cache.invalidate(from_dir);
-        self.inner.cache.invalidate(to_dir);
+        let _from = self.inner.cache.begin(from_dir);
+        let _to = self.inner.cache.begin(to_dir);
         self.call(RequestOp::Rename {
             from_dir: *from_dir,
             from_name: from_name.to_vec(),
@@ -471,8 +488,8 @@ impl Client {
         to_name: &[u8],
         flags: u32,
     ) -> Result<(), SessionError> {
-        self.inner.cache.invalidate(from_dir);
-        self.inner.cache.invalidate(to_dir);
+        let _from = self.inner.cache.begin(from_dir);
+        let _to = self.inner.cache.begin(to_dir);
         let op = RequestOp::Rename2 {
             from_dir: *from_dir,
             from_name: from_name.to_vec(),

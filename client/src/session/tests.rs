@@ -761,3 +761,79 @@ async fn an_object_made_without_a_handle_is_looked_up() {
     assert_eq!((fh, a), (FH, attr(0, 60_000)));
     assert_eq!(*lookups.lock(), vec![(DIR, b"new".to_vec())]);
 }
+
+/// A fake server that answers GETATTR and READDIRPLUS (one entry, `FH`) with the file's size
+/// before a write, but holds those replies until after the WRITE's (whose post-op attributes
+/// say 100 bytes): what sfsd's storage threads may do to pipelined requests. The stale replies
+/// reach their callers, but the cache keeps what the WRITE said.
+#[tokio::test]
+async fn attributes_from_before_a_write_never_replace_the_write_s() {
+    let held_now = Arc::new(AtomicUsize::new(0));
+    let h = held_now.clone();
+    let mut held: Vec<Out> = Vec::new();
+    let f = fake(Box::new(move |_, req| match req.op {
+        RequestOp::GetAttr { .. } => {
+            let a = attr(0, 60_000);
+            held.push(reply(req.id, Ok(ReplyBody::GetAttr { attr: a })));
+            h.fetch_add(1, Ordering::SeqCst);
+            vec![]
+        }
+        RequestOp::ReadDirPlus { .. } => {
+            let entry = protocol::DirEntryPlus {
+                fileid: 7,
+                name: b"f".to_vec(),
+                cookie: 1,
+                attr: Some(attr(0, 60_000)),
+                fh: Some(FH),
+            };
+            held.push(reply(
+                req.id,
+                Ok(ReplyBody::ReadDirPlus(protocol::DirPage {
+                    dir_attr: None,
+                    verifier: [0; 8],
+                    entries: vec![entry],
+                    eof: true,
+                })),
+            ));
+            h.fetch_add(1, Ordering::SeqCst);
+            vec![]
+        }
+        RequestOp::Write { .. } => vec![reply(
+            req.id,
+            Ok(ReplyBody::Write {
+                attr: Some(attr(100, 60_000)),
+                count: 100,
+                committed: StableHow::Unstable,
+                verifier: [1; 8],
+            }),
+        )],
+        // The stale replies, once the WRITE's has been handled.
+        RequestOp::Null => {
+            let mut out = std::mem::take(&mut held);
+            out.push(reply(req.id, Ok(ReplyBody::Null)));
+            out
+        }
+        _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let dir = FileHandle::from_bytes([6; 48]);
+    let (g, l) = (c.clone(), c.clone());
+    let getattr = tokio::spawn(async move { g.getattr_fresh(&FH).await });
+    let listing = tokio::spawn(async move { l.readdir_all(&dir).await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while held_now.load(Ordering::SeqCst) < 2 {
+        assert!(std::time::Instant::now() < deadline, "requests not held");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    c.write(&FH, 0, StableHow::Unstable, &[1; 100])
+        .await
+        .unwrap();
+    assert_eq!(c.cache().get(&FH).map(|a| a.size), Some(100));
+    c.call(RequestOp::Null).await.unwrap();
+    assert_eq!(getattr.await.unwrap().unwrap().size, 0);
+    assert_eq!(listing.await.unwrap().unwrap()[0].attr.unwrap().size, 0);
+    // No GETATTR either (it would be held): the cached attributes are the WRITE's.
+    assert_eq!(c.cache().get(&FH).map(|a| a.size), Some(100));
+    assert_eq!(c.getattr(&FH).await.unwrap().size, 100);
+}
