@@ -716,17 +716,6 @@ fn new_objects_owned_by_creator_with_exact_mode() {
 // 8. SETATTR on FIFOs and device nodes never opens them; a FIFO swapped in mid-request
 //    cannot wedge the server.
 
-fn setattr_size(fh: FileHandle, size: u64) -> RequestOp {
-    RequestOp::SetAttr {
-        fh,
-        attr: SetAttr {
-            size: Some(size),
-            ..SetAttr::default()
-        },
-        guard: None,
-    }
-}
-
 #[test]
 fn setattr_on_fifo_and_device_never_blocks() {
     require_root!("setattr_on_fifo_and_device_never_blocks");

@@ -30,17 +30,7 @@ fn setup() -> (Area, Sfsd, Client, u32, FileHandle) {
 }
 
 fn truncate(c: &mut Client, a: u32, fh: FileHandle, size: u64) -> Result<ReplyBody, NfsStatus> {
-    c.call(
-        a,
-        RequestOp::SetAttr {
-            fh,
-            attr: SetAttr {
-                size: Some(size),
-                ..SetAttr::default()
-            },
-            guard: None,
-        },
-    )
+    c.call(a, setattr_size(fh, size))
 }
 
 #[test]

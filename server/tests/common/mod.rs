@@ -625,3 +625,15 @@ pub fn with_nofile(cmd: &mut Command, soft: u64, hard: u64) {
         });
     }
 }
+
+/// SETATTR of the size alone (truncate).
+pub fn setattr_size(fh: FileHandle, size: u64) -> RequestOp {
+    RequestOp::SetAttr {
+        fh,
+        attr: SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        },
+        guard: None,
+    }
+}
