@@ -352,8 +352,9 @@ impl Server {
             self.lease_ms_now
                 .store(c0.leases.lease_ms(), Ordering::Relaxed);
         });
-        if let Backend::Local(storage) = &self.storage {
-            storage.connection_closed(id);
+        match &self.storage {
+            Backend::Local(storage) => storage.connection_closed(id),
+            Backend::Async(storage) => storage.connection_closed(id),
         }
     }
 

@@ -10,6 +10,7 @@
 pub mod creds;
 pub mod local;
 pub mod nfs;
+pub mod open_states;
 pub mod pool;
 
 use std::sync::Arc;
@@ -94,6 +95,10 @@ pub trait AsyncStorage: Send + Sync + 'static {
         read: ReadArgs,
         done: Done<Result<Vec<u8>, NfsStatus>>,
     );
+    /// Connection `conn` closed: whatever the backend keeps for it goes (open states).
+    fn connection_closed(&self, conn: crate::leases::ConnId) {
+        let _ = conn;
+    }
 }
 
 /// What a READ asks, once its handle is verified.

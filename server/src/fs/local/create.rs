@@ -145,7 +145,7 @@ impl LocalFs {
         if o.meta.mode() & 0o600 != 0o600
             && let Ok(fd) = o.fd.try_clone()
         {
-            self.open.keep(super::open::holder(ctx), o.key, fd, true);
+            super::open::keep(&self.open, super::open::holder(ctx), o.key, fd, true);
         }
         Ok(ReplyBody::Create(self.new_object(ctx, d, &o, out)))
     }

@@ -97,7 +97,7 @@ pub struct LocalFs {
     read_only: bool,
     switcher: Switcher,
     /// Descriptors kept for connections' users ([`open`]).
-    open: open::OpenStates,
+    open: open::Descriptors,
 }
 
 impl LocalFs {
@@ -133,7 +133,7 @@ impl LocalFs {
             write_verifier: rand::random(),
             read_only,
             switcher,
-            open: open::OpenStates::default(),
+            open: open::Descriptors::default(),
         })
     }
 
@@ -190,10 +190,9 @@ impl LocalFs {
     /// CREATE that made it granted this connection's user ([`open`]).
     fn open_data(&self, ctx: &OpCtx, o: &Obj, flags: OFlags) -> Result<File, NfsStatus> {
         match o.reopen(flags) {
-            Err(NfsStatus::Acces) => self
-                .open
-                .granted(open::holder(ctx), o.key)
-                .ok_or(NfsStatus::Acces),
+            Err(NfsStatus::Acces) => {
+                open::granted(&self.open, open::holder(ctx), o.key).ok_or(NfsStatus::Acces)
+            }
             opened => opened,
         }
     }

@@ -18,34 +18,54 @@
 //!   the last holder closes. Nothing is left in the export, whatever happens to the client:
 //!   the kernel frees the inode when sfsd closes the descriptor.
 //!
-//! Bounded: at most [`MAX_PER_HOLDER`] states per connection, each charged to it, and
-//! [`crate::limits::OPEN_STATES`] in all (counted in the descriptors the server reserves); past that
-//! CREATE keeps nothing (writing a read-only file through its creating descriptor then fails
-//! as before) and OPEN is refused, which the client handles by renaming the file to a hidden
-//! name instead.
+//! The table and its bounds are [`crate::fs::open_states`]'s; past them CREATE keeps nothing
+//! (writing a read-only file through its creating descriptor then fails as before) and OPEN is
+//! refused, which the client handles by renaming the file to a hidden name instead.
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use protocol::{FileHandle, NfsStatus, ReplyBody};
 
 use super::LocalFs;
+use crate::fs::open_states::{Holder, OpenStates};
 use crate::fs::{ObjKey, OpCtx, Outcome};
-use crate::leases::ConnId;
 
-/// Most open states one connection may hold.
-pub const MAX_PER_HOLDER: usize = 256;
+pub use crate::fs::open_states::holder;
 
-/// Who holds a state: a connection and the server uid its request ran as.
-pub type Holder = (ConnId, u32);
+/// One kept descriptor.
+pub struct State {
+    fd: Arc<OwnedFd>,
+    /// Opened for reading and writing by the CREATE that made the file.
+    granted: bool,
+}
 
-/// The holder a request acts for.
-pub fn holder(ctx: &OpCtx) -> Holder {
-    (ctx.conn, ctx.creds.uid)
+/// The local backend's open states: a descriptor per holder and object.
+pub type Descriptors = OpenStates<State>;
+
+/// Keeps `fd` for `holder` on `key` (`granted`: the read-write descriptor of the CREATE that
+/// made the file, never replaced by a plain one). Whether it was kept.
+pub fn keep(states: &Descriptors, holder: Holder, key: ObjKey, fd: OwnedFd, granted: bool) -> bool {
+    let state = State {
+        fd: Arc::new(fd),
+        granted,
+    };
+    states.keep(holder, key, state, |old| granted || !old.granted)
+}
+
+/// The read-write descriptor CREATE kept for `holder` on `key`, if any.
+pub fn granted(states: &Descriptors, holder: Holder, key: ObjKey) -> Option<File> {
+    states.get(holder, key, |s| {
+        s.granted
+            .then(|| s.fd.try_clone().ok().map(File::from))
+            .flatten()
+    })
+}
+
+/// A descriptor of `key` some holder keeps (the object may have no name left), duplicated.
+pub fn anchor(states: &Descriptors, key: ObjKey) -> Option<OwnedFd> {
+    states.any(key, |s| s.fd.try_clone().ok())
 }
 
 impl LocalFs {
@@ -58,7 +78,7 @@ impl LocalFs {
     ) -> Result<ReplyBody, NfsStatus> {
         let o = self.obj(&fh, &ctx.creds)?;
         let attr = o.fresh_attr(ctx.lease_ms);
-        if !self.open.keep(holder(ctx), o.key, o.fd, false) {
+        if !keep(&self.open, holder(ctx), o.key, o.fd, false) {
             return Err(NfsStatus::DQuot);
         }
         out.leased.push((o.key, fh));
@@ -74,131 +94,6 @@ impl LocalFs {
     }
 }
 
-/// One kept descriptor.
-struct State {
-    fd: Arc<OwnedFd>,
-    /// Opened for reading and writing by the CREATE that made the file.
-    granted: bool,
-}
-
-/// How many closed connections are remembered (see [`Inner::closed`]).
-const CLOSED_REMEMBERED: usize = 1024;
-
-#[derive(Default)]
-struct Inner {
-    by_obj: HashMap<ObjKey, HashMap<Holder, State>>,
-    by_conn: HashMap<ConnId, HashSet<(u32, ObjKey)>>,
-    /// States held, all connections together.
-    total: usize,
-    /// Connections closed lately: a request of theirs still on a storage thread when they
-    /// closed must not leave a state nobody will ever drop.
-    closed: VecDeque<ConnId>,
-}
-
-/// Every connection's open states.
-#[derive(Default)]
-pub struct OpenStates {
-    inner: Mutex<Inner>,
-}
-
-impl OpenStates {
-    /// Keeps `fd` for `holder` on object `key` (`granted`: a read-write descriptor from the
-    /// CREATE that made the file). A granted state is never replaced by a plain one. Whether it
-    /// was kept (false when the connection holds [`MAX_PER_HOLDER`] states already).
-    pub fn keep(&self, holder: Holder, key: ObjKey, fd: OwnedFd, granted: bool) -> bool {
-        let mut g = self.inner.lock();
-        if g.closed.contains(&holder.0) {
-            return false;
-        }
-        let total = g.total;
-        let held = g.by_conn.entry(holder.0).or_default();
-        if !held.contains(&(holder.1, key)) {
-            if held.len() >= MAX_PER_HOLDER || total >= crate::limits::OPEN_STATES {
-                return false;
-            }
-            held.insert((holder.1, key));
-            g.total += 1;
-        }
-        let states = g.by_obj.entry(key).or_default();
-        match states.get(&holder) {
-            Some(s) if s.granted && !granted => {}
-            _ => {
-                states.insert(
-                    holder,
-                    State {
-                        fd: Arc::new(fd),
-                        granted,
-                    },
-                );
-            }
-        }
-        true
-    }
-
-    /// The read-write descriptor CREATE kept for `holder` on `key`, if any.
-    pub fn granted(&self, holder: Holder, key: ObjKey) -> Option<File> {
-        let g = self.inner.lock();
-        let s = g.by_obj.get(&key)?.get(&holder)?;
-        if !s.granted {
-            return None;
-        }
-        s.fd.try_clone().ok().map(File::from)
-    }
-
-    /// A descriptor of `key` any holder keeps (the object may have no name left), duplicated.
-    pub fn anchor(&self, key: ObjKey) -> Option<OwnedFd> {
-        let g = self.inner.lock();
-        let s = g.by_obj.get(&key)?.values().next()?;
-        s.fd.try_clone().ok()
-    }
-
-    /// Drops `holder`'s state on `key`; none is fine.
-    pub fn close(&self, holder: Holder, key: ObjKey) {
-        let mut g = self.inner.lock();
-        if let Some(held) = g.by_conn.get_mut(&holder.0) {
-            if held.remove(&(holder.1, key)) {
-                g.total -= 1;
-            }
-            if g.by_conn.get(&holder.0).is_some_and(HashSet::is_empty) {
-                g.by_conn.remove(&holder.0);
-            }
-        }
-        if let Some(states) = g.by_obj.get_mut(&key) {
-            states.remove(&holder);
-            if states.is_empty() {
-                g.by_obj.remove(&key);
-            }
-        }
-    }
-
-    /// Drops every state of connection `conn` (it closed).
-    pub fn close_conn(&self, conn: ConnId) {
-        let mut g = self.inner.lock();
-        if g.closed.len() >= CLOSED_REMEMBERED {
-            g.closed.pop_front();
-        }
-        g.closed.push_back(conn);
-        let Some(held) = g.by_conn.remove(&conn) else {
-            return;
-        };
-        g.total -= held.len();
-        for (uid, key) in held {
-            if let Some(states) = g.by_obj.get_mut(&key) {
-                states.remove(&(conn, uid));
-                if states.is_empty() {
-                    g.by_obj.remove(&key);
-                }
-            }
-        }
-    }
-
-    /// States held by connection `conn`.
-    #[cfg(test)]
-    fn held_by(&self, conn: ConnId) -> usize {
-        self.inner.lock().by_conn.get(&conn).map_or(0, HashSet::len)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,73 +104,33 @@ mod tests {
 
     #[test]
     fn grants_are_per_connection_and_user() {
-        let s = OpenStates::default();
-        assert!(s.keep((1, 1000), (5, 7), fd(), true));
-        assert!(s.granted((1, 1000), (5, 7)).is_some());
-        assert!(s.granted((1, 1001), (5, 7)).is_none(), "another user");
-        assert!(s.granted((2, 1000), (5, 7)).is_none(), "another connection");
-        assert!(s.granted((1, 1000), (5, 8)).is_none(), "another object");
+        let s = Descriptors::default();
+        assert!(keep(&s, (1, 1000), (5, 7), fd(), true));
+        assert!(granted(&s, (1, 1000), (5, 7)).is_some());
+        assert!(granted(&s, (1, 1001), (5, 7)).is_none(), "another user");
+        assert!(
+            granted(&s, (2, 1000), (5, 7)).is_none(),
+            "another connection"
+        );
+        assert!(granted(&s, (1, 1000), (5, 8)).is_none(), "another object");
         // A plain OPEN by the same holder does not take the grant away.
-        assert!(s.keep((1, 1000), (5, 7), fd(), false));
-        assert!(s.granted((1, 1000), (5, 7)).is_some());
+        assert!(keep(&s, (1, 1000), (5, 7), fd(), false));
+        assert!(granted(&s, (1, 1000), (5, 7)).is_some());
         s.close((1, 1000), (5, 7));
-        assert!(s.granted((1, 1000), (5, 7)).is_none());
-        assert!(s.anchor((5, 7)).is_none());
+        assert!(granted(&s, (1, 1000), (5, 7)).is_none());
+        assert!(anchor(&s, (5, 7)).is_none());
     }
 
     #[test]
     fn plain_states_anchor_but_grant_nothing() {
-        let s = OpenStates::default();
-        assert!(s.keep((1, 1000), (5, 7), fd(), false));
-        assert!(s.granted((1, 1000), (5, 7)).is_none());
-        assert!(s.anchor((5, 7)).is_some());
-        assert!(s.keep((2, 1001), (5, 7), fd(), false));
-        s.close((1, 1000), (5, 7));
-        assert!(s.anchor((5, 7)).is_some(), "the other holder keeps it");
-        s.close_conn(2);
-        assert!(s.anchor((5, 7)).is_none());
-        assert_eq!(s.held_by(2), 0);
-        // A request that finishes after its connection closed keeps nothing.
-        assert!(!s.keep((2, 1001), (5, 7), fd(), true));
-        assert!(s.anchor((5, 7)).is_none());
-    }
-
-    #[test]
-    fn a_connection_holds_a_bounded_number() {
-        let s = OpenStates::default();
-        for i in 0..MAX_PER_HOLDER as u64 {
-            assert!(s.keep((1, 1000), (1, i), fd(), false));
-        }
-        assert!(!s.keep((1, 1000), (1, u64::MAX), fd(), false));
-        assert!(
-            s.keep((1, 1000), (1, 0), fd(), true),
-            "one it holds may be renewed"
-        );
-        assert!(
-            s.keep((2, 1000), (1, u64::MAX), fd(), false),
-            "others unaffected"
-        );
-        assert_eq!(s.held_by(1), MAX_PER_HOLDER);
+        let s = Descriptors::default();
+        assert!(keep(&s, (1, 1000), (5, 7), fd(), false));
+        assert!(granted(&s, (1, 1000), (5, 7)).is_none());
+        assert!(anchor(&s, (5, 7)).is_some());
+        // A grant replaces a plain state of the same holder.
+        assert!(keep(&s, (1, 1000), (5, 7), fd(), true));
+        assert!(granted(&s, (1, 1000), (5, 7)).is_some());
         s.close_conn(1);
-        assert_eq!(s.held_by(1), 0);
-        assert!(s.anchor((1, 5)).is_none());
-        s.close((2, 1000), (1, u64::MAX));
-        assert_eq!(s.inner.lock().total, 0);
-    }
-
-    #[test]
-    fn the_server_holds_a_bounded_number() {
-        let s = OpenStates::default();
-        let per = MAX_PER_HOLDER as u64;
-        let conns = (crate::limits::OPEN_STATES as u64).div_ceil(per);
-        for conn in 0..conns {
-            for i in 0..per {
-                s.keep((conn as ConnId, 0), (conn, i), fd(), false);
-            }
-        }
-        assert_eq!(s.inner.lock().total, crate::limits::OPEN_STATES);
-        assert!(!s.keep((999, 0), (7, 7), fd(), false), "full");
-        s.close((0, 0), (0, 0));
-        assert!(s.keep((999, 0), (7, 7), fd(), false), "room again");
+        assert!(anchor(&s, (5, 7)).is_none());
     }
 }

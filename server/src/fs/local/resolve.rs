@@ -273,7 +273,7 @@ impl LocalFs {
             }
         }
         // An object some client keeps open after its last name went ([`super::open`]).
-        if let Some(fd) = self.open.anchor(key) {
+        if let Some(fd) = super::open::anchor(&self.open, key) {
             let o = self.obj_from(fd, PathBuf::new())?;
             if generation(&o.meta) == birth && o.meta.nlink() == 0 {
                 return Ok(o);

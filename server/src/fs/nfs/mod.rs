@@ -20,6 +20,7 @@
 //! backend restart changes the verifier and clients resend unstable data (COMMIT works the
 //! same way): nothing acknowledged as stable is lost.
 
+pub mod hidden;
 pub mod link;
 pub mod ops;
 pub mod rpc;
@@ -81,6 +82,8 @@ struct Inner {
     root: BackendFh,
     max_io: u32,
     read_only: bool,
+    /// Open states, and the hidden names of held files whose last name went ([`hidden`]).
+    opens: hidden::Opens,
 }
 
 /// The NFS backend (see the module docs).
@@ -112,6 +115,7 @@ impl NfsBackend {
                 root,
                 max_io: cfg.max_io,
                 read_only: cfg.read_only,
+                opens: hidden::Opens::default(),
             }),
         })
     }
@@ -192,6 +196,12 @@ fn alive(a: Option<&Attr>) -> Result<(), NfsStatus> {
     }
 }
 
+/// Whether a backend directory entry is shown to clients: never `.`, `..` or a hidden name
+/// ([`hidden`]).
+fn listed(name: &[u8]) -> bool {
+    name != b"." && name != b".." && !name.starts_with(hidden::HIDDEN_PREFIX)
+}
+
 fn key(a: &Attr) -> ObjKey {
     (a.fsid, a.fileid)
 }
@@ -203,7 +213,11 @@ fn leased(mut a: Option<Attr>, lease_ms: u32) -> Option<Attr> {
     a
 }
 
+/// What [`Inner::peek`] found under a name: its key and handle.
+type Peeked = (ObjKey, FileHandle);
+
 /// A client handle, verified, with its backend handle.
+#[derive(Clone, Copy)]
 struct Obj {
     fh: FileHandle,
     key: ObjKey,
@@ -566,13 +580,11 @@ impl Inner {
             // Not passed on yet (NFSv3 MKNOD would carry it): FIFOs, sockets and devices
             // cannot be made through this backend.
             RequestOp::Mknod { .. } => fail(done, NfsStatus::NotSupp),
-            // NFSv3 has no open state: a client that wants an open file kept after its last
-            // name goes renames it instead (the FUSE mount does), and CLOSE has nothing to drop.
-            RequestOp::Open { .. } => fail(done, NfsStatus::NotSupp),
-            RequestOp::Close { .. } => done(Outcome {
-                result: Ok(ReplyBody::Close),
-                ..Outcome::err(NfsStatus::ServerFault)
-            }),
+            RequestOp::Open { fh } => {
+                let o = obj!(fh);
+                self.open_state(&ctx, &o, done);
+            }
+            RequestOp::Close { fh } => self.close_state(&ctx, &fh, done),
             RequestOp::Link { fh, dir, name } => {
                 let o = obj!(fh);
                 let d = obj!(dir);
@@ -594,11 +606,7 @@ impl Inner {
                         let mut used = 200;
                         let mut entries = Vec::new();
                         let mut eof = p.eof;
-                        for e in p
-                            .entries
-                            .iter()
-                            .filter(|e| e.name != b"." && e.name != b"..")
-                        {
+                        for e in p.entries.iter().filter(|e| listed(e.name)) {
                             let cost = ENTRY_COST + e.name.len().div_ceil(4) * 4;
                             if used + cost > budget {
                                 eof = false;
@@ -654,11 +662,7 @@ impl Inner {
                         let mut dir_used = 0;
                         let mut entries = Vec::new();
                         let mut eof = p.eof;
-                        for e in p
-                            .entries
-                            .iter()
-                            .filter(|e| e.name != b"." && e.name != b"..")
-                        {
+                        for e in p.entries.iter().filter(|e| listed(e.name)) {
                             let base = ENTRY_COST + e.name.len().div_ceil(4) * 4;
                             let cost = base + ENTRY_PLUS_COST;
                             if used + cost > budget
@@ -945,6 +949,26 @@ impl Inner {
     ) {
         let c = ctx.creds.clone();
         self.peek(&c, &d, &name.clone(), move |me, victim| {
+            let lease = ctx.lease_ms;
+            let removed = move |dir_attr: Option<Attr>, out: &mut Outcome| {
+                let dir_attr = leased(dir_attr, lease);
+                if let Some((k, fh)) = victim {
+                    out.changed.push((k, fh, None));
+                }
+                out.changed.push((d.key, d.fh, dir_attr));
+                out.leased.push((d.key, d.fh));
+                Ok(if rmdir {
+                    ReplyBody::Rmdir { dir_attr }
+                } else {
+                    ReplyBody::Remove { dir_attr }
+                })
+            };
+            // A file some client holds open: kept under a hidden name until nobody does.
+            if let Some((k, _)) = victim.filter(|(k, _)| !rmdir && me.opens.must_hide(*k)) {
+                return me.hide(&ctx.creds, &d, name, k, move |_, r| {
+                    done(outcome(r, removed))
+                });
+            }
             let (proc, args) = if rmdir {
                 (
                     Proc::Rmdir,
@@ -960,22 +984,8 @@ impl Inner {
                     }),
                 )
             };
-            let lease = ctx.lease_ms;
             me.call(&ctx.creds, proc, args, move |_, res| {
-                let r = results(res, ops::wcc);
-                done(outcome(r, |dir_attr, out| {
-                    let dir_attr = leased(dir_attr, lease);
-                    if let Some((k, fh)) = victim {
-                        out.changed.push((k, fh, None));
-                    }
-                    out.changed.push((d.key, d.fh, dir_attr));
-                    out.leased.push((d.key, d.fh));
-                    Ok(if rmdir {
-                        ReplyBody::Rmdir { dir_attr }
-                    } else {
-                        ReplyBody::Remove { dir_attr }
-                    })
-                }))
+                done(outcome(results(res, ops::wcc), removed))
             });
         });
     }
@@ -996,36 +1006,72 @@ impl Inner {
                 &td,
                 &to_name.clone(),
                 move |me, replaced| {
-                    let args = ops::pack(&nfs3_types::nfs3::RENAME3args {
-                        from: ops::dirop(fd.b.as_slice(), &from_name),
-                        to: ops::dirop(td.b.as_slice(), &to_name),
-                    });
-                    let lease = ctx.lease_ms;
-                    me.call(&ctx.creds, Proc::Rename, args, move |_, res| {
-                        let r = results(res, |r| Ok((ops::wcc(r)?, ops::wcc(r)?)));
-                        done(outcome(r, |(from_dir_attr, to_dir_attr), out| {
-                            let from_dir_attr = leased(from_dir_attr, lease);
-                            let to_dir_attr = leased(to_dir_attr, lease);
-                            if let Some((k, fh)) = moving {
-                                out.changed.push((k, fh, None));
-                            }
-                            if let Some((k, fh)) = replaced
-                                && moving.is_none_or(|(m, _)| m != k)
-                            {
-                                out.changed.push((k, fh, None));
-                            }
-                            out.changed.push((fd.key, fd.fh, from_dir_attr));
-                            out.changed.push((td.key, td.fh, to_dir_attr));
-                            out.leased.push((fd.key, fd.fh));
-                            out.leased.push((td.key, td.fh));
-                            Ok(ReplyBody::Rename {
-                                from_dir_attr,
-                                to_dir_attr,
-                            })
-                        }))
-                    });
+                    // Replacing a file some client holds open: hide it first, then rename.
+                    if let Some((k, _)) = replaced.filter(|(k, _)| {
+                        moving.is_none_or(|(m, _)| m != *k) && me.opens.must_hide(*k)
+                    }) {
+                        let creds = ctx.creds.clone();
+                        let to = to_name.clone();
+                        return me.hide(&creds, &td, to, k, move |me, r| match r {
+                            Ok(_) => me.rename_now(
+                                ctx,
+                                (fd, from_name),
+                                (td, to_name),
+                                (moving, replaced),
+                                done,
+                            ),
+                            Err(s) => done(Outcome::err(s)),
+                        });
+                    }
+                    me.rename_now(
+                        ctx,
+                        (fd, from_name),
+                        (td, to_name),
+                        (moving, replaced),
+                        done,
+                    );
                 },
             );
+        });
+    }
+
+    /// The RENAME call itself, once `moving` and `replaced` (their keys and handles, for
+    /// INVALIDATE) are known.
+    fn rename_now(
+        self: &Arc<Self>,
+        ctx: OpCtx,
+        (fd, from_name): (Obj, Vec<u8>),
+        (td, to_name): (Obj, Vec<u8>),
+        (moving, replaced): (Option<Peeked>, Option<Peeked>),
+        done: Done<Outcome>,
+    ) {
+        let args = ops::pack(&nfs3_types::nfs3::RENAME3args {
+            from: ops::dirop(fd.b.as_slice(), &from_name),
+            to: ops::dirop(td.b.as_slice(), &to_name),
+        });
+        let lease = ctx.lease_ms;
+        self.call(&ctx.creds, Proc::Rename, args, move |_, res| {
+            let r = results(res, |r| Ok((ops::wcc(r)?, ops::wcc(r)?)));
+            done(outcome(r, |(from_dir_attr, to_dir_attr), out| {
+                let from_dir_attr = leased(from_dir_attr, lease);
+                let to_dir_attr = leased(to_dir_attr, lease);
+                if let Some((k, fh)) = moving {
+                    out.changed.push((k, fh, None));
+                }
+                if let Some((k, fh)) = replaced
+                    && moving.is_none_or(|(m, _)| m != k)
+                {
+                    out.changed.push((k, fh, None));
+                }
+                out.changed.push((fd.key, fd.fh, from_dir_attr));
+                out.changed.push((td.key, td.fh, to_dir_attr));
+                out.leased.push((fd.key, fd.fh));
+                out.leased.push((td.key, td.fh));
+                Ok(ReplyBody::Rename {
+                    from_dir_attr,
+                    to_dir_attr,
+                })
+            }))
         });
     }
 
@@ -1117,6 +1163,10 @@ impl AsyncStorage for NfsBackend {
         done: Done<Result<Vec<u8>, NfsStatus>>,
     ) {
         self.inner.read(color, ctx, read, done)
+    }
+
+    fn connection_closed(&self, conn: crate::leases::ConnId) {
+        self.inner.connection_closed(conn);
     }
 }
 
