@@ -1305,3 +1305,44 @@ fn closed_files_reopen_whole_under_writers_listers_and_reopeners() {
         failures[..failures.len().min(10)].join("\n")
     );
 }
+
+/// Close-to-open across processes of an ordinary user: shell writers each write files of
+/// growing sizes and check, as soon as each is closed, that `stat` and a fresh `read` see every
+/// byte, while `ls -l` processes list the directory (READDIRPLUS, whose attributes must never
+/// take a size back).
+#[test]
+fn ordinary_user_processes_see_whole_files_while_others_list() {
+    need_fuse!();
+    let Some((_s, m, work)) = ordinary_user_mount() else {
+        return;
+    };
+    let script = format!(
+        r#"cd {work} && mkdir race || exit 1
+end=$(( $(date +%s) + 4 ))
+lister() {{ while [ "$(date +%s)" -lt $end ]; do ls -l race >/dev/null || exit 1; done; }}
+writer() {{
+    i=0
+    while [ $i -lt 40 ]; do
+        n=$(( (i + 1) * 3000 + $1 ))
+        head -c $n /dev/zero > race/f$1-$i
+        s=$(stat -c %s race/f$1-$i)
+        c=$(wc -c < race/f$1-$i)
+        if [ "$s" != $n ] || [ "$c" != $n ]; then
+            echo "race/f$1-$i: wrote $n, stat says $s, read $c" >&2
+            exit 1
+        fi
+        i=$((i + 1))
+    done
+}}
+lister & lister &
+writer 1 & w1=$!; writer 2 & w2=$!; writer 3 & w3=$!; writer 4 & w4=$!
+ok=0
+for w in $w1 $w2 $w3 $w4; do wait $w || ok=1; done
+wait
+exit $ok
+"#,
+        work = work.display()
+    );
+    let (ok, err) = as_uid(65534, &script);
+    assert!(ok, "{err}\nmount log:\n{}", m.log());
+}
