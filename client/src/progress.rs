@@ -27,7 +27,7 @@ impl Progress {
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ");
         bar.set_style(style);
-        bar.set_message(label.to_owned());
+        bar.set_message(crate::commands::shown::escaped(label).into_owned());
         Progress {
             bar,
             start: Instant::now(),

@@ -4,7 +4,7 @@ mod common;
 
 use std::fs;
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -479,4 +479,52 @@ fn ls_long_prints_local_times_and_json_the_exact_ones() {
     };
     assert_eq!(mtime("old"), 1_600_029_000.25);
     assert_eq!(mtime("new"), recent as f64);
+}
+
+/// A server's names with terminal control sequences (to retitle the window, clear the screen)
+/// reach a terminal escaped as GNU `ls` escapes them, and error messages are always escaped;
+/// a pipe gets the raw names, as from `ls`, and `--json` the exact ones.
+#[test]
+fn server_names_never_reach_a_terminal_raw() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs script(1) (util-linux) for a terminal");
+        return;
+    }
+    let s = setup(&[]);
+    let evil = "retitle\x1b]0;owned\x07\x1b[2J";
+    fs::write(s.export.join(evil), b"x").unwrap();
+    let escaped = r"'retitle'$'\033'']0;owned'$'\007\033''[2J'";
+    // On a terminal (script(1) gives sfs one; its output is what the terminal got).
+    let sfs = env!("CARGO_BIN_EXE_sfs");
+    for args in ["ls", "ls -l"] {
+        let line = format!(
+            "{sfs} --identity {} {args} {}/",
+            s.identity.display(),
+            s.server.name
+        );
+        let out = Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env("HOME", &s.home)
+            .env("SFS_USER", "alice")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
+        assert!(text.contains(escaped), "{args}: {text:?}");
+    }
+    // Into a pipe: raw, as ls.
+    let out = ok(&s.sfs(&["ls", &s.path("/")]));
+    assert_eq!(out, format!("{evil}\n"));
+    // JSON: exact.
+    let out = ok(&s.sfs(&["ls", "--json", &s.path("/")]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["name"], evil);
+    // Errors: escaped wherever they go.
+    let out = s.sfs(&["cat", &s.path(&format!("/{evil}/below"))]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
+    assert!(err.contains(r"$'\033'"), "{err:?}");
 }

@@ -3,7 +3,7 @@
 use protocol::{Attr, FileType};
 use serde::Serialize;
 
-use super::{CmdError, Ctx, Target};
+use super::{CmdError, Ctx, Target, shown};
 
 /// Attributes as `--json` prints them.
 #[derive(Debug, Serialize)]
@@ -203,10 +203,13 @@ async fn ls_one(
         let name = t.file_name().unwrap_or("/");
         if json {
             out.push(to_json(name, &attr));
-        } else if long {
-            println!("{}", long_line(name, &attr, now()));
         } else {
-            println!("{name}");
+            let shown = shown::on_stdout(name.as_bytes());
+            if long {
+                println!("{}", long_line(&shown, &attr, now()));
+            } else {
+                println!("{shown}");
+            }
         }
         return Ok(out);
     }
@@ -217,7 +220,7 @@ async fn ls_one(
     entries.retain(|e| e.name != b"." && e.name != b"..");
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     if header && !json {
-        println!("{}:", t.text);
+        println!("{}:", shown::on_stdout(t.text.as_bytes()));
     }
     let now = now();
     for e in entries {
@@ -231,13 +234,13 @@ async fn ls_one(
             if let Some(a) = attr {
                 out.push(to_json(&name, &a));
             }
-        } else if long {
-            match attr {
-                Some(a) => println!("{}", long_line(&name, &a, now)),
-                None => println!("?????????? {name}"),
-            }
         } else {
-            println!("{name}");
+            let shown = shown::on_stdout(&e.name);
+            match (long, attr) {
+                (true, Some(a)) => println!("{}", long_line(&shown, &a, now)),
+                (true, None) => println!("?????????? {shown}"),
+                (false, _) => println!("{shown}"),
+            }
         }
     }
     Ok(out)
@@ -254,7 +257,7 @@ pub async fn stat(ctx: &mut Ctx, targets: &[String], json: bool) -> Result<(), C
                 if json {
                     all.push(to_json(text, &a));
                 } else {
-                    println!("  File: {text}");
+                    println!("  File: {}", shown::on_stdout(text.as_bytes()));
                     println!(
                         "  Size: {:<12} Type: {}  Inode: {}  Links: {}",
                         a.size,

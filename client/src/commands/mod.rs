@@ -4,6 +4,7 @@
 pub mod edit;
 pub mod list;
 pub mod mount;
+pub mod shown;
 pub mod transfer;
 
 use std::collections::HashMap;
@@ -81,9 +82,10 @@ pub enum CmdError {
 impl fmt::Display for CmdError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CmdError::Usage(m) => write!(f, "{m}"),
-            CmdError::Path(p, m) => write!(f, "{p}: {m}"),
-            CmdError::Other(e) => write!(f, "{e:#}"),
+            CmdError::Usage(m) => write!(f, "{}", shown::escaped(m)),
+            // Paths and messages may carry server-chosen names: never raw control characters.
+            CmdError::Path(p, m) => write!(f, "{}: {}", shown::escaped(p), shown::escaped(m)),
+            CmdError::Other(e) => write!(f, "{}", shown::escaped(&format!("{e:#}"))),
             CmdError::Reported => write!(f, "failed"),
         }
     }
