@@ -43,6 +43,7 @@ pub struct FileConfig {
 
 /// Reads and parses the config file (unknown keys are an error).
 pub fn load(path: &Path) -> Result<FileConfig> {
+    crate::trust::check_mine(path, crate::trust::Kind::Trusted)?;
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))

@@ -19,6 +19,7 @@ mod server;
 mod settings;
 mod state;
 mod stats;
+mod trust;
 mod users;
 
 use std::io::Write;

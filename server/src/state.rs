@@ -1,6 +1,8 @@
 //! The server's state directory: host key, file-handle secret and location.
 //!
-//! Both secrets are written with mode 0600 inside a 0700 directory. The handle secret must
+//! Both secrets are written with mode 0600 inside a 0700 directory, and every file is checked
+//! before it is read ([`crate::trust`]: sfsd's own or root's, not writable by others, no
+//! symlinks). The handle secret must
 //! survive restarts (handles are `MAC(secret, object identity)`), so it is created once and
 //! only ever read afterwards.
 
@@ -11,6 +13,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use protocol::{HandleKey, Location, ServerKeypair, ServerName};
+
+use crate::trust::{self, Kind};
 
 const HOST_KEY: &str = "host.key";
 const HANDLE_SECRET: &str = "handle.secret";
@@ -56,6 +60,7 @@ pub fn init(dir: &Path, location: &Location) -> Result<State> {
         .create(dir)
         .with_context(|| format!("creating state dir {}", dir.display()))?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    trust::check_mine(dir, Kind::Directory)?;
     if dir.join(HOST_KEY).exists() {
         bail!("{} already holds a host key", dir.display());
     }
@@ -79,13 +84,16 @@ pub fn location_text(l: &Location) -> String {
 /// Loads an existing state directory. `location` overrides the stored one (e.g. when the
 /// listening port was chosen by the OS).
 pub fn load(dir: &Path, location: Option<&Location>) -> Result<State> {
+    trust::check_mine(dir, Kind::Directory)?;
     let read = |name: &str| -> Result<String> {
         let p: PathBuf = dir.join(name);
-        let meta = fs::metadata(&p).with_context(|| format!("reading {}", p.display()))?;
-        if name != LOCATION && meta.permissions().mode() & 0o077 != 0 {
-            bail!("{} is readable by others; chmod 600 it", p.display());
-        }
-        Ok(fs::read_to_string(&p)?)
+        let kind = if name == LOCATION {
+            Kind::Trusted
+        } else {
+            Kind::Secret
+        };
+        trust::check_mine(&p, kind)?;
+        fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))
     };
     let keypair = ServerKeypair::from_text(&read(HOST_KEY)?)
         .map_err(|e| anyhow::anyhow!("bad host key: {e}"))?;

@@ -50,6 +50,8 @@ pub struct Users {
 
 impl Users {
     pub fn load(path: &Path) -> Result<Users> {
+        // Whoever can write this file can act as any uid: it must be sfsd's own.
+        crate::trust::check_mine(path, crate::trust::Kind::Trusted)?;
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Users::parse(&text).with_context(|| format!("in users file {}", path.display()))

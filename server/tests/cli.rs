@@ -147,3 +147,96 @@ fn backend_urls_and_an_absent_backend_give_clear_errors() {
         "no wait: {err}"
     );
 }
+
+/// sfsd trusts only its own files (sshd's StrictModes): a state directory, a secret, a users
+/// file or a config file that another user owns, that group or others may write, or that is
+/// a symlink is refused at start with the file's name and the reason.
+#[test]
+fn files_others_could_change_are_refused_by_name() {
+    let area = Area::new();
+    let init = sfsd()
+        .args(["init", "--state"])
+        .arg(area.state())
+        .output()
+        .unwrap();
+    assert!(init.status.success());
+    let users = area.users(&[("alice", 1, 1000, "1000")]);
+    // Whether sfsd started serving (it is stopped then), and what it said on stderr.
+    let serve = |extra: &[&str]| {
+        let mut child = sfsd()
+            .args(["serve", "--state"])
+            .arg(area.state())
+            .arg("--export")
+            .arg(area.export())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        let exited = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        if exited.is_none() {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        (
+            exited.is_none(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let chmod = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    let users_s = users.to_str().unwrap().to_owned();
+    // A users file anyone in its group may write lets them map their key to root.
+    chmod(&users, 0o664);
+    let (ok, err) = serve(&["--users", &users_s]);
+    assert!(
+        !ok && err.contains("users") && err.contains("writable by group or others"),
+        "{err}"
+    );
+    chmod(&users, 0o644);
+    // A secret readable by others.
+    let key = area.state().join("host.key");
+    chmod(&key, 0o640);
+    let (ok, err) = serve(&[]);
+    assert!(
+        !ok && err.contains("host.key") && err.contains("readable by others"),
+        "{err}"
+    );
+    chmod(&key, 0o600);
+    // A state directory others may write (they could swap the key).
+    chmod(&area.state(), 0o777);
+    let (ok, err) = serve(&[]);
+    assert!(!ok && err.contains("writable by group or others"), "{err}");
+    chmod(&area.state(), 0o700);
+    // A secret replaced by a symlink.
+    let moved = area.path().join("elsewhere.secret");
+    std::fs::rename(area.state().join("handle.secret"), &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, area.state().join("handle.secret")).unwrap();
+    let (ok, err) = serve(&[]);
+    assert!(
+        !ok && err.contains("handle.secret") && err.contains("symbolic link"),
+        "{err}"
+    );
+    std::fs::remove_file(area.state().join("handle.secret")).unwrap();
+    std::fs::rename(&moved, area.state().join("handle.secret")).unwrap();
+    // Owned by another user (as root, the test can make it so).
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(&users, Some(4321), None).unwrap();
+        let (ok, err) = serve(&["--users", &users_s]);
+        assert!(!ok && err.contains("belongs to uid 4321"), "{err}");
+        std::os::unix::fs::chown(&users, Some(0), None).unwrap();
+    }
+    let (ok, err) = serve(&["--users", &users_s]);
+    assert!(ok, "the same files, put right, are served: {err}");
+}
