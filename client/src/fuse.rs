@@ -181,7 +181,8 @@ struct Table {
     /// Open files per node (open/create minus release).
     open: HashMap<u64, u32>,
     /// Open nodes the server keeps an open state on, and for which local users: OPEN before
-    /// their last name went, or a CREATE whose mode denies the owner ([`kept_by_create`]).
+    /// their last name went, or a CREATE whose mode denies the owner
+    /// ([`protocol::create_keeps_open_state`]).
     /// Each is CLOSEd at the node's last release.
     states: HashMap<u64, HashSet<u32>>,
     /// Nodes unlinked while open on a server without open states (OPEN answered `NotSupp`, as
@@ -198,13 +199,6 @@ struct Table {
 /// Prefix of the hidden names open-but-unlinked files get where the server keeps no open
 /// states (not listed by `readdir`).
 const HIDDEN_PREFIX: &[u8] = b".sfs-unlinked-";
-
-/// Whether CREATE with `mode` leaves an open state on the server: sfsd keeps the creating
-/// descriptor when the mode denies the file's owner reading or writing, so the creator can
-/// write through the descriptor `open(O_CREAT, 0444)` returned, as POSIX allows.
-pub fn kept_by_create(mode: u32) -> bool {
-    mode & 0o600 != 0o600
-}
 
 /// State shared by the kernel-facing side and the invalidation thread.
 pub struct Shared {
@@ -1299,7 +1293,7 @@ impl Filesystem for SfsFuse {
                 let made = sh.create(&c, parent, &name, mode, true).await;
                 // Nothing is open: drop the state a restrictive mode made the server keep.
                 if let Ok(e) = &made
-                    && kept_by_create(mode)
+                    && protocol::create_keeps_open_state(mode)
                     && let Ok(fh) = sh.fh(e.attr.ino)
                 {
                     let _ = c.close(&fh).await;
@@ -1643,7 +1637,7 @@ impl Filesystem for SfsFuse {
             match sh.create(&c, parent, &name, mode, exclusive).await {
                 Ok(e) => {
                     sh.opened(e.attr.ino.0);
-                    if kept_by_create(mode) {
+                    if protocol::create_keeps_open_state(mode) {
                         sh.holds_state(e.attr.ino.0, uid);
                     }
                     reply.created(

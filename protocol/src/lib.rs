@@ -91,7 +91,10 @@ pub use message::{
 pub use name::{DEFAULT_PORT, HostId, Location, ServerName};
 pub use record::{DeferredSeal, Opened, Opener, RecordReader, RecordStart, Sealer};
 pub use reply::{DirEntry, DirEntryPlus, DirPage, FsInfo, FsStat, NewObject, PathConf, ReplyBody};
-pub use request::{CreateHow, Proc, RequestOp, SpecialKind, StableHow, access, rename_flags};
+pub use request::{
+    CreateHow, Proc, RequestOp, SpecialKind, StableHow, access, create_keeps_open_state,
+    rename_flags,
+};
 pub use status::NfsStatus;
 
 #[cfg(test)]

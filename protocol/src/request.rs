@@ -149,6 +149,14 @@ impl Proc {
     }
 }
 
+/// Whether a CREATE that makes a regular file with `mode` leaves an open state for its creator
+/// (docs/PROTOCOL.md, "Open states"): the mode denies the file's owner reading or writing, so
+/// the creator could not otherwise use what POSIX's `open(O_CREAT)` granted it. Server and
+/// client apply this one rule: the server keeps the state, the client CLOSEs it.
+pub fn create_keeps_open_state(mode: u32) -> bool {
+    mode & 0o600 != 0o600
+}
+
 /// `ACCESS` bits (NFSv3 `ACCESS3_*`).
 pub mod access {
     /// Read data or list a directory.

@@ -239,7 +239,7 @@ async fn put_file(
     let written = c
         .write_file(&fh, std::sync::Arc::new(f), |n| bar.inc(n))
         .await;
-    if made && crate::fuse::kept_by_create(filling) {
+    if made && protocol::create_keeps_open_state(filling) {
         // The server kept the creating descriptor (the owner may not read it): done with it.
         let _ = c.close(&fh).await;
     }

@@ -142,7 +142,7 @@ impl LocalFs {
         }
         let o = self.obj_from(file.into(), d.path.join(n))?;
         self.remember(o.key, d.key, n);
-        if o.meta.mode() & 0o600 != 0o600
+        if protocol::create_keeps_open_state(o.meta.mode())
             && let Ok(fd) = o.fd.try_clone()
         {
             super::open::keep(&self.open, super::open::holder(ctx), o.key, fd, true);
