@@ -19,8 +19,19 @@ fn name(n: &str) -> nfs3::filename3<'static> {
     n.as_bytes().to_vec().into()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nfs_walk_read_write_create_rename_remove_and_lease_invalidation() {
+/// A running `sfsd` exporting `export/dir/a.txt`, and `sfs nfs` in front of it logged in as
+/// the export's owner.
+struct Loopback {
+    dir: tempfile::TempDir,
+    export: std::path::PathBuf,
+    home: std::path::PathBuf,
+    key: std::path::PathBuf,
+    server: Server,
+    _nfs: Guard,
+    port: u16,
+}
+
+fn start_loopback() -> Loopback {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let export = dir.path().join("export");
@@ -76,6 +87,28 @@ async fn nfs_walk_read_write_create_rename_remove_and_lease_invalidation() {
         .parse()
         .expect(&line);
 
+    Loopback {
+        dir,
+        export,
+        home,
+        key,
+        server,
+        _nfs: nfs,
+        port,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nfs_walk_read_write_create_rename_remove_and_lease_invalidation() {
+    let Loopback {
+        dir: _dir,
+        export,
+        home,
+        key,
+        server,
+        _nfs: nfs,
+        port,
+    } = start_loopback();
     let mut conn = tokio::time::timeout(
         Duration::from_secs(30),
         Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", "/")
@@ -267,4 +300,54 @@ async fn nfs_walk_read_write_create_rename_remove_and_lease_invalidation() {
     assert!(!export.join("moved.txt").exists());
     drop(nfs);
     drop(server);
+}
+
+/// An RPC NULL call to program `prog` version 3 on 127.0.0.1:`port`, sent by `sh` run as
+/// `uid` (root runs it directly), and how many reply bytes came back within two seconds.
+fn reply_bytes_to_null_call_as(uid: u32, port: u16) -> usize {
+    // Record mark (last fragment, 40 bytes), xid, CALL, RPC v2, NFS (100003) v3, proc 0,
+    // AUTH_NONE credentials and verifier.
+    let call = r"\200\0\0\050\0\0\0\1\0\0\0\0\0\0\0\2\0\1\206\243\0\0\0\3\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
+    let script = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port} || exit 9; printf '{call}' >&3; timeout 2 cat <&3 | wc -c"
+    );
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args([
+        &format!("--reuid={uid}"),
+        &format!("--regid={uid}"),
+        "--clear-groups",
+        "bash",
+        "-c",
+        &script,
+    ]);
+    let out = run(cmd, Duration::from_secs(20));
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{text:?} {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// `sfs nfs` serves its owner's files with its owner's identity, so another local user's
+/// process that connects to 127.0.0.1:PORT must get nothing at all: the connection is closed
+/// before a reply. The owner (and root, as the kernel's NFS client) are answered.
+#[test]
+fn other_local_users_get_nothing_from_sfs_nfs() {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to act as another local user");
+        return;
+    }
+    let lb = start_loopback();
+    assert!(
+        reply_bytes_to_null_call_as(0, lb.port) > 0,
+        "the owner (root here) is answered"
+    );
+    assert_eq!(
+        reply_bytes_to_null_call_as(64_123, lb.port),
+        0,
+        "another local user's process is answered"
+    );
+    // Still serving its owner after the refusal.
+    assert!(reply_bytes_to_null_call_as(0, lb.port) > 0);
+    drop(lb);
 }

@@ -33,6 +33,17 @@ pub async fn start(
         .map_err(|e| CmdError::Other(anyhow::anyhow!("cannot listen on {listen}: {e}")))
 }
 
+/// Serves NFS to this user's processes and the kernel only (`peer_owner`).
+async fn serve_owner_only(l: &NFSTcpListener<SfsNfs>) -> std::io::Result<()> {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    l.handle_forever_admitting(move |s| match (s.local_addr(), s.peer_addr()) {
+        (Ok(local), Ok(peer)) => crate::peer_owner::admits(local, peer, me),
+        _ => false,
+    })
+    .await
+}
+
 /// The mount(8) command for a loopback server on `port`.
 pub fn mount_command(port: u16, dir: &Path) -> String {
     format!(
@@ -50,7 +61,7 @@ pub async fn nfs(ctx: &mut Ctx, name: &str, listen: SocketAddr) -> Result<(), Cm
     use std::io::Write;
     let _ = std::io::stdout().flush();
     tokio::select! {
-        r = l.handle_forever() => r.map_err(|e| CmdError::Other(e.into())),
+        r = serve_owner_only(&l) => r.map_err(|e| CmdError::Other(e.into())),
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
 }
@@ -81,7 +92,7 @@ pub async fn mount_nfs(
     let l = start(ctx, name, listen).await?;
     let port = l.get_listen_port();
     let cmd = mount_command(port, dir);
-    let serve = tokio::spawn(async move { l.handle_forever().await });
+    let serve = tokio::spawn(async move { serve_owner_only(&l).await });
     let has_nfs = kernel_has_nfs();
     let status = if has_nfs {
         let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
