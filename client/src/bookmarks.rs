@@ -82,9 +82,18 @@ pub fn load() -> Result<Vec<Bookmark>, String> {
     let Some(path) = default_path() else {
         return Ok(Vec::new());
     };
-    match std::fs::read_to_string(&path) {
-        Ok(text) => parse(&text).map_err(|e| format!("{}: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+    // Bookmarks say which server a name reaches, so only their owner may have written them
+    // (a root mount reads root's); they are not secret.
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    let rules = crate::owned_file::Rules {
+        owners: &[me],
+        secret: false,
+        max_len: crate::owned_file::BOOKMARKS_MAX,
+    };
+    match crate::owned_file::read(&path, rules) {
+        Ok(Some(text)) => parse(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Ok(None) => Ok(Vec::new()),
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
 }

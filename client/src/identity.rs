@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use protocol::UserKeypair;
 
+use crate::owned_file;
+
 /// A user who logs in on every session: name and key.
 #[derive(Debug, Clone)]
 pub struct Identity {
@@ -54,17 +56,34 @@ pub fn load(explicit: Option<&Path>, user: Option<&str>) -> Result<Option<Identi
             },
         },
     };
-    let text = match fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading identity {}", path.display())),
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    match read_key(&path, &[me])? {
+        Some(key) => Ok(Some(Identity {
+            user: user_name(user),
+            key: std::sync::Arc::new(key),
+        })),
+        None if required => bail!("reading identity {}: No such file", path.display()),
+        None => Ok(None),
+    }
+}
+
+/// The key in `path`, which must be a private file of one of `owners` (`owned_file`); None
+/// when it does not exist.
+fn read_key(path: &Path, owners: &[u32]) -> Result<Option<UserKeypair>> {
+    let rules = owned_file::Rules {
+        owners,
+        secret: true,
+        max_len: owned_file::IDENTITY_MAX,
+    };
+    let Some(text) =
+        owned_file::read(path, rules).with_context(|| format!("identity {}", path.display()))?
+    else {
+        return Ok(None);
     };
     let key = UserKeypair::from_text(&text)
         .with_context(|| format!("parsing identity {}", path.display()))?;
-    Ok(Some(Identity {
-        user: user_name(user),
-        key: std::sync::Arc::new(key),
-    }))
+    Ok(Some(key))
 }
 
 /// Creates a new key file at `path` readable only by its owner; refuses to replace an
@@ -156,21 +175,38 @@ fn parse_passwd(text: &str, uid: u32) -> Option<(String, PathBuf)> {
 /// The identity of local user `uid` for a many-user mount: `DIR/UID` when `dir` is given and
 /// that file exists, else `~user/.sfs/identity`; logged in under the user's name from
 /// /etc/passwd (the decimal uid when it has none). None (anonymous) when there is no key;
-/// a key that cannot be read is logged and treated the same.
+/// a key that cannot be read or may not be trusted is logged and treated the same.
+///
+/// Whose files count: `DIR` is the administrator's (owned by root or the mount's user, not
+/// writable by others: whoever can write it could swap two users' keys), and `DIR/UID` is
+/// theirs or the user's; `~user/.sfs/identity` must be the user's own. Both must be private
+/// and not symlinks (`owned_file`), so a user cannot point the mount at someone else's key.
 pub fn for_local_user(uid: u32, dir: Option<&Path>) -> Option<Identity> {
     let user = local_user(uid);
     let name = user
         .as_ref()
         .map(|(n, _)| n.clone())
         .unwrap_or_else(|| uid.to_string());
-    let candidates = [
-        dir.map(|d| d.join(uid.to_string())),
-        user.map(|(_, home)| home.join(".sfs").join("identity")),
-    ];
-    tracing::debug!(uid, ?candidates, "looking for the identity of a local user");
-    let path = candidates.into_iter().flatten().find(|p| p.is_file())?;
-    match load(Some(&path), Some(&name)) {
-        Ok(id) => id,
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    let found = (|| -> Result<Option<UserKeypair>> {
+        if let Some(dir) = dir {
+            owned_file::check_dir(dir, &[0, me])
+                .with_context(|| format!("identities directory {}", dir.display()))?;
+            if let Some(key) = read_key(&dir.join(uid.to_string()), &[uid, 0, me])? {
+                return Ok(Some(key));
+            }
+        }
+        match user {
+            Some((_, home)) => read_key(&home.join(".sfs").join("identity"), &[uid]),
+            None => Ok(None),
+        }
+    })();
+    match found {
+        Ok(key) => key.map(|key| Identity {
+            user: name,
+            key: std::sync::Arc::new(key),
+        }),
         Err(e) => {
             tracing::warn!(uid, "identity not usable: {e:#}");
             None

@@ -16,6 +16,7 @@ mod fuse;
 mod identity;
 mod namespace;
 mod nfs;
+mod owned_file;
 mod peer_owner;
 mod progress;
 mod session;

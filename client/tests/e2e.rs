@@ -528,3 +528,38 @@ fn server_names_never_reach_a_terminal_raw() {
     assert!(!err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
     assert!(err.contains(r"$'\033'"), "{err:?}");
 }
+
+/// The identity says who the client acts as, so it is read only when nobody else could have
+/// written or redirected it (as ssh's private-key check): a key others can read or write, or
+/// a symlink to a key, is refused with the file named and what to change, before any
+/// connection.
+#[test]
+fn identity_files_others_could_change_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = setup(&[]);
+    let ls = |identity: &Path| {
+        let mut c = sfs_cmd(&s.home);
+        c.arg("--identity")
+            .arg(identity)
+            .args(["ls", &s.server.name]);
+        run(c, LIMIT)
+    };
+    ok(&ls(&s.identity));
+    let link = s.home.join("link.key");
+    std::os::unix::fs::symlink(&s.identity, &link).unwrap();
+    let out = ls(&link);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("symbolic link"),
+        "{err}"
+    );
+    for (mode, why) in [(0o620, "chmod go-w"), (0o640, "chmod 600")] {
+        fs::set_permissions(&s.identity, fs::Permissions::from_mode(mode)).unwrap();
+        let out = ls(&s.identity);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(why) && err.contains("alice.key"),
+            "{mode:o}: {err}"
+        );
+    }
+}
