@@ -14,6 +14,7 @@ mod cli;
 mod commands;
 mod fuse;
 mod identity;
+mod log_fields;
 mod namespace;
 mod nfs;
 mod owned_file;
@@ -70,7 +71,8 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(writer)
         .with_ansi(ansi)
-        .with_target(false);
+        .with_target(false)
+        .fmt_fields(log_fields::escaped());
     if timestamps {
         fmt.init();
     } else {
