@@ -162,58 +162,70 @@ pub fn run(target: &Target, config: &LoadConfig, progress: &Progress) -> anyhow:
     let (mut conn, fh, max_io) = connect(target, config)?;
     let chunk = u64::from(config.chunk.min(max_io).max(1));
     let mut next_offset = 0u64;
-    let mut in_flight = std::collections::VecDeque::with_capacity(config.window);
-    let mut issue = |conn: &mut Conn, in_flight: &mut std::collections::VecDeque<u64>| {
+    // Request id -> offset: replies come in whatever order the server's workers finish them
+    // (the protocol matches them by id), so the offset a reply answers is looked up, not
+    // assumed from the order of sending.
+    let mut in_flight = std::collections::HashMap::with_capacity(config.window);
+    let mut issue = |conn: &mut Conn, in_flight: &mut std::collections::HashMap<u64, u64>| {
         let offset = next_offset;
         next_offset += chunk;
         if next_offset >= target.file_size {
             next_offset = 0;
         }
-        in_flight.push_back(offset);
-        conn.send(RequestOp::Read {
+        let id = conn.send(RequestOp::Read {
             fh,
             offset,
             count: chunk as u32,
-        })
+        })?;
+        if config.verify {
+            in_flight.insert(id, offset);
+        }
+        anyhow::Ok(())
     };
     for _ in 0..config.window.max(1) {
         issue(&mut conn, &mut in_flight)?;
     }
     while !progress.stop.load(Relaxed) {
         conn.fill_record()?;
-        let offset = in_flight.pop_front().unwrap_or(0);
         let bytes = if config.verify {
             let payload = conn
                 .reader
                 .next_record()?
                 .context("a whole record was buffered")?;
             match ServerMessage::decode(payload)? {
-                ServerMessage::Reply(reply) => match reply.result {
-                    Ok(ReplyBody::Read { data, .. }) => {
-                        let want = chunk.min(target.file_size - offset) as usize;
-                        if data.len() != want {
-                            bail!("short READ at {offset}: {} of {want} bytes", data.len());
+                ServerMessage::Reply(reply) => {
+                    let offset = in_flight
+                        .remove(&reply.id)
+                        .with_context(|| format!("a reply to request {} never sent", reply.id))?;
+                    match reply.result {
+                        Ok(ReplyBody::Read { data, .. }) => {
+                            verify_read(&data, offset, chunk, target.file_size)?;
+                            data.len() as u64
                         }
-                        if let Some(bad) =
-                            (0..data.len()).find(|&i| data[i] != pattern_byte(offset + i as u64))
-                        {
-                            bail!("wrong byte at offset {}", offset + bad as u64);
-                        }
-                        data.len() as u64
+                        other => bail!("READ failed: {other:?}"),
                     }
-                    other => bail!("READ failed: {other:?}"),
-                },
-                ServerMessage::Invalidate(_) => {
-                    in_flight.push_front(offset);
-                    continue;
                 }
+                ServerMessage::Invalidate(_) => continue,
             }
         } else {
-            // Frame only: the record length is all the cheap client needs.
+            // Frame only: the record length is all the cheap client needs. (Which request a
+            // reply answers does not matter: each is replaced by one new READ.)
             skip_record(&mut conn.reader)? as u64
         };
         progress.bytes.fetch_add(bytes, Relaxed);
         issue(&mut conn, &mut in_flight)?;
+    }
+    Ok(())
+}
+
+/// Checks that a READ at `offset` of `chunk` bytes got exactly the file's bytes there.
+fn verify_read(data: &[u8], offset: u64, chunk: u64, file_size: u64) -> anyhow::Result<()> {
+    let want = chunk.min(file_size - offset) as usize;
+    if data.len() != want {
+        bail!("short READ at {offset}: {} of {want} bytes", data.len());
+    }
+    if let Some(bad) = (0..data.len()).find(|&i| data[i] != pattern_byte(offset + i as u64)) {
+        bail!("wrong byte at offset {}", offset + bad as u64);
     }
     Ok(())
 }
