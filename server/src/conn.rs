@@ -67,6 +67,9 @@ pub struct Conn {
     release_armed: bool,
     /// Set by color 0 while this connection holds its whole share of leases.
     lease_capped: Arc<AtomicBool>,
+    /// Not logged in yet (nor granted anonymous access): one of the starting connections color
+    /// 0 may drop to make room (see [`crate::startups`]).
+    starting: bool,
 }
 
 /// A connection's state belongs to its color: every callback that touches it runs there, so
@@ -160,6 +163,15 @@ impl Conn {
         self.push(buf);
     }
 
+    /// This connection logged in or was granted anonymous access: color 0 stops counting it
+    /// among the starting connections.
+    fn started(&mut self, srv: &Arc<Server>) {
+        if std::mem::take(&mut self.starting) {
+            let (srv2, id) = (srv.clone(), self.id);
+            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_started(id));
+        }
+    }
+
     fn close(&mut self, srv: &Arc<Server>, why: &str) {
         if self.closed() {
             return;
@@ -213,10 +225,11 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             last_active: Instant::now(),
             release_armed: false,
             lease_capped: lease_capped.clone(),
+            starting: true,
         },
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
-    srv.register_conn(id, &conn, lease_capped);
+    srv.register_conn(id, &conn, lease_capped, peer.ip());
     tracing::info!(conn = id, %peer, "connection opened");
     {
         let (srv2, c2) = (srv.clone(), conn.clone());
@@ -252,6 +265,16 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             c.reg = Some(reg);
             c.flush(&srv2);
         })
+    });
+}
+
+/// Connection color: color 0 picked this connection to make room for a new one among the
+/// starting connections. Closed unless it has logged in since.
+pub fn drop_starting(srv: &Arc<Server>, conn: &ConnRef) {
+    conn.with(|c| {
+        if c.starting {
+            c.close(srv, "too many starting connections");
+        }
     });
 }
 
@@ -420,6 +443,9 @@ fn handshake_input(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, mut input: &
                     reads: ReadState::default(),
                 }));
                 tracing::debug!(conn = c.id, "session established");
+                let (srv2, id) = (srv.clone(), c.id);
+                srv.h
+                    .cpucb(Color::DEFAULT, move || srv2.conn_handshake_done(id));
                 arm_idle_timer(srv, conn, c.id, srv.limits.idle_timeout);
             }
             Err(e) => {
@@ -510,6 +536,9 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
                     })
                 }
             };
+            if result.is_ok() {
+                c.started(srv);
+            }
             return reply_now(srv, c, id, result);
         }
         op => op,
@@ -524,6 +553,12 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
             Some(c) => c.clone(),
             None => return reply_now(srv, c, id, Err(NfsStatus::Acces)),
         }
+    };
+    if creds.anonymous {
+        c.started(srv);
+    }
+    let Phase::Open(open) = &mut c.phase else {
+        return;
     };
     if crate::fs::is_mutating(&op) {
         if srv.read_only && !matches!(op, RequestOp::Commit { .. }) {

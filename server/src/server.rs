@@ -14,7 +14,8 @@
 //! ([`crate::fs::pool`], round robin between connections).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use libcolor::ColorCell;
@@ -34,6 +35,7 @@ use crate::leases::{ConnId, Leases};
 use crate::limits::Limits;
 use crate::read::FileBudget;
 use crate::settings::Settings;
+use crate::startups::Startups;
 use crate::users::{Creds, Users};
 
 /// A connection as color 0 knows it.
@@ -42,12 +44,16 @@ pub struct Registered {
     /// Set by color 0 while the connection holds its whole share of leases; the connection's
     /// color reads it to grant lease 0 in its replies.
     pub lease_capped: Arc<AtomicBool>,
+    /// The peer's address (leases are bounded per address too).
+    pub peer: IpAddr,
 }
 
 /// State only color 0 touches (libcolor serialises color 0's callbacks, so no lock).
 pub struct Color0 {
     pub leases: Leases,
     pub conns: HashMap<ConnId, Registered>,
+    /// Connections not yet logged in (see [`crate::startups`]).
+    pub startups: Startups,
 }
 
 /// Everything the connection colors and color 0 share.
@@ -83,6 +89,8 @@ pub struct Server {
     /// then one connection's replies may be sealed on several).
     pub busy_conns: AtomicUsize,
     pub draining: AtomicBool,
+    /// Starting connections closed to make room for new ones (see [`crate::startups`]).
+    pub startups_dropped: AtomicU64,
 }
 
 impl Server {
@@ -122,6 +130,10 @@ impl Server {
                         settings.max_leases_per_conn,
                     ),
                     conns: HashMap::new(),
+                    startups: Startups::new(crate::startups::pool_size(
+                        limits.max_startups,
+                        limits.max_connections,
+                    )),
                 },
             ),
             in_flight: AtomicUsize::new(0),
@@ -131,6 +143,7 @@ impl Server {
             open_conns: AtomicUsize::new(0),
             busy_conns: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
+            startups_dropped: AtomicU64::new(0),
             changes: Changes::new(),
             file_budget: FileBudget::new(crate::limits::CACHED_FILES),
             limits,
@@ -331,23 +344,52 @@ impl Server {
         });
     }
 
-    /// Color 0: a connection opened.
-    pub fn register_conn(&self, id: ConnId, conn: &ConnRef, capped: Arc<AtomicBool>) {
-        self.color0.with(|c0| {
+    /// Color 0: a connection opened. It joins the starting connections; if they are too many,
+    /// the one [`Startups::admit`] picks is closed (in its own color, which knows whether it
+    /// has logged in meanwhile).
+    pub fn register_conn(
+        self: &Arc<Self>,
+        id: ConnId,
+        conn: &ConnRef,
+        capped: Arc<AtomicBool>,
+        peer: IpAddr,
+    ) {
+        let victim = self.color0.with(|c0| {
             c0.conns.insert(
                 id,
                 Registered {
                     conn: Arc::downgrade(conn),
                     lease_capped: capped,
+                    peer,
                 },
-            )
+            );
+            let victim = c0.startups.admit(id)?;
+            c0.conns.get(&victim).and_then(|r| r.conn.upgrade())
         });
+        if let Some(victim) = victim {
+            self.startups_dropped.fetch_add(1, Ordering::Relaxed);
+            let srv = self.clone();
+            self.h
+                .cpucb(victim.color(), move || conn::drop_starting(&srv, &victim));
+        }
+    }
+
+    /// Color 0: connection `id` finished its handshake (see [`Startups::handshake_done`]).
+    pub fn conn_handshake_done(&self, id: ConnId) {
+        self.color0.with(|c0| c0.startups.handshake_done(id));
+    }
+
+    /// Color 0: connection `id` logged in or was granted anonymous access: it is no longer a
+    /// starting connection.
+    pub fn conn_started(&self, id: ConnId) {
+        self.color0.with(|c0| c0.startups.leave(id));
     }
 
     /// Color 0: a connection closed; its leases go.
     pub fn forget_conn(&self, id: ConnId) {
         self.color0.with(|c0| {
             c0.conns.remove(&id);
+            c0.startups.leave(id);
             c0.leases.drop_conn(id);
             self.lease_ms_now
                 .store(c0.leases.lease_ms(), Ordering::Relaxed);
