@@ -27,7 +27,7 @@ use protocol::{
 
 use crate::changes::Epoch;
 use crate::fs::{AsyncStorage, Backend, OpCtx, ReadArgs, key_of};
-use crate::leases::ConnId;
+use crate::leases::{ConnId, Holder, Principal};
 use crate::output::{Flushed, Output, SPARE_MIN_CAPACITY};
 use crate::read::{LeaseChoice, ReadFailure, ReadState, ReplyRecord};
 use crate::server::{Dispatch, Server};
@@ -581,7 +581,9 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
     c.in_flight += 1;
     c.reserved += reserved;
     srv.in_flight.fetch_add(1, Ordering::SeqCst);
-    let lease_ms = if c.lease_capped.load(Ordering::Relaxed) {
+    let lease_ms = if c.lease_capped.load(Ordering::Relaxed)
+        || (creds.anonymous && srv.anonymous_leases_full.load(Ordering::Relaxed))
+    {
         0
     } else {
         srv.lease_ms_now.load(Ordering::Relaxed)
@@ -782,9 +784,13 @@ fn finish_read(
         c.flush(srv);
     }
     if lease.record {
-        let (srv2, id, key, fh) = (srv.clone(), d.id, key_of(&r.handle), r.fh);
+        let holder = Holder {
+            conn: d.id,
+            who: Principal::of(&d.creds),
+        };
+        let (srv2, key, fh) = (srv.clone(), key_of(&r.handle), r.fh);
         srv.h.cpucb(Color::DEFAULT, move || {
-            srv2.record_read_lease(id, key, fh, lease.ms, epoch)
+            srv2.record_read_lease(holder, key, fh, lease.ms, epoch)
         });
     }
 }

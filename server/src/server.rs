@@ -31,7 +31,7 @@ use crate::changes::{Changes, Epoch};
 use crate::conn::{self, Conn, ConnRef};
 use crate::fs::pool::FsPool;
 use crate::fs::{Backend, ObjKey, OpCtx};
-use crate::leases::{ConnId, Leases};
+use crate::leases::{ConnId, Holder, Leases, Principal, Shares};
 use crate::limits::Limits;
 use crate::read::FileBudget;
 use crate::settings::Settings;
@@ -44,8 +44,6 @@ pub struct Registered {
     /// Set by color 0 while the connection holds its whole share of leases; the connection's
     /// color reads it to grant lease 0 in its replies.
     pub lease_capped: Arc<AtomicBool>,
-    /// The peer's address (leases are bounded per address too).
-    pub peer: IpAddr,
 }
 
 /// State only color 0 touches (libcolor serialises color 0's callbacks, so no lock).
@@ -84,6 +82,9 @@ pub struct Server {
     /// The lease color 0 currently grants (milliseconds; 0 when the table is full), readable
     /// from any color.
     pub lease_ms_now: AtomicU32,
+    /// Set by color 0 while anonymous requests hold their whole allowance of leases: the
+    /// connections' colors then grant anonymous requests lease 0 without asking.
+    pub anonymous_leases_full: AtomicBool,
     pub open_conns: AtomicUsize,
     /// Connections with requests in flight (a core idles when there are fewer than workers:
     /// then one connection's replies may be sealed on several).
@@ -127,7 +128,7 @@ impl Server {
                     leases: Leases::new(
                         settings.lease,
                         settings.max_leases,
-                        settings.max_leases_per_conn,
+                        Shares::new(settings.max_leases, settings.max_leases_per_conn),
                     ),
                     conns: HashMap::new(),
                     startups: Startups::new(crate::startups::pool_size(
@@ -140,6 +141,7 @@ impl Server {
             lease_ms_now: AtomicU32::new(
                 u32::try_from(settings.lease.as_millis()).unwrap_or(u32::MAX),
             ),
+            anonymous_leases_full: AtomicBool::new(false),
             open_conns: AtomicUsize::new(0),
             busy_conns: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
@@ -184,18 +186,20 @@ impl Server {
     /// the reader gets an INVALIDATE, which ends the announced lease.
     pub fn record_read_lease(
         self: &Arc<Self>,
-        id: ConnId,
+        holder: Holder,
         key: ObjKey,
         fh: FileHandle,
         lease_ms: u32,
         read_from: Epoch,
     ) {
+        let id = holder.conn;
         let revoke = self.color0.with(|c0| {
             if !c0.conns.contains_key(&id) {
                 return false;
             }
-            let granted = c0.leases.try_grant(id, key, fh, lease_ms);
+            let granted = c0.leases.try_grant(holder, key, fh, lease_ms);
             self.publish_share(c0, id);
+            self.publish_table(c0);
             !granted || self.changes.object_changed_since(key, &read_from)
         });
         if revoke
@@ -232,6 +236,10 @@ impl Server {
             reserved,
             lease_ms,
         } = d;
+        let holder = Holder {
+            conn: id,
+            who: Principal::of(&creds),
+        };
         let ctx = OpCtx {
             creds,
             lease_ms,
@@ -248,7 +256,7 @@ impl Server {
             }
             let srv2 = srv.clone();
             srv.h.cpucb(Color::DEFAULT, move || {
-                srv2.finish(conn2, id, req_id, reserved, lease_ms, outcome)
+                srv2.finish(conn2, holder, req_id, reserved, lease_ms, outcome)
             });
         });
         if submitted.is_err() {
@@ -261,24 +269,26 @@ impl Server {
     pub(crate) fn finish(
         self: &Arc<Self>,
         conn: ConnRef,
-        id: ConnId,
+        holder: Holder,
         req_id: u64,
         reserved: usize,
         lease_ms: u32,
         outcome: crate::fs::Outcome,
     ) {
+        let id = holder.conn;
         let mut invalidations = Vec::new();
         let mut result = outcome.result;
         self.color0.with(|c0| {
-            // Every attribute in the reply keeps its lease only if the table and this
-            // connection's share allow the grant; the others are sent with lease 0.
+            // Every attribute in the reply keeps its lease only if the table and the shares of
+            // this connection, its address and its user allow the grant; the others are sent
+            // with lease 0.
             if let Ok(body) = &mut result {
                 let handles: HashMap<ObjKey, FileHandle> = outcome.leased.iter().copied().collect();
                 for attr in body.attrs_mut() {
                     let key = (attr.fsid, attr.fileid);
                     let granted = handles
                         .get(&key)
-                        .is_some_and(|fh| c0.leases.try_grant(id, key, *fh, lease_ms));
+                        .is_some_and(|fh| c0.leases.try_grant(holder, key, *fh, lease_ms));
                     if !granted {
                         attr.lease_ms = 0;
                     }
@@ -297,8 +307,7 @@ impl Server {
                 }
             }
             self.publish_share(c0, id);
-            self.lease_ms_now
-                .store(c0.leases.lease_ms(), Ordering::Relaxed);
+            self.publish_table(c0);
         });
         for (other, target, fh, attr) in invalidations {
             let attr = attr.map(|a| Attr { lease_ms: 0, ..a });
@@ -319,7 +328,17 @@ impl Server {
         });
     }
 
-    /// Color 0: tells connection `id` whether it holds its whole share of leases.
+    /// Color 0: tells every color the lease granted now, and whether anonymous requests may
+    /// get one.
+    fn publish_table(&self, c0: &Color0) {
+        self.lease_ms_now
+            .store(c0.leases.lease_ms(), Ordering::Relaxed);
+        self.anonymous_leases_full
+            .store(c0.leases.anonymous_full(), Ordering::Relaxed);
+    }
+
+    /// Color 0: tells connection `id` whether it (or its address) holds its whole share of
+    /// leases.
     fn publish_share(&self, c0: &mut Color0, id: ConnId) {
         let over = c0.leases.over_share(id);
         if let Some(r) = c0.conns.get(&id) {
@@ -344,9 +363,9 @@ impl Server {
         });
     }
 
-    /// Color 0: a connection opened. It joins the starting connections; if they are too many,
-    /// the one [`Startups::admit`] picks is closed (in its own color, which knows whether it
-    /// has logged in meanwhile).
+    /// Color 0: a connection opened (from `peer`, which its leases are charged to). It joins
+    /// the starting connections; if they are too many, the one [`Startups::admit`] picks is
+    /// closed (in its own color, which knows whether it has logged in meanwhile).
     pub fn register_conn(
         self: &Arc<Self>,
         id: ConnId,
@@ -360,9 +379,9 @@ impl Server {
                 Registered {
                     conn: Arc::downgrade(conn),
                     lease_capped: capped,
-                    peer,
                 },
             );
+            c0.leases.open_conn(id, peer);
             let victim = c0.startups.admit(id)?;
             c0.conns.get(&victim).and_then(|r| r.conn.upgrade())
         });
@@ -391,8 +410,7 @@ impl Server {
             c0.conns.remove(&id);
             c0.startups.leave(id);
             c0.leases.drop_conn(id);
-            self.lease_ms_now
-                .store(c0.leases.lease_ms(), Ordering::Relaxed);
+            self.publish_table(c0);
         });
         match &self.storage {
             Backend::Local(storage) => storage.connection_closed(id),
@@ -410,8 +428,7 @@ impl Server {
                 for id in ids {
                     srv.publish_share(c0, id);
                 }
-                srv.lease_ms_now
-                    .store(c0.leases.lease_ms(), Ordering::Relaxed);
+                srv.publish_table(c0);
                 reaped
             });
             if reaped > 0 {

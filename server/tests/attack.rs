@@ -1911,3 +1911,74 @@ fn silent_flood_does_not_lock_users_out() {
         );
     }
 }
+// ---------------------------------------------------------------------------------------------
+// 17. A crowd of anonymous connections cannot leave users without leases (issue 25, point 7).
+
+#[test]
+fn anonymous_crowd_leaves_users_leases() {
+    require_root!("anonymous_crowd_leaves_users_leases");
+    let st = setup(0o755);
+    let ex = st.ex();
+    const FILES: usize = 100;
+    std::fs::create_dir(ex.join("pub")).unwrap();
+    for i in 0..FILES {
+        std::fs::write(ex.join(format!("pub/f{i:03}")), b"p").unwrap();
+    }
+    file_owned(&ex.join("mine"), b"a", UID_A, UID_A, 0o644);
+    // A table of 600, each connection's share 100: six anonymous connections could fill it.
+    let s = st.start(&[
+        "--anonymous-read",
+        "--max-leases-per-conn",
+        "100",
+        "--max-leases",
+        "600",
+    ]);
+    // Thirty anonymous connections (more than the table holds), each asking for leases on
+    // every file (pipelined LOOKUPs, whose attributes carry leases), each within its own
+    // connection's share.
+    let mut crowd_leased = 0;
+    let mut crowd = Vec::new();
+    for _ in 0..30 {
+        let mut c = s.connect();
+        let root = c.mount(0);
+        let dir = c.lookup(0, root, "pub").unwrap();
+        let ids: Vec<u64> = (0..FILES)
+            .map(|i| {
+                let name = name(&format!("f{i:03}"));
+                c.send(0, RequestOp::Lookup { dir, name })
+            })
+            .collect();
+        for id in ids {
+            match c.wait_reply(id) {
+                Ok(ReplyBody::Lookup { attr: Some(at), .. }) if at.lease_ms > 0 => {
+                    crowd_leased += 1
+                }
+                Ok(ReplyBody::Lookup { .. }) => {}
+                r => panic!("anonymous LOOKUP: {r:?}"),
+            }
+        }
+        crowd.push(c);
+    }
+    // A user now asks for leases, on a connection of her own and on files the crowd holds.
+    let (mut c, a, root) = user(&s, "alice");
+    let mine = c.lookup(a, root, "mine").unwrap();
+    let dir = c.lookup(a, root, "pub").unwrap();
+    let mut leased = usize::from(c.getattr(a, mine).unwrap().lease_ms > 0);
+    for i in 0..20 {
+        let fh = c.lookup(a, dir, &format!("f{i:03}")).unwrap();
+        leased += usize::from(c.getattr(a, fh).unwrap().lease_ms > 0);
+    }
+    eprintln!("30 anonymous connections hold {crowd_leased} leases; alice got {leased} of 21");
+    assert_eq!(
+        leased,
+        21,
+        "alice got lease 0 on {} of 21 objects while 30 anonymous connections hold \
+         {crowd_leased} leases (--max-leases 600)",
+        21 - leased
+    );
+    assert!(crowd_leased > 0, "the anonymous crowd got no lease at all");
+    assert!(
+        crowd_leased <= 300,
+        "30 anonymous connections got {crowd_leased} leases out of a table of 600"
+    );
+}
