@@ -67,9 +67,12 @@ pub struct Conn {
     release_armed: bool,
     /// Set by color 0 while this connection holds its whole share of leases.
     lease_capped: Arc<AtomicBool>,
-    /// Not logged in yet (nor granted anonymous access): one of the starting connections color
-    /// 0 may drop to make room (see [`crate::startups`]).
-    starting: bool,
+    /// Some LOGIN succeeded: color 0 may no longer drop this connection to make room for new
+    /// ones (see [`crate::startups`]), and has been told.
+    logged_in: bool,
+    /// An anonymous request was accepted, and color 0 told (it lets the connection out of the
+    /// starting ones if anonymous connections have room).
+    anonymous_told: bool,
 }
 
 /// A connection's state belongs to its color: every callback that touches it runs there, so
@@ -163,12 +166,21 @@ impl Conn {
         self.push(buf);
     }
 
-    /// This connection logged in or was granted anonymous access: color 0 stops counting it
-    /// among the starting connections.
-    fn started(&mut self, srv: &Arc<Server>) {
-        if std::mem::take(&mut self.starting) {
+    /// A LOGIN succeeded: color 0 stops counting this connection among the starting ones
+    /// (told once).
+    fn logged_in(&mut self, srv: &Arc<Server>) {
+        if !std::mem::replace(&mut self.logged_in, true) {
             let (srv2, id) = (srv.clone(), self.id);
-            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_started(id));
+            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_logged_in(id));
+        }
+    }
+
+    /// An anonymous request is accepted: color 0 may let the connection out of the starting
+    /// ones (told once).
+    fn anonymous_granted(&mut self, srv: &Arc<Server>) {
+        if !self.logged_in && !std::mem::replace(&mut self.anonymous_told, true) {
+            let (srv2, id) = (srv.clone(), self.id);
+            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_anonymous(id));
         }
     }
 
@@ -225,7 +237,8 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             last_active: Instant::now(),
             release_armed: false,
             lease_capped: lease_capped.clone(),
-            starting: true,
+            logged_in: false,
+            anonymous_told: false,
         },
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
@@ -272,7 +285,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
 /// starting connections. Closed unless it has logged in since.
 pub fn drop_starting(srv: &Arc<Server>, conn: &ConnRef) {
     conn.with(|c| {
-        if c.starting {
+        if !c.logged_in {
             c.close(srv, "too many starting connections");
         }
     });
@@ -537,7 +550,7 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
                 }
             };
             if result.is_ok() {
-                c.started(srv);
+                c.logged_in(srv);
             }
             return reply_now(srv, c, id, result);
         }
@@ -555,7 +568,7 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
         }
     };
     if creds.anonymous {
-        c.started(srv);
+        c.anonymous_granted(srv);
     }
     let Phase::Open(open) = &mut c.phase else {
         return;

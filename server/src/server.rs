@@ -131,10 +131,10 @@ impl Server {
                         Shares::new(settings.max_leases, settings.max_leases_per_conn),
                     ),
                     conns: HashMap::new(),
-                    startups: Startups::new(crate::startups::pool_size(
-                        limits.max_startups,
-                        limits.max_connections,
-                    )),
+                    startups: Startups::new(
+                        crate::startups::pool_size(limits.max_startups, limits.max_connections),
+                        crate::startups::anonymous_limit(limits.max_connections),
+                    ),
                 },
             ),
             in_flight: AtomicUsize::new(0),
@@ -398,17 +398,22 @@ impl Server {
         self.color0.with(|c0| c0.startups.handshake_done(id));
     }
 
-    /// Color 0: connection `id` logged in or was granted anonymous access: it is no longer a
-    /// starting connection.
-    pub fn conn_started(&self, id: ConnId) {
-        self.color0.with(|c0| c0.startups.leave(id));
+    /// Color 0: connection `id` logged in: it is no longer a starting connection.
+    pub fn conn_logged_in(&self, id: ConnId) {
+        self.color0.with(|c0| c0.startups.logged_in(id));
+    }
+
+    /// Color 0: connection `id` was granted anonymous access: it leaves the starting
+    /// connections if anonymous ones have room (see [`Startups::anonymous`]).
+    pub fn conn_anonymous(&self, id: ConnId) {
+        self.color0.with(|c0| c0.startups.anonymous(id));
     }
 
     /// Color 0: a connection closed; its leases go.
     pub fn forget_conn(&self, id: ConnId) {
         self.color0.with(|c0| {
             c0.conns.remove(&id);
-            c0.startups.leave(id);
+            c0.startups.closed(id);
             c0.leases.drop_conn(id);
             self.publish_table(c0);
         });

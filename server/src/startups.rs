@@ -3,21 +3,30 @@
 //!
 //! A connection costs its peer nothing until it logs in, so the pool is bounded on its own
 //! ([`pool_size`]: a fraction of `--max-connections`, never all of it) and, when it is full, a
-//! new connection is not refused: the pool drops one of its own members instead, as sshd's
-//! MaxStartups does. A flood of silent connections then churns through the pool without ever
-//! holding a slot a real client needs, and never reaches the connection limit that logged-in
-//! users need.
+//! new connection is not refused: the pool drops one of its own members instead. (sshd's
+//! MaxStartups refuses the newcomer, at random from its first threshold on; a flood that keeps
+//! the pool full then keeps a real client out until the flood's connections time out.) A
+//! flood of silent connections churns through the pool without ever holding a slot a real
+//! client needs, and never reaches the connection limit that logged-in users need.
 //!
-//! Which one goes: the oldest connection still in the handshake; only when none is left, the
-//! oldest that finished the handshake but has not logged in. Oldest, not random, because it
-//! gives a guarantee instead of odds: a client whose handshake completes before `size` more
-//! connections arrive is never dropped, whatever the attacker does (with a random drop every
-//! arrival kills it with probability 1/size, and an attacker gains nothing from either order by
-//! reconnecting, which only costs him). Handshaking connections go first because finishing the
-//! handshake cost the peer a key exchange, and a real client is out of the handshake one round
-//! trip after connecting; a silent connection never is.
+//! Which one goes: the oldest connection still in the handshake, unless more than half the
+//! pool has finished the handshake (without logging in), in which case the oldest of those.
+//! Oldest, not random, because it gives a guarantee instead of odds: a client is never dropped
+//! before half a pool of connections arrived after it, whatever the attacker does (with a
+//! random drop every arrival kills it with probability 1/size, and an attacker gains nothing
+//! from either order by reconnecting, which only costs him). Handshaking connections go first
+//! because finishing the handshake cost the peer a key exchange and a real client finishes it
+//! one round trip after connecting, while a silent connection never does: once out of the
+//! handshake, a client can only be pushed out by half a pool of completed handshakes, not by
+//! silent connections. And the finished ones may hold only half the pool, so an attacker who
+//! completes handshakes first and then floods silently still leaves newcomers half a pool.
+//!
+//! Anonymous access (`--anonymous-read`) lets a connection out of the pool without logging in,
+//! but only while anonymous connections hold at most half of `--max-connections`
+//! ([`anonymous_limit`]); beyond it they stay among the starting connections, where newcomers
+//! can push them out. A crowd of anonymous connections thus cannot take every slot either.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::leases::ConnId;
 
@@ -39,6 +48,15 @@ pub struct Startups {
     handshake: BTreeMap<u64, ConnId>,
     session: BTreeMap<u64, ConnId>,
     members: HashMap<ConnId, (Stage, u64)>,
+    /// Connections let out of the pool by anonymous access, not logged in.
+    anonymous: HashSet<ConnId>,
+    anonymous_max: usize,
+}
+
+/// The most connections anonymous access lets out of the pool: half of `max_connections`, so
+/// logged-in users always have the other half.
+pub fn anonymous_limit(max_connections: usize) -> usize {
+    (max_connections / 2).max(1)
 }
 
 /// The pool's size for `wanted` (`--max-startups`) and `max_connections`: at most a quarter of
@@ -49,13 +67,17 @@ pub fn pool_size(wanted: usize, max_connections: usize) -> usize {
 }
 
 impl Startups {
-    pub fn new(size: usize) -> Startups {
+    /// A pool of `size` (see [`pool_size`]) letting out at most `anonymous_max` anonymous
+    /// connections (see [`anonymous_limit`]).
+    pub fn new(size: usize, anonymous_max: usize) -> Startups {
         Startups {
             size: size.max(1),
             next: 0,
             handshake: BTreeMap::new(),
             session: BTreeMap::new(),
             members: HashMap::new(),
+            anonymous: HashSet::new(),
+            anonymous_max,
         }
     }
 
@@ -64,10 +86,13 @@ impl Startups {
     #[must_use]
     pub fn admit(&mut self, id: ConnId) -> Option<ConnId> {
         let victim = if self.members.len() >= self.size {
-            let oldest = self
-                .handshake
-                .pop_first()
-                .or_else(|| self.session.pop_first());
+            let oldest = if self.session.len() > self.size / 2 {
+                self.session.pop_first()
+            } else {
+                self.handshake
+                    .pop_first()
+                    .or_else(|| self.session.pop_first())
+            };
             oldest.map(|(_, victim)| {
                 self.members.remove(&victim);
                 victim
@@ -92,8 +117,29 @@ impl Startups {
         }
     }
 
-    /// Connection `id` logged in, was granted anonymous access or closed: it is not starting.
-    pub fn leave(&mut self, id: ConnId) {
+    /// Connection `id` logged in: it is not starting.
+    pub fn logged_in(&mut self, id: ConnId) {
+        self.leave(id);
+        self.anonymous.remove(&id);
+    }
+
+    /// Connection `id` was granted anonymous access: it leaves the pool if anonymous
+    /// connections have room ([`anonymous_limit`]), else it stays. Returns whether it left.
+    pub fn anonymous(&mut self, id: ConnId) -> bool {
+        if !self.members.contains_key(&id) || self.anonymous.len() >= self.anonymous_max {
+            return false;
+        }
+        self.leave(id);
+        self.anonymous.insert(id)
+    }
+
+    /// Connection `id` closed.
+    pub fn closed(&mut self, id: ConnId) {
+        self.leave(id);
+        self.anonymous.remove(&id);
+    }
+
+    fn leave(&mut self, id: ConnId) {
         match self.members.remove(&id) {
             Some((Stage::Handshake, seq)) => self.handshake.remove(&seq),
             Some((Stage::Session, seq)) => self.session.remove(&seq),
@@ -114,57 +160,124 @@ mod tests {
 
     #[test]
     fn full_pool_drops_the_oldest_handshake_first() {
-        let mut p = Startups::new(3);
-        assert_eq!(p.admit(1), None);
-        assert_eq!(p.admit(2), None);
-        assert_eq!(p.admit(3), None);
+        let mut p = Startups::new(4, 100);
+        for id in 1..=4 {
+            assert_eq!(p.admit(id), None);
+        }
         p.handshake_done(1);
         // 1 is the oldest but finished its handshake: 2 goes, then 3, then 4.
-        assert_eq!(p.admit(4), Some(2));
-        assert_eq!(p.admit(5), Some(3));
-        assert_eq!(p.admit(6), Some(4));
-        p.handshake_done(5);
+        assert_eq!(p.admit(5), Some(2));
+        assert_eq!(p.admit(6), Some(3));
+        assert_eq!(p.admit(7), Some(4));
         p.handshake_done(6);
-        // Only finished handshakes left: the oldest of them goes; then the newcomers, still in
-        // the handshake, go before them.
-        assert_eq!(p.admit(7), Some(1));
-        assert_eq!(p.admit(8), Some(7));
-        assert_eq!(p.admit(9), Some(8));
-        p.handshake_done(9);
-        assert_eq!(p.admit(10), Some(5));
-        assert_eq!(p.len(), 3);
+        // Two of four finished (not more than half): still the handshakes go.
+        assert_eq!(p.admit(8), Some(5));
+        p.handshake_done(7);
+        // Three of four finished: the oldest of them goes.
+        assert_eq!(p.admit(9), Some(1));
+        // Two left finished: handshakes again.
+        assert_eq!(p.admit(10), Some(8));
+        assert_eq!(p.len(), 4);
+    }
+
+    #[test]
+    fn finished_handshakes_hold_at_most_half_the_pool() {
+        let mut p = Startups::new(8, 100);
+        // The attacker finishes handshakes on the whole pool first.
+        for id in 0..8 {
+            assert_eq!(p.admit(id), None);
+            p.handshake_done(id);
+        }
+        // Then floods with silent connections: a newcomer among them still outlives the next
+        // three arrivals (half a pool less itself).
+        for id in 8..12 {
+            assert_eq!(p.admit(id), Some(id - 8));
+        }
+        // Half the pool is finished handshakes now: the handshakes go, oldest first.
+        assert_eq!(p.admit(100), Some(8));
+        for id in 12..15 {
+            assert_ne!(p.admit(id), Some(100), "dropped after {} arrivals", id - 11);
+        }
+        assert_eq!(p.admit(15), Some(100));
     }
 
     #[test]
     fn leaving_makes_room_and_nothing_leaks() {
-        let mut p = Startups::new(2);
+        let mut p = Startups::new(3, 1);
         for round in 0..1000u32 {
-            let (a, b) = (2 * round + 1, 2 * round + 2);
+            let (a, b, c) = (3 * round + 1, 3 * round + 2, 3 * round + 3);
             assert_eq!(p.admit(a), None);
             assert_eq!(p.admit(b), None);
+            assert_eq!(p.admit(c), None);
             p.handshake_done(a);
-            p.leave(a);
-            p.leave(b);
-            p.leave(b);
+            p.handshake_done(c);
+            p.logged_in(a);
+            assert!(p.anonymous(c), "anonymous connections have room");
+            assert!(!p.anonymous(a), "logged in: not a member any more");
+            p.closed(b);
+            p.closed(b);
             p.handshake_done(b);
             assert_eq!(p.len(), 0);
+            p.closed(a);
+            p.closed(c);
         }
         assert!(p.handshake.is_empty() && p.session.is_empty() && p.members.is_empty());
+        assert!(p.anonymous.is_empty());
     }
 
     #[test]
-    fn a_client_that_finishes_in_time_survives_any_flood() {
-        let mut p = Startups::new(64);
-        assert_eq!(p.admit(0), None);
-        // Fewer than 64 arrivals before its handshake is done: it is never the one dropped.
-        for id in 1..60 {
+    fn a_client_out_of_the_handshake_survives_any_silent_flood() {
+        let mut p = Startups::new(64, 100);
+        for id in 0..64 {
             assert_eq!(p.admit(id), None);
         }
-        p.handshake_done(0);
-        for id in 60..100_000 {
-            assert_ne!(p.admit(id), Some(0), "dropped after {id} arrivals");
+        // The pool is full of silent connections; 64 more arrive before 100's handshake is
+        // done: it outlives at least half a pool of them.
+        for id in 64..96 {
+            assert!(p.admit(id).is_some_and(|v| v < 64));
+        }
+        assert_eq!(p.admit(100), Some(32));
+        for id in 101..132 {
+            assert_ne!(
+                p.admit(id),
+                Some(100),
+                "dropped after {} arrivals",
+                id - 100
+            );
+        }
+        p.handshake_done(100);
+        // From now on no silent arrival drops it.
+        for id in 1000..100_000 {
+            assert_ne!(p.admit(id), Some(100), "dropped after {id} arrivals");
         }
         assert_eq!(p.len(), 64);
+    }
+
+    #[test]
+    fn anonymous_connections_leave_the_pool_only_while_they_have_room() {
+        let mut p = Startups::new(4, 2);
+        for id in 1..=4 {
+            assert_eq!(p.admit(id), None);
+            p.handshake_done(id);
+        }
+        assert!(p.anonymous(1));
+        assert!(p.anonymous(2));
+        assert!(!p.anonymous(3), "two anonymous connections at most");
+        assert_eq!(p.len(), 2);
+        // 3 and 4 are still starting: newcomers push them out (once finished handshakes are
+        // more than half the pool).
+        assert_eq!(p.admit(5), None);
+        assert_eq!(p.admit(6), None);
+        assert_eq!(p.admit(7), Some(5));
+        p.handshake_done(7);
+        assert_eq!(p.admit(8), Some(3));
+        // One anonymous connection logs in, another closes: room for two more.
+        p.logged_in(1);
+        p.closed(2);
+        assert!(p.anonymous(4));
+        assert!(p.anonymous(7));
+        assert!(!p.anonymous(6));
+        assert_eq!(p.len(), 2);
     }
 
     #[test]
@@ -173,5 +286,7 @@ mod tests {
         assert_eq!(pool_size(256, 1000), 250);
         assert_eq!(pool_size(256, 2), 1);
         assert_eq!(pool_size(0, 4096), 1);
+        assert_eq!(anonymous_limit(4096), 2048);
+        assert_eq!(anonymous_limit(1), 1);
     }
 }
