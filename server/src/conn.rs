@@ -34,6 +34,10 @@ use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
 enum Phase {
+    /// Accepted; the handshake machine is made by the connection's first callback, in its own
+    /// color: making it costs a scalar multiplication, which color 0, accepting, must not pay
+    /// for every connection of a flood.
+    Accepted,
     Handshake(Box<ServerHandshake>),
     Open(Box<Open>),
     Closed,
@@ -204,7 +208,6 @@ impl Conn {
 
 /// Color 0 (listener): sets up a new connection in its own color.
 pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
     let reg = match srv.h.register(
         &mut stream,
         libcolor::mio::Interest::READABLE | libcolor::mio::Interest::WRITABLE,
@@ -215,8 +218,6 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             return;
         }
     };
-    let mut hs = ServerHandshake::with_config(&srv.keypair, srv.handshake.clone());
-    let s0 = hs.take_output();
     let lease_capped = Arc::new(AtomicBool::new(false));
     let color = Color(id);
 
@@ -228,9 +229,8 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             peer,
             stream,
             reg: None,
-            phase: Phase::Handshake(Box::new(hs)),
-            // The server's first handshake message goes out before anything else.
-            out: Output::with_first(s0, srv.limits.max_output),
+            phase: Phase::Accepted,
+            out: Output::with_first(Vec::new(), srv.limits.max_output),
             in_flight: 0,
             reserved: 0,
             requests: 0,
@@ -243,7 +243,6 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
     srv.register_conn(id, &conn, lease_capped, peer.ip());
-    tracing::info!(conn = id, %peer, "connection opened");
     {
         let (srv2, c2) = (srv.clone(), conn.clone());
         reg.on_readable(color, move || pump(&srv2, &c2));
@@ -260,14 +259,14 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     srv.h.delaycb(srv.limits.handshake_timeout, color, move || {
         if let Some(conn) = c2.upgrade() {
             conn.with(|c| {
-                if matches!(c.phase, Phase::Handshake(_)) {
+                if matches!(c.phase, Phase::Accepted | Phase::Handshake(_)) {
                     c.close(&srv2, "handshake timeout");
                 }
             });
         }
     });
-    // The registration moves into the state, and the first flush runs, in the connection's
-    // color like everything else.
+    // The registration moves into the state, the handshake begins and the first flush runs,
+    // in the connection's color like everything else.
     let (srv2, c2) = (srv.clone(), conn);
     srv.h.cpucb(color, move || {
         c2.with(|c| {
@@ -276,7 +275,15 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
                 return;
             }
             c.reg = Some(reg);
+            tracing::info!(conn = c.id, peer = %c.peer, "connection opened");
+            let _ = c.stream.set_nodelay(true);
+            let mut hs = ServerHandshake::with_config(&srv2.keypair, srv2.handshake.clone());
+            // The server's first handshake message goes out before anything else.
+            c.push(hs.take_output());
+            c.phase = Phase::Handshake(Box::new(hs));
             c.flush(&srv2);
+            // Whatever arrived before the handshake existed (readiness is edge-triggered).
+            pump_locked(&srv2, &c2, c);
         })
     });
 }
@@ -332,7 +339,7 @@ fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
             return;
         }
         let got = match &mut c.phase {
-            Phase::Closed => return,
+            Phase::Closed | Phase::Accepted => return,
             Phase::Handshake(_) => {
                 let mut buf = [0u8; 2048];
                 match c.stream.read(&mut buf) {
