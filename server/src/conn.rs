@@ -289,12 +289,21 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
 }
 
 /// Connection color: color 0 picked this connection to make room for a new one among the
-/// starting connections. Closed unless it has logged in since.
-pub fn drop_starting(srv: &Arc<Server>, conn: &ConnRef) {
+/// starting connections. Closed unless it has logged in since, or color 0 thought it
+/// `in_handshake` but it has finished the handshake since (then it asks to come back:
+/// [`crate::startups::Startups::readmit`]).
+pub fn drop_starting(srv: &Arc<Server>, conn: &ConnRef, in_handshake: bool) {
+    srv.doomed.fetch_sub(1, Ordering::SeqCst);
     conn.with(|c| {
-        if !c.logged_in {
-            c.close(srv, "too many starting connections");
+        if c.logged_in || c.closed() {
+            return;
         }
+        if in_handshake && matches!(c.phase, Phase::Open(_)) {
+            let (srv2, id) = (srv.clone(), c.id);
+            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_readmit(id));
+            return;
+        }
+        c.close(srv, "too many starting connections");
     });
 }
 

@@ -35,7 +35,7 @@ use crate::leases::{ConnId, Holder, Leases, Principal, Shares};
 use crate::limits::Limits;
 use crate::read::FileBudget;
 use crate::settings::Settings;
-use crate::startups::Startups;
+use crate::startups::{Dropped, Startups};
 use crate::users::{Creds, Users};
 
 /// A connection as color 0 knows it.
@@ -92,6 +92,11 @@ pub struct Server {
     pub draining: AtomicBool,
     /// Starting connections closed to make room for new ones (see [`crate::startups`]).
     pub startups_dropped: AtomicU64,
+    /// Starting connections color 0 has asked to close and that have not heard it yet: they
+    /// still count in `open_conns`, but the accept limit does not count them (at most
+    /// `max_startups` of them), or a flood would fill it with connections already on their way
+    /// out.
+    pub doomed: AtomicUsize,
 }
 
 impl Server {
@@ -104,7 +109,9 @@ impl Server {
         users: Users,
         settings: &Settings,
     ) -> Server {
-        let limits = settings.limits.clone();
+        let mut limits = settings.limits.clone();
+        limits.max_startups =
+            crate::startups::pool_size(limits.max_startups, limits.max_connections);
         let (anonymous_uid, anonymous_gid) = settings.anonymous;
         Server {
             name: st.name(),
@@ -132,7 +139,7 @@ impl Server {
                     ),
                     conns: HashMap::new(),
                     startups: Startups::new(
-                        crate::startups::pool_size(limits.max_startups, limits.max_connections),
+                        limits.max_startups,
                         crate::startups::anonymous_limit(limits.max_connections),
                     ),
                 },
@@ -146,6 +153,7 @@ impl Server {
             busy_conns: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             startups_dropped: AtomicU64::new(0),
+            doomed: AtomicUsize::new(0),
             changes: Changes::new(),
             file_budget: FileBudget::new(crate::limits::CACHED_FILES),
             limits,
@@ -382,15 +390,44 @@ impl Server {
                 },
             );
             c0.leases.open_conn(id, peer);
-            let victim = c0.startups.admit(id)?;
-            c0.conns.get(&victim).and_then(|r| r.conn.upgrade())
+            let victim = c0.startups.admit(id);
+            Self::reach(c0, victim)
         });
-        if let Some(victim) = victim {
+        self.drop_starting(victim);
+    }
+
+    /// Color 0: the connection `d` names, if it is still there.
+    fn reach(c0: &Color0, d: Option<Dropped>) -> Option<(ConnRef, Dropped)> {
+        let d = d?;
+        let conn = c0.conns.get(&d.conn)?.conn.upgrade()?;
+        Some((conn, d))
+    }
+
+    /// Color 0: has `victim` closed in its own color (see [`conn::drop_starting`]).
+    fn drop_starting(self: &Arc<Self>, victim: Option<(ConnRef, Dropped)>) {
+        if let Some((conn, d)) = victim {
             self.startups_dropped.fetch_add(1, Ordering::Relaxed);
+            self.doomed.fetch_add(1, Ordering::SeqCst);
             let srv = self.clone();
-            self.h
-                .cpucb(victim.color(), move || conn::drop_starting(&srv, &victim));
+            self.h.cpucb(conn.color(), move || {
+                conn::drop_starting(&srv, &conn, d.in_handshake)
+            });
         }
+    }
+
+    /// Color 0: connection `id`, dropped while it was thought to be in the handshake, had
+    /// finished it: it comes back (see [`Startups::readmit`]), and another makes room.
+    pub fn conn_readmit(self: &Arc<Self>, id: ConnId) {
+        // Its drop was counted and did not happen.
+        self.startups_dropped.fetch_sub(1, Ordering::Relaxed);
+        let victim = self.color0.with(|c0| {
+            if !c0.conns.contains_key(&id) {
+                return None;
+            }
+            let victim = c0.startups.readmit(id);
+            Self::reach(c0, victim)
+        });
+        self.drop_starting(victim);
     }
 
     /// Color 0: connection `id` finished its handshake (see [`Startups::handshake_done`]).
@@ -443,6 +480,18 @@ impl Server {
                 srv.start_reaper(every);
             }
         });
+    }
+
+    /// Whether a new connection must be refused: the connection limit is reached, not counting
+    /// up to `max_startups` connections on their way out (their descriptors are the only thing
+    /// they still hold, taken from the room left for files).
+    pub fn at_connection_limit(&self) -> bool {
+        let open = self.open_conns.load(Ordering::SeqCst);
+        let doomed = self
+            .doomed
+            .load(Ordering::SeqCst)
+            .min(self.limits.max_startups);
+        open.saturating_sub(doomed) >= self.limits.max_connections
     }
 
     pub fn drain_pending(&self) -> usize {

@@ -39,6 +39,15 @@ enum Stage {
     Session,
 }
 
+/// A starting connection to close to make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    pub conn: ConnId,
+    /// Whether color 0 had it in the handshake (if the connection finished it meanwhile, it
+    /// comes back: [`Startups::readmit`]).
+    pub in_handshake: bool,
+}
+
 /// Starting connections, oldest first per stage.
 #[derive(Debug)]
 pub struct Startups {
@@ -84,28 +93,53 @@ impl Startups {
     /// Connection `id` was accepted. Returns the member to drop to make room, if the pool
     /// is full (it has already left the pool).
     #[must_use]
-    pub fn admit(&mut self, id: ConnId) -> Option<ConnId> {
-        let victim = if self.members.len() >= self.size {
-            let oldest = if self.session.len() > self.size / 2 {
-                self.session.pop_first()
-            } else {
-                self.handshake
-                    .pop_first()
-                    .or_else(|| self.session.pop_first())
-            };
-            oldest.map(|(_, victim)| {
-                self.members.remove(&victim);
-                victim
-            })
-        } else {
-            None
-        };
+    pub fn admit(&mut self, id: ConnId) -> Option<Dropped> {
         self.leave(id);
+        let victim = self.make_room();
+        self.insert(id, Stage::Handshake);
+        victim
+    }
+
+    /// Connection `id`, dropped while color 0 had it in the handshake, had in fact finished it
+    /// (the news was on its way): it comes back as the newest that finished the handshake,
+    /// and another makes room. Without this, the lag of color 0 under a flood would make a
+    /// real client's handshake a race against half a pool of arrivals plus that lag.
+    #[must_use]
+    pub fn readmit(&mut self, id: ConnId) -> Option<Dropped> {
+        if self.members.contains_key(&id) || self.anonymous.contains(&id) {
+            return None;
+        }
+        let victim = self.make_room();
+        self.insert(id, Stage::Session);
+        victim
+    }
+
+    /// If the pool is full, takes out the member to drop (see the module's doc).
+    fn make_room(&mut self) -> Option<Dropped> {
+        if self.members.len() < self.size {
+            return None;
+        }
+        let (oldest, in_handshake) = if self.session.len() > self.size / 2 {
+            (self.session.pop_first(), false)
+        } else {
+            match self.handshake.pop_first() {
+                Some(h) => (Some(h), true),
+                None => (self.session.pop_first(), false),
+            }
+        };
+        let (_, conn) = oldest?;
+        self.members.remove(&conn);
+        Some(Dropped { conn, in_handshake })
+    }
+
+    fn insert(&mut self, id: ConnId, stage: Stage) {
         let seq = self.next;
         self.next += 1;
-        self.handshake.insert(seq, id);
-        self.members.insert(id, (Stage::Handshake, seq));
-        victim
+        match stage {
+            Stage::Handshake => self.handshake.insert(seq, id),
+            Stage::Session => self.session.insert(seq, id),
+        };
+        self.members.insert(id, (stage, seq));
     }
 
     /// Connection `id` finished the handshake (it keeps its place in the order of arrival).
@@ -158,25 +192,75 @@ impl Startups {
 mod tests {
     use super::*;
 
+    impl Startups {
+        /// [`Startups::admit`], the dropped connection's id only.
+        fn admit_id(&mut self, id: ConnId) -> Option<ConnId> {
+            self.admit(id).map(|d| d.conn)
+        }
+    }
+
+    #[test]
+    fn a_connection_dropped_on_stale_news_comes_back_finished() {
+        let mut p = Startups::new(4, 100);
+        for id in 1..=4 {
+            assert_eq!(p.admit_id(id), None);
+        }
+        // 1 finished its handshake, but color 0 drops it before hearing so.
+        let d = p.admit(5).unwrap();
+        assert_eq!(
+            d,
+            Dropped {
+                conn: 1,
+                in_handshake: true
+            }
+        );
+        p.handshake_done(1);
+        assert_eq!(p.len(), 4, "the news about a non-member changes nothing");
+        // It comes back as a finished handshake; the oldest handshake makes room.
+        assert_eq!(
+            p.readmit(1),
+            Some(Dropped {
+                conn: 2,
+                in_handshake: true
+            })
+        );
+        assert_eq!(p.readmit(1), None, "already back");
+        for id in 6..100 {
+            assert_ne!(p.admit_id(id), Some(1), "silent arrivals do not drop it");
+        }
+        p.handshake_done(99);
+        p.handshake_done(98);
+        // More than half finished: the oldest finished goes, not as a handshake.
+        assert_eq!(
+            p.admit(100),
+            Some(Dropped {
+                conn: 1,
+                in_handshake: false
+            })
+        );
+        assert_eq!(p.readmit(98), None, "a member is not readmitted");
+        assert_eq!(p.len(), 4);
+    }
+
     #[test]
     fn full_pool_drops_the_oldest_handshake_first() {
         let mut p = Startups::new(4, 100);
         for id in 1..=4 {
-            assert_eq!(p.admit(id), None);
+            assert_eq!(p.admit_id(id), None);
         }
         p.handshake_done(1);
         // 1 is the oldest but finished its handshake: 2 goes, then 3, then 4.
-        assert_eq!(p.admit(5), Some(2));
-        assert_eq!(p.admit(6), Some(3));
-        assert_eq!(p.admit(7), Some(4));
+        assert_eq!(p.admit_id(5), Some(2));
+        assert_eq!(p.admit_id(6), Some(3));
+        assert_eq!(p.admit_id(7), Some(4));
         p.handshake_done(6);
         // Two of four finished (not more than half): still the handshakes go.
-        assert_eq!(p.admit(8), Some(5));
+        assert_eq!(p.admit_id(8), Some(5));
         p.handshake_done(7);
         // Three of four finished: the oldest of them goes.
-        assert_eq!(p.admit(9), Some(1));
+        assert_eq!(p.admit_id(9), Some(1));
         // Two left finished: handshakes again.
-        assert_eq!(p.admit(10), Some(8));
+        assert_eq!(p.admit_id(10), Some(8));
         assert_eq!(p.len(), 4);
     }
 
@@ -185,20 +269,25 @@ mod tests {
         let mut p = Startups::new(8, 100);
         // The attacker finishes handshakes on the whole pool first.
         for id in 0..8 {
-            assert_eq!(p.admit(id), None);
+            assert_eq!(p.admit_id(id), None);
             p.handshake_done(id);
         }
         // Then floods with silent connections: a newcomer among them still outlives the next
         // three arrivals (half a pool less itself).
         for id in 8..12 {
-            assert_eq!(p.admit(id), Some(id - 8));
+            assert_eq!(p.admit_id(id), Some(id - 8));
         }
         // Half the pool is finished handshakes now: the handshakes go, oldest first.
-        assert_eq!(p.admit(100), Some(8));
+        assert_eq!(p.admit_id(100), Some(8));
         for id in 12..15 {
-            assert_ne!(p.admit(id), Some(100), "dropped after {} arrivals", id - 11);
+            assert_ne!(
+                p.admit_id(id),
+                Some(100),
+                "dropped after {} arrivals",
+                id - 11
+            );
         }
-        assert_eq!(p.admit(15), Some(100));
+        assert_eq!(p.admit_id(15), Some(100));
     }
 
     #[test]
@@ -206,9 +295,9 @@ mod tests {
         let mut p = Startups::new(3, 1);
         for round in 0..1000u32 {
             let (a, b, c) = (3 * round + 1, 3 * round + 2, 3 * round + 3);
-            assert_eq!(p.admit(a), None);
-            assert_eq!(p.admit(b), None);
-            assert_eq!(p.admit(c), None);
+            assert_eq!(p.admit_id(a), None);
+            assert_eq!(p.admit_id(b), None);
+            assert_eq!(p.admit_id(c), None);
             p.handshake_done(a);
             p.handshake_done(c);
             p.logged_in(a);
@@ -229,17 +318,17 @@ mod tests {
     fn a_client_out_of_the_handshake_survives_any_silent_flood() {
         let mut p = Startups::new(64, 100);
         for id in 0..64 {
-            assert_eq!(p.admit(id), None);
+            assert_eq!(p.admit_id(id), None);
         }
         // The pool is full of silent connections; 64 more arrive before 100's handshake is
         // done: it outlives at least half a pool of them.
         for id in 64..96 {
-            assert!(p.admit(id).is_some_and(|v| v < 64));
+            assert!(p.admit_id(id).is_some_and(|v| v < 64));
         }
-        assert_eq!(p.admit(100), Some(32));
+        assert_eq!(p.admit_id(100), Some(32));
         for id in 101..132 {
             assert_ne!(
-                p.admit(id),
+                p.admit_id(id),
                 Some(100),
                 "dropped after {} arrivals",
                 id - 100
@@ -248,7 +337,7 @@ mod tests {
         p.handshake_done(100);
         // From now on no silent arrival drops it.
         for id in 1000..100_000 {
-            assert_ne!(p.admit(id), Some(100), "dropped after {id} arrivals");
+            assert_ne!(p.admit_id(id), Some(100), "dropped after {id} arrivals");
         }
         assert_eq!(p.len(), 64);
     }
@@ -257,7 +346,7 @@ mod tests {
     fn anonymous_connections_leave_the_pool_only_while_they_have_room() {
         let mut p = Startups::new(4, 2);
         for id in 1..=4 {
-            assert_eq!(p.admit(id), None);
+            assert_eq!(p.admit_id(id), None);
             p.handshake_done(id);
         }
         assert!(p.anonymous(1));
@@ -266,11 +355,11 @@ mod tests {
         assert_eq!(p.len(), 2);
         // 3 and 4 are still starting: newcomers push them out (once finished handshakes are
         // more than half the pool).
-        assert_eq!(p.admit(5), None);
-        assert_eq!(p.admit(6), None);
-        assert_eq!(p.admit(7), Some(5));
+        assert_eq!(p.admit_id(5), None);
+        assert_eq!(p.admit_id(6), None);
+        assert_eq!(p.admit_id(7), Some(5));
         p.handshake_done(7);
-        assert_eq!(p.admit(8), Some(3));
+        assert_eq!(p.admit_id(8), Some(3));
         // One anonymous connection logs in, another closes: room for two more.
         p.logged_in(1);
         p.closed(2);
