@@ -1911,6 +1911,42 @@ fn silent_flood_does_not_lock_users_out() {
         );
     }
 }
+#[test]
+fn anonymous_crowd_cannot_take_every_connection() {
+    require_root!("anonymous_crowd_cannot_take_every_connection");
+    let st = setup(0o755);
+    let s = st.start(&["--anonymous-read", "--max-connections", "40"]);
+    // Sixty anonymous connections, each reading once and then staying open (as many as the
+    // server would hold, and more).
+    let mut crowd = Vec::new();
+    for _ in 0..60 {
+        let Ok(mut c) = s.try_connect_within(Duration::from_secs(2)) else {
+            continue;
+        };
+        let mount = RequestOp::Mount {
+            path: b"/".to_vec(),
+        };
+        if let Some(Ok(_)) = c.call_within(0, mount, Duration::from_secs(2)) {
+            crowd.push(c);
+        }
+    }
+    let (took, tries) = time_to_get_in(&s, "alice", Duration::from_secs(5));
+    eprintln!(
+        "{} anonymous connections served: alice in after {took:?} ({tries} tries)",
+        crowd.len()
+    );
+    assert!(
+        crowd.len() >= 20,
+        "only {} anonymous connections were served",
+        crowd.len()
+    );
+    let took = took.expect("alice could not get in past 60 anonymous connections (limit 40)");
+    assert!(
+        took < Duration::from_secs(1),
+        "alice took {took:?} to get in"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 17. A crowd of anonymous connections cannot leave users without leases (issue 25, point 7).
 
