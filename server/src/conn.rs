@@ -34,9 +34,9 @@ use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
 enum Phase {
-    /// Accepted; the handshake machine is made by the connection's first callback, in its own
-    /// color: making it costs a scalar multiplication, which color 0, accepting, must not pay
-    /// for every connection of a flood.
+    /// Accepted; the handshake machine and the server's first message are made by the
+    /// connection's first callback, in its own color: color 0, which accepts every connection
+    /// of a flood, does as little per connection as it can.
     Accepted,
     Handshake(Box<ServerHandshake>),
     Open(Box<Open>),

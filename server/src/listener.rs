@@ -93,7 +93,7 @@ fn accept_all(srv2: &Arc<Server>, l: &mut Listening, next: &mut u32) {
         match l.listener.accept() {
             Ok((stream, peer)) => {
                 if srv2.at_connection_limit() {
-                    tracing::warn!(%peer, open = srv2.open_conns.load(Ordering::SeqCst), doomed = srv2.doomed.load(Ordering::SeqCst), "connection limit reached; refusing");
+                    tracing::warn!(%peer, "connection limit reached; refusing");
                     drop(stream);
                     continue;
                 }
