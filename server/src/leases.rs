@@ -69,8 +69,9 @@ impl Shares {
     /// settings; the others follow from them, so there is nothing more to tune): an address or
     /// a user may hold four connections' worth, but never more than half the table; anonymous
     /// requests, all together, two connections' worth, never more than a quarter of the table.
-    /// Logged-in users on other addresses thus always have at least half the table, and those
-    /// on the anonymous crowd's own address what the crowd cannot take of that address's share.
+    /// However many anonymous connections there are, logged-in users thus keep three quarters
+    /// of the table, and on the anonymous crowd's own address whatever of that address's share
+    /// the crowd cannot take; no one address or user can take more than half of it.
     pub fn new(max: usize, per_conn: usize) -> Shares {
         let per_conn = per_conn.max(1);
         Shares {
