@@ -118,6 +118,12 @@ pub struct ServeArgs {
     /// whose soft value is raised to the hard one at start).
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Maximum connections that have not logged in yet (default 256, at most a quarter of
+    /// --max-connections). When there are that many, an old one (the oldest still in the
+    /// handshake, as a rule) is closed to make room for a new one, so a flood of silent
+    /// connections can neither fill the connection limit nor keep a real client out.
+    #[arg(long)]
+    pub max_startups: Option<usize>,
     /// Maximum requests in flight per connection.
     #[arg(long)]
     pub max_in_flight: Option<usize>,

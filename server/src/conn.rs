@@ -27,13 +27,17 @@ use protocol::{
 
 use crate::changes::Epoch;
 use crate::fs::{AsyncStorage, Backend, OpCtx, ReadArgs, key_of};
-use crate::leases::ConnId;
+use crate::leases::{ConnId, Holder, Principal};
 use crate::output::{Flushed, Output, SPARE_MIN_CAPACITY};
 use crate::read::{LeaseChoice, ReadFailure, ReadState, ReplyRecord};
 use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
 enum Phase {
+    /// Accepted; the handshake machine and the server's first message are made by the
+    /// connection's first callback, in its own color: color 0, which accepts every connection
+    /// of a flood, does as little per connection as it can.
+    Accepted,
     Handshake(Box<ServerHandshake>),
     Open(Box<Open>),
     Closed,
@@ -67,6 +71,12 @@ pub struct Conn {
     release_armed: bool,
     /// Set by color 0 while this connection holds its whole share of leases.
     lease_capped: Arc<AtomicBool>,
+    /// Some LOGIN succeeded: color 0 may no longer drop this connection to make room for new
+    /// ones (see [`crate::startups`]), and has been told.
+    logged_in: bool,
+    /// An anonymous request was accepted, and color 0 told (it lets the connection out of the
+    /// starting ones if anonymous connections have room).
+    anonymous_told: bool,
 }
 
 /// A connection's state belongs to its color: every callback that touches it runs there, so
@@ -160,6 +170,24 @@ impl Conn {
         self.push(buf);
     }
 
+    /// A LOGIN succeeded: color 0 stops counting this connection among the starting ones
+    /// (told once).
+    fn logged_in(&mut self, srv: &Arc<Server>) {
+        if !std::mem::replace(&mut self.logged_in, true) {
+            let (srv2, id) = (srv.clone(), self.id);
+            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_logged_in(id));
+        }
+    }
+
+    /// An anonymous request is accepted: color 0 may let the connection out of the starting
+    /// ones (told once).
+    fn anonymous_granted(&mut self, srv: &Arc<Server>) {
+        if !self.logged_in && !std::mem::replace(&mut self.anonymous_told, true) {
+            let (srv2, id) = (srv.clone(), self.id);
+            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_anonymous(id));
+        }
+    }
+
     fn close(&mut self, srv: &Arc<Server>, why: &str) {
         if self.closed() {
             return;
@@ -180,7 +208,6 @@ impl Conn {
 
 /// Color 0 (listener): sets up a new connection in its own color.
 pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
     let reg = match srv.h.register(
         &mut stream,
         libcolor::mio::Interest::READABLE | libcolor::mio::Interest::WRITABLE,
@@ -191,8 +218,6 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             return;
         }
     };
-    let mut hs = ServerHandshake::with_config(&srv.keypair, srv.handshake.clone());
-    let s0 = hs.take_output();
     let lease_capped = Arc::new(AtomicBool::new(false));
     let color = Color(id);
 
@@ -204,20 +229,20 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             peer,
             stream,
             reg: None,
-            phase: Phase::Handshake(Box::new(hs)),
-            // The server's first handshake message goes out before anything else.
-            out: Output::with_first(s0, srv.limits.max_output),
+            phase: Phase::Accepted,
+            out: Output::with_first(Vec::new(), srv.limits.max_output),
             in_flight: 0,
             reserved: 0,
             requests: 0,
             last_active: Instant::now(),
             release_armed: false,
             lease_capped: lease_capped.clone(),
+            logged_in: false,
+            anonymous_told: false,
         },
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
-    srv.register_conn(id, &conn, lease_capped);
-    tracing::info!(conn = id, %peer, "connection opened");
+    srv.register_conn(id, &conn, lease_capped, peer.ip());
     {
         let (srv2, c2) = (srv.clone(), conn.clone());
         reg.on_readable(color, move || pump(&srv2, &c2));
@@ -234,14 +259,14 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     srv.h.delaycb(srv.limits.handshake_timeout, color, move || {
         if let Some(conn) = c2.upgrade() {
             conn.with(|c| {
-                if matches!(c.phase, Phase::Handshake(_)) {
+                if matches!(c.phase, Phase::Accepted | Phase::Handshake(_)) {
                     c.close(&srv2, "handshake timeout");
                 }
             });
         }
     });
-    // The registration moves into the state, and the first flush runs, in the connection's
-    // color like everything else.
+    // The registration moves into the state, the handshake begins and the first flush runs,
+    // in the connection's color like everything else.
     let (srv2, c2) = (srv.clone(), conn);
     srv.h.cpucb(color, move || {
         c2.with(|c| {
@@ -250,8 +275,35 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
                 return;
             }
             c.reg = Some(reg);
+            tracing::info!(conn = c.id, peer = %c.peer, "connection opened");
+            let _ = c.stream.set_nodelay(true);
+            let mut hs = ServerHandshake::with_config(&srv2.keypair, srv2.handshake.clone());
+            // The server's first handshake message goes out before anything else.
+            c.push(hs.take_output());
+            c.phase = Phase::Handshake(Box::new(hs));
             c.flush(&srv2);
+            // Whatever arrived before the handshake existed (readiness is edge-triggered).
+            pump_locked(&srv2, &c2, c);
         })
+    });
+}
+
+/// Connection color: color 0 picked this connection to make room for a new one among the
+/// starting connections. Closed unless it has logged in since, or color 0 thought it
+/// `in_handshake` but it has finished the handshake since (then it asks to come back:
+/// [`crate::startups::Startups::readmit`]).
+pub fn drop_starting(srv: &Arc<Server>, conn: &ConnRef, in_handshake: bool) {
+    srv.doomed.fetch_sub(1, Ordering::SeqCst);
+    conn.with(|c| {
+        if c.logged_in || c.closed() {
+            return;
+        }
+        if in_handshake && matches!(c.phase, Phase::Open(_)) {
+            let (srv2, id) = (srv.clone(), c.id);
+            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_readmit(id));
+            return;
+        }
+        c.close(srv, "too many starting connections");
     });
 }
 
@@ -296,7 +348,7 @@ fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
             return;
         }
         let got = match &mut c.phase {
-            Phase::Closed => return,
+            Phase::Closed | Phase::Accepted => return,
             Phase::Handshake(_) => {
                 let mut buf = [0u8; 2048];
                 match c.stream.read(&mut buf) {
@@ -420,6 +472,9 @@ fn handshake_input(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, mut input: &
                     reads: ReadState::default(),
                 }));
                 tracing::debug!(conn = c.id, "session established");
+                let (srv2, id) = (srv.clone(), c.id);
+                srv.h
+                    .cpucb(Color::DEFAULT, move || srv2.conn_handshake_done(id));
                 arm_idle_timer(srv, conn, c.id, srv.limits.idle_timeout);
             }
             Err(e) => {
@@ -510,6 +565,9 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
                     })
                 }
             };
+            if result.is_ok() {
+                c.logged_in(srv);
+            }
             return reply_now(srv, c, id, result);
         }
         op => op,
@@ -524,6 +582,12 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
             Some(c) => c.clone(),
             None => return reply_now(srv, c, id, Err(NfsStatus::Acces)),
         }
+    };
+    if creds.anonymous {
+        c.anonymous_granted(srv);
+    }
+    let Phase::Open(open) = &mut c.phase else {
+        return;
     };
     if crate::fs::is_mutating(&op) {
         if srv.read_only && !matches!(op, RequestOp::Commit { .. }) {
@@ -546,7 +610,9 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
     c.in_flight += 1;
     c.reserved += reserved;
     srv.in_flight.fetch_add(1, Ordering::SeqCst);
-    let lease_ms = if c.lease_capped.load(Ordering::Relaxed) {
+    let lease_ms = if c.lease_capped.load(Ordering::Relaxed)
+        || (creds.anonymous && srv.anonymous_leases_full.load(Ordering::Relaxed))
+    {
         0
     } else {
         srv.lease_ms_now.load(Ordering::Relaxed)
@@ -747,9 +813,13 @@ fn finish_read(
         c.flush(srv);
     }
     if lease.record {
-        let (srv2, id, key, fh) = (srv.clone(), d.id, key_of(&r.handle), r.fh);
+        let holder = Holder {
+            conn: d.id,
+            who: Principal::of(&d.creds),
+        };
+        let (srv2, key, fh) = (srv.clone(), key_of(&r.handle), r.fh);
         srv.h.cpucb(Color::DEFAULT, move || {
-            srv2.record_read_lease(id, key, fh, lease.ms, epoch)
+            srv2.record_read_lease(holder, key, fh, lease.ms, epoch)
         });
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use libcolor::Color;
 
 use crate::fs::{AsyncStorage, OpCtx};
+use crate::leases::{Holder, Principal};
 use crate::server::{Dispatch, Server};
 
 impl Server {
@@ -29,6 +30,10 @@ impl Server {
             lease_ms,
         } = d;
         let srv = self.clone();
+        let holder = Holder {
+            conn: id,
+            who: Principal::of(&creds),
+        };
         let ctx = OpCtx {
             creds,
             lease_ms,
@@ -40,7 +45,7 @@ impl Server {
             Box::new(move |outcome| {
                 let srv2 = srv.clone();
                 srv.h.cpucb(Color::DEFAULT, move || {
-                    srv2.finish(conn, id, req_id, reserved, lease_ms, outcome)
+                    srv2.finish(conn, holder, req_id, reserved, lease_ms, outcome)
                 });
             }),
         );

@@ -1,47 +1,133 @@
 //! Attribute leases: who may cache which object's attributes until when.
 //!
-//! Lives in color 0 (the dispatcher's state). Bounded twice: each connection may hold at most
-//! `per_conn` leases (a connection over its share is granted lease 0, so one client listing
-//! huge directories cannot crowd out the others), and the whole table at most `max` (beyond
-//! it every reply carries lease 0). A lease of 0 tells the client not to cache, so correctness
-//! never depends on memory. Expired entries are reaped by a timer. Every count is kept
-//! incrementally: no operation walks the whole table except the periodic reap.
+//! Lives in color 0 (the dispatcher's state). A lease of 0 tells the client not to cache, so
+//! correctness never depends on memory, and every bound below only turns leases into 0:
+//!
+//! - the whole table holds at most `max` (beyond it every reply carries lease 0);
+//! - each connection at most `per_conn` (one client listing huge directories cannot crowd out
+//!   the others), each peer address at most `per_addr` (nor can one host opening many
+//!   connections), each user at most `per_user` (nor one user on many connections or hosts);
+//! - anonymous requests, all connections together, at most `anonymous` ([`Shares::new`]: a
+//!   small part of the table), so a crowd of anonymous connections, which cost nothing to
+//!   open, cannot leave logged-in users with lease 0.
+//!
+//! A lease is charged, when granted, to its connection, the connection's address and whoever
+//! the request ran as; its release gives back exactly those. Expired entries are reaped by a
+//! timer. Every count is kept incrementally: no operation walks the whole table except the
+//! periodic reap.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use protocol::FileHandle;
 
 use crate::fs::ObjKey;
+use crate::users::Creds;
 
 /// Connection identifier (also its color).
 pub type ConnId = u32;
 
+/// Whom a lease is charged to besides its connection and address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Principal {
+    /// Anonymous requests, whatever their connection: one allowance for all.
+    Anonymous,
+    /// A logged-in user, by uid (the same user on several connections shares one allowance).
+    User(u32),
+}
+
+impl Principal {
+    /// Whom a request running as `creds` charges.
+    pub fn of(creds: &Creds) -> Principal {
+        if creds.anonymous {
+            Principal::Anonymous
+        } else {
+            Principal::User(creds.uid)
+        }
+    }
+}
+
+/// Who asks for a lease: a connection, on behalf of a principal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    pub conn: ConnId,
+    pub who: Principal,
+}
+
+/// How many leases each kind of holder may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shares {
+    pub per_conn: usize,
+    pub per_addr: usize,
+    pub per_user: usize,
+    pub anonymous: usize,
+}
+
+impl Shares {
+    /// The shares for a table of `max` entries and `per_conn` per connection (the two
+    /// settings; the others follow from them, so there is nothing more to tune): an address or
+    /// a user may hold four connections' worth, but never more than half the table; anonymous
+    /// requests, all together, two connections' worth, never more than a quarter of the table.
+    /// However many anonymous connections there are, logged-in users thus keep three quarters
+    /// of the table, and on the anonymous crowd's own address whatever of that address's share
+    /// the crowd cannot take; no one address or user can take more than half of it.
+    pub fn new(max: usize, per_conn: usize) -> Shares {
+        let per_conn = per_conn.max(1);
+        Shares {
+            per_conn,
+            per_addr: per_conn.saturating_mul(4).min(max / 2).max(1),
+            per_user: per_conn.saturating_mul(4).min(max / 2).max(1),
+            anonymous: per_conn.saturating_mul(2).min(max / 4).max(1),
+        }
+    }
+}
+
+/// One holder's lease on an object.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    expiry: Instant,
+    who: Principal,
+}
+
 #[derive(Debug)]
 struct Entry {
     fh: FileHandle,
-    holders: HashMap<ConnId, Instant>,
+    holders: HashMap<ConnId, Held>,
+}
+
+/// A connection's address and the objects it holds leases on.
+#[derive(Debug)]
+struct ConnLeases {
+    addr: IpAddr,
+    keys: HashSet<ObjKey>,
 }
 
 #[derive(Debug)]
 pub struct Leases {
     duration: Duration,
     max: usize,
-    per_conn: usize,
+    shares: Shares,
     len: usize,
     objects: HashMap<ObjKey, Entry>,
-    by_conn: HashMap<ConnId, HashSet<ObjKey>>,
+    conns: HashMap<ConnId, ConnLeases>,
+    by_addr: HashMap<IpAddr, usize>,
+    by_user: HashMap<u32, usize>,
+    anonymous: usize,
 }
 
 impl Leases {
-    pub fn new(duration: Duration, max: usize, per_conn: usize) -> Leases {
+    pub fn new(duration: Duration, max: usize, shares: Shares) -> Leases {
         Leases {
             duration,
             max,
-            per_conn,
+            shares,
             len: 0,
             objects: HashMap::new(),
-            by_conn: HashMap::new(),
+            conns: HashMap::new(),
+            by_addr: HashMap::new(),
+            by_user: HashMap::new(),
+            anonymous: 0,
         }
     }
 
@@ -54,56 +140,95 @@ impl Leases {
         }
     }
 
-    /// Whether `conn` holds its whole share (its replies then carry lease 0).
+    /// Connection `conn`, from `addr`, may hold leases (until [`Leases::drop_conn`]).
+    pub fn open_conn(&mut self, conn: ConnId, addr: IpAddr) {
+        self.conns.entry(conn).or_insert_with(|| ConnLeases {
+            addr,
+            keys: HashSet::new(),
+        });
+    }
+
+    /// Whether `conn` can be granted no new lease whoever it asks for: it, or its address,
+    /// holds its whole share (its replies then carry lease 0).
     pub fn over_share(&self, conn: ConnId) -> bool {
-        self.held_by(conn) >= self.per_conn
+        let Some(c) = self.conns.get(&conn) else {
+            return true;
+        };
+        c.keys.len() >= self.shares.per_conn
+            || self.by_addr.get(&c.addr).copied().unwrap_or(0) >= self.shares.per_addr
     }
 
-    pub fn held_by(&self, conn: ConnId) -> usize {
-        self.by_conn.get(&conn).map_or(0, HashSet::len)
+    /// Whether anonymous requests hold their whole allowance (theirs then carry lease 0).
+    pub fn anonymous_full(&self) -> bool {
+        self.anonymous >= self.shares.anonymous
     }
 
-    /// Grants `conn` a lease of `lease_ms` on `key` if the table and the connection's share
-    /// allow it (renewing a lease it holds always does); returns whether it did. A reply must
-    /// carry lease 0 for every object this refuses.
-    pub fn try_grant(&mut self, conn: ConnId, key: ObjKey, fh: FileHandle, lease_ms: u32) -> bool {
-        if lease_ms == 0 {
-            return false;
+    #[cfg(test)]
+    fn held_by(&self, conn: ConnId) -> usize {
+        self.conns.get(&conn).map_or(0, |c| c.keys.len())
+    }
+
+    /// Whether `who` holds its whole share.
+    fn principal_full(&self, who: Principal) -> bool {
+        match who {
+            Principal::Anonymous => self.anonymous_full(),
+            Principal::User(uid) => {
+                self.by_user.get(&uid).copied().unwrap_or(0) >= self.shares.per_user
+            }
         }
-        let holds = self
-            .objects
-            .get(&key)
-            .is_some_and(|e| e.holders.contains_key(&conn));
-        if !holds && (self.len >= self.max || self.over_share(conn)) {
-            return false;
-        }
-        self.grant(conn, key, fh, lease_ms);
-        true
     }
 
-    /// Records that `conn` holds a lease on `key` (granted `lease_ms` ago at most).
-    fn grant(&mut self, conn: ConnId, key: ObjKey, fh: FileHandle, lease_ms: u32) {
-        if lease_ms == 0 {
-            return;
+    /// Grants `h` a lease of `lease_ms` on `key` if the table and every share it is charged to
+    /// allow it (renewing a lease its connection holds always does); returns whether it did. A
+    /// reply must carry lease 0 for every object this refuses.
+    pub fn try_grant(&mut self, h: Holder, key: ObjKey, fh: FileHandle, lease_ms: u32) -> bool {
+        if lease_ms == 0 || !self.conns.contains_key(&h.conn) {
+            return false;
         }
         let expiry = Instant::now() + Duration::from_millis(lease_ms as u64);
+        if let Some(held) = self
+            .objects
+            .get_mut(&key)
+            .and_then(|e| e.holders.get_mut(&h.conn))
+        {
+            // A renewal: no new entry, charged as before.
+            held.expiry = held.expiry.max(expiry);
+            return true;
+        }
+        if self.len >= self.max || self.over_share(h.conn) || self.principal_full(h.who) {
+            return false;
+        }
         let e = self.objects.entry(key).or_insert_with(|| Entry {
             fh,
             holders: HashMap::new(),
         });
-        if e.holders.insert(conn, expiry).is_none() {
-            self.len += 1;
-            self.by_conn.entry(conn).or_default().insert(key);
+        e.holders.insert(h.conn, Held { expiry, who: h.who });
+        let Some(c) = self.conns.get_mut(&h.conn) else {
+            return false;
+        };
+        c.keys.insert(key);
+        self.len += 1;
+        *self.by_addr.entry(c.addr).or_default() += 1;
+        match h.who {
+            Principal::Anonymous => self.anonymous += 1,
+            Principal::User(uid) => *self.by_user.entry(uid).or_default() += 1,
         }
+        true
     }
 
-    fn release(&mut self, conn: ConnId, key: ObjKey) {
+    /// Gives back what `conn`'s lease on `key` (already removed from the object) was charged.
+    fn release(&mut self, conn: ConnId, key: ObjKey, held: Held) {
         self.len -= 1;
-        if let Some(keys) = self.by_conn.get_mut(&conn) {
-            keys.remove(&key);
-            if keys.is_empty() {
-                self.by_conn.remove(&conn);
-            }
+        let addr = self.conns.get_mut(&conn).map(|c| {
+            c.keys.remove(&key);
+            c.addr
+        });
+        if let Some(addr) = addr {
+            decrement(&mut self.by_addr, addr);
+        }
+        match held.who {
+            Principal::Anonymous => self.anonymous -= 1,
+            Principal::User(uid) => decrement(&mut self.by_user, uid),
         }
     }
 
@@ -116,41 +241,45 @@ impl Leases {
         };
         let fh = e.fh;
         let mut ended = Vec::new();
-        e.holders.retain(|&c, &mut exp| {
+        e.holders.retain(|&c, held| {
             if c == by {
                 return true;
             }
-            ended.push((c, exp > now));
+            ended.push((c, *held));
             false
         });
         if e.holders.is_empty() {
             self.objects.remove(&key);
         }
         let mut notify = Vec::new();
-        for (c, live) in ended {
-            self.release(c, key);
-            if live {
+        for (c, held) in ended {
+            self.release(c, key, held);
+            if held.expiry > now {
                 notify.push(c);
             }
         }
         (notify, Some(fh))
     }
 
-    /// Drops everything a closed connection held (only its own entries are visited).
+    /// Drops everything a closed connection held (only its own entries are visited) and
+    /// forgets it.
     pub fn drop_conn(&mut self, conn: ConnId) {
-        let Some(keys) = self.by_conn.remove(&conn) else {
+        let Some(keys) = self.conns.get(&conn).map(|c| c.keys.clone()) else {
             return;
         };
         for key in keys {
-            if let Some(e) = self.objects.get_mut(&key) {
-                if e.holders.remove(&conn).is_some() {
-                    self.len -= 1;
-                }
-                if e.holders.is_empty() {
-                    self.objects.remove(&key);
-                }
+            let Some(e) = self.objects.get_mut(&key) else {
+                continue;
+            };
+            let held = e.holders.remove(&conn);
+            if e.holders.is_empty() {
+                self.objects.remove(&key);
+            }
+            if let Some(held) = held {
+                self.release(conn, key, held);
             }
         }
+        self.conns.remove(&conn);
     }
 
     /// Drops expired leases; returns how many.
@@ -158,17 +287,17 @@ impl Leases {
         let now = Instant::now();
         let mut expired = Vec::new();
         self.objects.retain(|&key, e| {
-            e.holders.retain(|&c, exp| {
-                let keep = *exp > now;
+            e.holders.retain(|&c, held| {
+                let keep = held.expiry > now;
                 if !keep {
-                    expired.push((c, key));
+                    expired.push((c, key, *held));
                 }
                 keep
             });
             !e.holders.is_empty()
         });
-        for &(c, key) in &expired {
-            self.release(c, key);
+        for &(c, key, held) in &expired {
+            self.release(c, key, held);
         }
         expired.len()
     }
@@ -179,23 +308,68 @@ impl Leases {
     }
 }
 
+/// One less in `counts[k]`, forgetting `k` at zero (so idle addresses and users cost nothing).
+fn decrement<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, k: K) {
+    if let Some(n) = counts.get_mut(&k) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&k);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const A: Principal = Principal::User(1000);
+    const B: Principal = Principal::User(1001);
+    const ANON: Principal = Principal::Anonymous;
 
     fn fh() -> FileHandle {
         FileHandle::from_bytes([0; 48])
     }
 
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, last])
+    }
+
+    fn h(conn: ConnId, who: Principal) -> Holder {
+        Holder { conn, who }
+    }
+
+    /// Shares no test reaches unless it means to.
+    fn roomy(per_conn: usize) -> Shares {
+        Shares {
+            per_conn,
+            per_addr: 1 << 20,
+            per_user: 1 << 20,
+            anonymous: 1 << 20,
+        }
+    }
+
+    /// Every count is back to zero and every map empty: nothing leaked.
+    fn assert_empty(l: &Leases) {
+        assert_eq!(l.count(), 0);
+        assert!(l.objects.is_empty(), "{:?}", l.objects);
+        assert!(l.by_addr.is_empty(), "{:?}", l.by_addr);
+        assert!(l.by_user.is_empty(), "{:?}", l.by_user);
+        assert_eq!(l.anonymous, 0);
+        assert!(l.conns.values().all(|c| c.keys.is_empty()));
+    }
+
     #[test]
     fn grant_change_reap_bound() {
-        let mut l = Leases::new(Duration::from_secs(60), 2, 10);
-        assert!(l.try_grant(1, (1, 1), fh(), l.lease_ms()));
-        assert!(l.try_grant(2, (1, 1), fh(), 60_000));
+        let mut l = Leases::new(Duration::from_secs(60), 2, roomy(10));
+        for c in 1..=3 {
+            l.open_conn(c, ip(c as u8));
+        }
+        assert!(l.try_grant(h(1, A), (1, 1), fh(), l.lease_ms()));
+        assert!(l.try_grant(h(2, A), (1, 1), fh(), 60_000));
         assert_eq!(l.lease_ms(), 0, "full table grants no lease");
-        assert!(!l.try_grant(3, (1, 1), fh(), 60_000), "full: refused");
+        assert!(!l.try_grant(h(3, A), (1, 1), fh(), 60_000), "full: refused");
         assert!(
-            l.try_grant(2, (1, 1), fh(), 60_000),
+            l.try_grant(h(2, B), (1, 1), fh(), 60_000),
             "a renewal is not a new entry"
         );
         let (who, _) = l.changed((1, 1), 1);
@@ -204,25 +378,32 @@ mod tests {
         assert_eq!(l.held_by(2), 0);
         l.drop_conn(1);
         assert_eq!(l.count(), 0);
-        assert!(l.try_grant(3, (2, 2), fh(), 1));
+        assert!(l.try_grant(h(3, A), (2, 2), fh(), 1));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(l.reap(), 1);
         assert_eq!((l.count(), l.held_by(3)), (0, 0));
+        assert_empty(&l);
+        assert!(
+            !l.try_grant(h(1, A), (3, 3), fh(), 60_000),
+            "a closed connection gets none"
+        );
     }
 
     #[test]
     fn share_per_connection() {
-        let mut l = Leases::new(Duration::from_secs(60), 1000, 3);
+        let mut l = Leases::new(Duration::from_secs(60), 1000, roomy(3));
+        l.open_conn(1, ip(1));
+        l.open_conn(2, ip(2));
         for i in 0..3 {
-            assert!(l.try_grant(1, (1, i), fh(), l.lease_ms()));
+            assert!(l.try_grant(h(1, A), (1, i), fh(), l.lease_ms()));
         }
         assert!(l.over_share(1), "connection 1 holds its whole share");
         assert!(
-            !l.try_grant(1, (1, 9), fh(), 60_000),
+            !l.try_grant(h(1, A), (1, 9), fh(), 60_000),
             "over its share: refused"
         );
         assert!(
-            l.try_grant(2, (1, 9), fh(), 60_000),
+            l.try_grant(h(2, A), (1, 9), fh(), 60_000),
             "others are unaffected"
         );
         assert!(!l.over_share(2), "others are unaffected");
@@ -231,6 +412,166 @@ mod tests {
         assert!(!l.over_share(1), "a lease ended: below the share again");
         l.drop_conn(1);
         l.drop_conn(2);
-        assert_eq!(l.count(), 0);
+        assert_empty(&l);
+    }
+
+    #[test]
+    fn share_per_address() {
+        let shares = Shares {
+            per_addr: 4,
+            ..roomy(3)
+        };
+        let mut l = Leases::new(Duration::from_secs(60), 1000, shares);
+        // Three connections from one address, one from another.
+        for c in 1..=3 {
+            l.open_conn(c, ip(1));
+        }
+        l.open_conn(4, ip(2));
+        assert!(l.try_grant(h(1, A), (1, 0), fh(), 60_000));
+        assert!(l.try_grant(h(1, B), (1, 1), fh(), 60_000));
+        assert!(l.try_grant(h(2, A), (1, 2), fh(), 60_000));
+        assert!(l.try_grant(h(3, ANON), (1, 3), fh(), 60_000));
+        assert!(l.over_share(2), "the address holds its whole share");
+        assert!(!l.try_grant(h(2, B), (1, 4), fh(), 60_000), "refused");
+        assert!(!l.try_grant(h(3, A), (1, 0), fh(), 60_000), "refused");
+        assert!(
+            l.try_grant(h(1, A), (1, 0), fh(), 60_000),
+            "renewals still are"
+        );
+        assert!(
+            l.try_grant(h(4, A), (1, 4), fh(), 60_000),
+            "another address"
+        );
+        l.drop_conn(3);
+        assert!(
+            !l.over_share(2),
+            "a connection closed: below the share again"
+        );
+        assert!(l.try_grant(h(2, B), (1, 4), fh(), 60_000));
+        for c in 1..=4 {
+            l.drop_conn(c);
+        }
+        assert_empty(&l);
+        assert!(l.conns.is_empty());
+    }
+
+    #[test]
+    fn share_per_user() {
+        let shares = Shares {
+            per_user: 2,
+            ..roomy(10)
+        };
+        let mut l = Leases::new(Duration::from_secs(60), 1000, shares);
+        l.open_conn(1, ip(1));
+        l.open_conn(2, ip(2));
+        // One user on two connections from two addresses: one allowance.
+        assert!(l.try_grant(h(1, A), (1, 0), fh(), 60_000));
+        assert!(l.try_grant(h(2, A), (1, 1), fh(), 60_000));
+        assert!(
+            !l.try_grant(h(2, A), (1, 2), fh(), 60_000),
+            "user A is full"
+        );
+        assert!(!l.over_share(2), "the connection itself is not");
+        assert!(l.try_grant(h(2, B), (1, 2), fh(), 60_000), "user B is not");
+        let (ended, _) = l.changed((1, 0), 2);
+        assert_eq!(ended, vec![1]);
+        assert!(
+            l.try_grant(h(2, A), (1, 3), fh(), 60_000),
+            "A below its share"
+        );
+        l.drop_conn(1);
+        l.drop_conn(2);
+        assert_empty(&l);
+    }
+
+    #[test]
+    fn anonymous_share_all_connections_together() {
+        let shares = Shares {
+            anonymous: 5,
+            ..roomy(3)
+        };
+        let mut l = Leases::new(Duration::from_secs(60), 1000, shares);
+        for c in 1..=10 {
+            l.open_conn(c, ip(c as u8));
+        }
+        let mut granted = 0;
+        for c in 1..=9 {
+            for i in 0..3 {
+                granted += usize::from(l.try_grant(h(c, ANON), (1, i), fh(), 60_000));
+            }
+        }
+        assert_eq!(granted, 5, "nine anonymous connections share five leases");
+        assert!(l.anonymous_full());
+        assert!(
+            l.try_grant(h(10, A), (1, 0), fh(), 60_000),
+            "a user is unaffected"
+        );
+        assert!(!l.try_grant(h(10, ANON), (1, 1), fh(), 60_000));
+        assert_eq!(l.reap(), 0);
+        l.drop_conn(1);
+        assert!(
+            !l.anonymous_full(),
+            "a connection closed: its leases came back"
+        );
+        for c in 1..=10 {
+            l.drop_conn(c);
+        }
+        assert_empty(&l);
+    }
+
+    #[test]
+    fn derived_shares() {
+        let s = Shares::new(100_000, 4096);
+        assert_eq!((s.per_conn, s.per_addr, s.per_user), (4096, 16384, 16384));
+        assert_eq!(s.anonymous, 8192);
+        let s = Shares::new(600, 100);
+        assert_eq!((s.per_addr, s.per_user, s.anonymous), (300, 300, 150));
+        let s = Shares::new(0, 0);
+        assert_eq!(
+            (s.per_conn, s.per_addr, s.per_user, s.anonymous),
+            (1, 1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn many_grants_and_drops_leave_nothing() {
+        let shares = Shares {
+            per_conn: 7,
+            per_addr: 15,
+            per_user: 11,
+            anonymous: 9,
+        };
+        let mut l = Leases::new(Duration::from_secs(60), 200, shares);
+        let whos = [A, B, ANON, Principal::User(7)];
+        for round in 0..200u32 {
+            let conns: Vec<ConnId> = (0..8).map(|i| round * 8 + i + 1).collect();
+            for &c in &conns {
+                l.open_conn(c, ip((c % 3) as u8));
+            }
+            for (n, &c) in conns.iter().enumerate() {
+                for i in 0..12u64 {
+                    let who = whos[(n + i as usize) % whos.len()];
+                    let ms = if i % 4 == 0 { 1 } else { 60_000 };
+                    l.try_grant(h(c, who), (1, i + u64::from(round % 5)), fh(), ms);
+                }
+            }
+            // Some leases end by changes, some by expiry, the rest with their connections.
+            l.changed((1, u64::from(round % 7)), conns[0]);
+            if round % 10 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+                l.reap();
+            }
+            let by_addr: usize = l.by_addr.values().sum();
+            let by_who: usize = l.by_user.values().sum::<usize>() + l.anonymous;
+            assert_eq!((by_addr, by_who), (l.count(), l.count()), "round {round}");
+            assert!(l.anonymous <= 9 && l.by_user.values().all(|&n| n <= 11));
+            assert!(l.by_addr.values().all(|&n| n <= 15));
+            for &c in &conns {
+                assert!(l.held_by(c) <= 7);
+                l.drop_conn(c);
+            }
+            assert_empty(&l);
+            assert!(l.conns.is_empty());
+        }
     }
 }

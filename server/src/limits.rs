@@ -6,6 +6,9 @@
 pub struct Limits {
     /// Connections served at once; more are accepted and closed at once.
     pub max_connections: usize,
+    /// Connections not yet logged in, at most (a quarter of `max_connections` at most; see
+    /// [`crate::startups`]): when there are this many, the oldest is dropped for a new one.
+    pub max_startups: usize,
     /// Requests of one connection being worked on; the connection is not read beyond this.
     pub max_in_flight: usize,
     /// Bytes of sealed replies waiting for a slow reader before the connection is not read.

@@ -15,6 +15,20 @@ use crate::server::Server;
 /// How long shutdown waits for in-flight requests.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
+/// Connections the kernel may queue for `accept` (capped by `net.core.somaxconn`). std listens
+/// with 128: under a flood of connections that queue fills between two rounds of accepts, the
+/// kernel then drops SYNs, a real client's among them, and that client waits a second (then
+/// three more) before its SYN is sent again. A deeper queue lets the flood in, where
+/// [`crate::startups`] sorts it out.
+const BACKLOG: i32 = 4096;
+
+/// Deepens `listener`'s accept queue to [`BACKLOG`] (listen(2) again on a listening socket
+/// only changes its backlog).
+pub fn deepen_backlog(listener: &std::net::TcpListener) -> std::io::Result<()> {
+    rustix::net::listen(listener, BACKLOG)?;
+    Ok(())
+}
+
 struct Listening {
     listener: TcpListener,
     /// Taken (and deregistered) when shutdown begins.
@@ -78,7 +92,7 @@ fn accept_all(srv2: &Arc<Server>, l: &mut Listening, next: &mut u32) {
     loop {
         match l.listener.accept() {
             Ok((stream, peer)) => {
-                if srv2.open_conns.load(Ordering::SeqCst) >= srv2.limits.max_connections {
+                if srv2.at_connection_limit() {
                     tracing::warn!(%peer, "connection limit reached; refusing");
                     drop(stream);
                     continue;

@@ -17,6 +17,7 @@ mod output;
 mod read;
 mod server;
 mod settings;
+mod startups;
 mod state;
 mod stats;
 mod trust;
@@ -93,6 +94,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     let std_listener =
         std::net::TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
     std_listener.set_nonblocking(true)?;
+    listener::deepen_backlog(&std_listener).context("listen")?;
     let addr = std_listener.local_addr()?;
     if !state::exists(&dir) {
         let location = pick_location(settings.location.as_deref(), &dir, addr)?;
@@ -201,13 +203,17 @@ fn serve(args: ServeArgs) -> Result<()> {
     let result = rt.run();
     srv.fs_pool.stop();
     let stats = h.stats();
+    let startups_dropped = srv
+        .startups_dropped
+        .load(std::sync::atomic::Ordering::Relaxed);
     tracing::info!(
         serial_fraction = stats.serial_fraction(),
         callbacks = stats.callbacks(),
+        startups_dropped,
         "stopped"
     );
     if settings.stats {
-        println!("sfsd-stats: {}", stats::json(&stats));
+        println!("sfsd-stats: {}", stats::json(&stats, startups_dropped));
         std::io::stdout().flush()?;
     }
     result.context("runtime failed")?;

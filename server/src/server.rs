@@ -14,7 +14,8 @@
 //! ([`crate::fs::pool`], round robin between connections).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use libcolor::ColorCell;
@@ -30,10 +31,11 @@ use crate::changes::{Changes, Epoch};
 use crate::conn::{self, Conn, ConnRef};
 use crate::fs::pool::FsPool;
 use crate::fs::{Backend, ObjKey, OpCtx};
-use crate::leases::{ConnId, Leases};
+use crate::leases::{ConnId, Holder, Leases, Principal, Shares};
 use crate::limits::Limits;
 use crate::read::FileBudget;
 use crate::settings::Settings;
+use crate::startups::{Dropped, Startups};
 use crate::users::{Creds, Users};
 
 /// A connection as color 0 knows it.
@@ -48,6 +50,8 @@ pub struct Registered {
 pub struct Color0 {
     pub leases: Leases,
     pub conns: HashMap<ConnId, Registered>,
+    /// Connections not yet logged in (see [`crate::startups`]).
+    pub startups: Startups,
 }
 
 /// Everything the connection colors and color 0 share.
@@ -78,11 +82,21 @@ pub struct Server {
     /// The lease color 0 currently grants (milliseconds; 0 when the table is full), readable
     /// from any color.
     pub lease_ms_now: AtomicU32,
+    /// Set by color 0 while anonymous requests hold their whole allowance of leases: the
+    /// connections' colors then grant anonymous requests lease 0 without asking.
+    pub anonymous_leases_full: AtomicBool,
     pub open_conns: AtomicUsize,
     /// Connections with requests in flight (a core idles when there are fewer than workers:
     /// then one connection's replies may be sealed on several).
     pub busy_conns: AtomicUsize,
     pub draining: AtomicBool,
+    /// Starting connections closed to make room for new ones (see [`crate::startups`]).
+    pub startups_dropped: AtomicU64,
+    /// Starting connections color 0 has asked to close and that have not heard it yet: they
+    /// still count in `open_conns`, but the accept limit does not count them (at most
+    /// `max_startups` of them), or a flood would fill it with connections already on their way
+    /// out.
+    pub doomed: AtomicUsize,
 }
 
 impl Server {
@@ -95,7 +109,9 @@ impl Server {
         users: Users,
         settings: &Settings,
     ) -> Server {
-        let limits = settings.limits.clone();
+        let mut limits = settings.limits.clone();
+        limits.max_startups =
+            crate::startups::pool_size(limits.max_startups, limits.max_connections);
         let (anonymous_uid, anonymous_gid) = settings.anonymous;
         Server {
             name: st.name(),
@@ -119,18 +135,25 @@ impl Server {
                     leases: Leases::new(
                         settings.lease,
                         settings.max_leases,
-                        settings.max_leases_per_conn,
+                        Shares::new(settings.max_leases, settings.max_leases_per_conn),
                     ),
                     conns: HashMap::new(),
+                    startups: Startups::new(
+                        limits.max_startups,
+                        crate::startups::anonymous_limit(limits.max_connections),
+                    ),
                 },
             ),
             in_flight: AtomicUsize::new(0),
             lease_ms_now: AtomicU32::new(
                 u32::try_from(settings.lease.as_millis()).unwrap_or(u32::MAX),
             ),
+            anonymous_leases_full: AtomicBool::new(false),
             open_conns: AtomicUsize::new(0),
             busy_conns: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
+            startups_dropped: AtomicU64::new(0),
+            doomed: AtomicUsize::new(0),
             changes: Changes::new(),
             file_budget: FileBudget::new(crate::limits::CACHED_FILES),
             limits,
@@ -171,18 +194,20 @@ impl Server {
     /// the reader gets an INVALIDATE, which ends the announced lease.
     pub fn record_read_lease(
         self: &Arc<Self>,
-        id: ConnId,
+        holder: Holder,
         key: ObjKey,
         fh: FileHandle,
         lease_ms: u32,
         read_from: Epoch,
     ) {
+        let id = holder.conn;
         let revoke = self.color0.with(|c0| {
             if !c0.conns.contains_key(&id) {
                 return false;
             }
-            let granted = c0.leases.try_grant(id, key, fh, lease_ms);
+            let granted = c0.leases.try_grant(holder, key, fh, lease_ms);
             self.publish_share(c0, id);
+            self.publish_table(c0);
             !granted || self.changes.object_changed_since(key, &read_from)
         });
         if revoke
@@ -219,6 +244,10 @@ impl Server {
             reserved,
             lease_ms,
         } = d;
+        let holder = Holder {
+            conn: id,
+            who: Principal::of(&creds),
+        };
         let ctx = OpCtx {
             creds,
             lease_ms,
@@ -235,7 +264,7 @@ impl Server {
             }
             let srv2 = srv.clone();
             srv.h.cpucb(Color::DEFAULT, move || {
-                srv2.finish(conn2, id, req_id, reserved, lease_ms, outcome)
+                srv2.finish(conn2, holder, req_id, reserved, lease_ms, outcome)
             });
         });
         if submitted.is_err() {
@@ -248,24 +277,26 @@ impl Server {
     pub(crate) fn finish(
         self: &Arc<Self>,
         conn: ConnRef,
-        id: ConnId,
+        holder: Holder,
         req_id: u64,
         reserved: usize,
         lease_ms: u32,
         outcome: crate::fs::Outcome,
     ) {
+        let id = holder.conn;
         let mut invalidations = Vec::new();
         let mut result = outcome.result;
         self.color0.with(|c0| {
-            // Every attribute in the reply keeps its lease only if the table and this
-            // connection's share allow the grant; the others are sent with lease 0.
+            // Every attribute in the reply keeps its lease only if the table and the shares of
+            // this connection, its address and its user allow the grant; the others are sent
+            // with lease 0.
             if let Ok(body) = &mut result {
                 let handles: HashMap<ObjKey, FileHandle> = outcome.leased.iter().copied().collect();
                 for attr in body.attrs_mut() {
                     let key = (attr.fsid, attr.fileid);
                     let granted = handles
                         .get(&key)
-                        .is_some_and(|fh| c0.leases.try_grant(id, key, *fh, lease_ms));
+                        .is_some_and(|fh| c0.leases.try_grant(holder, key, *fh, lease_ms));
                     if !granted {
                         attr.lease_ms = 0;
                     }
@@ -284,8 +315,7 @@ impl Server {
                 }
             }
             self.publish_share(c0, id);
-            self.lease_ms_now
-                .store(c0.leases.lease_ms(), Ordering::Relaxed);
+            self.publish_table(c0);
         });
         for (other, target, fh, attr) in invalidations {
             let attr = attr.map(|a| Attr { lease_ms: 0, ..a });
@@ -306,7 +336,17 @@ impl Server {
         });
     }
 
-    /// Color 0: tells connection `id` whether it holds its whole share of leases.
+    /// Color 0: tells every color the lease granted now, and whether anonymous requests may
+    /// get one.
+    fn publish_table(&self, c0: &Color0) {
+        self.lease_ms_now
+            .store(c0.leases.lease_ms(), Ordering::Relaxed);
+        self.anonymous_leases_full
+            .store(c0.leases.anonymous_full(), Ordering::Relaxed);
+    }
+
+    /// Color 0: tells connection `id` whether it (or its address) holds its whole share of
+    /// leases.
     fn publish_share(&self, c0: &mut Color0, id: ConnId) {
         let over = c0.leases.over_share(id);
         if let Some(r) = c0.conns.get(&id) {
@@ -331,26 +371,88 @@ impl Server {
         });
     }
 
-    /// Color 0: a connection opened.
-    pub fn register_conn(&self, id: ConnId, conn: &ConnRef, capped: Arc<AtomicBool>) {
-        self.color0.with(|c0| {
+    /// Color 0: a connection opened (from `peer`, which its leases are charged to). It joins
+    /// the starting connections; if they are too many, the one [`Startups::admit`] picks is
+    /// closed (in its own color, which knows whether it has logged in meanwhile).
+    pub fn register_conn(
+        self: &Arc<Self>,
+        id: ConnId,
+        conn: &ConnRef,
+        capped: Arc<AtomicBool>,
+        peer: IpAddr,
+    ) {
+        let victim = self.color0.with(|c0| {
             c0.conns.insert(
                 id,
                 Registered {
                     conn: Arc::downgrade(conn),
                     lease_capped: capped,
                 },
-            )
+            );
+            c0.leases.open_conn(id, peer);
+            let victim = c0.startups.admit(id);
+            Self::reach(c0, victim)
         });
+        self.drop_starting(victim);
+    }
+
+    /// Color 0: the connection `d` names, if it is still there.
+    fn reach(c0: &Color0, d: Option<Dropped>) -> Option<(ConnRef, Dropped)> {
+        let d = d?;
+        let conn = c0.conns.get(&d.conn)?.conn.upgrade()?;
+        Some((conn, d))
+    }
+
+    /// Color 0: has `victim` closed in its own color (see [`conn::drop_starting`]).
+    fn drop_starting(self: &Arc<Self>, victim: Option<(ConnRef, Dropped)>) {
+        if let Some((conn, d)) = victim {
+            self.startups_dropped.fetch_add(1, Ordering::Relaxed);
+            self.doomed.fetch_add(1, Ordering::SeqCst);
+            let srv = self.clone();
+            self.h.cpucb(conn.color(), move || {
+                conn::drop_starting(&srv, &conn, d.in_handshake)
+            });
+        }
+    }
+
+    /// Color 0: connection `id`, dropped while it was thought to be in the handshake, had
+    /// finished it: it comes back (see [`Startups::readmit`]), and another makes room.
+    pub fn conn_readmit(self: &Arc<Self>, id: ConnId) {
+        // Its drop was counted and did not happen.
+        self.startups_dropped.fetch_sub(1, Ordering::Relaxed);
+        let victim = self.color0.with(|c0| {
+            if !c0.conns.contains_key(&id) {
+                return None;
+            }
+            let victim = c0.startups.readmit(id);
+            Self::reach(c0, victim)
+        });
+        self.drop_starting(victim);
+    }
+
+    /// Color 0: connection `id` finished its handshake (see [`Startups::handshake_done`]).
+    pub fn conn_handshake_done(&self, id: ConnId) {
+        self.color0.with(|c0| c0.startups.handshake_done(id));
+    }
+
+    /// Color 0: connection `id` logged in: it is no longer a starting connection.
+    pub fn conn_logged_in(&self, id: ConnId) {
+        self.color0.with(|c0| c0.startups.logged_in(id));
+    }
+
+    /// Color 0: connection `id` was granted anonymous access: it leaves the starting
+    /// connections if anonymous ones have room (see [`Startups::anonymous`]).
+    pub fn conn_anonymous(&self, id: ConnId) {
+        self.color0.with(|c0| c0.startups.anonymous(id));
     }
 
     /// Color 0: a connection closed; its leases go.
     pub fn forget_conn(&self, id: ConnId) {
         self.color0.with(|c0| {
             c0.conns.remove(&id);
+            c0.startups.closed(id);
             c0.leases.drop_conn(id);
-            self.lease_ms_now
-                .store(c0.leases.lease_ms(), Ordering::Relaxed);
+            self.publish_table(c0);
         });
         match &self.storage {
             Backend::Local(storage) => storage.connection_closed(id),
@@ -368,8 +470,7 @@ impl Server {
                 for id in ids {
                     srv.publish_share(c0, id);
                 }
-                srv.lease_ms_now
-                    .store(c0.leases.lease_ms(), Ordering::Relaxed);
+                srv.publish_table(c0);
                 reaped
             });
             if reaped > 0 {
@@ -379,6 +480,18 @@ impl Server {
                 srv.start_reaper(every);
             }
         });
+    }
+
+    /// Whether a new connection must be refused: the connection limit is reached, not counting
+    /// up to `max_startups` connections on their way out (their descriptors are the only thing
+    /// they still hold, taken from the room left for files).
+    pub fn at_connection_limit(&self) -> bool {
+        let open = self.open_conns.load(Ordering::SeqCst);
+        let doomed = self
+            .doomed
+            .load(Ordering::SeqCst)
+            .min(self.limits.max_startups);
+        open.saturating_sub(doomed) >= self.limits.max_connections
     }
 
     pub fn drain_pending(&self) -> usize {

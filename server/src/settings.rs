@@ -34,6 +34,11 @@ pub mod defaults {
     pub const MIN_STORAGE_THREADS: usize = 8;
     /// Simultaneous connections (lowered at start to fit the open-file limit).
     pub const MAX_CONNECTIONS: usize = 4096;
+    /// Connections not yet logged in. sshd's MaxStartups stops at 100 for connections that
+    /// each cost it a process; one here costs a descriptor and a few KiB, and a bigger pool
+    /// gives a real client longer to finish its handshake before a flood's arrivals push it
+    /// out (see [`crate::startups`]). At most a quarter of the connection limit.
+    pub const MAX_STARTUPS: usize = 256;
     /// Requests in flight per connection.
     pub const MAX_IN_FLIGHT: usize = 32;
     /// Unsent reply bytes per connection before it is no longer read.
@@ -170,6 +175,7 @@ impl Settings {
             max_connections: a
                 .max_connections
                 .map_or(defaults::MAX_CONNECTIONS, |n| n.max(1)),
+            max_startups: a.max_startups.map_or(defaults::MAX_STARTUPS, |n| n.max(1)),
             max_in_flight: a
                 .max_in_flight
                 .map_or(defaults::MAX_IN_FLIGHT, |n| n.max(1)),
@@ -258,6 +264,7 @@ mod tests {
         assert_eq!(s.listen, defaults::LISTEN.parse().unwrap());
         assert_eq!(s.lease, Duration::from_secs(60));
         assert_eq!(s.limits.max_connections, 4096);
+        assert_eq!(s.limits.max_startups, 256);
         assert_eq!(s.limits.max_in_flight, 32);
         assert_eq!(s.limits.idle_timeout, Duration::from_secs(900));
         assert_eq!(s.anonymous, (65534, 65534));

@@ -1,8 +1,10 @@
 //! The `sfsd-stats:` line: libcolor's counters as one line of JSON, for the benchmark harness.
 //!
 //! `serial_fraction` is the busiest color's share of the busy time (CPU-time corrected), the
-//! input of the Amdahl bound; `busiest_slot` names that color slot. Fields are declared in
-//! alphabetical order, the order the line has always had.
+//! input of the Amdahl bound; `busiest_slot` names that color slot. `startups_dropped` is the
+//! server's own: connections closed before logging in to make room for new ones
+//! ([`crate::startups`]). Fields are declared in alphabetical order, the order the line has
+//! always had.
 
 use serde::Serialize;
 
@@ -19,6 +21,7 @@ struct StatsLine {
     per_worker: Vec<WorkerLine>,
     poll_busy_ns: u64,
     serial_fraction: f64,
+    startups_dropped: u64,
     steals: u64,
     workers: usize,
 }
@@ -45,7 +48,7 @@ fn nanos(d: std::time::Duration) -> u64 {
 }
 
 /// The JSON text of the line (without the `sfsd-stats: ` prefix).
-pub fn json(s: &libcolor::Stats) -> String {
+pub fn json(s: &libcolor::Stats, startups_dropped: u64) -> String {
     let busiest = s.busiest_slot();
     let line = StatsLine {
         amdahl_bound: (s.amdahl_bound(s.workers.len()) * 1000.0).round() / 1000.0,
@@ -75,6 +78,7 @@ pub fn json(s: &libcolor::Stats) -> String {
             .collect(),
         poll_busy_ns: nanos(s.poll_busy()),
         serial_fraction: (s.serial_fraction() * 1e6).round() / 1e6,
+        startups_dropped,
         steals: s.steals(),
         workers: s.workers.len(),
     };
@@ -87,7 +91,7 @@ mod tests {
 
     #[test]
     fn empty_stats_give_one_line_with_every_field() {
-        let text = json(&libcolor::Stats::default());
+        let text = json(&libcolor::Stats::default(), 3);
         assert!(!text.contains('\n'));
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         for key in [
@@ -97,10 +101,12 @@ mod tests {
             "cpu_ns",
             "per_worker",
             "serial_fraction",
+            "startups_dropped",
             "workers",
         ] {
             assert!(v.get(key).is_some(), "{key} missing in {text}");
         }
         assert_eq!(v["workers"], 0);
+        assert_eq!(v["startups_dropped"], 3);
     }
 }

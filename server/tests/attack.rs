@@ -1792,3 +1792,229 @@ fn oversized_replayed_and_garbage_records_close_only_that_connection() {
     let mut again = s.connect();
     assert_eq!(again.mount(0), root);
 }
+
+// ---------------------------------------------------------------------------------------------
+// 16. A flood of silent connections cannot lock a user out (issue 25, point 7).
+
+/// Opens `per_sec` connections a second to `addr` that never send anything, until `stop`:
+/// the newest `keep` stay open (the attacker's side), older ones are closed to make room.
+/// Counts them in `made`.
+fn silent_flood(
+    addr: std::net::SocketAddr,
+    per_sec: u32,
+    keep: usize,
+    made: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut open = std::collections::VecDeque::new();
+    let t0 = Instant::now();
+    let gap = Duration::from_secs(1) / per_sec;
+    while !stop.load(Ordering::Relaxed) {
+        let due = t0 + gap * made.load(Ordering::Relaxed) as u32;
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            Ok(c) => {
+                made.fetch_add(1, Ordering::Relaxed);
+                open.push_back(c);
+                if open.len() > keep {
+                    open.pop_front();
+                }
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
+
+/// A user's connection that does what a client does until it is in: connect, handshake,
+/// LOGIN, MOUNT, GETATTR, starting over (at once) when the server drops it or does not
+/// answer within a second. Returns the time until GETATTR answered, or None after `give_up`.
+fn time_to_get_in(s: &Sfsd, name: &str, give_up: Duration) -> (Option<Duration>, usize) {
+    let seed = USERS.iter().find(|u| u.0 == name).unwrap().1;
+    let t0 = Instant::now();
+    let mut tries = 0;
+    while t0.elapsed() < give_up {
+        tries += 1;
+        let t = Duration::from_secs(1);
+        let Ok(mut c) = s.try_connect_within(t) else {
+            continue;
+        };
+        let login = c
+            .signer
+            .sign(name, &UserKeypair::from_seed([seed; 32]))
+            .unwrap();
+        let Some(Ok(ReplyBody::Login { authno })) = c.call_within(0, RequestOp::Login(login), t)
+        else {
+            continue;
+        };
+        let mount = RequestOp::Mount {
+            path: b"/".to_vec(),
+        };
+        let Some(Ok(ReplyBody::Mount { fh, .. })) = c.call_within(authno, mount, t) else {
+            continue;
+        };
+        if let Some(Ok(ReplyBody::GetAttr { .. })) =
+            c.call_within(authno, RequestOp::GetAttr { fh }, t)
+        {
+            return (Some(t0.elapsed()), tries);
+        }
+    }
+    (None, tries)
+}
+
+/// Silent connections a second: ten times what fills a server holding 1000 connections within
+/// its 10 s handshake timeout, and within what a debug build of sfsd accepts on one shared core
+/// (a flood faster than the server can accept is the kernel's queue's problem: it is served
+/// first come, first served).
+const FLOOD_RATE: u32 = 1000;
+
+#[test]
+fn silent_flood_does_not_lock_users_out() {
+    require_root!("silent_flood_does_not_lock_users_out");
+    // The attacker keeps every connection open (up to 10000, as many as the test may have).
+    let keep = 10_000.min(raise_nofile().saturating_sub(2000) as usize);
+    assert!(keep >= 4000, "needs 6000 descriptors, has {}", keep + 2000);
+    let st = setup(0o755);
+    // 2000 silent connections against a server that holds 1000 at most.
+    let s = st.start(&["--max-connections", "1000"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let made = Arc::new(AtomicUsize::new(0));
+    let (addr, made2, stop2) = (s.addr, made.clone(), stop.clone());
+    let flood = std::thread::spawn(move || silent_flood(addr, FLOOD_RATE, keep, made2, stop2));
+    // The flood fills the server, and keeps arriving while the users try.
+    let t0 = Instant::now();
+    while made.load(Ordering::Relaxed) < 2000 && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let filled = (made.load(Ordering::Relaxed), t0.elapsed());
+    let (took, tries) = time_to_get_in(&s, "alice", Duration::from_secs(5));
+    let (took2, tries2) = time_to_get_in(&s, "bob", Duration::from_secs(5));
+    stop.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
+    let made = made.load(Ordering::Relaxed);
+    eprintln!(
+        "{} silent connections in {:?}, {made} in all: alice in after {took:?} ({tries} \
+         tries), bob after {took2:?} ({tries2} tries)",
+        filled.0, filled.1
+    );
+    assert!(
+        filled.0 >= 2000,
+        "the flood opened only {} connections in 30 s",
+        filled.0
+    );
+    for (who, took) in [("alice", took), ("bob", took2)] {
+        let took = took.unwrap_or_else(|| {
+            panic!("{who} could not get in within 5 s under a flood of silent connections")
+        });
+        assert!(
+            took < Duration::from_secs(1),
+            "{who} took {took:?} to get in under a flood of silent connections (bound 1 s)"
+        );
+    }
+}
+#[test]
+fn anonymous_crowd_cannot_take_every_connection() {
+    require_root!("anonymous_crowd_cannot_take_every_connection");
+    let st = setup(0o755);
+    let s = st.start(&["--anonymous-read", "--max-connections", "40"]);
+    // Sixty anonymous connections, each reading once and then staying open (as many as the
+    // server would hold, and more).
+    let mut crowd = Vec::new();
+    for _ in 0..60 {
+        let Ok(mut c) = s.try_connect_within(Duration::from_secs(2)) else {
+            continue;
+        };
+        let mount = RequestOp::Mount {
+            path: b"/".to_vec(),
+        };
+        if let Some(Ok(_)) = c.call_within(0, mount, Duration::from_secs(2)) {
+            crowd.push(c);
+        }
+    }
+    let (took, tries) = time_to_get_in(&s, "alice", Duration::from_secs(5));
+    eprintln!(
+        "{} anonymous connections served: alice in after {took:?} ({tries} tries)",
+        crowd.len()
+    );
+    assert!(
+        crowd.len() >= 20,
+        "only {} anonymous connections were served",
+        crowd.len()
+    );
+    let took = took.expect("alice could not get in past 60 anonymous connections (limit 40)");
+    assert!(
+        took < Duration::from_secs(1),
+        "alice took {took:?} to get in"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 17. A crowd of anonymous connections cannot leave users without leases (issue 25, point 7).
+
+#[test]
+fn anonymous_crowd_leaves_users_leases() {
+    require_root!("anonymous_crowd_leaves_users_leases");
+    let st = setup(0o755);
+    let ex = st.ex();
+    const FILES: usize = 100;
+    std::fs::create_dir(ex.join("pub")).unwrap();
+    for i in 0..FILES {
+        std::fs::write(ex.join(format!("pub/f{i:03}")), b"p").unwrap();
+    }
+    file_owned(&ex.join("mine"), b"a", UID_A, UID_A, 0o644);
+    // A table of 600, each connection's share 100: six anonymous connections could fill it.
+    let s = st.start(&[
+        "--anonymous-read",
+        "--max-leases-per-conn",
+        "100",
+        "--max-leases",
+        "600",
+    ]);
+    // Thirty anonymous connections (more than the table holds), each asking for leases on
+    // every file (pipelined LOOKUPs, whose attributes carry leases), each within its own
+    // connection's share.
+    let mut crowd_leased = 0;
+    let mut crowd = Vec::new();
+    for _ in 0..30 {
+        let mut c = s.connect();
+        let root = c.mount(0);
+        let dir = c.lookup(0, root, "pub").unwrap();
+        let ids: Vec<u64> = (0..FILES)
+            .map(|i| {
+                let name = name(&format!("f{i:03}"));
+                c.send(0, RequestOp::Lookup { dir, name })
+            })
+            .collect();
+        for id in ids {
+            match c.wait_reply(id) {
+                Ok(ReplyBody::Lookup { attr: Some(at), .. }) if at.lease_ms > 0 => {
+                    crowd_leased += 1
+                }
+                Ok(ReplyBody::Lookup { .. }) => {}
+                r => panic!("anonymous LOOKUP: {r:?}"),
+            }
+        }
+        crowd.push(c);
+    }
+    // A user now asks for leases, on a connection of her own and on files the crowd holds.
+    let (mut c, a, root) = user(&s, "alice");
+    let mine = c.lookup(a, root, "mine").unwrap();
+    let dir = c.lookup(a, root, "pub").unwrap();
+    let mut leased = usize::from(c.getattr(a, mine).unwrap().lease_ms > 0);
+    for i in 0..20 {
+        let fh = c.lookup(a, dir, &format!("f{i:03}")).unwrap();
+        leased += usize::from(c.getattr(a, fh).unwrap().lease_ms > 0);
+    }
+    eprintln!("30 anonymous connections hold {crowd_leased} leases; alice got {leased} of 21");
+    assert_eq!(
+        leased,
+        21,
+        "alice got lease 0 on {} of 21 objects while 30 anonymous connections hold \
+         {crowd_leased} leases (--max-leases 600)",
+        21 - leased
+    );
+    assert!(crowd_leased > 0, "the anonymous crowd got no lease at all");
+    assert!(
+        crowd_leased <= 300,
+        "30 anonymous connections got {crowd_leased} leases out of a table of 600"
+    );
+}

@@ -11,7 +11,6 @@ use super::wire::{
 use super::{Handshake, HandshakeConfig, Next, Progress, Server, Session, Step};
 use crate::error::HandshakeError;
 use crate::keys::ServerKeypair;
-use crate::name::PUBLIC_KEY_LEN;
 use crate::record::{Opener, Sealer};
 
 impl Handshake<Server> {
@@ -45,45 +44,47 @@ impl Handshake<Server> {
         let body = server_key_body(keypair.public_key());
         let mut output = Vec::new();
         push_frame(&mut output, &body);
-        let prologue = prologue(&body);
-        let progress = noise_builder()
-            .local_private_key(keypair.secret_key())
-            .and_then(|b| b.prologue(&prologue))
-            .and_then(|b| match &ephemeral {
-                Some(e) => b.fixed_ephemeral_key_for_testing_only(e).build_responder(),
-                None => b.build_responder(),
-            })
-            .map_or_else(
-                |e| Progress::Failed(noise_err(e)),
-                |noise| {
-                    Progress::Wait(Box::new(AwaitClientHello {
-                        config,
-                        noise: Box::new(noise),
-                        server_key: *keypair.public_key(),
-                    }))
-                },
-            );
-        Handshake::start(progress, output)
+        let step = AwaitClientHello {
+            config,
+            keypair: keypair.clone(),
+            prologue: prologue(&body),
+            ephemeral,
+        };
+        Handshake::start(Progress::Wait(Box::new(step)), output)
     }
 }
 
-/// The server's step: key message sent, waiting for the client's Noise message.
+/// The server's step: key message sent, waiting for the client's Noise message. The Noise
+/// state is made only when that message arrives: making it derives the static public key (a
+/// scalar multiplication), which a connection that never speaks must not cost the server (a
+/// flood of silent connections costs it no cryptography at all).
 struct AwaitClientHello {
     config: HandshakeConfig,
-    noise: Box<HandshakeState>,
-    /// This server's static key (it goes into the session).
-    server_key: [u8; PUBLIC_KEY_LEN],
+    keypair: ServerKeypair,
+    prologue: Vec<u8>,
+    /// A fixed ephemeral key (golden test vectors only).
+    ephemeral: Option<[u8; 32]>,
+}
+
+impl AwaitClientHello {
+    fn responder(&self) -> Result<HandshakeState, HandshakeError> {
+        let b = noise_builder()
+            .local_private_key(self.keypair.secret_key())
+            .and_then(|b| b.prologue(&self.prologue))
+            .map_err(noise_err)?;
+        match &self.ephemeral {
+            Some(e) => b.fixed_ephemeral_key_for_testing_only(e).build_responder(),
+            None => b.build_responder(),
+        }
+        .map_err(noise_err)
+    }
 }
 
 impl Step for AwaitClientHello {
-    fn on_frame(
-        mut self: Box<Self>,
-        body: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<Next, HandshakeError> {
+    fn on_frame(self: Box<Self>, body: &[u8], out: &mut Vec<u8>) -> Result<Next, HandshakeError> {
+        let mut noise = self.responder()?;
         let mut payload = vec![0u8; body.len()];
-        let n = self
-            .noise
+        let n = noise
             .read_message(body, &mut payload)
             .map_err(|_| HandshakeError::ClientMessageRejected)?;
         let (offered, client_max) =
@@ -99,7 +100,7 @@ impl Step for AwaitClientHello {
             let refusal = ServerHello::Refuse {
                 versions: self.config.versions.clone(),
             };
-            let msg = noise_write(&mut self.noise, &encode_server_hello(&refusal))?;
+            let msg = noise_write(&mut noise, &encode_server_hello(&refusal))?;
             push_frame(out, &msg);
             return Err(HandshakeError::VersionRefused {
                 client: offered,
@@ -111,9 +112,9 @@ impl Step for AwaitClientHello {
             version,
             max_record_payload: self.config.advertised_max(),
         };
-        let msg = noise_write(&mut self.noise, &encode_server_hello(&accept))?;
+        let msg = noise_write(&mut noise, &encode_server_hello(&accept))?;
         push_frame(out, &msg);
-        let keys = split(&mut self.noise)?;
+        let keys = split(&mut noise)?;
         Ok(Next::Done(Box::new(Session {
             session_id: keys.session_id,
             version,
@@ -122,7 +123,7 @@ impl Step for AwaitClientHello {
                 &keys.client_to_server,
                 self.config.advertised_max() as usize,
             ),
-            server_key: self.server_key,
+            server_key: *self.keypair.public_key(),
         })))
     }
 }
