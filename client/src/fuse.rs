@@ -1660,7 +1660,7 @@ impl Filesystem for SfsFuse {
 pub fn invalidator(
     sh: Arc<Shared>,
     notifier: Notifier,
-    rx: std::sync::mpsc::Receiver<Invalidation>,
+    rx: crate::session::invalidations::Receiver,
 ) {
     for ev in rx {
         let work: Vec<(u64, Vec<Vec<u8>>)> = {

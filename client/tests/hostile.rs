@@ -10,10 +10,11 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use hostile_server::*;
+use protocol::{DirEntryPlus, DirPage, FileType, ReplyBody, RequestOp};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -197,4 +198,188 @@ fn get_into_a_sticky_directory_does_not_follow_planted_symlinks() {
                 .is_symlink()
         );
     }
+}
+
+/// Pages of `per_page` entries with names of `name_len` bytes and ever larger cookies, never
+/// eof.
+fn endless_page(cookie: u64, per_page: u64, name_len: usize) -> ReplyBody {
+    let entries = (cookie + 1..=cookie + per_page)
+        .map(|c| DirEntryPlus {
+            fileid: c,
+            name: format!("{c:0>name_len$}").into_bytes(),
+            cookie: c,
+            attr: Some(attr(c + 10, FileType::Regular, 0)),
+            fh: Some(fh(c + 10)),
+        })
+        .collect();
+    ReplyBody::ReadDirPlus(DirPage {
+        dir_attr: None,
+        verifier: [0; 8],
+        entries,
+        eof: false,
+    })
+}
+
+/// Runs `sfs ARGS` watching its resident memory: (output, peak VmRSS in KiB). The child is
+/// killed once it passes `max_kib` or the time limit.
+fn run_watched(home: &Path, args: &[&str], max_kib: u64) -> (Output, u64) {
+    use std::io::Read;
+    let mut c = sfs_cmd(home);
+    c.args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = Guard(c.spawn().unwrap());
+    let mut err = child.0.stderr.take().unwrap();
+    let errs = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let status_file = format!("/proc/{}/status", child.0.id());
+    let deadline = Instant::now() + LIMIT;
+    let mut peak = 0;
+    let status = loop {
+        if let Ok(s) = fs::read_to_string(&status_file)
+            && let Some(kib) = s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak = peak.max(kib);
+        }
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(peak <= max_kib, "sfs grew past {max_kib} KiB");
+        assert!(
+            Instant::now() < deadline,
+            "sfs did not finish within {LIMIT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = errs.join().unwrap();
+    (
+        Output {
+            status,
+            stdout: Vec::new(),
+            stderr,
+        },
+        peak,
+    )
+}
+
+/// Resident memory the listing tests allow the client: the entry bound's worth of entries
+/// and then some, far less than an endless listing would take.
+const LISTING_MAX_KIB: u64 = 768 * 1024;
+
+/// `sfs ls` of a directory whose listing never ends, with pages of `per_page` names of
+/// `name_len` bytes: it fails, saying why, within the memory bound.
+fn endless_listing(per_page: u64, name_len: usize, why: &str) {
+    let s = scratch();
+    let tree = Tree::new(vec![]);
+    let srv = Hostile::start(move |op| match op {
+        RequestOp::ReadDirPlus { cookie, .. } => {
+            vec![Out::Reply(Ok(endless_page(*cookie, per_page, name_len)))]
+        }
+        op => tree.answer(op),
+    });
+    let start = Instant::now();
+    let (out, peak) = run_watched(&s.home, &["ls", &format!("{}/", srv.name)], LISTING_MAX_KIB);
+    let err = text(&out.stderr);
+    eprintln!(
+        "endless listing of {name_len}-byte names: {:?}, peak RSS {peak} KiB",
+        start.elapsed()
+    );
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("endless listing"), "{err}");
+    assert!(err.contains(why), "{err}");
+}
+
+#[test]
+fn ls_of_an_endless_listing_of_long_names_fails_in_bounded_memory() {
+    endless_listing(2000, 200, "bytes of names");
+}
+
+#[test]
+fn ls_of_an_endless_listing_of_short_names_fails_in_bounded_memory() {
+    endless_listing(4000, 8, "entries");
+}
+
+#[test]
+fn ls_of_an_endless_listing_one_entry_a_page_fails() {
+    endless_listing(1, 8, "pages");
+}
+
+#[test]
+fn a_listing_whose_cookie_repeats_is_an_error() {
+    let s = scratch();
+    let tree = Tree::new(vec![]);
+    // Always the same page, whatever cookie is asked for.
+    let srv = Hostile::start(move |op| match op {
+        RequestOp::ReadDirPlus { .. } => vec![Out::Reply(Ok(endless_page(0, 10, 8)))],
+        op => tree.answer(op),
+    });
+    let (out, _) = run_watched(&s.home, &["ls", &format!("{}/", srv.name)], LISTING_MAX_KIB);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("endless listing"), "{err}");
+}
+
+#[test]
+fn a_read_reply_longer_than_asked_is_an_error() {
+    let s = scratch();
+    let mut tree = Tree::new(vec![("f", 2)]);
+    tree.file(2, b"ten bytes!");
+    let srv = Hostile::start(move |op| match op {
+        RequestOp::Read { count, .. } => vec![Out::Reply(Ok(ReplyBody::Read {
+            attr: None,
+            eof: true,
+            data: vec![b'x'; *count as usize + 100].into(),
+        }))],
+        op => tree.answer(op),
+    });
+    let local = s.dest.join("f");
+    let out = sfs(
+        &s.home,
+        &["get", &format!("{}/f", srv.name), local.to_str().unwrap()],
+    );
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("more data than asked"), "{err}");
+    let len = fs::metadata(&local).map(|m| m.len()).unwrap_or(0);
+    assert!(len <= 10, "local file of {len} bytes");
+}
+
+/// A flood of INVALIDATEs, each READ reply preceded by thousands, while `sfs get` copies a
+/// file: the copy completes and memory stays bounded.
+#[test]
+fn a_flood_of_invalidates_keeps_memory_bounded() {
+    let s = scratch();
+    let data = data(8 << 20, 3);
+    let mut tree = Tree::new(vec![("f", 2)]);
+    tree.file(2, &data);
+    let n = std::sync::atomic::AtomicU64::new(0);
+    let srv = Hostile::start(move |op| {
+        let mut outs: Vec<Out> = match op {
+            RequestOp::Read { .. } => (0..20_000)
+                .map(|_| {
+                    Out::Invalidate(fh(
+                        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 100
+                    ))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        outs.extend(tree.answer(op));
+        outs
+    });
+    let local = s.dest.join("f");
+    let (out, peak) = run_watched(
+        &s.home,
+        &["get", &format!("{}/f", srv.name), local.to_str().unwrap()],
+        256 * 1024,
+    );
+    eprintln!("invalidate flood: peak RSS {peak} KiB");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fs::read(&local).unwrap(), data);
 }
