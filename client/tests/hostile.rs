@@ -383,3 +383,75 @@ fn a_flood_of_invalidates_keeps_memory_bounded() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(fs::read(&local).unwrap(), data);
 }
+
+/// `get -r` of a directory whose listing never ends, and of directories nested without end:
+/// each stops at its bound, with nothing written outside the destination.
+#[test]
+fn get_of_endless_trees_stops_at_the_bounds() {
+    let s = scratch();
+    // Node 2 lists forever; node 3 and every node below it lists one directory "d" deeper.
+    let srv = Hostile::start(move |op| {
+        let dir = |id| {
+            vec![Out::Reply(Ok(ReplyBody::GetAttr {
+                attr: attr(id, FileType::Directory, 4096),
+            }))]
+        };
+        match op {
+            RequestOp::Mount { .. } => vec![Out::Reply(Ok(ReplyBody::Mount {
+                fh: fh(1),
+                attr: attr(1, FileType::Directory, 4096),
+            }))],
+            RequestOp::GetAttr { fh } => dir(id_of(fh)),
+            RequestOp::Lookup { name, .. } => {
+                let id = if name == b"wide" { 2 } else { 3 };
+                vec![Out::Reply(Ok(ReplyBody::Lookup {
+                    fh: fh(id),
+                    attr: Some(attr(id, FileType::Directory, 4096)),
+                    dir_attr: None,
+                }))]
+            }
+            RequestOp::ReadDirPlus { dir, cookie, .. } if id_of(dir) == 2 => {
+                vec![Out::Reply(Ok(endless_page(*cookie, 4000, 8)))]
+            }
+            RequestOp::ReadDirPlus { dir, .. } => {
+                let next = id_of(dir) + 1;
+                vec![Out::Reply(Ok(ReplyBody::ReadDirPlus(DirPage {
+                    dir_attr: None,
+                    verifier: [0; 8],
+                    entries: vec![DirEntryPlus {
+                        fileid: next,
+                        name: b"d".to_vec(),
+                        cookie: 1,
+                        attr: Some(attr(next, FileType::Directory, 4096)),
+                        fh: Some(fh(next)),
+                    }],
+                    eof: true,
+                })))]
+            }
+            _ => vec![Out::Reply(Err(protocol::NfsStatus::NotSupp))],
+        }
+    });
+    let before = s.outside_dest();
+    let dest = s.dest.to_str().unwrap();
+    let wide = sfs(&s.home, &["get", "-r", &format!("{}/wide", srv.name), dest]);
+    let deep = sfs(&s.home, &["get", "-r", &format!("{}/deep", srv.name), dest]);
+    assert_eq!(s.outside_dest(), before, "nothing outside dest");
+    let (wide_err, deep_err) = (text(&wide.stderr), text(&deep.stderr));
+    assert!(
+        !wide.status.success() && wide_err.contains("endless listing"),
+        "{wide_err}"
+    );
+    assert!(
+        !deep.status.success() && deep_err.contains("256 levels deep"),
+        "{deep_err}"
+    );
+    // The wide directory was made, empty: its listing failed before anything was copied.
+    assert_eq!(fs::read_dir(s.dest.join("wide")).unwrap().count(), 0);
+    let mut depth = 0;
+    let mut p = s.dest.join("deep");
+    while p.is_dir() {
+        depth += 1;
+        p.push("d");
+    }
+    assert_eq!(depth, 257, "the top and 256 levels below it");
+}

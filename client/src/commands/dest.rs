@@ -14,14 +14,13 @@
 //!   `openat` with `O_NOFOLLOW` where the kernel has no `openat2`: for a single component
 //!   that is not `..` it is the same check);
 //! - a name that is not one component (empty, `.`, `..`, holding `/` or NUL) is refused
-//!   ([`check_name`]), and so is a name listed twice in one directory ([`Dir::claim`]): the
-//!   second could be written through the first;
+//!   ([`check_name`]), and so is a name listed twice in one directory (the caller keeps the
+//!   names it made in each): the second could be written through the first;
 //! - new files are created `O_EXCL`; an existing one is reused (truncated) only when it is a
 //!   regular file, opened without following a link, as `cp` overwrites the file it is
 //!   named; a directory that exists is entered only when it is a directory, not a link;
 //! - a server's symlink is made as a symlink ([`Dir::symlink`]) and never followed.
 
-use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
@@ -44,12 +43,11 @@ pub fn check_name(name: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// A local directory files are made in, by descriptor, with the names made so far.
+/// A local directory files are made in, by descriptor.
 pub struct Dir {
     fd: OwnedFd,
     /// Where it is, for messages.
     pub path: PathBuf,
-    claimed: HashSet<Vec<u8>>,
 }
 
 /// Permission bits for new files and directories (the umask applies, as for `cp`).
@@ -74,13 +72,7 @@ impl Dir {
         Ok(Dir {
             fd,
             path: path.to_path_buf(),
-            claimed: HashSet::new(),
         })
-    }
-
-    /// Records that `name` is being made here; false when it was already (listed twice).
-    pub fn claim(&mut self, name: &[u8]) -> bool {
-        self.claimed.insert(name.to_vec())
     }
 
     /// Where `name` is, for messages.
@@ -149,7 +141,6 @@ impl Dir {
         Ok(Dir {
             fd,
             path: self.path_of(name),
-            claimed: HashSet::new(),
         })
     }
 

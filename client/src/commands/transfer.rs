@@ -1,12 +1,14 @@
 //! `cat`, `get` and `put`: bulk transfers with a window of outstanding requests.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime};
 
@@ -104,9 +106,8 @@ pub async fn get(
     let parent = dest::Dir::open_named(&parent)
         .map_err(|e| CmdError::Path(parent.display().to_string(), io_message(&e)))?;
     if attr.ftype == FileType::Directory {
-        let mut top = parent.make_dir(&leaf).map_err(local_error)?;
-        let mut failed = false;
-        get_tree(&c, fh, &t.text, &mut top, 0, &mut failed).await?;
+        let top = parent.make_dir(&leaf).map_err(local_error)?;
+        let failed = get_tree(&c, fh, &t.text, top).await?;
         return if failed {
             Err(CmdError::Reported)
         } else {
@@ -117,8 +118,8 @@ pub async fn get(
     get_file(&c, &fh, &attr, &t.text, file).await
 }
 
-/// How deep `get -r` goes: each level holds a directory descriptor open, and a server could
-/// otherwise nest directories without end. Real trees are a few dozen levels deep; 256 stays
+/// How deep `get -r` goes: each level holds a directory descriptor open while the levels
+/// below it are copied, and a server could otherwise nest directories without end. Real trees are a few dozen levels deep; 256 stays
 /// well inside the usual limit of 1024 open files.
 const MAX_DEPTH: usize = 256;
 
@@ -156,33 +157,78 @@ fn name_shown(name: &[u8]) -> String {
     }
 }
 
-/// Copies directory `dir` into `local`: per-entry problems are reported and set `failed`;
-/// an error from the server is returned.
-fn get_tree<'a>(
-    c: &'a Client,
-    dir: FileHandle,
-    label: &'a str,
-    local: &'a mut dest::Dir,
+/// A directory of the tree still to copy: its handle, and where it goes locally.
+struct Pending {
+    fh: FileHandle,
+    label: String,
     depth: usize,
-    failed: &'a mut bool,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), CmdError>> + 'a>> {
-    Box::pin(async move {
-        if depth >= MAX_DEPTH {
-            entry_failed(
-                failed,
-                label,
-                format!("more than {MAX_DEPTH} levels deep; not copied"),
-            );
-            return Ok(());
-        }
+    place: Place,
+}
+
+/// Where a [`Pending`] directory goes.
+enum Place {
+    /// Already made (the top).
+    Made(dest::Dir),
+    /// To be made as `name` beneath a directory held open until then (always one on the
+    /// path from the top, so at most [`MAX_DEPTH`] are open).
+    Beneath(Rc<dest::Dir>, Vec<u8>),
+}
+
+/// Copies the tree of `dir` into `top`, depth first, with a stack of its own rather than
+/// recursion (each level of nested futures costs stack, and a server can nest without end).
+/// Per-entry problems are reported; whether there were any. An error from the server is
+/// returned.
+async fn get_tree(
+    c: &Client,
+    dir: FileHandle,
+    label: &str,
+    top: dest::Dir,
+) -> Result<bool, CmdError> {
+    let mut failed = false;
+    let mut stack = vec![Pending {
+        fh: dir,
+        label: label.to_owned(),
+        depth: 0,
+        place: Place::Made(top),
+    }];
+    while let Some(Pending {
+        fh: dir,
+        label,
+        depth,
+        place,
+    }) = stack.pop()
+    {
+        let local = match place {
+            Place::Made(d) => d,
+            Place::Beneath(parent, name) => {
+                if depth > MAX_DEPTH {
+                    let msg = format!("more than {MAX_DEPTH} levels deep; not copied");
+                    entry_failed(&mut failed, &label, msg);
+                    continue;
+                }
+                match parent.make_dir(&name) {
+                    Ok(d) => d,
+                    Err(err) => {
+                        let shown = parent.path_of(&name).display().to_string();
+                        entry_failed(&mut failed, &shown, io_message(&err));
+                        continue;
+                    }
+                }
+            }
+        };
+        let local = Rc::new(local);
         let entries = c
             .readdir_all(&dir)
             .await
-            .map_err(|e| CmdError::at(label, e))?;
+            .map_err(|e| CmdError::at(&label, e))?;
+        // Names made here: one listed twice could be written through the first (a symlink
+        // `d`, then a directory `d`).
+        let mut claimed = HashSet::new();
+        let mut subdirs = Vec::new();
         for e in entries {
             if let Some(why) = dest::check_name(&e.name) {
                 let msg = format!("refusing the name {} ({why})", name_shown(&e.name));
-                entry_failed(failed, label, msg);
+                entry_failed(&mut failed, &label, msg);
                 continue;
             }
             let child_label = format!(
@@ -190,9 +236,9 @@ fn get_tree<'a>(
                 label.trim_end_matches('/'),
                 String::from_utf8_lossy(&e.name)
             );
-            if !local.claim(&e.name) {
+            if !claimed.insert(e.name.clone()) {
                 let msg = "listed twice by the server; only the first was copied".into();
-                entry_failed(failed, &child_label, msg);
+                entry_failed(&mut failed, &child_label, msg);
                 continue;
             }
             let (fh, attr) = match (e.fh, e.attr) {
@@ -207,15 +253,15 @@ fn get_tree<'a>(
                 entry_failed(failed, &shown, io_message(&err));
             };
             match attr.ftype {
-                FileType::Directory => match local.make_dir(&e.name) {
-                    Ok(mut sub) => {
-                        get_tree(c, fh, &child_label, &mut sub, depth + 1, failed).await?
-                    }
-                    Err(err) => local_failed(failed, err),
-                },
+                FileType::Directory => subdirs.push(Pending {
+                    fh,
+                    label: child_label,
+                    depth: depth + 1,
+                    place: Place::Beneath(local.clone(), e.name.clone()),
+                }),
                 FileType::Regular => match local.create_file(&e.name) {
                     Ok(f) => get_file(c, &fh, &attr, &child_label, f).await?,
-                    Err(err) => local_failed(failed, err),
+                    Err(err) => local_failed(&mut failed, err),
                 },
                 FileType::Symlink => {
                     let target = c
@@ -223,7 +269,7 @@ fn get_tree<'a>(
                         .await
                         .map_err(|err| CmdError::at(&child_label, err))?;
                     if let Err(err) = local.symlink(&e.name, &target) {
-                        local_failed(failed, err);
+                        local_failed(&mut failed, err);
                     }
                 }
                 _ => eprintln!(
@@ -232,8 +278,10 @@ fn get_tree<'a>(
                 ),
             }
         }
-        Ok(())
-    })
+        // In listing order once popped.
+        stack.extend(subdirs.into_iter().rev());
+    }
+    Ok(failed)
 }
 
 /// `sfs put`.
