@@ -174,7 +174,11 @@ fn get_into_a_sticky_directory_does_not_follow_planted_symlinks() {
     };
     plant("f", &s.outside.join("precious"));
     plant("t", &s.outside);
-    let mut tree = Tree::new(vec![("f", 2), ("t", 3)]);
+    // And another user's regular file, which they could read after we wrote to it.
+    let theirs = sticky.join("r");
+    fs::write(&theirs, b"theirs").unwrap();
+    std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).unwrap();
+    let mut tree = Tree::new(vec![("f", 2), ("t", 3), ("r", 2)]);
     tree.file(2, b"evil")
         .dir(3, vec![("precious", 2), ("new", 2)]);
     let srv = Hostile::start(move |op| tree.answer(op));
@@ -182,6 +186,11 @@ fn get_into_a_sticky_directory_does_not_follow_planted_symlinks() {
     let dir = sticky.to_str().unwrap();
     let file = sfs(&s.home, &["get", &format!("{}/f", srv.name), dir]);
     let tree = sfs(&s.home, &["get", "-r", &format!("{}/t", srv.name), dir]);
+    let other = sfs(&s.home, &["get", &format!("{}/r", srv.name), dir]);
+    assert_eq!(fs::read(&theirs).unwrap(), b"theirs");
+    let err = text(&other.stderr);
+    assert!(!other.status.success(), "{err}");
+    assert!(err.contains("tmp/r: belongs to another user"), "{err}");
     assert_eq!(s.outside_dest(), before, "outside untouched");
     assert_eq!(fs::read(s.outside.join("precious")).unwrap(), b"keep me");
     for (out, name) in [(file, "f"), (tree, "t")] {

@@ -18,7 +18,9 @@
 //!   names it made in each): the second could be written through the first;
 //! - new files are created `O_EXCL`; an existing one is reused (truncated) only when it is a
 //!   regular file, opened without following a link, as `cp` overwrites the file it is
-//!   named; a directory that exists is entered only when it is a directory, not a link;
+//!   named, and not when another user owns it in a sticky world-writable directory (they
+//!   could read what we write: `fs.protected_regular` refuses `cp` that, so we do always);
+//!   a directory that exists is entered only when it is a directory, not a link;
 //! - a server's symlink is made as a symlink ([`Dir::symlink`]) and never followed.
 
 use std::ffi::OsStr;
@@ -48,6 +50,14 @@ pub struct Dir {
     fd: OwnedFd,
     /// Where it is, for messages.
     pub path: PathBuf,
+    /// Sticky and writable by others (as `/tmp`): others may have made what is in it.
+    shared: bool,
+}
+
+/// Whether a directory's mode is sticky and world-writable.
+fn is_shared(fd: &OwnedFd) -> io::Result<bool> {
+    let mode = rustix::fs::fstat(fd)?.st_mode;
+    Ok(mode & 0o1002 == 0o1002)
 }
 
 /// Permission bits for new files and directories (the umask applies, as for `cp`).
@@ -70,6 +80,7 @@ impl Dir {
             Mode::empty(),
         )?;
         Ok(Dir {
+            shared: is_shared(&fd)?,
             fd,
             path: path.to_path_buf(),
         })
@@ -100,14 +111,19 @@ impl Dir {
         let write = OFlags::WRONLY;
         let fd = match self.open_beneath(name, write | OFlags::CREATE | OFlags::EXCL, FILE_MODE) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                // NONBLOCK: opening a FIFO for writing would wait for a reader.
+                // NONBLOCK: opening a FIFO for writing would wait for a reader; NOCTTY: a
+                // terminal does not become ours.
                 let fd = self
-                    .open_beneath(name, write | OFlags::NONBLOCK, 0)
+                    .open_beneath(name, write | OFlags::NONBLOCK | OFlags::NOCTTY, 0)
                     .map_err(link_error)?;
-                if rustix::fs::fstat(&fd).map(|s| FileType::from_raw_mode(s.st_mode))?
-                    != FileType::RegularFile
-                {
+                let st = rustix::fs::fstat(&fd)?;
+                if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
                     return Err(io::Error::other("exists and is not a regular file"));
+                }
+                if self.shared && st.st_uid != rustix::process::geteuid().as_raw() {
+                    return Err(io::Error::other(
+                        "belongs to another user in a sticky directory; not overwritten",
+                    ));
                 }
                 rustix::fs::fcntl_setfl(&fd, rustix::fs::fcntl_getfl(&fd)? - OFlags::NONBLOCK)?;
                 rustix::fs::ftruncate(&fd, 0)?;
@@ -139,6 +155,7 @@ impl Dir {
                 _ => link_error(e),
             })?;
         Ok(Dir {
+            shared: is_shared(&fd)?,
             fd,
             path: self.path_of(name),
         })
