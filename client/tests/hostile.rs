@@ -464,3 +464,30 @@ fn get_of_endless_trees_stops_at_the_bounds() {
     }
     assert_eq!(depth, 257, "the top and 256 levels below it");
 }
+
+/// A READLINK target longer than PATH_MAX is not accepted (the protocol crate's decoder
+/// refuses it before allocating; the session treats the reply as a broken stream): the copy
+/// fails at once and no link is made.
+#[test]
+fn a_symlink_target_longer_than_path_max_is_refused() {
+    let s = scratch();
+    let mut t = Tree::new(vec![("d", 2)]);
+    t.dir(2, vec![("long", 3), ("ok", 4)])
+        .link(3, &[b'a'; 5000])
+        .file(4, b"fine");
+    let srv = Hostile::start(move |op| t.answer(op));
+    let start = Instant::now();
+    let out = sfs(
+        &s.home,
+        &[
+            "get",
+            "-r",
+            &format!("{}/d", srv.name),
+            s.dest.to_str().unwrap(),
+        ],
+    );
+    let err = text(&out.stderr);
+    eprintln!("long link target: {:?}: {err}", start.elapsed());
+    assert!(!out.status.success(), "{err}");
+    assert!(fs::symlink_metadata(s.dest.join("d/long")).is_err());
+}
