@@ -491,3 +491,102 @@ fn a_symlink_target_longer_than_path_max_is_refused() {
     assert!(!out.status.success(), "{err}");
     assert!(fs::symlink_metadata(s.dest.join("d/long")).is_err());
 }
+
+/// A mount of the hostile server (`sfs mount NAME DIR`, in the background): unmounted and its
+/// process killed on drop.
+struct Mounted {
+    dir: std::path::PathBuf,
+    pid: u32,
+}
+
+impl Mounted {
+    fn alive(&self) -> bool {
+        !fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .unwrap_or_else(|_| ") Z ".into())
+            .contains(") Z ")
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("fusermount3")
+            .args(["-u", "-z", "--"])
+            .arg(&self.dir)
+            .output();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.alive() {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(self.pid as i32).unwrap(),
+                rustix::process::Signal::KILL,
+            );
+        }
+    }
+}
+
+/// Peak VmRSS in KiB of `pid` so far (VmHWM).
+fn peak_rss_kib(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Through the FUSE mount, where invalidations queue for the kernel: a server that sends
+/// 300 000 INVALIDATEs of the file being read before each READ reply (the kernel holds the
+/// page being read locked, so the first invalidation of that file waits for the reply, and
+/// the rest pile up behind it) does not make the mount's memory grow with them.
+#[test]
+fn a_flood_of_invalidates_through_a_mount_keeps_memory_bounded() {
+    if !Path::new("/dev/fuse").exists()
+        || std::process::Command::new("fusermount3")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        eprintln!("SKIPPED: no /dev/fuse or fusermount3; FUSE flood not tested");
+        return;
+    }
+    let s = scratch();
+    let content = data(64 * 1024, 5);
+    let mut tree = Tree::new(vec![("f", 2)]);
+    tree.file(2, &content);
+    let srv = Hostile::start(move |op| {
+        let mut outs: Vec<Out> = match op {
+            RequestOp::Read { .. } => (0..300_000).map(|_| Out::Invalidate(fh(2))).collect(),
+            _ => Vec::new(),
+        };
+        outs.extend(tree.answer(op));
+        outs
+    });
+    let dir = s.dest.join("mnt");
+    fs::create_dir(&dir).unwrap();
+    let mut c = sfs_cmd(&s.home);
+    c.args(["--timeout", "60", "mount", &srv.name])
+        .arg(&dir)
+        .arg("--log")
+        .arg(s.top.join("mount.log"));
+    let out = run(c, LIMIT);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let pid = stdout
+        .split("(process ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {stdout:?}"));
+    let m = Mounted { dir, pid };
+    let start = Instant::now();
+    let got = fs::read(m.dir.join("f")).unwrap();
+    let peak = peak_rss_kib(m.pid);
+    eprintln!(
+        "mount under an INVALIDATE flood: read in {:?}, peak RSS {peak} KiB",
+        start.elapsed()
+    );
+    assert_eq!(got, content);
+    assert!(peak < 48 * 1024, "peak RSS {peak} KiB");
+}
