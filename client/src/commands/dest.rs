@@ -66,8 +66,7 @@ const DIR_MODE: u32 = 0o777;
 
 impl Dir {
     /// The directory the user named, opened by path (following links in it: the user chose
-    /// it).
-    /// The empty path is the current directory (and names in it are shown bare).
+    /// it). The empty path is the current directory (and names in it are shown bare).
     pub fn open_named(path: &Path) -> io::Result<Dir> {
         let open_as = if path.as_os_str().is_empty() {
             Path::new(".")
@@ -98,9 +97,12 @@ impl Dir {
         let mode = Mode::from_raw_mode(mode);
         let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS;
         match rustix::fs::openat2(&self.fd, name, flags, mode, resolve) {
-            // No openat2 (before Linux 5.6, or filtered): for one component that is not
-            // `..` (check_name), O_NOFOLLOW alone already keeps it beneath.
-            Err(rustix::io::Errno::NOSYS) => Ok(rustix::fs::openat(&self.fd, name, flags, mode)?),
+            // No openat2 (before Linux 5.6, or refused by an older container's seccomp
+            // filter): for one component that is not `..` (check_name), O_NOFOLLOW alone
+            // already keeps it beneath.
+            Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+                Ok(rustix::fs::openat(&self.fd, name, flags, mode)?)
+            }
             r => Ok(r?),
         }
     }

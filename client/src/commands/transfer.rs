@@ -119,8 +119,9 @@ pub async fn get(
 }
 
 /// How deep `get -r` goes: each level holds a directory descriptor open while the levels
-/// below it are copied, and a server could otherwise nest directories without end. Real trees are a few dozen levels deep; 256 stays
-/// well inside the usual limit of 1024 open files.
+/// below it are copied, and a server could otherwise nest directories without end. Real
+/// trees are a few dozen levels deep; 256 stays well inside the usual limit of 1024 open
+/// files.
 const MAX_DEPTH: usize = 256;
 
 async fn get_file(
