@@ -536,21 +536,67 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Through the FUSE mount, where invalidations queue for the kernel: a server that sends
-/// 300 000 INVALIDATEs of the file being read before each READ reply (the kernel holds the
-/// page being read locked, so the first invalidation of that file waits for the reply, and
-/// the rest pile up behind it) does not make the mount's memory grow with them.
-#[test]
-fn a_flood_of_invalidates_through_a_mount_keeps_memory_bounded() {
+/// `sfs mount SERVER DIR` of the hostile server on `dest/mnt`; None (saying why) where FUSE
+/// cannot be tested.
+fn mount(s: &Scratch, srv: &Hostile) -> Option<Mounted> {
     if !Path::new("/dev/fuse").exists()
         || std::process::Command::new("fusermount3")
             .arg("--version")
             .output()
             .is_err()
     {
-        eprintln!("SKIPPED: no /dev/fuse or fusermount3; FUSE flood not tested");
-        return;
+        eprintln!("SKIPPED: no /dev/fuse or fusermount3; FUSE mount not tested");
+        return None;
     }
+    let dir = s.dest.join("mnt");
+    fs::create_dir(&dir).unwrap();
+    let mut c = sfs_cmd(&s.home);
+    c.args(["--timeout", "60", "mount", &srv.name])
+        .arg(&dir)
+        .arg("--log")
+        .arg(s.top.join("mount.log"));
+    let out = run(c, LIMIT);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    // "sfs: mounted on DIR (process PID, log FILE)"
+    let pid = stdout
+        .split("(process ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {stdout:?}"));
+    Some(Mounted { dir, pid })
+}
+
+/// Through a FUSE mount, names that are not one component are left out of a listing (the
+/// kernel would fail the whole listing with EIO) and the rest is listed.
+#[test]
+fn a_mount_lists_the_good_names_of_a_hostile_listing() {
+    let s = scratch();
+    let mut t = Tree::new(vec![
+        ("a/b", 2),
+        ("", 2),
+        ("..", 2),
+        ("nul\0", 2),
+        ("good", 2),
+    ]);
+    t.file(2, b"fine");
+    let srv = Hostile::start(move |op| t.answer(op));
+    let Some(m) = mount(&s, &srv) else { return };
+    let names: Vec<_> = fs::read_dir(&m.dir)
+        .expect("the listing is not failed by its bad names")
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["good"]);
+    assert_eq!(fs::read(m.dir.join("good")).unwrap(), b"fine");
+}
+
+/// Through the FUSE mount, where invalidations queue for the kernel: a server that sends
+/// 300 000 INVALIDATEs of the file being read before each READ reply (the kernel holds the
+/// page being read locked, so the first invalidation of that file waits for the reply, and
+/// the rest pile up behind it) does not make the mount's memory grow with them.
+#[test]
+fn a_flood_of_invalidates_through_a_mount_keeps_memory_bounded() {
     let s = scratch();
     let content = data(64 * 1024, 5);
     let mut tree = Tree::new(vec![("f", 2)]);
@@ -563,23 +609,7 @@ fn a_flood_of_invalidates_through_a_mount_keeps_memory_bounded() {
         outs.extend(tree.answer(op));
         outs
     });
-    let dir = s.dest.join("mnt");
-    fs::create_dir(&dir).unwrap();
-    let mut c = sfs_cmd(&s.home);
-    c.args(["--timeout", "60", "mount", &srv.name])
-        .arg(&dir)
-        .arg("--log")
-        .arg(s.top.join("mount.log"));
-    let out = run(c, LIMIT);
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    let pid = stdout
-        .split("(process ")
-        .nth(1)
-        .and_then(|r| r.split(',').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {stdout:?}"));
-    let m = Mounted { dir, pid };
+    let Some(m) = mount(&s, &srv) else { return };
     let start = Instant::now();
     let got = fs::read(m.dir.join("f")).unwrap();
     let peak = peak_rss_kib(m.pid);
