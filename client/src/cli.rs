@@ -72,6 +72,11 @@ pub enum Command {
         targets: Vec<String>,
     },
     /// Copy a remote file (or, with -r, directory) to a local path.
+    ///
+    /// Symbolic links in the tree are copied as links, never followed; neither is a link
+    /// already at the local path. An existing regular file is overwritten, as cp does. Names
+    /// the server sends that are not one path component (`..`, `a/b`) or that it lists twice
+    /// are reported and skipped, and the command fails at the end.
     Get {
         /// Copy directories recursively.
         #[arg(short)]

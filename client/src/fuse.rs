@@ -786,7 +786,11 @@ impl Shared {
             });
         }
         for e in all {
-            if e.name == b"." || e.name == b".." || e.name.starts_with(HIDDEN_PREFIX) {
+            // Not one path component (a hostile server's `a/b`, empty, NUL): the kernel
+            // would fail the whole listing with EIO; leave it out and list the rest.
+            if crate::commands::dest::check_name(&e.name).is_some()
+                || e.name.starts_with(HIDDEN_PREFIX)
+            {
                 continue;
             }
             let (fh, attr) = match (e.fh, e.attr) {
@@ -1660,7 +1664,7 @@ impl Filesystem for SfsFuse {
 pub fn invalidator(
     sh: Arc<Shared>,
     notifier: Notifier,
-    rx: std::sync::mpsc::Receiver<Invalidation>,
+    rx: crate::session::invalidations::Receiver,
 ) {
     for ev in rx {
         let work: Vec<(u64, Vec<Vec<u8>>)> = {

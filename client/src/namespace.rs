@@ -154,10 +154,8 @@ impl Namespace {
         let base = (n as u64) << SHIFT;
         let sh = Shared::with_base(client.clone(), root, None, base);
         if let Some(notifier) = self.notifier.get().cloned() {
-            let (tx, rx) = std::sync::mpsc::channel();
-            client.on_invalidate(Box::new(move |ev| {
-                let _ = tx.send(ev);
-            }));
+            let (tx, rx) = crate::session::invalidations::channel();
+            client.on_invalidate(Box::new(move |ev| tx.send(ev)));
             let sh2 = sh.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("sfs-invalidate-{n}"))

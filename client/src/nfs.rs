@@ -410,7 +410,9 @@ impl NFSFileSystem for SfsNfs {
         let mut started = start_after == 0;
         let mut end = true;
         for e in all {
-            if e.name == b"." || e.name == b".." {
+            // `.`, `..`, and names that are not one path component (a hostile server's
+            // `a/b`), which the kernel's NFS client would hand to programs as they are.
+            if crate::commands::dest::check_name(&e.name).is_some() {
                 continue;
             }
             let (fh, attr) = match (e.fh, e.attr) {

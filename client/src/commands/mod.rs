@@ -1,6 +1,7 @@
 //! Mount-free commands: each resolves a self-certifying path over a session and does one
 //! thing, with the messages and exit codes a shell user expects.
 
+pub mod dest;
 pub mod edit;
 pub mod list;
 pub mod mount;

@@ -405,10 +405,8 @@ pub async fn mount_fuse(
     let sh2 = sh.clone();
     let make = move || crate::fuse::SfsFuse::new(sh2.clone(), rt.clone());
     let mounted = move |notifier: fuser::Notifier| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        client.on_invalidate(Box::new(move |ev| {
-            let _ = tx.send(ev);
-        }));
+        let (tx, rx) = crate::session::invalidations::channel();
+        client.on_invalidate(Box::new(move |ev| tx.send(ev)));
         std::thread::Builder::new()
             .name("sfs-invalidate".into())
             .spawn(move || crate::fuse::invalidator(sh, notifier, rx))

@@ -1,13 +1,18 @@
 //! `cat`, `get` and `put`: bulk transfers with a window of outstanding requests.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime};
 
-use super::{CmdError, Ctx, Target};
+use super::{CmdError, Ctx, Target, dest, shown};
 use crate::progress::Progress;
 use crate::session::{Client, SessionError};
 
@@ -55,7 +60,13 @@ fn write_in_pieces(out: &mut impl Write, data: &[u8]) -> std::io::Result<()> {
         .try_for_each(|piece| out.write_all(piece))
 }
 
-/// `sfs get`.
+/// `sfs get`: the file (or with `-r` the tree) is written beneath the destination's
+/// directory by descriptor ([`super::dest`]): nothing the server names can put a file
+/// outside the destination, and no symlink met there is followed. An existing regular file
+/// the user names is overwritten, as `cp` does; an existing symlink is not followed (an
+/// error). In a tree, an entry whose name is not one component or is listed twice, or whose
+/// local file cannot be made, is reported and the copy goes on with the others (the command
+/// fails at the end); an error from the server stops it.
 pub async fn get(
     ctx: &mut Ctx,
     remote: &str,
@@ -65,32 +76,61 @@ pub async fn get(
     let t = Target::parse(remote)?;
     let (c, fh, attr) = ctx.resolve(&t).await?;
     let name = t.file_name().unwrap_or("root").to_owned();
-    let dest = match local {
-        Some(p) if p.is_dir() => p.join(&name),
-        Some(p) => p.to_path_buf(),
-        None => PathBuf::from(&name),
+    let (parent, leaf) = match local {
+        Some(p) if p.is_dir() => (p.to_path_buf(), name.into_bytes()),
+        Some(p) => match p.file_name() {
+            Some(n) => (
+                p.parent().map(Path::to_path_buf).unwrap_or_default(),
+                n.as_bytes().to_vec(),
+            ),
+            None => {
+                return Err(CmdError::Path(
+                    p.display().to_string(),
+                    "not a file name".into(),
+                ));
+            }
+        },
+        None => (PathBuf::new(), name.into_bytes()),
     };
-    if attr.ftype == FileType::Directory {
-        if !recursive {
-            return Err(CmdError::Path(
-                t.text,
-                "Is a directory (use -r to copy it)".into(),
-            ));
-        }
-        return get_tree(&c, fh, &t.text, &dest).await;
+    let shown = parent.join(OsStr::from_bytes(&leaf)).display().to_string();
+    if let Some(why) = dest::check_name(&leaf) {
+        return Err(CmdError::Path(shown, why.into()));
     }
-    get_file(&c, &fh, &attr, &t.text, &dest).await
+    if attr.ftype == FileType::Directory && !recursive {
+        return Err(CmdError::Path(
+            t.text,
+            "Is a directory (use -r to copy it)".into(),
+        ));
+    }
+    let local_error = |e: std::io::Error| CmdError::Path(shown.clone(), io_message(&e));
+    let parent = dest::Dir::open_named(&parent)
+        .map_err(|e| CmdError::Path(parent.display().to_string(), io_message(&e)))?;
+    if attr.ftype == FileType::Directory {
+        let top = parent.make_dir(&leaf).map_err(local_error)?;
+        let failed = get_tree(&c, fh, &t.text, top).await?;
+        return if failed {
+            Err(CmdError::Reported)
+        } else {
+            Ok(())
+        };
+    }
+    let file = parent.create_file(&leaf).map_err(local_error)?;
+    get_file(&c, &fh, &attr, &t.text, file).await
 }
+
+/// How deep `get -r` goes: each level holds a directory descriptor open while the levels
+/// below it are copied, and a server could otherwise nest directories without end. Real
+/// trees are a few dozen levels deep; 256 stays well inside the usual limit of 1024 open
+/// files.
+const MAX_DEPTH: usize = 256;
 
 async fn get_file(
     c: &Client,
     fh: &FileHandle,
     attr: &Attr,
     label: &str,
-    dest: &Path,
+    mut f: fs::File,
 ) -> Result<(), CmdError> {
-    let mut f = fs::File::create(dest)
-        .map_err(|e| CmdError::Path(dest.display().to_string(), io_message(&e)))?;
     let mut bar = Progress::new(label, Some(attr.size));
     c.read_all(fh, 0, |d| {
         bar.inc(d.len() as u64);
@@ -103,31 +143,105 @@ async fn get_file(
     Ok(())
 }
 
-fn get_tree<'a>(
-    c: &'a Client,
+/// Reports a problem with one entry of a tree (the copy goes on).
+fn entry_failed(failed: &mut bool, label: &str, message: String) {
+    eprintln!("sfs: get: {}", CmdError::Path(label.to_owned(), message));
+    *failed = true;
+}
+
+/// A server's name for messages: quoted as `ls` quotes it, in single quotes when it needs
+/// no escapes (so an empty name shows as `''`).
+fn name_shown(name: &[u8]) -> String {
+    match shown::quoted(name) {
+        Cow::Borrowed(s) => format!("'{s}'"),
+        Cow::Owned(s) => s,
+    }
+}
+
+/// A directory of the tree still to copy: its handle, and where it goes locally.
+struct Pending {
+    fh: FileHandle,
+    label: String,
+    depth: usize,
+    place: Place,
+}
+
+/// Where a [`Pending`] directory goes.
+enum Place {
+    /// Already made (the top).
+    Made(dest::Dir),
+    /// To be made as `name` beneath a directory held open until then (always one on the
+    /// path from the top, so at most [`MAX_DEPTH`] are open).
+    Beneath(Rc<dest::Dir>, Vec<u8>),
+}
+
+/// Copies the tree of `dir` into `top`, depth first, with a stack of its own rather than
+/// recursion (each level of nested futures costs stack, and a server can nest without end).
+/// Per-entry problems are reported; whether there were any. An error from the server is
+/// returned.
+async fn get_tree(
+    c: &Client,
     dir: FileHandle,
-    label: &'a str,
-    dest: &'a Path,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), CmdError>> + 'a>> {
-    Box::pin(async move {
-        match fs::create_dir(dest) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
-            Err(e) => return Err(CmdError::Path(dest.display().to_string(), io_message(&e))),
-        }
+    label: &str,
+    top: dest::Dir,
+) -> Result<bool, CmdError> {
+    let mut failed = false;
+    let mut stack = vec![Pending {
+        fh: dir,
+        label: label.to_owned(),
+        depth: 0,
+        place: Place::Made(top),
+    }];
+    while let Some(Pending {
+        fh: dir,
+        label,
+        depth,
+        place,
+    }) = stack.pop()
+    {
+        let local = match place {
+            Place::Made(d) => d,
+            Place::Beneath(parent, name) => {
+                if depth > MAX_DEPTH {
+                    let msg = format!("more than {MAX_DEPTH} levels deep; not copied");
+                    entry_failed(&mut failed, &label, msg);
+                    continue;
+                }
+                match parent.make_dir(&name) {
+                    Ok(d) => d,
+                    Err(err) => {
+                        let shown = parent.path_of(&name).display().to_string();
+                        entry_failed(&mut failed, &shown, io_message(&err));
+                        continue;
+                    }
+                }
+            }
+        };
+        let local = Rc::new(local);
         let entries = c
             .readdir_all(&dir)
             .await
-            .map_err(|e| CmdError::at(label, e))?;
+            .map_err(|e| CmdError::at(&label, e))?;
+        // Names made here: one listed twice could be written through the first (a symlink
+        // `d`, then a directory `d`).
+        let mut claimed = HashSet::new();
+        let mut subdirs = Vec::new();
         for e in entries {
-            if e.name == b"." || e.name == b".." {
+            if let Some(why) = dest::check_name(&e.name) {
+                let msg = format!("refusing the name {} ({why})", name_shown(&e.name));
+                entry_failed(&mut failed, &label, msg);
                 continue;
             }
-            let name = String::from_utf8_lossy(&e.name).into_owned();
-            if name.contains('/') {
+            let child_label = format!(
+                "{}/{}",
+                label.trim_end_matches('/'),
+                String::from_utf8_lossy(&e.name)
+            );
+            if !claimed.insert(e.name.clone()) {
+                let msg = "listed twice by the server; only the first was copied".into();
+                entry_failed(&mut failed, &child_label, msg);
                 continue;
             }
-            let child_label = format!("{}/{}", label.trim_end_matches('/'), name);
             let (fh, attr) = match (e.fh, e.attr) {
                 (Some(fh), Some(a)) => (fh, a),
                 _ => c
@@ -135,27 +249,40 @@ fn get_tree<'a>(
                     .await
                     .map_err(|err| CmdError::at(&child_label, err))?,
             };
-            let child = dest.join(&name);
+            let local_failed = |failed: &mut bool, err: std::io::Error| {
+                let shown = local.path_of(&e.name).display().to_string();
+                entry_failed(failed, &shown, io_message(&err));
+            };
             match attr.ftype {
-                FileType::Directory => get_tree(c, fh, &child_label, &child).await?,
-                FileType::Regular => get_file(c, &fh, &attr, &child_label, &child).await?,
+                FileType::Directory => subdirs.push(Pending {
+                    fh,
+                    label: child_label,
+                    depth: depth + 1,
+                    place: Place::Beneath(local.clone(), e.name.clone()),
+                }),
+                FileType::Regular => match local.create_file(&e.name) {
+                    Ok(f) => get_file(c, &fh, &attr, &child_label, f).await?,
+                    Err(err) => local_failed(&mut failed, err),
+                },
                 FileType::Symlink => {
                     let target = c
                         .readlink(&fh)
                         .await
                         .map_err(|err| CmdError::at(&child_label, err))?;
-                    #[cfg(unix)]
-                    {
-                        use std::os::unix::ffi::OsStrExt;
-                        let _ = fs::remove_file(&child);
-                        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &child)?;
+                    if let Err(err) = local.symlink(&e.name, &target) {
+                        local_failed(&mut failed, err);
                     }
                 }
-                _ => eprintln!("sfs: get: {child_label}: skipping special file"),
+                _ => eprintln!(
+                    "sfs: get: {}: skipping special file",
+                    shown::escaped(&child_label)
+                ),
             }
         }
-        Ok(())
-    })
+        // In listing order once popped.
+        stack.extend(subdirs.into_iter().rev());
+    }
+    Ok(failed)
 }
 
 /// `sfs put`.

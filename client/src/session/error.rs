@@ -119,6 +119,18 @@ pub enum ProtocolError {
     /// A request was answered with another procedure's reply.
     #[error("unexpected reply {0:?}")]
     UnexpectedReply(Proc),
+    /// A directory listing went past a bound of [`super::limits`], or asked for the same
+    /// cookie twice (which would go round for ever).
+    #[error("server sent an endless listing ({0})")]
+    EndlessListing(String),
+    /// A READ reply carried more data than the request asked for.
+    #[error("server sent more data than asked ({got} bytes for a READ of {asked})")]
+    ReadTooLong {
+        /// The count asked for.
+        asked: u32,
+        /// The bytes sent.
+        got: usize,
+    },
 }
 
 /// What the session did after a request timed out.

@@ -22,6 +22,8 @@
 //! | [`call`]      | sending a request: the retry and timeout policy                     |
 //! | [`ops`]       | one typed method per NFS operation                                  |
 //! | [`bulk`]      | whole-file READ and WRITE with a window of requests in flight       |
+//! | [`limits`]    | bounds on what a (possibly hostile) server can make us hold         |
+//! | [`invalidations`] | the bounded queue of invalidations for the FUSE side            |
 //! | `tests`       | the above against an in-process server driven by the protocol crate |
 
 mod bulk;
@@ -29,6 +31,8 @@ mod call;
 mod conn;
 pub mod error;
 mod handshake;
+pub mod invalidations;
+pub mod limits;
 mod ops;
 
 use std::collections::HashMap;

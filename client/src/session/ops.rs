@@ -6,9 +6,12 @@ use protocol::{
     SetAttr, StableHow, WriteHead,
 };
 
+use std::collections::HashSet;
+
 use super::Client;
 use super::conn::Outgoing;
-use super::error::SessionError;
+use super::error::{ProtocolError, SessionError};
+use super::limits::{MAX_DIR_ENTRIES, MAX_DIR_NAME_BYTES, MAX_DIR_PAGES};
 use crate::cache::Stamp;
 
 /// Binds the fields of the reply an operation expects (`let`-else on `pattern = reply`); any
@@ -139,16 +142,25 @@ impl Client {
         count: u32,
     ) -> Result<(Data, bool), SessionError> {
         let (rmax, _) = self.io_sizes().await?;
+        let count = count.min(rmax);
         let op = RequestOp::Read {
             fh: *fh,
             offset,
-            count: count.min(rmax),
+            count,
         };
         let since = self.inner.cache.stamp();
         let_reply!(
             self,
             ReplyBody::Read { attr, eof, data } = self.call(op).await?
         );
+        // Callers write what comes back at `offset`: more than asked would be written over
+        // what the next request brings, or past the end.
+        if data.len() > count as usize {
+            return Err(self.protocol_error(ProtocolError::ReadTooLong {
+                asked: count,
+                got: data.len(),
+            }));
+        }
         if let Some(a) = attr {
             self.inner.cache.put(*fh, a, since);
         }
@@ -246,12 +258,24 @@ impl Client {
         Ok(verifier)
     }
 
-    /// All entries of a directory (READDIRPLUS, following cookies to the end).
+    /// All entries of a directory (READDIRPLUS, following cookies to the end), within the
+    /// bounds of [`super::limits`]: a listing that goes past them, or asks for a cookie it
+    /// asked for before, is an error (a hostile server could otherwise keep us listing, and
+    /// growing, for ever).
     pub async fn readdir_all(&self, dir: &FileHandle) -> Result<Vec<DirEntryPlus>, SessionError> {
         let mut out = Vec::new();
         let mut cookie = 0u64;
         let mut verifier = [0u8; 8];
+        let mut asked = HashSet::new();
+        let mut name_bytes = 0usize;
+        let endless = |why: String| self.protocol_error(ProtocolError::EndlessListing(why));
         loop {
+            if asked.len() >= MAX_DIR_PAGES {
+                return Err(endless(format!("more than {MAX_DIR_PAGES} pages")));
+            }
+            if !asked.insert(cookie) {
+                return Err(endless(format!("cookie {cookie} came back")));
+            }
             let op = RequestOp::ReadDirPlus {
                 dir: *dir,
                 cookie,
@@ -266,6 +290,15 @@ impl Client {
             }
             verifier = page.verifier;
             let n = page.entries.len();
+            if out.len() + n > MAX_DIR_ENTRIES {
+                return Err(endless(format!("more than {MAX_DIR_ENTRIES} entries")));
+            }
+            name_bytes += page.entries.iter().map(|e| e.name.len()).sum::<usize>();
+            if name_bytes > MAX_DIR_NAME_BYTES {
+                return Err(endless(format!(
+                    "more than {MAX_DIR_NAME_BYTES} bytes of names"
+                )));
+            }
             for e in page.entries {
                 cookie = e.cookie;
                 if let (Some(fh), Some(a)) = (&e.fh, &e.attr) {
