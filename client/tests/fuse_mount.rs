@@ -1630,3 +1630,74 @@ fn multi_user_shared_mapping_is_written_back_as_its_writer() {
     assert_eq!((meta.uid(), meta.len()), (65534, 4096));
     assert!(on_server().starts_with(want));
 }
+
+/// Issue 25, point 3, for a mount of one server: a program waiting for a server that stopped
+/// answering (SIGSTOP: connected, silent) dies when killed, long before the request's
+/// timeout; the mount serves again once the server is back.
+#[test]
+fn a_program_waiting_on_a_stopped_server_can_be_killed() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("m");
+    fs::write(m.dir.join("f"), b"before\n").unwrap();
+    /// Sends SIGCONT to sfsd on drop (a failed test leaves no stopped server behind).
+    struct Resume(String);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+        }
+    }
+    let pid = s.server.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let resume = Resume(pid);
+    for signame in ["TERM", "KILL"] {
+        // Negative lookups are not cached: this LOOKUP goes to the stopped server.
+        let mut child = Guard(
+            Command::new("stat")
+                .arg(m.dir.join(format!("absent-{signame}")))
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(child.0.try_wait().unwrap().is_none(), "stat ended early");
+        let cpid = child.0.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-s", signame, &cpid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let killed = Instant::now();
+        let deadline = killed + Duration::from_secs(3);
+        while child.0.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "SIG{signame}: stat still waiting after {:?}\n{}",
+                killed.elapsed(),
+                m.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            killed.elapsed()
+        );
+    }
+    drop(resume);
+    let f = m.dir.join("f");
+    let (r, _) = within(
+        "reading after the server resumed",
+        Duration::from_secs(30),
+        move || fs::read(f),
+    );
+    assert_eq!(r.unwrap(), b"before\n");
+}
