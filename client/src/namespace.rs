@@ -63,6 +63,13 @@ const CONNECT_ATTEMPTS: u32 = 2;
 /// attempts' timeouts plus room for the login and MOUNT round trips.
 const FIRST_CONTACT: Duration = Duration::from_secs(12);
 
+// Every attempt and the backoff between them (100 ms) fit in the first contact with a second
+// to spare for the login and MOUNT round trips, and a program learns within 15 s.
+const _: () = assert!(
+    CONNECT_TIMEOUT.as_millis() * CONNECT_ATTEMPTS as u128 + 100 + 1000 < FIRST_CONTACT.as_millis()
+        && FIRST_CONTACT.as_secs() <= 15
+);
+
 /// How long a failed first contact stays the answer for its name: the kernel looks a name up
 /// once at a time, so programs that were waiting for the same name ask again one by one right
 /// after the failure; within this they get it too, instead of a new attempt each.
@@ -754,5 +761,39 @@ impl std::ops::Deref for Server {
     type Target = SfsFuse;
     fn deref(&self) -> &SfsFuse {
         &self.fs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::error::ConnectError;
+
+    fn connect(source: ConnectError) -> SessionError {
+        SessionError::Connect {
+            name: "@h%1,x".into(),
+            source,
+        }
+    }
+
+    #[test]
+    fn first_contact_failures_say_why() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            contact_errno(connect(ConnectError::Io(refused))),
+            Errno::EHOSTUNREACH
+        );
+        assert_eq!(
+            contact_errno(connect(ConnectError::TimedOut)),
+            Errno::ETIMEDOUT
+        );
+        assert_eq!(
+            contact_errno(connect(ConnectError::ClosedInHandshake)),
+            Errno::EHOSTUNREACH
+        );
+        assert_eq!(
+            contact_errno(SessionError::Nfs(protocol::NfsStatus::Acces)),
+            Errno::EACCES
+        );
     }
 }
