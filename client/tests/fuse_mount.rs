@@ -1447,6 +1447,7 @@ fn namespace_a_silent_server_stalls_only_its_own_lookups() {
         let (data, took) = within("reading the real server", quick, move || fs::read(f));
         assert_eq!(data.unwrap(), b"real\n", "round {round}");
         assert!(took < quick, "round {round}: {took:?}");
+        eprintln!("round {round}: the real server answered in {took:?}");
         let d = m.dir.clone();
         let (names, _) = within("listing the namespace root", quick, move || {
             fs::read_dir(d).map(|r| r.count())
@@ -1462,10 +1463,12 @@ fn namespace_a_silent_server_stalls_only_its_own_lookups() {
         fs::metadata(refused).map_err(|e| errno(&e))
     });
     assert_eq!(r.unwrap_err(), libc::EHOSTUNREACH, "{took:?}");
+    eprintln!("refused lookup failed after {took:?}");
 
     for w in waiting {
         let (r, took) = w.join().unwrap();
         assert_eq!(r, Err(libc::ETIMEDOUT), "after {took:?}\n{}", m.log());
+        eprintln!("silent lookup failed after {took:?}");
         assert!(took <= Duration::from_secs(15), "{took:?}");
     }
     let tries = silent.accepted.load(std::sync::atomic::Ordering::SeqCst);
@@ -1524,6 +1527,10 @@ fn namespace_programs_waiting_on_a_silent_server_can_be_killed() {
         };
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(sig), "{status:?}");
+        eprintln!(
+            "SIG{signame}: stat ended {:?} after the signal",
+            killed.elapsed()
+        );
         assert!(
             killed.elapsed() < Duration::from_secs(2),
             "{:?}",
