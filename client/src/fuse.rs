@@ -27,6 +27,18 @@
 //! `fsync`-like flushes send COMMIT, and if the server's write verifier changed in between (it
 //! restarted and may have lost data) the call fails with `EIO` instead of claiming success.
 //!
+//! **Killed callers.** A request whose program is being killed ends at once
+//! ([`crate::interrupt`]), so `kill` works on a program waiting for a server that stopped
+//! answering; requests whose bookkeeping must complete (RELEASE) run to their end.
+//!
+//! **Write-back** (the kernel writing a shared mapping's dirty pages) arrives as the kernel,
+//! not as the program that wrote: in a `--multi-user` mount it is written as the local user
+//! who opened the file handle the kernel sends it on (kept per handle from OPEN or CREATE to
+//! RELEASE), and refused (`EACCES`) on a handle this mount does not know, never written as
+//! the mount's owner. The kernel picks any writable open file of the node for it, so where
+//! two users have one file open for writing, it may go as the other one: a user who opened
+//! that file for writing too.
+//!
 //! **Permissions** are the server's: the mount does not use `default_permissions`, `access(2)`
 //! and `open(2)` ask the server (ACCESS, cached per lease), and every operation is checked by
 //! the server as the logged-in identity.
@@ -180,6 +192,11 @@ struct Table {
     dirty: HashMap<u64, Dirty>,
     /// Open files per node (open/create minus release).
     open: HashMap<u64, u32>,
+    /// The local user who opened each open file, by the FUSE file handle its open or create
+    /// returned: write-back (kernel-initiated WRITEs of a shared mapping's dirty pages) and
+    /// the last release act as that user, whoever the kernel sends them as.
+    files: HashMap<u64, u32>,
+    next_file: u64,
     /// Open nodes the server keeps an open state on, and for which local users: OPEN before
     /// their last name went, or a CREATE whose mode denies the owner
     /// ([`protocol::create_keeps_open_state`]).
@@ -235,6 +252,7 @@ impl Shared {
         let mut t = Table {
             next: base + 1,
             next_listing: 1,
+            next_file: 1,
             ..Table::default()
         };
         t.nodes.insert(
@@ -265,6 +283,33 @@ impl Shared {
 
     fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock()
+    }
+
+    /// A new FUSE file handle for a file opened by local user `uid`.
+    fn open_file(&self, uid: u32) -> fuser::FileHandle {
+        let mut t = self.table();
+        let fh = t.next_file;
+        t.next_file += 1;
+        t.files.insert(fh, uid);
+        fuser::FileHandle(fh)
+    }
+
+    /// The session acting for whoever opened FUSE file handle `fh` (the session's own
+    /// identity when one mount is one user). In a multi-user mount, a handle this mount did
+    /// not hand out (0: the kernel knows no open file) is refused rather than used as the
+    /// mount's owner.
+    fn client_for_file(&self, fh: fuser::FileHandle) -> Result<Client, Errno> {
+        if !self.multi_user {
+            return Ok(self.client.clone());
+        }
+        let opener = self.table().files.get(&fh.0).copied();
+        match opener {
+            Some(uid) => Ok(self.client_for(uid)),
+            None => {
+                tracing::warn!(fh = fh.0, "a write-back for an unknown open file; refused");
+                Err(Errno::EACCES)
+            }
+        }
     }
 
     fn fh(&self, ino: INodeNo) -> Result<FileHandle, Errno> {
@@ -464,26 +509,19 @@ impl Shared {
             };
             (d, lost)
         };
+        // Until the server answers, what was taken out goes back if this ends early (an
+        // error, or the caller killed and this dropped): the next flush or fsync commits it.
+        let mut taken = Uncommitted {
+            sh: self,
+            ino: ino.0,
+            dirty,
+            lost,
+            armed: true,
+        };
         if dirty.is_some() || force {
             let fh = self.fh(ino)?;
-            let committed = match c.commit(&fh).await {
-                Ok(v) => v,
-                Err(e) => {
-                    // Still uncommitted: keep what we know for the next flush or fsync.
-                    if let Some(d) = dirty {
-                        let mut t = self.table();
-                        let merged = match t.dirty.get(&ino.0) {
-                            Some(now) if *now != d => Dirty::Changed,
-                            _ => d,
-                        };
-                        t.dirty.insert(ino.0, merged);
-                    }
-                    if lost {
-                        self.table().lost.insert(ino.0);
-                    }
-                    return Err(errno(e));
-                }
-            };
+            let committed = c.commit(&fh).await.map_err(errno)?;
+            taken.armed = false;
             tracing::debug!(ino = ino.0, ?dirty, ?committed, lost, force, "commit");
             let lost_now = match dirty {
                 Some(Dirty::Verifier(v)) => v != committed,
@@ -502,6 +540,7 @@ impl Shared {
                 return Err(Errno::EIO);
             }
         }
+        taken.armed = false;
         if lost { Err(Errno::EIO) } else { Ok(()) }
     }
 
@@ -933,6 +972,34 @@ impl Shared {
     }
 }
 
+/// Unstable writes a COMMIT under way took out of the table, put back if it does not finish.
+struct Uncommitted<'a> {
+    sh: &'a Shared,
+    ino: u64,
+    dirty: Option<Dirty>,
+    lost: bool,
+    armed: bool,
+}
+
+impl Drop for Uncommitted<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut t = self.sh.table();
+        if let Some(d) = self.dirty {
+            let merged = match t.dirty.get(&self.ino) {
+                Some(now) if *now != d => Dirty::Changed,
+                _ => d,
+            };
+            t.dirty.insert(self.ino, merged);
+        }
+        if self.lost {
+            t.lost.insert(self.ino);
+        }
+    }
+}
+
 /// A READDIRPLUS answer stopped at entry `at` (handle `fh`) of its listing, whose attributes
 /// must come from the server; `added`: `reply` has entries already.
 struct NeedAttr {
@@ -1163,13 +1230,27 @@ impl SfsFuse {
         SfsFuse { sh, rt }
     }
 
-    /// Runs `f` on the runtime with the shared state and the session acting for the caller.
+    /// Runs `f` on the runtime with the shared state and the session acting for the caller;
+    /// it ends early if the caller is killed ([`crate::interrupt`]).
     fn spawn<F, Fut>(&self, req: &Request, f: F)
     where
         F: FnOnce(Arc<Shared>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let c = self.sh.client_for(req.uid());
+        let work = f(self.sh.clone(), c);
+        self.rt
+            .spawn(crate::interrupt::unless_killed(req.pid(), work));
+    }
+
+    /// [`SfsFuse::spawn`] for requests that must run to their end whoever is killed (RELEASE:
+    /// the open-file bookkeeping and the server's open states; a READDIRPLUS reply holding
+    /// counted entries), acting as `c`.
+    fn spawn_to_end<F, Fut>(&self, c: Client, f: F)
+    where
+        F: FnOnce(Arc<Shared>, Client) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         self.rt.spawn(f(self.sh.clone(), c));
     }
 }
@@ -1210,6 +1291,11 @@ pub fn configure(config: &mut KernelConfig) {
     // file) is refused: the write fails with EPERM. With it, the server's own write or
     // truncate, made as the writer, has the server's kernel clear the bits.
     let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+    // Lookups and listings of one directory go to us side by side. Without this the kernel
+    // holds a directory's lock across each LOOKUP in it, so one lookup waiting on a slow
+    // server (a name in the namespace root) would hold up every other lookup and listing
+    // there; every request here is answered from a task of its own, so none needs the lock.
+    let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
 }
 
 impl Filesystem for SfsFuse {
@@ -1398,13 +1484,14 @@ impl Filesystem for SfsFuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.spawn(req, |sh, c| async move {
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
             match sh.check_access(&c, ino, open_bits(flags)).await {
                 // No FOPEN_KEEP_CACHE: the kernel drops cached pages at open, so each open
                 // sees what the server has (close-to-open consistency, as with NFS).
                 Ok(()) => {
                     sh.opened(ino.0);
-                    reply.opened(fuser::FileHandle(0), FopenFlags::empty())
+                    reply.opened(sh.open_file(uid), FopenFlags::empty())
                 }
                 Err(e) => reply.error(e),
             }
@@ -1434,16 +1521,28 @@ impl Filesystem for SfsFuse {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: fuser::FileHandle,
+        fh: fuser::FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // Write-back of a shared mapping's dirty pages: the kernel sends it as itself (uid 0,
+        // in a multi-user mount the owner's uid or nobody's) on one of the file's writable
+        // open files, so it is written as whoever opened that file.
+        let as_opener = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+            match self.sh.client_for_file(fh) {
+                Ok(c) => Some(c),
+                Err(e) => return reply.error(e),
+            }
+        } else {
+            None
+        };
         let data = data.to_vec();
         self.spawn(req, |sh, c| async move {
+            let c = as_opener.unwrap_or(c);
             match sh.write(&c, ino, offset, &data).await {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(e),
@@ -1469,13 +1568,19 @@ impl Filesystem for SfsFuse {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: fuser::FileHandle,
+        fh: fuser::FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(req, |sh, c| async move {
+        // The kernel sends the last release as itself: act as whoever opened the file.
+        let opener = self.sh.table().files.remove(&fh.0);
+        let c = match opener {
+            Some(uid) => self.sh.client_for(uid),
+            None => self.sh.client_for(req.uid()),
+        };
+        self.spawn_to_end(c, |sh, c| async move {
             let committed = sh.commit(&c, ino, false).await;
             let released = sh.released(&c, ino).await;
             reply_empty(committed.and(released), reply)
@@ -1548,7 +1653,10 @@ impl Filesystem for SfsFuse {
             return;
         };
         // An entry changed since the listing and not cached: the rest waits for its GETATTR.
-        self.spawn(req, move |sh, c| async move {
+        // To its end even if the caller is killed: entries already in the reply are counted
+        // as kernel lookups, so the reply must go out.
+        let c = self.sh.client_for(req.uid());
+        self.spawn_to_end(c, move |sh, c| async move {
             loop {
                 let known = match c.getattr(&need.fh).await {
                     Ok(a) => Some(a),
@@ -1648,7 +1756,7 @@ impl Filesystem for SfsFuse {
                         &e.ttl,
                         &e.attr,
                         Generation(0),
-                        fuser::FileHandle(0),
+                        sh.open_file(uid),
                         FopenFlags::empty(),
                     )
                 }
@@ -1733,6 +1841,54 @@ mod tests {
         // The root is never forgotten.
         sh.forget(ROOT, 100);
         assert!(sh.fh(INodeNo(ROOT)).is_ok());
+    }
+
+    #[test]
+    fn write_back_acts_as_the_opener_and_never_as_the_owner() {
+        let name: protocol::ServerName = "@127.0.0.1%9,aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            .parse()
+            .unwrap();
+        let c = Client::new(&name, None, crate::session::Options::default());
+        let many = Shared::with_users(c, FileHandle::from_bytes([1; 48]), Some(0));
+        let fh = many.open_file(65534);
+        assert_ne!(
+            fh.0, 0,
+            "0 is what the kernel sends when it knows no open file"
+        );
+        assert_eq!(many.table().files[&fh.0], 65534);
+        assert!(many.client_for_file(fh).is_ok());
+        for unknown in [fuser::FileHandle(0), fuser::FileHandle(fh.0 + 1)] {
+            assert_eq!(many.client_for_file(unknown).err(), Some(Errno::EACCES));
+        }
+        // One user: every handle is that user's.
+        assert!(shared().client_for_file(fuser::FileHandle(0)).is_ok());
+    }
+
+    #[test]
+    fn a_commit_that_does_not_finish_keeps_its_writes_uncommitted() {
+        let sh = shared();
+        sh.note_write(5, [1; 8]);
+        sh.table().lost.insert(5);
+        let taken = sh.table().dirty.remove(&5);
+        drop(Uncommitted {
+            sh: &sh,
+            ino: 5,
+            dirty: taken,
+            lost: true,
+            armed: true,
+        });
+        assert_eq!(sh.table().dirty[&5], Dirty::Verifier([1; 8]));
+        assert!(sh.table().lost.contains(&5));
+        // Written again meanwhile with another verifier: the server restarted in between.
+        sh.table().dirty.insert(6, Dirty::Verifier([2; 8]));
+        drop(Uncommitted {
+            sh: &sh,
+            ino: 6,
+            dirty: Some(Dirty::Verifier([1; 8])),
+            lost: false,
+            armed: true,
+        });
+        assert_eq!(sh.table().dirty[&6], Dirty::Changed);
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod cli;
 mod commands;
 mod fuse;
 mod identity;
+mod interrupt;
 mod log_fields;
 mod namespace;
 mod nfs;

@@ -10,6 +10,15 @@
 //!
 //! A server no kernel request touched for `idle` is disconnected ([`Client::disconnect`]); its
 //! node ids stay valid and the next request reconnects (verifying the HOSTID again).
+//!
+//! **One server cannot stall the others.** Every kernel request is answered from a task of its
+//! own, so a request waiting on one server holds up nothing else. The first contact with a
+//! name is one attempt of its own, run apart from every lookup (a killed program's lookup
+//! leaves it going for the others), shared by every lookup of that name while it lasts, and
+//! bounded: each TCP connect plus handshake by [`CONNECT_TIMEOUT`], at most
+//! [`CONNECT_ATTEMPTS`] of them, all of it (login, MOUNT, the root's attributes) by
+//! [`FIRST_CONTACT`]. A port where nobody listens fails at once (`EHOSTUNREACH`), a server
+//! that accepts but never speaks within those bounds (`ETIMEDOUT`).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -41,6 +50,34 @@ const _: () = assert!(ROOT + (1 << 30) < 1 << SHIFT);
 /// How long the kernel may cache the namespace's own entries (bookmarks may change).
 const NS_TTL: Duration = Duration::from_secs(1);
 
+/// Longest TCP connect plus handshake with a server of the namespace: a server that answers
+/// at all does so in well under a second, and a program looking a name up should learn within
+/// seconds, not the tens a single mount may wait for its one server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connection attempts per contact (first, or after a disconnect): a second try rides out a
+/// server restarting, more would only make a program wait on a server that is not there.
+const CONNECT_ATTEMPTS: u32 = 2;
+
+/// Longest first contact with a name, from TCP connect to the root's attributes: the two
+/// attempts' timeouts plus room for the login and MOUNT round trips.
+const FIRST_CONTACT: Duration = Duration::from_secs(12);
+
+// Every attempt and the backoff between them (100 ms) fit in the first contact with a second
+// to spare for the login and MOUNT round trips, and a program learns within 15 s.
+const _: () = assert!(
+    CONNECT_TIMEOUT.as_millis() * CONNECT_ATTEMPTS as u128 + 100 + 1000 < FIRST_CONTACT.as_millis()
+        && FIRST_CONTACT.as_secs() <= 15
+);
+
+/// How long a failed first contact stays the answer for its name: the kernel looks a name up
+/// once at a time, so programs that were waiting for the same name ask again one by one right
+/// after the failure; within this they get it too, instead of a new attempt each.
+const FAILURE_KEPT: Duration = Duration::from_secs(1);
+
+/// The outcome of a first contact, shared by every lookup waiting for it.
+type Contact = Option<Result<Arc<Server>, Errno>>;
+
 /// One server reached through the namespace.
 struct Server {
     name: String,
@@ -65,8 +102,8 @@ pub struct Namespace {
     identity: Option<Identity>,
     opts: Options,
     state: Mutex<State>,
-    /// One connection attempt at a time (two lookups of one new name make one session).
-    connecting: tokio::sync::Mutex<()>,
+    /// First contacts under way, by name: every lookup of a name waits for the same one.
+    contacts: Mutex<HashMap<String, tokio::sync::watch::Receiver<Contact>>>,
     notifier: OnceLock<Notifier>,
 }
 
@@ -81,7 +118,7 @@ impl Namespace {
             identity,
             opts,
             state: Mutex::new(State::default()),
-            connecting: tokio::sync::Mutex::new(()),
+            contacts: Mutex::new(HashMap::new()),
             notifier: OnceLock::new(),
         })
     }
@@ -122,27 +159,79 @@ impl Namespace {
         out
     }
 
-    /// The server for `name`, connecting (and verifying its HOSTID) on first use.
+    /// The server known as `key`, if connected before.
+    fn known(&self, key: &str) -> Option<Arc<Server>> {
+        let st = self.state();
+        st.by_name.get(key).map(|&i| st.servers[i].clone())
+    }
+
+    /// The server for `name`, connecting (and verifying its HOSTID) on first use: one first
+    /// contact per name at a time, on a task of its own, whose outcome every lookup of the
+    /// name waiting meanwhile shares.
     async fn connect(self: &Arc<Self>, name: &ServerName) -> Result<Arc<Server>, Errno> {
         let key = name.to_string();
-        let _one = self.connecting.lock().await;
-        let known = {
-            let st = self.state();
-            st.by_name.get(&key).map(|&i| st.servers[i].clone())
-        };
-        if let Some(s) = known {
+        if let Some(s) = self.known(&key) {
             return Ok(s);
         }
-        let client = Client::new(name, self.identity.clone(), self.opts.clone());
+        let mut outcome = {
+            let mut contacts = self.contacts.lock();
+            // Checked again under the lock: a successful contact registers its server before
+            // it leaves this map.
+            if let Some(s) = self.known(&key) {
+                return Ok(s);
+            }
+            match contacts.get(&key) {
+                Some(rx) => rx.clone(),
+                None => {
+                    let (tx, rx) = tokio::sync::watch::channel(None);
+                    contacts.insert(key.clone(), rx.clone());
+                    let ns = self.clone();
+                    let name = name.clone();
+                    self.rt.spawn(async move {
+                        let r = match tokio::time::timeout(FIRST_CONTACT, ns.first_contact(&name))
+                            .await
+                        {
+                            Ok(r) => r,
+                            Err(_) => {
+                                tracing::warn!(
+                                    "namespace: {name}: no answer within {} s",
+                                    FIRST_CONTACT.as_secs()
+                                );
+                                Err(Errno::ETIMEDOUT)
+                            }
+                        };
+                        let failed = r.is_err();
+                        let _ = tx.send(Some(r));
+                        if failed {
+                            tokio::time::sleep(FAILURE_KEPT).await;
+                        }
+                        ns.contacts.lock().remove(&name.to_string());
+                    });
+                    rx
+                }
+            }
+        };
+        match outcome.wait_for(Option::is_some).await {
+            Ok(r) => r.clone().unwrap_or(Err(Errno::EIO)),
+            // The contact's task went away without an answer (the runtime is shutting down).
+            Err(_) => Err(Errno::EIO),
+        }
+    }
+
+    /// Connects to `name` (verifying its HOSTID), mounts its root and registers it.
+    async fn first_contact(self: &Arc<Self>, name: &ServerName) -> Result<Arc<Server>, Errno> {
+        let key = name.to_string();
+        let opts = Options {
+            connect_timeout: self.opts.connect_timeout.min(CONNECT_TIMEOUT),
+            connect_attempts: self.opts.connect_attempts.min(CONNECT_ATTEMPTS),
+            ..self.opts.clone()
+        };
+        let client = Client::new(name, self.identity.clone(), opts);
         let (root, attr) = match client.mount("/").await {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!("namespace: {key}: {}", e.report());
-                return Err(match e {
-                    SessionError::Handshake { .. } => Errno::EACCES,
-                    SessionError::Nfs(_) => crate::fuse::errno(e),
-                    _ => Errno::EHOSTUNREACH,
-                });
+                return Err(contact_errno(e));
             }
         };
         if attr.ftype != FileType::Directory {
@@ -268,6 +357,21 @@ macro_rules! forward {
     };
 }
 
+/// The errno a lookup gets when the first contact with its server failed with `e`.
+fn contact_errno(e: SessionError) -> Errno {
+    use crate::session::error::ConnectError;
+    match e {
+        SessionError::Handshake { .. } => Errno::EACCES,
+        SessionError::Nfs(_) => crate::fuse::errno(e),
+        SessionError::Connect {
+            source: ConnectError::TimedOut,
+            ..
+        }
+        | SessionError::Timeout { .. } => Errno::ETIMEDOUT,
+        _ => Errno::EHOSTUNREACH,
+    }
+}
+
 impl Filesystem for NsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         crate::fuse::configure(config);
@@ -283,12 +387,15 @@ impl Filesystem for NsFuse {
         }
         let ns = self.0.clone();
         let name = name.as_bytes().to_vec();
-        self.0.rt.spawn(async move {
+        let work = async move {
             match ns.lookup_root(name).await {
                 Ok((ttl, attr)) => reply.entry(&ttl, &attr, Generation(0)),
                 Err(e) => reply.error(e),
             }
-        });
+        };
+        self.0
+            .rt
+            .spawn(crate::interrupt::unless_killed(req.pid(), work));
     }
 
     fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
@@ -652,5 +759,39 @@ impl std::ops::Deref for Server {
     type Target = SfsFuse;
     fn deref(&self) -> &SfsFuse {
         &self.fs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::error::ConnectError;
+
+    fn connect(source: ConnectError) -> SessionError {
+        SessionError::Connect {
+            name: "@h%1,x".into(),
+            source,
+        }
+    }
+
+    #[test]
+    fn first_contact_failures_say_why() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            contact_errno(connect(ConnectError::Io(refused))),
+            Errno::EHOSTUNREACH
+        );
+        assert_eq!(
+            contact_errno(connect(ConnectError::TimedOut)),
+            Errno::ETIMEDOUT
+        );
+        assert_eq!(
+            contact_errno(connect(ConnectError::ClosedInHandshake)),
+            Errno::EHOSTUNREACH
+        );
+        assert_eq!(
+            contact_errno(SessionError::Nfs(protocol::NfsStatus::Acces)),
+            Errno::EACCES
+        );
     }
 }

@@ -74,6 +74,12 @@ fn keygen(home: &Path, key: &Path) -> String {
 
 /// [`setup`] plus users `(name, uid)` (uid = gid) with keys in `DIR/idents/UID`.
 fn setup_users(extra: &[(&str, u32)]) -> Setup {
+    setup_owned(None, extra)
+}
+
+/// [`setup_users`], with `alice` (the mounting identity) mapped to uid = gid `alice` on the
+/// server instead of the owner of the temporary directory.
+fn setup_owned(alice: Option<u32>, extra: &[(&str, u32)]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let export = dir.path().join("export");
@@ -84,7 +90,8 @@ fn setup_users(extra: &[(&str, u32)]) -> Setup {
     let public = keygen(&home, &identity);
     let m = fs::metadata(dir.path()).unwrap();
     let users = dir.path().join("users");
-    let mut lines = format!("alice {public} {} {}\n", m.uid(), m.gid());
+    let (uid, gid) = alice.map_or((m.uid(), m.gid()), |a| (a, a));
+    let mut lines = format!("alice {public} {uid} {gid}\n");
     fs::create_dir_all(dir.path().join("idents")).unwrap();
     for (name, uid) in extra {
         let public = keygen(&home, &dir.path().join("idents").join(uid.to_string()));
@@ -1345,4 +1352,359 @@ exit $ok
     );
     let (ok, err) = as_uid(65534, &script);
     assert!(ok, "{err}\nmount log:\n{}", m.log());
+}
+
+/// A TCP listener on 127.0.0.1 that accepts connections and never says a word (a server
+/// that hangs in the handshake), holding every connection open; counts them.
+struct Silent {
+    port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Silent {
+    fn start() -> Silent {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let n = accepted.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in l.incoming().flatten() {
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(s);
+            }
+        });
+        Silent { port, accepted }
+    }
+
+    /// A self-certifying name for it (any HOSTID: the handshake never gets that far).
+    fn name(&self, id: char) -> String {
+        format!("@127.0.0.1%{},{}", self.port, id.to_string().repeat(32))
+    }
+}
+
+/// A port on 127.0.0.1 nobody listens on (bound, then closed).
+fn refused_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Runs `f` on a thread and waits at most `limit` for it; its result and how long it took.
+/// Panics naming `what` when it takes longer (the thread is left behind, blocked in the
+/// kernel until the mount's guard unmounts).
+fn within<T: Send + 'static>(
+    what: &str,
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let start = Instant::now();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => (v, start.elapsed()),
+        Err(_) => panic!("{what} did not finish within {limit:?}"),
+    }
+}
+
+/// Issue 25, point 3: in the namespace, a server that accepts connections but never speaks,
+/// and a port where nobody listens, stall nothing but their own lookups: while one lookup
+/// waits on the silent server, the real server, the namespace root and the refused port
+/// all answer at once; concurrent lookups of the silent name share one connection attempt,
+/// and it fails within its deadline with ETIMEDOUT.
+#[test]
+fn namespace_a_silent_server_stalls_only_its_own_lookups() {
+    need_fuse!();
+    let s = setup();
+    fs::write(s.export.join("file"), b"real\n").unwrap();
+    let silent = Silent::start();
+    let m = s.mount_namespace("ns", &[]);
+    let real = m.dir.join(&s.server.name);
+    assert_eq!(fs::read(real.join("file")).unwrap(), b"real\n");
+
+    // Three programs look the silent server up at once.
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let p = m.dir.join(silent.name('a')).join("x");
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                let r = fs::metadata(&p).map(drop).map_err(|e| errno(&e));
+                (r, start.elapsed())
+            })
+        })
+        .collect();
+    wait_for(
+        "the silent server's connection",
+        Duration::from_secs(5),
+        || silent.accepted.load(std::sync::atomic::Ordering::SeqCst) > 0,
+    );
+    // Past the root entries' one-second cache, so the real server's name is looked up again.
+    std::thread::sleep(Duration::from_millis(1500));
+    let quick = Duration::from_secs(2);
+    for round in 0..3 {
+        let f = real.join("file");
+        let (data, took) = within("reading the real server", quick, move || fs::read(f));
+        assert_eq!(data.unwrap(), b"real\n", "round {round}");
+        assert!(took < quick, "round {round}: {took:?}");
+        eprintln!("round {round}: the real server answered in {took:?}");
+        let d = m.dir.clone();
+        let (names, _) = within("listing the namespace root", quick, move || {
+            fs::read_dir(d).map(|r| r.count())
+        });
+        names.unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    // Nobody listening: refused at once, as "host unreachable".
+    let refused = m
+        .dir
+        .join(format!("@127.0.0.1%{},{}", refused_port(), "b".repeat(32)));
+    let (r, took) = within("the refused lookup", Duration::from_secs(5), move || {
+        fs::metadata(refused).map_err(|e| errno(&e))
+    });
+    assert_eq!(r.unwrap_err(), libc::EHOSTUNREACH, "{took:?}");
+    eprintln!("refused lookup failed after {took:?}");
+
+    for w in waiting {
+        let (r, took) = w.join().unwrap();
+        assert_eq!(r, Err(libc::ETIMEDOUT), "after {took:?}\n{}", m.log());
+        eprintln!("silent lookup failed after {took:?}");
+        assert!(took <= Duration::from_secs(15), "{took:?}");
+    }
+    let tries = silent.accepted.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        tries <= 2,
+        "{tries} connections for one name looked up 3 times at once"
+    );
+    // The real server is still there.
+    assert_eq!(fs::read(real.join("file")).unwrap(), b"real\n");
+}
+
+/// Issue 25, point 3: a program waiting in the kernel for a lookup of a silent server dies
+/// when killed (SIGTERM, SIGINT, SIGKILL), within a second or two, not when the lookup
+/// gives up.
+#[test]
+fn namespace_programs_waiting_on_a_silent_server_can_be_killed() {
+    need_fuse!();
+    let s = setup();
+    let silent = Silent::start();
+    let m = s.mount_namespace("ns", &[]);
+    for (i, (sig, signame)) in [
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGINT, "INT"),
+        (libc::SIGKILL, "KILL"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = m.dir.join(silent.name(['c', 'd', 'e'][i])).join("x");
+        let before = silent.accepted.load(std::sync::atomic::Ordering::SeqCst);
+        let mut child = Guard(Command::new("stat").arg(&path).spawn().unwrap());
+        // Blocked in the kernel once the namespace has dialled the silent server.
+        wait_for(
+            "the lookup to reach the server",
+            Duration::from_secs(5),
+            || silent.accepted.load(std::sync::atomic::Ordering::SeqCst) > before,
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(child.0.try_wait().unwrap().is_none(), "stat ended early");
+        let pid = child.0.id().to_string();
+        let sent = Command::new("kill").args(["-s", signame, &pid]).status();
+        assert!(sent.unwrap().success());
+        let killed = Instant::now();
+        let deadline = killed + Duration::from_secs(3);
+        let status = loop {
+            if let Some(st) = child.0.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "signal {sig}: stat still waiting after {:?}\n{}",
+                killed.elapsed(),
+                m.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(sig), "{status:?}");
+        eprintln!(
+            "SIG{signame}: stat ended {:?} after the signal",
+            killed.elapsed()
+        );
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            killed.elapsed()
+        );
+    }
+    assert!(m.alive(), "the mount survives");
+}
+
+/// The login name of local `uid` in /etc/passwd (the number when it has none).
+fn passwd_name(uid: u32) -> String {
+    fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.split(':').nth(2) == Some(uid.to_string().as_str()))
+        .and_then(|l| l.split(':').next().map(str::to_owned))
+        .unwrap_or_else(|| uid.to_string())
+}
+
+/// Makes `path` (created 0600), writes `DATA` into it through a shared writable mapping,
+/// says "dirty" and waits for a line on stdin before unmapping (no msync) and closing.
+const MAP_WRITER: &str = r#"
+import mmap, os, sys
+DATA = b"written through a shared mapping\n"
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[0:len(DATA)] = DATA
+print("dirty", flush=True)
+sys.stdin.readline()
+m.close()
+os.close(fd)
+"#;
+
+/// Issue 25, point 5: in a `--multi-user` mount, pages a user dirtied through a shared
+/// writable mapping, written back by the kernel's flusher (whose requests carry uid 0, the
+/// mount owner here), reach the server as that user, never as the mount's owner. The owner
+/// logs in as uid 65532, which may not write 65534's private directory: a write-back sent
+/// as the owner is refused and the data never arrives.
+#[test]
+fn multi_user_shared_mapping_is_written_back_as_its_writer() {
+    need_fuse!();
+    let python = Path::new("/usr/bin/python3");
+    let root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    if !root || Command::new("setpriv").arg("--version").output().is_err() || !python.exists() {
+        eprintln!("SKIPPED: needs root, setpriv and /usr/bin/python3");
+        return;
+    }
+    let s = setup_owned(Some(65532), &[(&passwd_name(65534), 65534)]);
+    fs::set_permissions(s.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let work = s.export.join("work");
+    fs::create_dir(&work).unwrap();
+    std::os::unix::fs::chown(&work, Some(65534), Some(65534)).unwrap();
+    fs::set_permissions(&work, fs::Permissions::from_mode(0o700)).unwrap();
+    let idents = s.dir.path().join("idents");
+    let m = s.mount_with(
+        "mnt",
+        &["--multi-user", "--identities", idents.to_str().unwrap()],
+    );
+    let mut writer = Guard(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(python)
+            .args(["-c", MAP_WRITER])
+            .arg(m.dir.join("work/mapped"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = std::io::BufReader::new(writer.0.stdout.take().unwrap());
+    let (line, _) = within("the mapping writer", Duration::from_secs(30), move || {
+        let mut l = String::new();
+        std::io::BufRead::read_line(&mut out, &mut l).map(|_| l)
+    });
+    assert_eq!(line.unwrap(), "dirty\n", "{}", m.log());
+
+    // sync(1) has the kernel's flusher write the dirty page back while it is still mapped.
+    assert!(Command::new("sync").status().unwrap().success());
+    let want = b"written through a shared mapping\n";
+    let on_server = || fs::read(work.join("mapped")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !on_server().starts_with(want) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let got = on_server();
+    assert!(
+        got.starts_with(want),
+        "after sync the server has {:?}\n{}",
+        String::from_utf8_lossy(&got[..got.len().min(40)]),
+        m.log()
+    );
+    writer.0.stdin.take().unwrap().write_all(b"\n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = writer.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "the writer did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}\n{}", m.log());
+    let meta = fs::metadata(work.join("mapped")).unwrap();
+    assert_eq!((meta.uid(), meta.len()), (65534, 4096));
+    assert!(on_server().starts_with(want));
+}
+
+/// Issue 25, point 3, for a mount of one server: a program waiting for a server that stopped
+/// answering (SIGSTOP: connected, silent) dies when killed, long before the request's
+/// timeout; the mount serves again once the server is back.
+#[test]
+fn a_program_waiting_on_a_stopped_server_can_be_killed() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("m");
+    fs::write(m.dir.join("f"), b"before\n").unwrap();
+    /// Sends SIGCONT to sfsd on drop (a failed test leaves no stopped server behind).
+    struct Resume(String);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+        }
+    }
+    let pid = s.server.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let resume = Resume(pid);
+    for signame in ["TERM", "KILL"] {
+        // Negative lookups are not cached: this LOOKUP goes to the stopped server.
+        let mut child = Guard(
+            Command::new("stat")
+                .arg(m.dir.join(format!("absent-{signame}")))
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(child.0.try_wait().unwrap().is_none(), "stat ended early");
+        let cpid = child.0.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-s", signame, &cpid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let killed = Instant::now();
+        let deadline = killed + Duration::from_secs(3);
+        while child.0.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "SIG{signame}: stat still waiting after {:?}\n{}",
+                killed.elapsed(),
+                m.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            killed.elapsed()
+        );
+    }
+    drop(resume);
+    let f = m.dir.join("f");
+    let (r, _) = within(
+        "reading after the server resumed",
+        Duration::from_secs(30),
+        move || fs::read(f),
+    );
+    assert_eq!(r.unwrap(), b"before\n");
 }

@@ -1,0 +1,102 @@
+//! Requests whose program is being killed end at once, so `kill` works on a program waiting
+//! for a slow or silent server.
+//!
+//! Once a FUSE request is read by the file system, the kernel waits for its answer
+//! uninterruptibly: a fatal signal only marks the waiting thread, and the kernel tells the
+//! file system with an INTERRUPT request. fuser 0.18 answers INTERRUPT itself (`ENOSYS`, after
+//! which the kernel sends no more), so the file system never hears of it. Instead, a request
+//! still unanswered after [`CHECK_EVERY`] looks at its thread in `/proc` every [`CHECK_EVERY`]:
+//! when the kernel has queued SIGKILL for it (it does so for every thread of a process that a
+//! fatal signal ends, SIGKILL, or SIGTERM or SIGINT without a handler), the request's work is
+//! dropped, and with it its reply, which fuser answers with `EIO`. Nobody sees that error: the
+//! program is dying. Signals a program handles do not end its requests (as with a file system
+//! that ignores INTERRUPT).
+
+use std::future::Future;
+use std::time::Duration;
+
+/// How long a killed program may wait for its request to end, and how often a request left
+/// waiting reads one small `/proc` file: a second is about what `kill` is expected to take, and
+/// five small reads a second per waiting request cost nothing next to the wait itself.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
+
+/// SIGKILL's bit in a `/proc` signal mask (bit `signal - 1`).
+const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+
+/// Runs `work` (answering a request from thread `tid`) to its end, or until `tid` is being
+/// killed. `tid` 0 (a request the kernel makes itself) always runs to its end.
+pub async fn unless_killed(tid: u32, work: impl Future<Output = ()>) {
+    if tid == 0 {
+        return work.await;
+    }
+    tokio::select! {
+        () = work => {}
+        () = killed(tid) => tracing::info!(tid, "the caller is being killed; its request ends"),
+    }
+}
+
+/// Returns once thread `tid` has SIGKILL pending (never, if it has no `/proc` entry here).
+async fn killed(tid: u32) {
+    let status = format!("/proc/{tid}/status");
+    loop {
+        tokio::time::sleep(CHECK_EVERY).await;
+        match std::fs::read_to_string(&status) {
+            Ok(s) if sigkill_pending(&s) => return,
+            Ok(_) => {}
+            // Another pid namespace, or gone: nothing to watch.
+            Err(_) => return std::future::pending().await,
+        }
+    }
+}
+
+/// Whether a `/proc/TID/status` text shows SIGKILL pending for the thread (`SigPnd`) or its
+/// process (`ShdPnd`).
+fn sigkill_pending(status: &str) -> bool {
+    status.lines().any(|l| {
+        let Some((key, mask)) = l.split_once(':') else {
+            return false;
+        };
+        matches!(key, "SigPnd" | "ShdPnd")
+            && u64::from_str_radix(mask.trim(), 16).is_ok_and(|m| m & SIGKILL_BIT != 0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigkill_is_read_from_either_pending_mask() {
+        let quiet =
+            "Name:\tstat\nSigQ:\t0/1\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000004000\n";
+        assert!(!sigkill_pending(quiet), "SIGTERM alone is not a kill");
+        let dying = "SigPnd:\t0000000000000100\nShdPnd:\t0000000000004000\n";
+        assert!(sigkill_pending(dying));
+        assert!(sigkill_pending("ShdPnd:\t0000000000000100\n"));
+        assert!(
+            !sigkill_pending("SigBlk:\t0000000000000100\n"),
+            "blocked is not pending"
+        );
+        assert!(!sigkill_pending("SigPnd:\tgarbage\nShdPnd:\n"));
+    }
+
+    #[test]
+    fn own_status_parses_and_shows_no_kill() {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert!(s.contains("SigPnd:"));
+        assert!(!sigkill_pending(&s));
+    }
+
+    #[tokio::test]
+    async fn requests_of_the_kernel_and_unknown_threads_run_to_their_end() {
+        let mut ran = false;
+        unless_killed(0, async { ran = true }).await;
+        assert!(ran);
+        let done = tokio::time::timeout(
+            Duration::from_millis(500),
+            unless_killed(u32::MAX, tokio::time::sleep(Duration::from_millis(450))),
+        )
+        .await;
+        assert!(done.is_ok(), "no /proc entry: never treated as killed");
+    }
+}
