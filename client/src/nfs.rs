@@ -8,8 +8,10 @@
 //!
 //! What nfsserve 0.11 cannot express, and what is done instead:
 //! - **Caller uid**: the trait gets no RPC credentials, so every operation acts as the sfs
-//!   identity of this process (its LOGIN), whoever the local caller is. Local permission checks
-//!   still happen in the kernel against the attributes we report.
+//!   identity of this process (its LOGIN). That is why only connections from this user's own
+//!   sockets and root's (the kernel's NFS client) are served (`peer_owner`, checked in
+//!   `commands::mount`); local permission checks still happen in the kernel against the
+//!   attributes we report.
 //! - **COMMIT**: nfsserve answers COMMIT itself without asking us, so WRITEs are forwarded as
 //!   DATA_SYNC: when the kernel hears "written", the data is on the server's disk.
 //! - **LINK**: not in the trait; nfsserve answers NOTSUPP. (FSINFO advertises no LINK.)
