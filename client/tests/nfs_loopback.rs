@@ -32,6 +32,11 @@ struct Loopback {
 }
 
 fn start_loopback() -> Loopback {
+    start_loopback_as(None)
+}
+
+/// [`start_loopback`] with `sfs nfs` run as local user `owner` (root runs the test).
+fn start_loopback_as(owner: Option<u32>) -> Loopback {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let export = dir.path().join("export");
@@ -63,6 +68,14 @@ fn start_loopback() -> Loopback {
     );
 
     let mut c = sfs_cmd(&home);
+    if let Some(uid) = owner {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(&home, Some(uid), Some(uid)).unwrap();
+        std::os::unix::fs::chown(&key, Some(uid), Some(uid)).unwrap();
+        c.uid(uid).gid(uid);
+    }
     c.arg("--identity")
         .arg(&key)
         .args(["nfs", &server.name, "--listen", "127.0.0.1:0"])
@@ -329,7 +342,8 @@ fn reply_bytes_to_null_call_as(uid: u32, port: u16) -> usize {
 
 /// `sfs nfs` serves its owner's files with its owner's identity, so another local user's
 /// process that connects to 127.0.0.1:PORT must get nothing at all: the connection is closed
-/// before a reply. The owner (and root, as the kernel's NFS client) are answered.
+/// before a reply. The owner (an ordinary user here) and root (as the kernel's NFS client)
+/// are answered.
 #[test]
 fn other_local_users_get_nothing_from_sfs_nfs() {
     // SAFETY: geteuid cannot fail and touches no memory.
@@ -337,17 +351,19 @@ fn other_local_users_get_nothing_from_sfs_nfs() {
         eprintln!("skipped: needs root to act as another local user");
         return;
     }
-    let lb = start_loopback();
+    let owner = 64_124;
+    let lb = start_loopback_as(Some(owner));
     assert!(
-        reply_bytes_to_null_call_as(0, lb.port) > 0,
-        "the owner (root here) is answered"
+        reply_bytes_to_null_call_as(owner, lb.port) > 0,
+        "the owner is answered"
     );
     assert_eq!(
         reply_bytes_to_null_call_as(64_123, lb.port),
         0,
         "another local user's process is answered"
     );
-    // Still serving its owner after the refusal.
+    // Still serving its owner after the refusal, and root (the kernel's NFS client).
+    assert!(reply_bytes_to_null_call_as(owner, lb.port) > 0);
     assert!(reply_bytes_to_null_call_as(0, lb.port) > 0);
     drop(lb);
 }
