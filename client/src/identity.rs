@@ -218,6 +218,35 @@ pub fn for_local_user(uid: u32, dir: Option<&Path>) -> Option<Identity> {
 mod local_user_tests {
     use super::*;
 
+    /// Whose `--identities DIR/UID` a root mount uses: root's or that user's, in a directory
+    /// nobody else can write; never a file another user made or could have swapped.
+    #[test]
+    fn identities_dir_keys_are_used_only_if_nobody_else_could_have_put_them_there() {
+        use std::os::unix::fs::PermissionsExt;
+        // SAFETY: geteuid cannot fail and touches no memory.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to make files of other users");
+            return;
+        }
+        let (user, stranger) = (64_210, 64_211);
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let key = dir.path().join(user.to_string());
+        keygen(&key, false).unwrap();
+        let found = |d: &Path| for_local_user(user, Some(d)).is_some();
+        assert!(found(dir.path()), "root's key for the user");
+        std::os::unix::fs::chown(&key, Some(user), None).unwrap();
+        assert!(found(dir.path()), "the user's own key");
+        std::os::unix::fs::chown(&key, Some(stranger), None).unwrap();
+        assert!(!found(dir.path()), "a key another user made");
+        std::os::unix::fs::chown(&key, Some(0), None).unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(!found(dir.path()), "a directory others can write");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(!found(dir.path()), "a key others can read");
+    }
+
     #[test]
     fn passwd_lines() {
         let t = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
