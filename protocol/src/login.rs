@@ -232,14 +232,26 @@ impl<T: PartialEq> AuthTable<T> {
 
     /// Assigns an authno (1, 2, ...) to `credentials`, or returns the one they already have.
     pub fn assign(&mut self, credentials: T) -> Result<u32, LoginError> {
-        if let Some(i) = self.entries.iter().position(|c| *c == credentials) {
-            return Ok(i as u32 + 1);
+        if let Some(authno) = self.find(&credentials) {
+            return Ok(authno);
         }
         if self.entries.len() >= MAX_LOGINS_PER_SESSION {
             return Err(LoginError::TooManyLogins(MAX_LOGINS_PER_SESSION));
         }
         self.entries.push(credentials);
         Ok(self.entries.len() as u32)
+    }
+
+    /// The authno `credentials` already have, if any.
+    pub fn find(&self, credentials: &T) -> Option<u32> {
+        let i = self.entries.iter().position(|c| c == credentials)?;
+        Some(i as u32 + 1)
+    }
+
+    /// How many authnos have credentials for which `f` holds (a server bounds what one user
+    /// may hold with it).
+    pub fn count_matching(&self, f: impl Fn(&T) -> bool) -> usize {
+        self.entries.iter().filter(|c| f(c)).count()
     }
 
     /// The credentials of `authno`; `None` for anonymous (0) or an authno never assigned.

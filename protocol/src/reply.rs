@@ -148,6 +148,11 @@ pub enum ReplyBody {
         /// Assigned authno (never 0).
         authno: u32,
     },
+    /// NARROW: the authno with the narrowed groups.
+    Narrow {
+        /// Assigned authno (never 0).
+        authno: u32,
+    },
     /// GETATTR.
     GetAttr {
         /// Attributes.
@@ -323,6 +328,7 @@ impl ReplyBody {
             ReplyBody::Null => Proc::Null,
             ReplyBody::Mount { .. } => Proc::Mount,
             ReplyBody::Login { .. } => Proc::Login,
+            ReplyBody::Narrow { .. } => Proc::Narrow,
             ReplyBody::GetAttr { .. } => Proc::GetAttr,
             ReplyBody::SetAttr { .. } => Proc::SetAttr,
             ReplyBody::Lookup { .. } => Proc::Lookup,
@@ -354,7 +360,10 @@ impl ReplyBody {
     pub fn attrs_mut(&mut self) -> Vec<&mut Attr> {
         let mut out: Vec<&mut Attr> = Vec::new();
         match self {
-            ReplyBody::Null | ReplyBody::Login { .. } | ReplyBody::Close => {}
+            ReplyBody::Null
+            | ReplyBody::Login { .. }
+            | ReplyBody::Narrow { .. }
+            | ReplyBody::Close => {}
             ReplyBody::Mount { attr, .. } | ReplyBody::GetAttr { attr } => out.push(attr),
             ReplyBody::SetAttr { attr }
             | ReplyBody::Access { attr, .. }
@@ -409,7 +418,9 @@ impl ReplyBody {
                 put_fh(buf, fh);
                 attr.encode(buf);
             }
-            ReplyBody::Login { authno } => xdr::put_u32(buf, *authno),
+            ReplyBody::Login { authno } | ReplyBody::Narrow { authno } => {
+                xdr::put_u32(buf, *authno)
+            }
             ReplyBody::GetAttr { attr } => attr.encode(buf),
             ReplyBody::SetAttr { attr } => encode_opt_attr(buf, attr.as_ref()),
             ReplyBody::Lookup { fh, attr, dir_attr } => {
@@ -528,6 +539,9 @@ impl ReplyBody {
                 attr: Attr::decode(r)?,
             },
             Proc::Login => ReplyBody::Login {
+                authno: r.u32("authno")?,
+            },
+            Proc::Narrow => ReplyBody::Narrow {
                 authno: r.u32("authno")?,
             },
             Proc::GetAttr => ReplyBody::GetAttr {

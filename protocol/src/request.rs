@@ -3,7 +3,8 @@
 //! The operation set is NFSv3's (RFC 1813), with the same procedure numbers, plus three SFS
 //! extensions: MOUNT (get the root handle of a path), LOGIN (user authentication) and RENAME2
 //! (RENAME with `renameat2(2)` flags, so a no-replace rename is one atomic operation on the
-//! server instead of a LOOKUP racing a RENAME).
+//! server instead of a LOOKUP racing a RENAME), OPEN/CLOSE (open states) and NARROW (an authno
+//! acting with a subset of a login's groups, so a local process's own groups apply).
 
 use crate::attr::{SetAttr, Time};
 use crate::data::Data;
@@ -77,7 +78,13 @@ pub enum Proc {
     Open = 103,
     /// SFS extension: drop this connection's and user's open state on an object.
     Close = 104,
+    /// SFS extension: an authno with a subset of the request authno's groups ([`RequestOp::Narrow`]).
+    Narrow = 112,
 }
+
+/// Most supplementary groups a NARROW may name; a request with more does not decode (before
+/// anything is allocated for them). The server applies at most this many groups anyway.
+pub const MAX_NARROW_GROUPS: usize = 64;
 
 impl Proc {
     /// Every procedure.
@@ -109,6 +116,7 @@ impl Proc {
         Proc::Rename2,
         Proc::Open,
         Proc::Close,
+        Proc::Narrow,
     ];
 
     /// The wire number.
@@ -303,6 +311,15 @@ pub enum RequestOp {
         /// Object.
         fh: FileHandle,
     },
+    /// An authno acting as the request authno's user with primary group `gid` and the
+    /// supplementary `groups` the server also grants that user (NARROW): what a local process
+    /// has, never more than the users file gives (docs/PROTOCOL.md, "Narrowed authnos").
+    Narrow {
+        /// Primary group (new objects' group; must be one of the user's groups).
+        gid: u32,
+        /// Supplementary groups wanted (at most [`MAX_NARROW_GROUPS`]).
+        groups: Vec<u32>,
+    },
     /// Read `count` bytes at `offset`.
     Read {
         /// File.
@@ -487,6 +504,7 @@ impl RequestOp {
             RequestOp::ReadLink { .. } => Proc::ReadLink,
             RequestOp::Open { .. } => Proc::Open,
             RequestOp::Close { .. } => Proc::Close,
+            RequestOp::Narrow { .. } => Proc::Narrow,
             RequestOp::Read { .. } => Proc::Read,
             RequestOp::Write { .. } => Proc::Write,
             RequestOp::Create { .. } => Proc::Create,
@@ -518,6 +536,13 @@ impl RequestOp {
                 xdr::put_fixed(buf, &a.public_key.to_bytes());
                 xdr::put_u64(buf, a.seqno);
                 xdr::put_fixed(buf, &a.signature);
+            }
+            RequestOp::Narrow { gid, groups } => {
+                xdr::put_u32(buf, *gid);
+                xdr::put_count(buf, groups.len());
+                for g in groups {
+                    xdr::put_u32(buf, *g);
+                }
             }
             RequestOp::GetAttr { fh }
             | RequestOp::ReadLink { fh }
@@ -675,6 +700,22 @@ impl RequestOp {
                     seqno: r.u64("login sequence number")?,
                     signature: r.fixed::<64>("login signature")?,
                 })
+            }
+            Proc::Narrow => {
+                let gid = r.u32("narrow gid")?;
+                let n = r.count(4, "narrow groups")?;
+                if n > MAX_NARROW_GROUPS {
+                    return Err(DecodeError::LimitExceeded {
+                        what: "narrow groups",
+                        len: n as u64,
+                        max: MAX_NARROW_GROUPS as u64,
+                    });
+                }
+                let mut groups = Vec::with_capacity(n);
+                for _ in 0..n {
+                    groups.push(r.u32("narrow group")?);
+                }
+                RequestOp::Narrow { gid, groups }
             }
             Proc::GetAttr => RequestOp::GetAttr { fh: get_fh(r)? },
             Proc::ReadLink => RequestOp::ReadLink { fh: get_fh(r)? },

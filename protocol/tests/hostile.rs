@@ -541,6 +541,42 @@ fn decoders_reject_huge_counts_without_allocating() {
     ));
 }
 
+/// NARROW names at most `MAX_NARROW_GROUPS` groups: a longer list is refused from its count,
+/// before anything is allocated for it, and a count the record cannot hold is refused too.
+#[test]
+fn narrow_group_lists_are_bounded() {
+    use protocol::request::MAX_NARROW_GROUPS;
+    let narrow = |groups: Vec<u32>| {
+        Request {
+            id: 1,
+            authno: 1,
+            op: RequestOp::Narrow { gid: 5, groups },
+        }
+        .encode()
+    };
+    let most = narrow(vec![7; MAX_NARROW_GROUPS]);
+    assert!(matches!(
+        Request::decode(&most).map(|r| r.op),
+        Ok(RequestOp::Narrow { groups, .. }) if groups.len() == MAX_NARROW_GROUPS
+    ));
+    assert_eq!(
+        Request::decode(&narrow(vec![7; MAX_NARROW_GROUPS + 1])),
+        Err(DecodeError::LimitExceeded {
+            what: "narrow groups",
+            len: MAX_NARROW_GROUPS as u64 + 1,
+            max: MAX_NARROW_GROUPS as u64,
+        })
+    );
+    // A count of 2^32-1 with no groups after it.
+    let mut b = narrow(Vec::new());
+    let at = b.len() - 4;
+    b[at..].copy_from_slice(&u32::MAX.to_be_bytes());
+    assert!(matches!(
+        Request::decode(&b),
+        Err(DecodeError::LengthTooLarge { .. })
+    ));
+}
+
 /// MKNOD names only special types, and RENAME2 only the flags this version defines: a request
 /// that would make a regular file through MKNOD, or pass an undefined `renameat2` bit (such as
 /// RENAME_EXCHANGE or RENAME_WHITEOUT) to a server, does not decode.

@@ -570,6 +570,18 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
             }
             return reply_now(srv, c, id, result);
         }
+        RequestOp::Narrow { gid, groups } => {
+            let result = match open.auth.get(authno).cloned() {
+                Some(base) => crate::narrow::assign(&mut open.auth, &base, gid, &groups)
+                    .inspect(|narrowed| {
+                        tracing::debug!(conn = c.id, user = %base.name, authno, narrowed, gid, "narrow");
+                    })
+                    .map(|authno| ReplyBody::Narrow { authno }),
+                // Anonymous (0) or never assigned: nothing to narrow.
+                None => Err(NfsStatus::Acces),
+            };
+            return reply_now(srv, c, id, result);
+        }
         op => op,
     };
     let creds = if authno == protocol::ANONYMOUS {

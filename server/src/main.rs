@@ -13,6 +13,7 @@ mod fs;
 mod leases;
 mod limits;
 mod listener;
+mod narrow;
 mod output;
 mod read;
 mod server;

@@ -309,3 +309,120 @@ fn garbage_and_tampered_records_close_only_that_connection() {
     let root2 = again.mount(0);
     assert_eq!(root2, root);
 }
+
+/// NARROW on `c` from `authno`: the narrowed authno.
+fn narrow(c: &mut Client, authno: u32, gid: u32, groups: &[u32]) -> Result<u32, NfsStatus> {
+    match c.call(
+        authno,
+        RequestOp::Narrow {
+            gid,
+            groups: groups.to_vec(),
+        },
+    )? {
+        ReplyBody::Narrow { authno } => Ok(authno),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn set_gid(c: &mut Client, authno: u32, fh: FileHandle, gid: u32) -> Result<(), NfsStatus> {
+    let op = RequestOp::SetAttr {
+        fh,
+        attr: SetAttr {
+            gid: Some(gid),
+            ..SetAttr::default()
+        },
+        guard: None,
+    };
+    c.call(authno, op).map(drop)
+}
+
+/// A narrowed authno has the groups asked for that the users file grants, and no others: a
+/// file of a dropped group is unreadable, a group the users file does not grant is not gained,
+/// new objects get the narrowed primary group and `chown` goes only to a group it still has.
+#[test]
+fn narrowed_authnos_have_the_intersection_of_groups() {
+    let area = Area::new();
+    let ex = area.export();
+    own(&ex, 1003, 1003, 0o755);
+    for (name, gid) in [("g500", 500), ("g600", 600), ("g700", 700)] {
+        std::fs::write(ex.join(name), name).unwrap();
+        own(&ex.join(name), 0, gid, 0o640);
+    }
+    let users = area.users(&[("dave", 4, 1003, "1003,500,600")]);
+    let s = area.start(&["--users", users.to_str().unwrap()]);
+    let mut c = s.connect();
+    let dave = c.login("dave", 4).unwrap();
+    let root = c.mount(dave);
+    let fh = |c: &mut Client, n| c.lookup(dave, root, n).unwrap();
+    let (g500, g600, g700) = (fh(&mut c, "g500"), fh(&mut c, "g600"), fh(&mut c, "g700"));
+    assert_eq!(c.read_all(dave, g500).unwrap(), b"g500");
+    assert_eq!(c.read_all(dave, g600).unwrap(), b"g600");
+    assert_eq!(c.read(dave, g700, 0, 4), Err(NfsStatus::Acces));
+
+    // Dropping 500 (and asking for 700, which the users file does not grant).
+    let only600 = narrow(&mut c, dave, 1003, &[600, 700, 600]).unwrap();
+    assert_ne!(only600, dave);
+    assert_eq!(narrow(&mut c, dave, 1003, &[700, 600]).unwrap(), only600);
+    assert_eq!(c.read(only600, g500, 0, 4), Err(NfsStatus::Acces));
+    assert_eq!(c.read_all(only600, g600).unwrap(), b"g600");
+    assert_eq!(c.read(only600, g700, 0, 4), Err(NfsStatus::Acces));
+    // A narrowed authno narrows further, never back.
+    let none = narrow(&mut c, only600, 1003, &[500, 600]).unwrap();
+    assert_eq!(narrow(&mut c, only600, 500, &[]), Err(NfsStatus::Perm));
+    assert_eq!(narrow(&mut c, dave, 1003, &[600]).unwrap(), only600);
+    let _ = none;
+
+    // New objects get the narrowed primary group; chown only to a group still held.
+    let as600 = narrow(&mut c, dave, 600, &[]).unwrap();
+    let new = c.create(as600, root, "new", 0o640).unwrap();
+    assert_eq!(c.getattr(dave, new).unwrap().gid, 600);
+    assert_eq!(set_gid(&mut c, as600, new, 500), Err(NfsStatus::Perm));
+    assert_eq!(set_gid(&mut c, only600, new, 1003), Ok(()));
+    assert_eq!(set_gid(&mut c, only600, new, 500), Err(NfsStatus::Perm));
+    assert_eq!(set_gid(&mut c, dave, new, 500), Ok(()));
+
+    // A primary group the users file does not grant, anonymous, an authno never assigned.
+    assert_eq!(narrow(&mut c, dave, 700, &[600]), Err(NfsStatus::Perm));
+    assert_eq!(narrow(&mut c, ANONYMOUS, 1003, &[]), Err(NfsStatus::Acces));
+    assert_eq!(narrow(&mut c, 77, 1003, &[]), Err(NfsStatus::Acces));
+    // The base login is unchanged.
+    assert_eq!(c.read_all(dave, g500).unwrap(), b"g500");
+}
+
+/// What NARROW can make the server hold is bounded: a group list longer than the protocol's
+/// limit is not decoded (the connection closes), and one user's narrowed authnos are capped
+/// per connection, so another user can still log in.
+#[test]
+fn narrowing_is_bounded() {
+    let area = Area::new();
+    let many: String = std::iter::once(2000)
+        .chain(1..=99)
+        .map(|g| g.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let users = area.users(&[("erin", 5, 2000, many.as_str()), ("bob", 2, 1001, "1001")]);
+    let s = area.start(&["--users", users.to_str().unwrap()]);
+    let mut c = s.connect();
+    let erin = c.login("erin", 5).unwrap();
+    let mut got = std::collections::HashSet::new();
+    for g in 1..64 {
+        assert!(got.insert(narrow(&mut c, erin, g, &[]).unwrap()));
+    }
+    assert_eq!(narrow(&mut c, erin, 64, &[]), Err(NfsStatus::Acces));
+    // Asking again for one already held still answers it.
+    assert!(got.contains(&narrow(&mut c, erin, 1, &[]).unwrap()));
+    assert!(c.login("bob", 2).is_ok());
+
+    let mut c = s.connect();
+    let erin = c.login("erin", 5).unwrap();
+    let groups: Vec<u32> = (1..=protocol::request::MAX_NARROW_GROUPS as u32 + 1).collect();
+    c.send(erin, RequestOp::Narrow { gid: 2000, groups });
+    assert!(
+        c.is_closed(),
+        "an over-long group list closes the connection"
+    );
+    let mut c = s.connect();
+    let erin = c.login("erin", 5).unwrap();
+    let groups: Vec<u32> = (1..=protocol::request::MAX_NARROW_GROUPS as u32).collect();
+    assert!(narrow(&mut c, erin, 2000, &groups).is_ok());
+}

@@ -152,6 +152,12 @@ pub fn request_op() -> impl Strategy<Value = RequestOp> {
         fh().prop_map(|fh| RequestOp::ReadLink { fh }).boxed(),
         fh().prop_map(|fh| RequestOp::Open { fh }).boxed(),
         fh().prop_map(|fh| RequestOp::Close { fh }).boxed(),
+        (
+            any::<u32>(),
+            prop::collection::vec(any::<u32>(), 0..=protocol::request::MAX_NARROW_GROUPS),
+        )
+            .prop_map(|(gid, groups)| RequestOp::Narrow { gid, groups })
+            .boxed(),
         (fh(), any::<u64>(), any::<u32>())
             .prop_map(|(fh, offset, count)| RequestOp::Read { fh, offset, count })
             .boxed(),
@@ -320,6 +326,9 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
             .boxed(),
         any::<u32>()
             .prop_map(|authno| ReplyBody::Login { authno })
+            .boxed(),
+        any::<u32>()
+            .prop_map(|authno| ReplyBody::Narrow { authno })
             .boxed(),
         attr().prop_map(|attr| ReplyBody::GetAttr { attr }).boxed(),
         opt_attr()

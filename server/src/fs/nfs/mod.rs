@@ -757,9 +757,10 @@ impl Inner {
                     }))
                 });
             }
-            RequestOp::Null | RequestOp::Login(_) | RequestOp::Read { .. } => {
-                fail(done, NfsStatus::ServerFault)
-            }
+            RequestOp::Null
+            | RequestOp::Login(_)
+            | RequestOp::Narrow { .. }
+            | RequestOp::Read { .. } => fail(done, NfsStatus::ServerFault),
         }
     }
 
