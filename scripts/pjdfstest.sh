@@ -5,7 +5,7 @@
 #
 # Builds pjdfstest from a copy of its source, builds sfs and sfsd, starts sfsd on a fresh
 # export with users for root (uid 0 on the server) and for the uids pjdfstest switches to
-# (65534, 65533, 65532, 65531), each with its own key, mounts the export with
+# (65534, 65533, 65532, 65531), each with its own key and every group pjdfstest uses, mounts the export with
 # `sfs mount --multi-user` so every uid logs in on the one stream, and runs every test
 # directory with `prove` from inside the mount under a time limit. The same suite then runs on
 # a local directory (what the kernel's own file system passes) and on sshfs through a
@@ -89,13 +89,17 @@ echo "== server with users root, 65534, 65533, 65532, 65531"
 mkdir -p "$work/export" "$work/state" "$work/home" "$work/idents" "$mnt" "$work/local"
 users="$work/users"
 : >"$users"
+# Each user may act with its own gid first and every group pjdfstest hands its processes
+# (`-g 65533,65532` and the like): the mount narrows each request to the calling process's
+# own groups (NARROW, docs/PROTOCOL.md), so the server applies exactly what the process has.
+others() { local g; for g in 0 65534 65533 65532 65531; do [ "$g" = "$1" ] || printf ',%s' "$g"; done; }
 root_key="$work/idents/0"
 HOME="$work/home" "$sfs" keygen --out "$root_key" >"$work/k0"
-echo "root $(tail -1 "$work/k0") 0 0" >>"$users"
+echo "root $(tail -1 "$work/k0") 0 0$(others 0)" >>"$users"
 for uid in 65534 65533 65532 65531; do
     HOME="$work/home" "$sfs" keygen --out "$work/idents/$uid" >"$work/k$uid"
     name=$(getent passwd "$uid" | cut -d: -f1 || true)
-    echo "${name:-$uid} $(tail -1 "$work/k$uid") $uid $uid" >>"$users"
+    echo "${name:-$uid} $(tail -1 "$work/k$uid") $uid $uid$(others "$uid")" >>"$users"
 done
 "$sfsd" serve --state "$work/state" --export "$work/export" --listen 127.0.0.1:0 \
     --users "$users" >"$work/sfsd.out" 2>"$work/sfsd.log" &

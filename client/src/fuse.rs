@@ -60,6 +60,7 @@ use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTim
 use tokio::runtime::Handle;
 
 use crate::cache::Stamp;
+use crate::caller_groups::Groups;
 use crate::session::{Client, Invalidation, SessionError};
 
 /// The four extended-attribute methods of a `fuser::Filesystem`, all answering ENOSYS: extended
@@ -279,6 +280,20 @@ impl Shared {
         } else {
             self.client.clone()
         }
+    }
+
+    /// The session acting for the process behind `req`. In a multi-user mount its requests
+    /// also carry its own groups (its fsgid and supplementary groups, NARROW), so group
+    /// permissions, `chgrp` and the group of new objects are what it has locally, within what
+    /// the users file grants. A single-user mount keeps the login's groups: its owner's local
+    /// group numbers need not be the server's, and the users file already says what the owner
+    /// may do. A process whose groups cannot be read (it exited) keeps the login's groups.
+    fn client_for_caller(&self, req: &Request) -> Client {
+        let c = self.client_for(req.uid());
+        if !self.multi_user {
+            return c;
+        }
+        c.with_groups(Groups::of_process(req.pid(), req.gid()))
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -1655,7 +1670,7 @@ impl Filesystem for SfsFuse {
         // An entry changed since the listing and not cached: the rest waits for its GETATTR.
         // To its end even if the caller is killed: entries already in the reply are counted
         // as kernel lookups, so the reply must go out.
-        let c = self.sh.client_for(req.uid());
+        let c = self.sh.client_for_caller(req);
         self.spawn_to_end(c, move |sh, c| async move {
             loop {
                 let known = match c.getattr(&need.fh).await {

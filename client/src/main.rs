@@ -10,6 +10,7 @@
 
 mod bookmarks;
 mod cache;
+mod caller_groups;
 mod cli;
 mod commands;
 mod fuse;

@@ -80,6 +80,15 @@ fn setup_users(extra: &[(&str, u32)]) -> Setup {
 /// [`setup_users`], with `alice` (the mounting identity) mapped to uid = gid `alice` on the
 /// server instead of the owner of the temporary directory.
 fn setup_owned(alice: Option<u32>, extra: &[(&str, u32)]) -> Setup {
+    let extra: Vec<(&str, u32, String)> = extra
+        .iter()
+        .map(|(name, uid)| (*name, *uid, uid.to_string()))
+        .collect();
+    setup_grouped(alice, &extra)
+}
+
+/// [`setup_owned`] with users `(name, uid, gids)`: `gids` as the users file writes them.
+fn setup_grouped(alice: Option<u32>, extra: &[(&str, u32, String)]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let export = dir.path().join("export");
@@ -93,9 +102,9 @@ fn setup_owned(alice: Option<u32>, extra: &[(&str, u32)]) -> Setup {
     let (uid, gid) = alice.map_or((m.uid(), m.gid()), |a| (a, a));
     let mut lines = format!("alice {public} {uid} {gid}\n");
     fs::create_dir_all(dir.path().join("idents")).unwrap();
-    for (name, uid) in extra {
+    for (name, uid, gids) in extra {
         let public = keygen(&home, &dir.path().join("idents").join(uid.to_string()));
-        lines.push_str(&format!("{name} {public} {uid} {uid}\n"));
+        lines.push_str(&format!("{name} {public} {uid} {gids}\n"));
     }
     fs::write(&users, lines).unwrap();
     let server = Server::start(&state, &export, 0, &["--users", users.to_str().unwrap()]);
@@ -912,6 +921,106 @@ fn as_uid(uid: u32, script: &str) -> (bool, String) {
         out.status.success(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Runs `sh -c script` as local uid `uid` with effective gid `gid` and supplementary
+/// `groups`: whether it succeeded, and its stderr.
+fn as_ids(uid: u32, gid: u32, groups: &[u32], script: &str) -> (bool, String) {
+    let groups: Vec<String> = groups.iter().map(u32::to_string).collect();
+    let mut c = Command::new("setpriv");
+    c.args([&format!("--reuid={uid}"), &format!("--regid={gid}")]);
+    if groups.is_empty() {
+        c.arg("--clear-groups");
+    } else {
+        c.arg(format!("--groups={}", groups.join(",")));
+    }
+    let out = c.args(["sh", "-c", script]).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 26, point 5: in a `--multi-user` mount a process acts with its own groups, within
+/// what the users file grants its user: it reads a group-readable file only while it has the
+/// group locally (and the users file grants it), `chgrp` goes to such a group only, and what
+/// it creates gets its effective gid.
+#[test]
+fn multi_user_processes_act_with_their_own_groups() {
+    need_fuse!();
+    let root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    if !root || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs root and setpriv to act as other local users");
+        return;
+    }
+    // Local uid 65534 logs in as 65534 with groups 65534 and 65531 (not 65532).
+    let name = passwd_name(65534);
+    let s = setup_grouped(None, &[(&name, 65534, "65534,65531".to_owned())]);
+    fs::set_permissions(s.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    for (f, gid) in [("g31", 65531), ("g32", 65532)] {
+        fs::write(s.export.join(f), f).unwrap();
+        std::os::unix::fs::chown(s.export.join(f), Some(0), Some(gid)).unwrap();
+        fs::set_permissions(s.export.join(f), fs::Permissions::from_mode(0o640)).unwrap();
+    }
+    fs::create_dir(s.export.join("shared")).unwrap();
+    fs::set_permissions(s.export.join("shared"), fs::Permissions::from_mode(0o777)).unwrap();
+    let idents = s.dir.path().join("idents");
+    let m = s.mount_with(
+        "mnt",
+        &["--multi-user", "--identities", idents.to_str().unwrap()],
+    );
+    let d = &m.dir;
+    let cat = |f: &str| format!("cat {}/{f}", d.display());
+
+    // Without group 65531 locally, its file is not readable, although the users file grants
+    // the group; with it, it is; 65532 is never granted, whatever the process has.
+    let (ok, _) = as_ids(65534, 65534, &[], &cat("g31"));
+    assert!(
+        !ok,
+        "a process without the group must not read\n{}",
+        m.log()
+    );
+    let (ok, err) = as_ids(65534, 65534, &[65531], &cat("g31"));
+    assert!(ok, "{err}\n{}", m.log());
+    let (ok, _) = as_ids(65534, 65534, &[65531, 65532], &cat("g32"));
+    assert!(!ok, "a group the users file does not grant is not gained");
+
+    // What a process creates gets its effective gid.
+    let (ok, err) = as_ids(
+        65534,
+        65531,
+        &[65531],
+        &format!("echo new > {}/shared/new", d.display()),
+    );
+    assert!(ok, "{err}\n{}", m.log());
+    let meta = fs::metadata(s.export.join("shared/new")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (65534, 65531));
+
+    // chgrp to a group the process has (and the users file grants), not to one it lacks.
+    let (ok, err) = as_ids(
+        65534,
+        65534,
+        &[],
+        &format!("echo mine > {}/shared/mine", d.display()),
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        fs::metadata(s.export.join("shared/mine")).unwrap().gid(),
+        65534
+    );
+    let chgrp = format!("chgrp 65531 {}/shared/mine", d.display());
+    let (ok, _) = as_ids(65534, 65534, &[], &chgrp);
+    assert!(!ok, "chgrp to a group the process lacks");
+    assert_eq!(
+        fs::metadata(s.export.join("shared/mine")).unwrap().gid(),
+        65534
+    );
+    let (ok, err) = as_ids(65534, 65534, &[65531], &chgrp);
+    assert!(ok, "{err}\n{}", m.log());
+    assert_eq!(
+        fs::metadata(s.export.join("shared/mine")).unwrap().gid(),
+        65531
+    );
 }
 
 #[test]

@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 use super::error::{ConnectError, ProtocolError, SessionError, status_message};
 use super::handshake;
 use super::{Client, Inner, Invalidation, REUSE_ABOVE};
+use crate::caller_groups::Groups;
 use crate::identity::Identity;
 
 /// Where a reply goes: the caller waiting for its id.
@@ -91,6 +92,8 @@ pub(super) struct Conn {
     signer: Mutex<LoginSigner>,
     /// Authnos of the local users logged in on this connection ([`Client::as_uid`]).
     pub(super) logins: Mutex<HashMap<u32, u32>>,
+    /// Narrowed authnos on this connection by (login authno, groups) ([`Client::with_groups`]).
+    pub(super) narrowed: Mutex<HashMap<(u32, Groups), u32>>,
     pub(super) read_max: u32,
     pub(super) write_max: u32,
     tasks: [JoinHandle<()>; 2],
@@ -238,6 +241,7 @@ impl Client {
             authno: protocol::ANONYMOUS,
             signer: Mutex::new(LoginSigner::new(session.session_id, name.host_id())),
             logins: Mutex::new(HashMap::new()),
+            narrowed: Mutex::new(HashMap::new()),
             read_max,
             write_max,
             tasks: [writer, readertask],
@@ -298,6 +302,49 @@ impl Client {
                     status_message(status)
                 );
                 Ok(protocol::ANONYMOUS)
+            }
+            Ok(None) | Err(()) => Err(self.connect_error(ConnectError::LostDuringLogin)),
+        }
+    }
+
+    /// NARROW `base` to `g` on `conn`: the narrowed authno, or `base` when the server refuses
+    /// (an older server that does not know NARROW included: the login's groups then apply).
+    pub(super) async fn narrow(
+        &self,
+        conn: &Conn,
+        base: u32,
+        g: &Groups,
+    ) -> Result<u32, SessionError> {
+        let rid = self.next_id();
+        let payload = Outgoing::encode(Vec::new(), |buf| {
+            Request {
+                id: rid,
+                authno: base,
+                op: RequestOp::Narrow {
+                    gid: g.gid,
+                    groups: g.groups.to_vec(),
+                },
+            }
+            .encode_into(buf)
+        });
+        match conn
+            .roundtrip_within(self.inner.opts.request_timeout, rid, payload)
+            .await
+        {
+            Ok(Some(Ok(ReplyBody::Narrow { authno }))) => Ok(authno),
+            Ok(Some(Ok(other))) => {
+                Err(self.protocol_error(ProtocolError::UnexpectedReply(other.proc())))
+            }
+            Ok(Some(Err(status))) => {
+                tracing::debug!(
+                    base,
+                    gid = g.gid,
+                    groups = ?g.groups,
+                    "narrowing refused by {} ({}); the login's groups apply",
+                    self.inner.name,
+                    status_message(status)
+                );
+                Ok(base)
             }
             Ok(None) | Err(()) => Err(self.connect_error(ConnectError::LostDuringLogin)),
         }

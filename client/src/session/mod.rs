@@ -44,6 +44,7 @@ use parking_lot::Mutex;
 use protocol::{Attr, FileHandle, ServerName};
 
 use crate::cache::AttrCache;
+use crate::caller_groups::Groups;
 use crate::identity::Identity;
 use conn::Conn;
 
@@ -185,7 +186,14 @@ pub struct Client {
     inner: Arc<Inner>,
     /// The local user this handle acts for (None: the session's own identity).
     who: Option<u32>,
+    /// The groups of the local process this handle acts for: requests carry an authno
+    /// narrowed to them (None: the login's own groups).
+    caller: Option<Groups>,
 }
+
+/// Most narrowed authnos remembered per connection; past it a narrowing is asked for again
+/// each time (the server answers the same authno).
+const MAX_NARROWED: usize = 1024;
 
 impl Client {
     /// A client for `name` (its path, if any, is ignored here); connects lazily.
@@ -204,6 +212,7 @@ impl Client {
                 buffers: Mutex::new(Vec::new()),
             }),
             who: None,
+            caller: None,
         }
     }
 
@@ -246,6 +255,32 @@ impl Client {
     /// client made by [`Client::as_uid`], that local user's (logged in on first use on each
     /// connection; anonymous when the user has no identity).
     async fn authno_on(&self, conn: &Conn) -> Result<u32, SessionError> {
+        let base = self.login_authno_on(conn).await?;
+        match &self.caller {
+            Some(g) if base != protocol::ANONYMOUS => self.narrowed_on(conn, base, g).await,
+            _ => Ok(base),
+        }
+    }
+
+    /// `base` narrowed to `g` on `conn`: remembered per connection (authnos are), so a busy
+    /// process costs one NARROW, not one per request. A refused narrowing (the server grants
+    /// the user no such primary group, or the user holds too many authnos) is remembered as
+    /// `base`: the process then acts with the login's groups, as before NARROW existed.
+    async fn narrowed_on(&self, conn: &Conn, base: u32, g: &Groups) -> Result<u32, SessionError> {
+        let key = (base, g.clone());
+        if let Some(a) = conn.narrowed.lock().get(&key) {
+            return Ok(*a);
+        }
+        let authno = self.narrow(conn, base, g).await?;
+        let mut known = conn.narrowed.lock();
+        if known.len() < MAX_NARROWED {
+            known.insert(key, authno);
+        }
+        Ok(authno)
+    }
+
+    /// The authno of this client's identity on `conn` (before narrowing).
+    async fn login_authno_on(&self, conn: &Conn) -> Result<u32, SessionError> {
         let Some(uid) = self.who else {
             return Ok(conn.authno);
         };
@@ -280,6 +315,17 @@ impl Client {
         Client {
             inner: self.inner.clone(),
             who: Some(uid),
+            caller: self.caller.clone(),
+        }
+    }
+
+    /// This client acting with the groups `g` of one local process (NARROW); None keeps the
+    /// login's own groups.
+    pub fn with_groups(&self, g: Option<Groups>) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            who: self.who,
+            caller: g,
         }
     }
 
