@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use super::*;
+use crate::caller_groups::Groups;
 
 /// What the fake server does with a request.
 enum Out {
@@ -836,4 +837,44 @@ async fn attributes_from_before_a_write_never_replace_the_write_s() {
     // No GETATTR either (it would be held): the cached attributes are the WRITE's.
     assert_eq!(c.cache().get(&FH).map(|a| a.size), Some(100));
     assert_eq!(c.getattr(&FH).await.unwrap().size, 100);
+}
+
+/// A client acting with a process's groups asks the server once per (login, groups) on a
+/// connection and then carries the narrowed authno; a refused narrowing leaves the login's
+/// authno (and is not asked again), and a client without groups never narrows.
+#[tokio::test]
+async fn narrowed_authnos_are_asked_once_and_a_refusal_keeps_the_login() {
+    let narrows = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (n, s) = (narrows.clone(), seen.clone());
+    let f = fake(Box::new(move |_, req| match req.op {
+        RequestOp::Narrow { gid, groups } => {
+            n.lock().push((req.authno, gid, groups));
+            // Group 99 is one the user does not have.
+            let r = if gid == 99 {
+                Err(NfsStatus::Perm)
+            } else {
+                Ok(ReplyBody::Narrow { authno: 8 + gid })
+            };
+            vec![reply(req.id, r)]
+        }
+        _ => {
+            s.lock().push(req.authno);
+            vec![reply(req.id, Ok(ReplyBody::Null))]
+        }
+    }))
+    .await;
+    let c = Client::new(&f.name, Some(alice()), quick());
+    let g1 = c.with_groups(Groups::new(1, vec![5, 3, 5]));
+    let g1_again = c.with_groups(Groups::new(1, vec![3, 5]));
+    let refused = c.with_groups(Groups::new(99, vec![]));
+    for client in [&g1, &g1_again, &g1, &refused, &refused, &c] {
+        client.call(RequestOp::Null).await.unwrap();
+    }
+    assert_eq!(*seen.lock(), vec![9, 9, 9, 7, 7, 7]);
+    assert_eq!(
+        *narrows.lock(),
+        vec![(7, 1, vec![3, 5]), (7, 99, vec![])],
+        "one NARROW per (login, gid, groups), from the login's authno"
+    );
 }
