@@ -1252,7 +1252,7 @@ impl SfsFuse {
         F: FnOnce(Arc<Shared>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        let c = self.sh.client_for(req.uid());
+        let c = self.sh.client_for_caller(req);
         let work = f(self.sh.clone(), c);
         self.rt
             .spawn(crate::interrupt::unless_killed(req.pid(), work));
