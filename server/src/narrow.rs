@@ -31,13 +31,11 @@ pub fn narrowed(base: &Creds, gid: u32, groups: &[u32]) -> Result<Creds, NfsStat
     // and the result no longer than what the users file grants.
     let mut gids = Vec::with_capacity(1 + groups.len().min(base.gids.len()));
     gids.push(gid);
-    gids.extend(
-        base.gids
-            .iter()
-            .copied()
-            .filter(|g| *g != gid && groups.contains(g)),
-    );
-    gids.dedup();
+    for g in &base.gids {
+        if groups.contains(g) && !gids.contains(g) {
+            gids.push(*g);
+        }
+    }
     Ok(Creds {
         name: base.name.clone(),
         uid: base.uid,
@@ -84,6 +82,10 @@ mod tests {
         let n = narrowed(&alice(), 200, &[300, 999, 300, 200, 100]).unwrap();
         assert_eq!(n.gids, vec![200, 100, 300]);
         assert_eq!(narrowed(&alice(), 100, &[]).unwrap().gids, vec![100]);
+        // A users file that repeats a group: still once.
+        let mut twice = alice();
+        twice.gids = vec![100, 200, 300, 200];
+        assert_eq!(narrowed(&twice, 300, &[200]).unwrap().gids, vec![300, 200]);
         assert_eq!(narrowed(&alice(), 999, &[100]), Err(NfsStatus::Perm));
         assert_eq!(
             narrowed(&Creds::anonymous(65534, 65534), 65534, &[]),
