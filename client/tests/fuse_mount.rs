@@ -1928,3 +1928,43 @@ fn extended_attribute_permissions_as_two_users() {
         b"x"
     );
 }
+
+/// Writes through the mount in 4 KiB (16 MiB) and in 1 MiB (64 MiB) `write(2)` calls (dd),
+/// timed. With extended attributes served the kernel asks for `security.capability` before
+/// writing a file (to drop file capabilities), but once per file, not per write: it then marks
+/// the inode as having none to drop (measured: one GETXATTR for each 64 MiB file; 64 MiB in
+/// 1 MiB writes took 0.51-0.52 s with ENOSYS answers and with xattrs served alike).
+#[test]
+fn measure_writes_with_extended_attributes_served() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    for (bs, count, mib) in [("4k", 4096, 16), ("1M", 64, 64)] {
+        let out_file = m.dir.join(format!("dd-{bs}"));
+        let t = Instant::now();
+        let out = Command::new("dd")
+            .arg("if=/dev/zero")
+            .arg(format!("of={}", out_file.display()))
+            .arg(format!("bs={bs}"))
+            .arg(format!("count={count}"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let took = t.elapsed();
+        assert_eq!(
+            fs::metadata(s.export.join(format!("dd-{bs}")))
+                .unwrap()
+                .len(),
+            mib << 20
+        );
+        eprintln!(
+            "{mib} MiB in {bs} writes through the FUSE mount: {:.2} s ({:.0} MiB/s)",
+            took.as_secs_f64(),
+            mib as f64 / took.as_secs_f64()
+        );
+    }
+}
