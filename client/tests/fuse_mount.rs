@@ -1036,6 +1036,23 @@ fn namespace_connects_on_lookup_and_shows_bookmarks() {
     assert_eq!(fs::read(s.export.join("new")).unwrap(), b"written");
     let out = Command::new("cat").arg(srv.join("new")).output().unwrap();
     assert_eq!(out.stdout, b"written");
+    // Extended attributes reach the server's files; the namespace's own nodes have none
+    // (ENODATA, never ENOSYS, which would turn them off for the whole mount).
+    assert_eq!(getxattr(d, "user.k", 10), Err(libc::ENODATA));
+    assert_eq!(
+        setxattr(d, "user.k", b"v", rustix::fs::XattrFlags::empty()),
+        Err(libc::EOPNOTSUPP)
+    );
+    assert!(listxattr(d).is_empty());
+    setxattr(
+        &srv.join("new"),
+        "user.k",
+        b"v",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(getxattr(&s.export.join("new"), "user.k", 10).unwrap(), b"v");
+    assert_eq!(getxattr(&d.join("srv/new"), "user.k", 10).unwrap(), b"v");
 
     // The same location with another HOSTID is refused (the handshake checks the key).
     let (loc, _) = s.server.name.split_once(',').unwrap();
