@@ -694,6 +694,36 @@ fn two_mounts_see_each_others_changes_at_once() {
             .unwrap_or(0)
     });
 
+    // Extended attributes: B caches its answers (an absent one too) for the lease, and A's
+    // change reaches it at once all the same (the server INVALIDATEs lease holders).
+    assert_eq!(getxattr(&pb.join("x"), "user.k", 10), Err(libc::ENODATA));
+    assert_eq!(listxattr(&pb.join("x")), Vec::<String>::new());
+    setxattr(
+        &pa.join("x"),
+        "user.k",
+        b"a",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    soon("B's user.k of x", Ok(b"a".to_vec()), || {
+        getxattr(&pb.join("x"), "user.k", 10)
+    });
+    assert_eq!(listxattr(&pb.join("x")), ["user.k"]);
+    setxattr(
+        &pa.join("x"),
+        "user.k",
+        b"b",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    soon("B's new user.k of x", Ok(b"b".to_vec()), || {
+        getxattr(&pb.join("x"), "user.k", 10)
+    });
+    rustix::fs::removexattr(pa.join("x"), "user.k").unwrap();
+    soon("B's removed user.k of x", Err(libc::ENODATA), || {
+        getxattr(&pb.join("x"), "user.k", 10)
+    });
+
     // Names: created, renamed and removed through A.
     fs::write(pa.join("y"), b"y").unwrap();
     assert_eq!(fs::read(pb.join("y")).unwrap(), b"y");
@@ -1982,6 +2012,36 @@ fn measure_writes_with_extended_attributes_served() {
             "{mib} MiB in {bs} writes through the FUSE mount: {:.2} s ({:.0} MiB/s)",
             took.as_secs_f64(),
             mib as f64 / took.as_secs_f64()
+        );
+    }
+}
+
+/// `ls -l` of 2000 files through the mount, timed: `ls` asks each file for
+/// `security.selinux` and `system.posix_acl_access` (GETXATTR), a request to the server each
+/// the first time, then answered from the cache while the attributes' lease lasts. Measured
+/// (debug build, 2 shared cores): 1.7-1.9 s the first time, 0.49 s the second; 0.06-0.12 s
+/// when the mount answered ENOSYS and the kernel stopped asking.
+#[test]
+fn measure_ls_l_with_extended_attributes_served() {
+    need_fuse!();
+    let s = setup();
+    fs::create_dir(s.export.join("many")).unwrap();
+    for i in 0..2000 {
+        fs::write(s.export.join(format!("many/f{i:04}")), b"x").unwrap();
+    }
+    let m = s.mount("mnt");
+    for round in ["first", "second"] {
+        let t = Instant::now();
+        let out = Command::new("ls")
+            .arg("-l")
+            .arg(m.dir.join("many"))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(out.stdout.split(|&b| b == b'\n').count(), 2002);
+        eprintln!(
+            "ls -l of 2000 files through the FUSE mount ({round}): {:.3} s",
+            t.elapsed().as_secs_f64()
         );
     }
 }
