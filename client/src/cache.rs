@@ -61,6 +61,12 @@ struct Inner {
     attrs: HashMap<FileHandle, (Attr, Instant)>,
     /// Per handle (so a change drops them in one step), per authno: (asked, granted, expiry).
     access: HashMap<FileHandle, HashMap<u32, (u32, u32, Instant)>>,
+    /// Per handle, per (authno, attribute name, or None for the list): what GETXATTR or
+    /// LISTXATTR answered, until the attributes' lease ends (`ls -l` asks every file for
+    /// `security.selinux` and `system.posix_acl_access`).
+    xattrs: HashMap<FileHandle, HashMap<XattrKey, (XattrAnswer, Instant)>>,
+    /// Bytes held in `xattrs` (bounded by [`MAX_XATTR_BYTES`]).
+    xattr_bytes: usize,
     /// The logical clock: the tick of the last change event of any object.
     clock: u64,
     changes: HashMap<FileHandle, Changes>,
@@ -71,6 +77,38 @@ struct Inner {
 
 /// Bound on entries: past it, expired entries are swept, then everything if still too many.
 const MAX_ENTRIES: usize = 65_536;
+
+/// Bound on the bytes of cached extended attribute answers (names and values, plus 64 for
+/// each answer): past it, that cache starts again empty.
+const MAX_XATTR_BYTES: usize = 4 << 20;
+
+/// Values longer than this are not cached (`ls -l` asks for small ones and for absent ones).
+const MAX_CACHED_VALUE: usize = 4096;
+
+/// Whose question about which attribute: (authno, name; None for the list of names).
+pub type XattrKey = (u32, Option<Vec<u8>>);
+
+/// A cached GETXATTR or LISTXATTR answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XattrAnswer {
+    /// LISTXATTR's names.
+    Names(Vec<Vec<u8>>),
+    /// GETXATTR's value.
+    Value(Vec<u8>),
+    /// GETXATTR answered NOXATTR.
+    Missing,
+}
+
+impl XattrAnswer {
+    fn bytes(&self, key: &XattrKey) -> usize {
+        64 + key.1.as_ref().map_or(0, Vec::len)
+            + match self {
+                XattrAnswer::Names(n) => protocol::xattr::list_len(n),
+                XattrAnswer::Value(v) => v.len(),
+                XattrAnswer::Missing => 0,
+            }
+    }
+}
 
 /// A modifying request to one object in flight (see [`AttrCache::begin`]). Ending it without
 /// attributes is what dropping it does, so an error or a cancelled request still counts.
@@ -134,6 +172,13 @@ impl Inner {
         self.attrs.insert(fh, (attr, expiry));
     }
 
+    fn drop_xattrs(&mut self, fh: &FileHandle) {
+        if let Some(answers) = self.xattrs.remove(fh) {
+            let freed: usize = answers.iter().map(|(k, (a, _))| a.bytes(k)).sum();
+            self.xattr_bytes = self.xattr_bytes.saturating_sub(freed);
+        }
+    }
+
     /// A new tick of the clock, recorded as a change event of `fh`; what is cached of it goes.
     fn changed(&mut self, fh: &FileHandle) -> &mut Changes {
         if self.changes.len() >= MAX_ENTRIES && !self.changes.contains_key(fh) {
@@ -144,6 +189,7 @@ impl Inner {
         self.clock += 1;
         self.attrs.remove(fh);
         self.access.remove(fh);
+        self.drop_xattrs(fh);
         let clock = self.clock;
         let c = self.changes.entry(*fh).or_default();
         c.tick = clock;
@@ -254,6 +300,8 @@ impl AttrCache {
         let mut g = self.inner.lock();
         g.attrs.clear();
         g.access.clear();
+        g.xattrs.clear();
+        g.xattr_bytes = 0;
         g.clock += 1;
         g.floor = g.clock;
     }
@@ -283,6 +331,47 @@ impl AttrCache {
             .entry(fh)
             .or_default()
             .insert(authno, (asked, granted, expiry));
+    }
+
+    /// Remembers what GETXATTR or LISTXATTR answered `key` for `fh`, in the reply to a
+    /// request stamped `since`, for as long as `fh`'s cached attributes' lease lasts: the
+    /// server INVALIDATEs lease holders when an attribute changes (its ctime moves), so the
+    /// answer is as fresh as the attributes. Nothing is kept without a lease, nor a value
+    /// longer than [`MAX_CACHED_VALUE`].
+    pub fn put_xattr(&self, fh: FileHandle, key: XattrKey, answer: XattrAnswer, since: Stamp) {
+        if matches!(&answer, XattrAnswer::Value(v) if v.len() > MAX_CACHED_VALUE) {
+            return;
+        }
+        let now = Instant::now();
+        let mut g = self.inner.lock();
+        let expiry = match g.attrs.get(&fh) {
+            Some((_, e)) if *e > now => *e,
+            _ => return,
+        };
+        if !g.unchanged_since(&fh, since) {
+            return;
+        }
+        let size = answer.bytes(&key);
+        if g.xattr_bytes + size > MAX_XATTR_BYTES || g.xattrs.len() >= MAX_ENTRIES {
+            g.xattrs.clear();
+            g.xattr_bytes = 0;
+        }
+        let old = g.xattrs.entry(fh).or_default().remove(&key);
+        let freed = old.map_or(0, |(a, _)| a.bytes(&key));
+        g.xattr_bytes = g.xattr_bytes.saturating_sub(freed) + size;
+        g.xattrs
+            .entry(fh)
+            .or_default()
+            .insert(key, (answer, expiry));
+    }
+
+    /// The answer cached for `key` on `fh`, while the lease lasts.
+    pub fn get_xattr(&self, fh: &FileHandle, key: &XattrKey) -> Option<XattrAnswer> {
+        let g = self.inner.lock();
+        match g.xattrs.get(fh).and_then(|m| m.get(key)) {
+            Some((a, e)) if *e > Instant::now() => Some(a.clone()),
+            _ => None,
+        }
     }
 
     /// Cached answer to `asked` for `authno` on `fh`, if every bit asked was asked before.
@@ -327,6 +416,46 @@ mod tests {
         assert!(c.get(&fh).is_some());
         std::thread::sleep(Duration::from_millis(60));
         assert!(c.get(&fh).is_none());
+    }
+
+    /// Extended attribute answers are kept only under a lease, per user, until the object
+    /// changes; long values and a stale stamp are not kept.
+    #[test]
+    fn xattr_answers_live_as_long_as_the_attributes() {
+        let c = AttrCache::default();
+        let k = (7, Some(b"user.k".to_vec()));
+        c.put_xattr(FH, k.clone(), XattrAnswer::Missing, c.stamp());
+        assert_eq!(c.get_xattr(&FH, &k), None, "no lease, nothing kept");
+        c.put(FH, attr(60_000), c.stamp());
+        c.put_xattr(FH, k.clone(), XattrAnswer::Missing, c.stamp());
+        assert_eq!(c.get_xattr(&FH, &k), Some(XattrAnswer::Missing));
+        assert_eq!(c.get_xattr(&FH, &(8, k.1.clone())), None, "another user");
+        let list = (7, None);
+        c.put_xattr(
+            FH,
+            list.clone(),
+            XattrAnswer::Names(vec![b"user.k".to_vec()]),
+            c.stamp(),
+        );
+        assert!(c.get_xattr(&FH, &list).is_some());
+        c.put_xattr(
+            FH,
+            (7, Some(b"user.big".to_vec())),
+            XattrAnswer::Value(vec![0; MAX_CACHED_VALUE + 1]),
+            c.stamp(),
+        );
+        assert_eq!(c.get_xattr(&FH, &(7, Some(b"user.big".to_vec()))), None);
+        c.invalidated(&FH, None);
+        assert_eq!(c.get_xattr(&FH, &k), None, "an INVALIDATE drops them");
+        assert_eq!(c.get_xattr(&FH, &list), None);
+        // A reply to a request sent before a change is not kept.
+        c.put(FH, attr(60_000), c.stamp());
+        let before = c.stamp();
+        drop(c.begin(&FH));
+        c.put(FH, attr(60_000), c.stamp());
+        c.put_xattr(FH, k.clone(), XattrAnswer::Missing, before);
+        assert_eq!(c.get_xattr(&FH, &k), None);
+        assert_eq!(c.inner.lock().xattr_bytes, 0);
     }
 
     #[test]

@@ -53,7 +53,7 @@ use fuser::{
     AccessFlags, Errno, FileAttr, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, Notifier, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    Request, TimeOrNow, WriteFlags,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, MutexGuard};
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
@@ -63,58 +63,8 @@ use crate::cache::Stamp;
 use crate::caller_groups::Groups;
 use crate::session::{Client, Invalidation, SessionError};
 
-/// The four extended-attribute methods of a `fuser::Filesystem`, all answering ENOSYS: extended
-/// attributes are not in the protocol, and ENOSYS (rather than fuser's default, which logs a
-/// warning each time) makes the kernel stop asking. Used by both filesystems of the mount (a
-/// server's, and the namespace that routes to them), so they answer alike.
-macro_rules! no_xattrs {
-    () => {
-        fn getxattr(
-            &self,
-            _req: &fuser::Request,
-            _ino: fuser::INodeNo,
-            _name: &std::ffi::OsStr,
-            _size: u32,
-            reply: fuser::ReplyXattr,
-        ) {
-            reply.error(fuser::Errno::ENOSYS);
-        }
-
-        fn listxattr(
-            &self,
-            _req: &fuser::Request,
-            _ino: fuser::INodeNo,
-            _size: u32,
-            reply: fuser::ReplyXattr,
-        ) {
-            reply.error(fuser::Errno::ENOSYS);
-        }
-
-        fn setxattr(
-            &self,
-            _req: &fuser::Request,
-            _ino: fuser::INodeNo,
-            _name: &std::ffi::OsStr,
-            _value: &[u8],
-            _flags: i32,
-            _position: u32,
-            reply: fuser::ReplyEmpty,
-        ) {
-            reply.error(fuser::Errno::ENOSYS);
-        }
-
-        fn removexattr(
-            &self,
-            _req: &fuser::Request,
-            _ino: fuser::INodeNo,
-            _name: &std::ffi::OsStr,
-            reply: fuser::ReplyEmpty,
-        ) {
-            reply.error(fuser::Errno::ENOSYS);
-        }
-    };
-}
-pub(crate) use no_xattrs;
+mod xattr;
+pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
 
 /// `ioctl` answering `ENOTTY` quietly: no ioctl is in the protocol, and every `isatty(3)` on a
 /// file of the mount (thousands in a build) sends TCGETS, which fuser's default would log as a
@@ -1229,6 +1179,8 @@ fn status_errno(s: NfsStatus) -> Errno {
         71 => libc::EREMOTE,
         10004 => libc::EOPNOTSUPP,
         10008 => libc::EAGAIN,
+        10095 => libc::ENODATA,
+        10096 => libc::E2BIG,
         _ => libc::EIO,
     })
 }
@@ -1738,7 +1690,41 @@ impl Filesystem for SfsFuse {
         });
     }
 
-    no_xattrs!();
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_xattr(sh.getxattr(&c, ino, &name, size).await, reply)
+        });
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.spawn(req, |sh, c| async move {
+            reply_xattr(sh.listxattr(&c, ino, size).await, reply)
+        });
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let (name, value) = (name.as_bytes().to_vec(), value.to_vec());
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.setxattr(&c, ino, &name, &value, flags).await, reply)
+        });
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.removexattr(&c, ino, &name).await, reply)
+        });
+    }
     no_ioctls!();
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -1926,6 +1912,8 @@ mod tests {
         );
         assert_eq!(status_errno(NfsStatus::Stale).code(), libc::ESTALE);
         assert_eq!(status_errno(NfsStatus::Jukebox).code(), libc::EAGAIN);
+        assert_eq!(status_errno(NfsStatus::NoXattr).code(), libc::ENODATA);
+        assert_eq!(status_errno(NfsStatus::Xattr2Big).code(), libc::E2BIG);
         for s in NfsStatus::ALL {
             let _ = status_errno(*s); // never panics
         }

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant, SystemTime};
 use fuser::{
     AccessFlags, Errno, FileAttr, Filesystem, Generation, INodeNo, KernelConfig, LockOwner,
     Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, MutexGuard};
 use protocol::{FileType, ServerName};
@@ -574,7 +574,36 @@ impl Filesystem for NsFuse {
         })
     }
 
-    crate::fuse::no_xattrs!();
+    // The namespace's own nodes (root, bookmarks) have no attributes and take none; never
+    // ENOSYS, which would turn extended attributes off for the servers' files too.
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        forward!(self, ino => getxattr(req, ino, name, size, reply),
+            else reply.error(Errno::ENODATA))
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        forward!(self, ino => listxattr(req, ino, size, reply),
+            else crate::fuse::reply_xattr(crate::fuse::xattr_list(&[], size), reply))
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        forward!(self, ino => setxattr(req, ino, name, value, flags, position, reply),
+            else reply.error(Errno::EOPNOTSUPP))
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        forward!(self, ino => removexattr(req, ino, name, reply),
+            else reply.error(Errno::EOPNOTSUPP))
+    }
     crate::fuse::no_ioctls!();
 
     fn setattr(

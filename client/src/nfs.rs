@@ -474,6 +474,12 @@ mod tests {
     #[test]
     fn every_status_keeps_its_code() {
         for s in NfsStatus::ALL {
+            // The extended-attribute statuses (NFSv4.2's) answer only the xattr operations,
+            // which NFSv3 has not: this server never sees them, and passes none to the kernel.
+            if matches!(s, NfsStatus::NoXattr | NfsStatus::Xattr2Big) {
+                assert_eq!(status3(*s) as u32, NfsStatus::ServerFault.code());
+                continue;
+            }
             assert_eq!(status3(*s) as u32, s.code(), "{s:?}");
         }
     }

@@ -703,6 +703,36 @@ fn two_mounts_see_each_others_changes_at_once() {
             .unwrap_or(0)
     });
 
+    // Extended attributes: B caches its answers (an absent one too) for the lease, and A's
+    // change reaches it at once all the same (the server INVALIDATEs lease holders).
+    assert_eq!(getxattr(&pb.join("x"), "user.k", 10), Err(libc::ENODATA));
+    assert_eq!(listxattr(&pb.join("x")), Vec::<String>::new());
+    setxattr(
+        &pa.join("x"),
+        "user.k",
+        b"a",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    soon("B's user.k of x", Ok(b"a".to_vec()), || {
+        getxattr(&pb.join("x"), "user.k", 10)
+    });
+    assert_eq!(listxattr(&pb.join("x")), ["user.k"]);
+    setxattr(
+        &pa.join("x"),
+        "user.k",
+        b"b",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    soon("B's new user.k of x", Ok(b"b".to_vec()), || {
+        getxattr(&pb.join("x"), "user.k", 10)
+    });
+    rustix::fs::removexattr(pa.join("x"), "user.k").unwrap();
+    soon("B's removed user.k of x", Err(libc::ENODATA), || {
+        getxattr(&pb.join("x"), "user.k", 10)
+    });
+
     // Names: created, renamed and removed through A.
     fs::write(pa.join("y"), b"y").unwrap();
     assert_eq!(fs::read(pb.join("y")).unwrap(), b"y");
@@ -1145,6 +1175,23 @@ fn namespace_connects_on_lookup_and_shows_bookmarks() {
     assert_eq!(fs::read(s.export.join("new")).unwrap(), b"written");
     let out = Command::new("cat").arg(srv.join("new")).output().unwrap();
     assert_eq!(out.stdout, b"written");
+    // Extended attributes reach the server's files; the namespace's own nodes have none
+    // (ENODATA, never ENOSYS, which would turn them off for the whole mount).
+    assert_eq!(getxattr(d, "user.k", 10), Err(libc::ENODATA));
+    assert_eq!(
+        setxattr(d, "user.k", b"v", rustix::fs::XattrFlags::empty()),
+        Err(libc::EOPNOTSUPP)
+    );
+    assert!(listxattr(d).is_empty());
+    setxattr(
+        &srv.join("new"),
+        "user.k",
+        b"v",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(getxattr(&s.export.join("new"), "user.k", 10).unwrap(), b"v");
+    assert_eq!(getxattr(&d.join("srv/new"), "user.k", 10).unwrap(), b"v");
 
     // The same location with another HOSTID is refused (the handshake checks the key).
     let (loc, _) = s.server.name.split_once(',').unwrap();
@@ -1816,4 +1863,294 @@ fn a_program_waiting_on_a_stopped_server_can_be_killed() {
         move || fs::read(f),
     );
     assert_eq!(r.unwrap(), b"before\n");
+}
+
+/// `getxattr(2)` of `name` on `path` with a buffer of `size` bytes: the value (or, with size
+/// 0, a buffer of the length asked), or the errno.
+fn getxattr(path: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
+    let mut buf = vec![0u8; size];
+    let got = if size == 0 {
+        rustix::fs::getxattr_query(path, name).map(|n| buf.resize(n, 0))
+    } else {
+        rustix::fs::getxattr(path, name, &mut buf[..]).map(|n| buf.truncate(n))
+    };
+    got.map(|()| buf).map_err(|e| e.raw_os_error())
+}
+
+fn listxattr(path: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 65536];
+    let n = rustix::fs::listxattr(path, &mut buf[..]).unwrap();
+    let mut names: Vec<String> = buf[..n]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn setxattr(
+    path: &Path,
+    name: &str,
+    value: &[u8],
+    flags: rustix::fs::XattrFlags,
+) -> Result<(), i32> {
+    rustix::fs::setxattr(path, name, value, flags).map_err(|e| e.raw_os_error())
+}
+
+/// Extended attributes through the mount: set, get (with the size probe and a short buffer),
+/// list, replace, create-exclusive, remove, and an ACL, each checked on the server's disk;
+/// `cp --preserve=xattr` and `tar --xattrs` keep them. ENOSYS before extended attributes were
+/// in the protocol.
+#[test]
+fn extended_attributes_round_trip_through_the_mount() {
+    use rustix::fs::XattrFlags as X;
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let d = &m.dir;
+    let f = d.join("f");
+    fs::write(&f, b"data").unwrap();
+    let on_disk = s.export.join("f");
+    setxattr(&f, "user.k", b"value", X::empty()).unwrap();
+    assert_eq!(getxattr(&on_disk, "user.k", 100).unwrap(), b"value");
+    assert_eq!(getxattr(&f, "user.k", 0).unwrap().len(), 5, "size probe");
+    assert_eq!(getxattr(&f, "user.k", 100).unwrap(), b"value");
+    assert_eq!(getxattr(&f, "user.k", 3), Err(libc::ERANGE));
+    assert_eq!(getxattr(&f, "user.none", 100), Err(libc::ENODATA));
+    assert_eq!(listxattr(&f), ["user.k"]);
+    assert_eq!(setxattr(&f, "user.k", b"x", X::CREATE), Err(libc::EEXIST));
+    assert_eq!(
+        setxattr(&f, "user.none", b"x", X::REPLACE),
+        Err(libc::ENODATA)
+    );
+    setxattr(&f, "user.k", b"replaced", X::REPLACE).unwrap();
+    assert_eq!(getxattr(&f, "user.k", 100).unwrap(), b"replaced");
+    // A change on the server shows at once for a name the mount never cached.
+    rustix::fs::setxattr(&on_disk, "user.srv", b"from the server", X::empty()).unwrap();
+    assert_eq!(getxattr(&f, "user.srv", 100).unwrap(), b"from the server");
+    // Directories, and a namespace the server does not serve.
+    setxattr(d, "user.dir", b"d", X::empty()).unwrap();
+    assert_eq!(getxattr(&s.export, "user.dir", 10).unwrap(), b"d");
+    assert_eq!(
+        setxattr(&f, "system.nfs4_acl", b"x", X::empty()),
+        Err(libc::EOPNOTSUPP)
+    );
+    // cp and tar keep them.
+    let out = Command::new("cp")
+        .arg("--preserve=xattr")
+        .arg(&f)
+        .arg(d.join("copy"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        getxattr(&s.export.join("copy"), "user.k", 100).unwrap(),
+        b"replaced"
+    );
+    let tar = s.dir.path().join("f.tar");
+    let out = Command::new("tar")
+        .arg("--xattrs")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(d)
+        .arg("f")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::create_dir(d.join("untar")).unwrap();
+    let out = Command::new("tar")
+        .args(["--xattrs", "--xattrs-include=user.*", "-xf"])
+        .arg(&tar)
+        .arg("-C")
+        .arg(d.join("untar"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        getxattr(&s.export.join("untar/f"), "user.k", 100).unwrap(),
+        b"replaced"
+    );
+    // An ACL set through the mount is the server file's ACL (its mask shows in the mode).
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 4, 65534),
+        (0x04, 0, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    setxattr(&f, "system.posix_acl_access", &acl, X::empty()).unwrap();
+    assert_eq!(
+        getxattr(&on_disk, "system.posix_acl_access", 1000).unwrap(),
+        acl
+    );
+    assert_eq!(fs::metadata(&on_disk).unwrap().mode() & 0o777, 0o640);
+    assert_eq!(
+        fs::metadata(&f).unwrap().mode() & 0o777,
+        0o640,
+        "the mount shows the mode the ACL gave at once"
+    );
+    // Remove.
+    rustix::fs::removexattr(&f, "user.k").unwrap();
+    assert_eq!(getxattr(&f, "user.k", 100), Err(libc::ENODATA));
+    assert_eq!(getxattr(&on_disk, "user.k", 100), Err(libc::ENODATA));
+    assert_eq!(
+        rustix::fs::removexattr(&f, "user.k").map_err(|e| e.raw_os_error()),
+        Err(libc::ENODATA)
+    );
+}
+
+/// An ordinary local user (65534, its own identity on a multi-user mount) reads the user
+/// attributes of root's 0644 file but may not set them (EACCES), sets its own, and gets EPERM
+/// for `trusted.`, which root sets.
+#[test]
+fn extended_attribute_permissions_as_two_users() {
+    need_fuse!();
+    let python = Path::new("/usr/bin/python3");
+    let Some((s, m, work)) = ordinary_user_mount() else {
+        return;
+    };
+    if !python.exists() {
+        eprintln!("SKIPPED: needs /usr/bin/python3 to call setxattr as another user");
+        return;
+    }
+    let d = &m.dir;
+    fs::write(d.join("roots"), b"r").unwrap();
+    fs::set_permissions(d.join("roots"), fs::Permissions::from_mode(0o644)).unwrap();
+    setxattr(
+        &d.join("roots"),
+        "user.k",
+        b"root's",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    let py = |code: &str| {
+        as_uid(
+            65534,
+            &format!("/usr/bin/python3 -c 'import os, sys\n{code}'"),
+        )
+    };
+    let roots = d.join("roots").display().to_string();
+    let (ok, err) = py(&format!(
+        "sys.exit(0 if os.getxattr(\"{roots}\", \"user.k\") == b\"root'\"'\"'s\" else 1)"
+    ));
+    assert!(
+        ok,
+        "65534 reads the attributes of a file it may read: {err}"
+    );
+    let (ok, err) = py(&format!("os.setxattr(\"{roots}\", \"user.k\", b\"mine\")"));
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    assert_eq!(
+        getxattr(&s.export.join("roots"), "user.k", 100).unwrap(),
+        b"root's"
+    );
+    let mine = work.join("mine");
+    let (ok, err) = py(&format!(
+        "open(\"{0}\", \"w\").close(); os.setxattr(\"{0}\", \"user.k\", b\"65534s\")",
+        mine.display()
+    ));
+    assert!(ok, "{err}\n{}", m.log());
+    assert_eq!(
+        getxattr(&s.export.join("work/mine"), "user.k", 100).unwrap(),
+        b"65534s"
+    );
+    let (ok, err) = py(&format!(
+        "os.setxattr(\"{}\", \"trusted.t\", b\"x\")",
+        mine.display()
+    ));
+    assert!(!ok && err.contains("Operation not permitted"), "{err}");
+    // Root (mapped to the server's root) may.
+    setxattr(&mine, "trusted.t", b"x", rustix::fs::XattrFlags::empty()).unwrap();
+    assert_eq!(
+        getxattr(&s.export.join("work/mine"), "trusted.t", 10).unwrap(),
+        b"x"
+    );
+}
+
+/// Writes through the mount in 4 KiB (16 MiB) and in 1 MiB (64 MiB) `write(2)` calls (dd),
+/// timed. With extended attributes served the kernel asks for `security.capability` before
+/// writing a file (to drop file capabilities), but once per file, not per write: it then marks
+/// the inode as having none to drop (measured: one GETXATTR for each 64 MiB file; 64 MiB in
+/// 1 MiB writes took 0.51-0.52 s with ENOSYS answers and with xattrs served alike).
+#[test]
+fn measure_writes_with_extended_attributes_served() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    for (bs, count, mib) in [("4k", 4096, 16), ("1M", 64, 64)] {
+        let out_file = m.dir.join(format!("dd-{bs}"));
+        let t = Instant::now();
+        let out = Command::new("dd")
+            .arg("if=/dev/zero")
+            .arg(format!("of={}", out_file.display()))
+            .arg(format!("bs={bs}"))
+            .arg(format!("count={count}"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let took = t.elapsed();
+        assert_eq!(
+            fs::metadata(s.export.join(format!("dd-{bs}")))
+                .unwrap()
+                .len(),
+            mib << 20
+        );
+        eprintln!(
+            "{mib} MiB in {bs} writes through the FUSE mount: {:.2} s ({:.0} MiB/s)",
+            took.as_secs_f64(),
+            mib as f64 / took.as_secs_f64()
+        );
+    }
+}
+
+/// `ls -l` of 2000 files through the mount, timed: `ls` asks each file for
+/// `security.selinux` and `system.posix_acl_access` (GETXATTR), a request to the server each
+/// the first time, then answered from the cache while the attributes' lease lasts. Measured
+/// (debug build, 2 shared cores): 1.7-1.9 s the first time, 0.49 s the second; 0.06-0.12 s
+/// when the mount answered ENOSYS and the kernel stopped asking.
+#[test]
+fn measure_ls_l_with_extended_attributes_served() {
+    need_fuse!();
+    let s = setup();
+    fs::create_dir(s.export.join("many")).unwrap();
+    for i in 0..2000 {
+        fs::write(s.export.join(format!("many/f{i:04}")), b"x").unwrap();
+    }
+    let m = s.mount("mnt");
+    for round in ["first", "second"] {
+        let t = Instant::now();
+        let out = Command::new("ls")
+            .arg("-l")
+            .arg(m.dir.join("many"))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(out.stdout.split(|&b| b == b'\n').count(), 2002);
+        eprintln!(
+            "ls -l of 2000 files through the FUSE mount ({round}): {:.3} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
 }

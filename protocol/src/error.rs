@@ -189,6 +189,9 @@ pub enum DecodeError {
     /// A public key inside a message is not a valid key.
     #[error("{0} is not a valid Ed25519 public key")]
     BadPublicKey(&'static str),
+    /// An extended attribute name is empty or holds a NUL byte.
+    #[error("extended attribute name is empty or holds a NUL byte")]
+    BadXattrName,
 }
 
 /// Why a handshake failed.

@@ -68,6 +68,7 @@ pub mod record;
 pub mod reply;
 pub mod request;
 pub mod status;
+pub mod xattr;
 mod xdr;
 
 pub use attr::{Attr, FileType, SetAttr, SetTime, Time};

@@ -8,6 +8,7 @@ use crate::data::Data;
 use crate::error::DecodeError;
 use crate::handle::FileHandle;
 use crate::request::{MAX_PATH_LEN, Proc, StableHow, get_fh, get_name, put_fh};
+use crate::xattr;
 use crate::xdr::{self, Reader};
 
 /// A new object made by CREATE, MKDIR, SYMLINK or MKNOD.
@@ -263,6 +264,27 @@ pub enum ReplyBody {
     },
     /// CLOSE.
     Close,
+    /// GETXATTR: the whole value (a client asking only for its size gets it from here).
+    GetXattr {
+        /// The value (at most [`crate::xattr::MAX_VALUE_LEN`] bytes).
+        value: Vec<u8>,
+    },
+    /// SETXATTR.
+    SetXattr {
+        /// Attributes after the change (the ctime moved).
+        attr: Option<Attr>,
+    },
+    /// LISTXATTR: every name of the object the caller may list.
+    ListXattr {
+        /// The names, without NULs ([`crate::xattr::list_len`] at most
+        /// [`crate::xattr::MAX_LIST_LEN`]).
+        names: Vec<Vec<u8>>,
+    },
+    /// REMOVEXATTR.
+    RemoveXattr {
+        /// Attributes after the change.
+        attr: Option<Attr>,
+    },
     /// COMMIT.
     Commit {
         /// Attributes.
@@ -353,6 +375,10 @@ impl ReplyBody {
             ReplyBody::Commit { .. } => Proc::Commit,
             ReplyBody::Open { .. } => Proc::Open,
             ReplyBody::Close => Proc::Close,
+            ReplyBody::GetXattr { .. } => Proc::GetXattr,
+            ReplyBody::SetXattr { .. } => Proc::SetXattr,
+            ReplyBody::ListXattr { .. } => Proc::ListXattr,
+            ReplyBody::RemoveXattr { .. } => Proc::RemoveXattr,
         }
     }
 
@@ -363,7 +389,9 @@ impl ReplyBody {
             ReplyBody::Null
             | ReplyBody::Login { .. }
             | ReplyBody::Narrow { .. }
-            | ReplyBody::Close => {}
+            | ReplyBody::Close
+            | ReplyBody::GetXattr { .. }
+            | ReplyBody::ListXattr { .. } => {}
             ReplyBody::Mount { attr, .. } | ReplyBody::GetAttr { attr } => out.push(attr),
             ReplyBody::SetAttr { attr }
             | ReplyBody::Access { attr, .. }
@@ -372,6 +400,8 @@ impl ReplyBody {
             | ReplyBody::Write { attr, .. }
             | ReplyBody::Commit { attr, .. }
             | ReplyBody::Open { attr }
+            | ReplyBody::SetXattr { attr }
+            | ReplyBody::RemoveXattr { attr }
             | ReplyBody::FsStat(FsStat { attr, .. })
             | ReplyBody::FsInfo(FsInfo { attr, .. })
             | ReplyBody::PathConf(PathConf { attr, .. })
@@ -413,7 +443,11 @@ impl ReplyBody {
         xdr::put_u32(buf, self.proc().code());
         match self {
             ReplyBody::Null | ReplyBody::Close => {}
-            ReplyBody::Open { attr } => encode_opt_attr(buf, attr.as_ref()),
+            ReplyBody::Open { attr }
+            | ReplyBody::SetXattr { attr }
+            | ReplyBody::RemoveXattr { attr } => encode_opt_attr(buf, attr.as_ref()),
+            ReplyBody::GetXattr { value } => xdr::put_opaque(buf, value),
+            ReplyBody::ListXattr { names } => xattr::put_names(buf, names),
             ReplyBody::Mount { fh, attr } => {
                 put_fh(buf, fh);
                 attr.encode(buf);
@@ -534,6 +568,18 @@ impl ReplyBody {
                 attr: decode_opt_attr(r)?,
             },
             Proc::Close => ReplyBody::Close,
+            Proc::GetXattr => ReplyBody::GetXattr {
+                value: xattr::get_value(r)?,
+            },
+            Proc::SetXattr => ReplyBody::SetXattr {
+                attr: decode_opt_attr(r)?,
+            },
+            Proc::ListXattr => ReplyBody::ListXattr {
+                names: xattr::get_names(r)?,
+            },
+            Proc::RemoveXattr => ReplyBody::RemoveXattr {
+                attr: decode_opt_attr(r)?,
+            },
             Proc::Mount => ReplyBody::Mount {
                 fh: get_fh(r)?,
                 attr: Attr::decode(r)?,

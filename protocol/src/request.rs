@@ -3,8 +3,9 @@
 //! The operation set is NFSv3's (RFC 1813), with the same procedure numbers, plus three SFS
 //! extensions: MOUNT (get the root handle of a path), LOGIN (user authentication) and RENAME2
 //! (RENAME with `renameat2(2)` flags, so a no-replace rename is one atomic operation on the
-//! server instead of a LOOKUP racing a RENAME), OPEN/CLOSE (open states) and NARROW (an authno
-//! acting with a subset of a login's groups, so a local process's own groups apply).
+//! server instead of a LOOKUP racing a RENAME), OPEN and CLOSE (open states), the four
+//! extended-attribute operations ([`crate::xattr`]) and NARROW (an authno acting with a subset
+//! of a login's groups, so a local process's own groups apply).
 
 use crate::attr::{SetAttr, Time};
 use crate::data::Data;
@@ -12,6 +13,7 @@ use crate::error::DecodeError;
 use crate::handle::{FileHandle, MAX_HANDLE_LEN};
 use crate::keys::UserPublicKey;
 use crate::login::{LoginArgs, MAX_USER_NAME_LEN};
+use crate::xattr;
 use crate::xdr::{self, Reader};
 
 /// Longest file name accepted in a message, in bytes (servers may refuse shorter ones with
@@ -78,6 +80,14 @@ pub enum Proc {
     Open = 103,
     /// SFS extension: drop this connection's and user's open state on an object.
     Close = 104,
+    /// SFS extension: read an extended attribute.
+    GetXattr = 105,
+    /// SFS extension: create or replace an extended attribute.
+    SetXattr = 106,
+    /// SFS extension: list an object's extended attribute names.
+    ListXattr = 107,
+    /// SFS extension: remove an extended attribute.
+    RemoveXattr = 108,
     /// SFS extension: an authno with a subset of the request authno's groups ([`RequestOp::Narrow`]).
     Narrow = 112,
 }
@@ -116,6 +126,10 @@ impl Proc {
         Proc::Rename2,
         Proc::Open,
         Proc::Close,
+        Proc::GetXattr,
+        Proc::SetXattr,
+        Proc::ListXattr,
+        Proc::RemoveXattr,
         Proc::Narrow,
     ];
 
@@ -153,6 +167,10 @@ impl Proc {
                 | Proc::Rename2
                 | Proc::Link
                 | Proc::Login
+                // A replay after a CREATE-flagged set, or of a remove, fails on what the
+                // first try did.
+                | Proc::SetXattr
+                | Proc::RemoveXattr
         )
     }
 }
@@ -466,6 +484,36 @@ pub enum RequestOp {
         /// Any object of the file system.
         fh: FileHandle,
     },
+    /// Read extended attribute `name` of `fh` (GETXATTR).
+    GetXattr {
+        /// Object.
+        fh: FileHandle,
+        /// Attribute name, namespace prefix included (see [`crate::xattr`]).
+        name: Vec<u8>,
+    },
+    /// Set extended attribute `name` of `fh` to `value` (SETXATTR).
+    SetXattr {
+        /// Object.
+        fh: FileHandle,
+        /// Attribute name.
+        name: Vec<u8>,
+        /// The value (at most [`crate::xattr::MAX_VALUE_LEN`] bytes).
+        value: Vec<u8>,
+        /// Only bits of [`crate::xattr::flags::ALL`].
+        flags: u32,
+    },
+    /// The extended attribute names of `fh` (LISTXATTR).
+    ListXattr {
+        /// Object.
+        fh: FileHandle,
+    },
+    /// Remove extended attribute `name` of `fh` (REMOVEXATTR).
+    RemoveXattr {
+        /// Object.
+        fh: FileHandle,
+        /// Attribute name.
+        name: Vec<u8>,
+    },
     /// Commit unstable writes of a range (count 0 = to the end).
     Commit {
         /// File.
@@ -522,6 +570,10 @@ impl RequestOp {
             RequestOp::FsInfo { .. } => Proc::FsInfo,
             RequestOp::PathConf { .. } => Proc::PathConf,
             RequestOp::Commit { .. } => Proc::Commit,
+            RequestOp::GetXattr { .. } => Proc::GetXattr,
+            RequestOp::SetXattr { .. } => Proc::SetXattr,
+            RequestOp::ListXattr { .. } => Proc::ListXattr,
+            RequestOp::RemoveXattr { .. } => Proc::RemoveXattr,
         }
     }
 
@@ -550,7 +602,23 @@ impl RequestOp {
             | RequestOp::Close { fh }
             | RequestOp::FsStat { fh }
             | RequestOp::FsInfo { fh }
+            | RequestOp::ListXattr { fh }
             | RequestOp::PathConf { fh } => put_fh(buf, fh),
+            RequestOp::GetXattr { fh, name } | RequestOp::RemoveXattr { fh, name } => {
+                put_fh(buf, fh);
+                xdr::put_opaque(buf, name);
+            }
+            RequestOp::SetXattr {
+                fh,
+                name,
+                value,
+                flags,
+            } => {
+                put_fh(buf, fh);
+                xdr::put_opaque(buf, name);
+                xdr::put_opaque(buf, value);
+                xdr::put_u32(buf, *flags);
+            }
             RequestOp::SetAttr { fh, attr, guard } => {
                 put_fh(buf, fh);
                 attr.encode(buf);
@@ -724,6 +792,29 @@ impl RequestOp {
             Proc::FsStat => RequestOp::FsStat { fh: get_fh(r)? },
             Proc::FsInfo => RequestOp::FsInfo { fh: get_fh(r)? },
             Proc::PathConf => RequestOp::PathConf { fh: get_fh(r)? },
+            Proc::ListXattr => RequestOp::ListXattr { fh: get_fh(r)? },
+            Proc::GetXattr => RequestOp::GetXattr {
+                fh: get_fh(r)?,
+                name: xattr::get_name(r)?,
+            },
+            Proc::RemoveXattr => RequestOp::RemoveXattr {
+                fh: get_fh(r)?,
+                name: xattr::get_name(r)?,
+            },
+            Proc::SetXattr => RequestOp::SetXattr {
+                fh: get_fh(r)?,
+                name: xattr::get_name(r)?,
+                value: xattr::get_value(r)?,
+                flags: match r.u32("xattr flags")? {
+                    f if f & !xattr::flags::ALL == 0 => f,
+                    value => {
+                        return Err(DecodeError::BadDiscriminant {
+                            what: "xattr flags",
+                            value,
+                        });
+                    }
+                },
+            },
             Proc::SetAttr => RequestOp::SetAttr {
                 fh: get_fh(r)?,
                 attr: SetAttr::decode(r)?,

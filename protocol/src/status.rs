@@ -1,7 +1,9 @@
 //! NFSv3 status codes: the error half of every reply.
 //!
 //! The numeric values are NFSv3's (RFC 1813), so the client's loopback NFS server passes them
-//! through to the kernel unchanged.
+//! through to the kernel unchanged; the extended-attribute operations add two of NFSv4.2's
+//! (RFC 8276): `NoXattr` (10095, Linux's `ENODATA`) and `Xattr2Big` (10096, `E2BIG`), which no
+//! NFSv3 operation returns.
 
 use std::fmt;
 use std::io;
@@ -71,6 +73,8 @@ statuses! {
     ServerFault = 10006, "server fault";
     BadType = 10007, "object type not supported";
     Jukebox = 10008, "try again later";
+    NoXattr = 10095, "no such extended attribute";
+    Xattr2Big = 10096, "extended attribute value too large";
 }
 
 /// Wire code of success (`NFS3_OK`).

@@ -847,3 +847,104 @@ proptest! {
         prop_assert_eq!(ids, want);
     }
 }
+
+// ---- extended attributes ----
+
+/// A SETXATTR of a value one byte over `XATTR_SIZE_MAX`, a name over `XATTR_NAME_MAX`, an
+/// empty or NUL-holding name, unknown flags: none decodes, and the value is refused from its
+/// length alone (the record holds far fewer bytes than it declares).
+#[test]
+fn xattr_requests_beyond_the_bounds_do_not_decode() {
+    let fh = FileHandle::from_bytes([3; HANDLE_LEN]);
+    let set = |name: &[u8], value: Vec<u8>, flags| {
+        Request {
+            id: 1,
+            authno: 1,
+            op: RequestOp::SetXattr {
+                fh,
+                name: name.to_vec(),
+                value,
+                flags,
+            },
+        }
+        .encode()
+    };
+    let ok = set(
+        b"user.k",
+        vec![7; xattr::MAX_VALUE_LEN],
+        xattr::flags::CREATE,
+    );
+    assert!(Request::decode(&ok).is_ok());
+    assert!(matches!(
+        Request::decode(&set(b"user.k", vec![7; xattr::MAX_VALUE_LEN + 1], 0)),
+        Err(DecodeError::LimitExceeded {
+            what: "xattr value",
+            ..
+        })
+    ));
+    assert!(matches!(
+        Request::decode(&set(&[b'u'; xattr::MAX_NAME_LEN + 1], vec![], 0)),
+        Err(DecodeError::LimitExceeded {
+            what: "xattr name",
+            ..
+        })
+    ));
+    for bad in [&b""[..], b"user.a\0b"] {
+        assert_eq!(
+            Request::decode(&set(bad, vec![], 0)),
+            Err(DecodeError::BadXattrName)
+        );
+    }
+    assert!(matches!(
+        Request::decode(&set(b"user.k", vec![], 4)),
+        Err(DecodeError::BadDiscriminant {
+            what: "xattr flags",
+            value: 4
+        })
+    ));
+    // A declared value length far beyond the record: refused before any allocation.
+    let mut b = set(b"user.k", vec![], 0);
+    let at = b.len() - 8;
+    b[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+    assert!(matches!(
+        Request::decode(&b),
+        Err(DecodeError::LimitExceeded { .. })
+    ));
+}
+
+/// A hostile server's GETXATTR value or LISTXATTR list beyond the bounds does not decode.
+#[test]
+fn xattr_replies_beyond_the_bounds_do_not_decode() {
+    let reply = |body| {
+        let mut b = Vec::new();
+        Reply {
+            id: 1,
+            result: Ok(body),
+        }
+        .encode_into(&mut b);
+        b
+    };
+    let big = reply(ReplyBody::GetXattr {
+        value: vec![0; xattr::MAX_VALUE_LEN + 1],
+    });
+    assert!(ServerMessage::decode(&big).is_err());
+    // 300 names of 255 bytes: each valid, together over XATTR_LIST_MAX.
+    let names = vec![vec![b'n'; 255]; 300];
+    assert!(xattr::list_len(&names) > xattr::MAX_LIST_LEN);
+    let long = reply(ReplyBody::ListXattr { names });
+    assert!(matches!(
+        ServerMessage::decode(&long),
+        Err(DecodeError::LimitExceeded {
+            what: "xattr list",
+            ..
+        })
+    ));
+    let names = vec![vec![b'n'; 255]; 200];
+    let fits = reply(ReplyBody::ListXattr {
+        names: names.clone(),
+    });
+    assert!(matches!(
+        ServerMessage::decode(&fits),
+        Ok(ServerMessage::Reply(Reply { result: Ok(ReplyBody::ListXattr { names: n }), .. })) if n == names
+    ));
+}

@@ -112,6 +112,12 @@ fn reply_reservation(op: &RequestOp, read_count: usize) -> usize {
         RequestOp::ReadDir { .. } | RequestOp::ReadDirPlus { .. } => {
             crate::fs::local::MAX_DIR_REPLY + 512
         }
+        // The value waits for a storage thread, as a WRITE's data does.
+        RequestOp::SetXattr { value, .. } => value.len() + SMALL_REPLY,
+        RequestOp::GetXattr { .. } => protocol::xattr::MAX_VALUE_LEN + SMALL_REPLY,
+        // Each byte of a name list (a name and its NUL) takes at most 4 bytes encoded (a
+        // 1-byte name is 8 bytes for 2 of the list).
+        RequestOp::ListXattr { .. } => 4 * protocol::xattr::MAX_LIST_LEN + SMALL_REPLY,
         _ => SMALL_REPLY,
     }
 }
@@ -150,14 +156,20 @@ impl Conn {
             .seal_with(&mut buf, |b| msg.encode_into(b))
             .is_err()
         {
-            // Too large for the peer (e.g. a huge READDIR page): say so instead.
-            let id = match msg {
-                ServerMessage::Reply(r) => r.id,
+            // Too large for the peer (e.g. a huge READDIR page): say so instead. An extended
+            // attribute value or list too large for the peer's records is E2BIG to its caller,
+            // as one too large for its buffer would be.
+            let (id, status) = match msg {
+                ServerMessage::Reply(Reply {
+                    id,
+                    result: Ok(ReplyBody::GetXattr { .. } | ReplyBody::ListXattr { .. }),
+                }) => (*id, NfsStatus::Xattr2Big),
+                ServerMessage::Reply(r) => (r.id, NfsStatus::ServerFault),
                 ServerMessage::Invalidate(_) => return,
             };
             let fault = ServerMessage::Reply(Reply {
                 id,
-                result: Err(NfsStatus::ServerFault),
+                result: Err(status),
             });
             if open
                 .sealer

@@ -166,13 +166,18 @@ impl Server {
 /// permission, which name leads where): cached descriptors opened before it must not serve
 /// after it.
 fn changes_access(op: &RequestOp) -> bool {
-    matches!(
-        op,
+    match op {
         RequestOp::SetAttr { .. }
-            | RequestOp::Rename { .. }
-            | RequestOp::Remove { .. }
-            | RequestOp::Rmdir { .. }
-    )
+        | RequestOp::Rename { .. }
+        | RequestOp::Remove { .. }
+        | RequestOp::Rmdir { .. } => true,
+        // A POSIX ACL (or a security label) decides access as the mode does; `user.` and
+        // `trusted.` data never does.
+        RequestOp::SetXattr { name, .. } | RequestOp::RemoveXattr { name, .. } => {
+            !(name.starts_with(b"user.") || name.starts_with(b"trusted."))
+        }
+        _ => false,
+    }
 }
 
 /// A request on its way to storage: who asked, on which connection.

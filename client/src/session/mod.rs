@@ -34,6 +34,7 @@ mod handshake;
 pub mod invalidations;
 pub mod limits;
 mod ops;
+mod xattr;
 
 use std::collections::HashMap;
 use std::sync::Arc;

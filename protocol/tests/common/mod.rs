@@ -18,6 +18,11 @@ pub fn name() -> impl Strategy<Value = Vec<u8>> {
     bytes(40)
 }
 
+/// A valid extended attribute name: non-empty, no NUL, at most 255 bytes (here up to 40).
+pub fn xattr_name() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(1..=255u8, 1..=40)
+}
+
 pub fn verifier() -> impl Strategy<Value = [u8; 8]> {
     any::<u64>().prop_map(u64::to_be_bytes)
 }
@@ -152,6 +157,21 @@ pub fn request_op() -> impl Strategy<Value = RequestOp> {
         fh().prop_map(|fh| RequestOp::ReadLink { fh }).boxed(),
         fh().prop_map(|fh| RequestOp::Open { fh }).boxed(),
         fh().prop_map(|fh| RequestOp::Close { fh }).boxed(),
+        (fh(), xattr_name())
+            .prop_map(|(fh, name)| RequestOp::GetXattr { fh, name })
+            .boxed(),
+        (fh(), xattr_name(), bytes(300), 0..=3u32)
+            .prop_map(|(fh, name, value, flags)| RequestOp::SetXattr {
+                fh,
+                name,
+                value,
+                flags,
+            })
+            .boxed(),
+        fh().prop_map(|fh| RequestOp::ListXattr { fh }).boxed(),
+        (fh(), xattr_name())
+            .prop_map(|(fh, name)| RequestOp::RemoveXattr { fh, name })
+            .boxed(),
         (
             any::<u32>(),
             prop::collection::vec(any::<u32>(), 0..=protocol::request::MAX_NARROW_GROUPS),
@@ -442,6 +462,18 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
             .boxed(),
         opt_attr().prop_map(|attr| ReplyBody::Open { attr }).boxed(),
         Just(ReplyBody::Close).boxed(),
+        bytes(300)
+            .prop_map(|value| ReplyBody::GetXattr { value })
+            .boxed(),
+        opt_attr()
+            .prop_map(|attr| ReplyBody::SetXattr { attr })
+            .boxed(),
+        prop::collection::vec(xattr_name(), 0..6)
+            .prop_map(|names| ReplyBody::ListXattr { names })
+            .boxed(),
+        opt_attr()
+            .prop_map(|attr| ReplyBody::RemoveXattr { attr })
+            .boxed(),
     ])
 }
 

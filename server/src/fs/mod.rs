@@ -172,6 +172,8 @@ pub fn is_mutating(op: &RequestOp) -> bool {
             | RequestOp::Commit { .. }
             // Holds a descriptor on the server: not for anonymous users.
             | RequestOp::Open { .. }
+            | RequestOp::SetXattr { .. }
+            | RequestOp::RemoveXattr { .. }
     )
 }
 

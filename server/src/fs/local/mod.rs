@@ -20,6 +20,7 @@
 //! | [`remove`]    | REMOVE, RMDIR, RENAME (names taken away or moved)       |
 //! | [`readdir`]   | READDIR, READDIRPLUS                                    |
 //! | [`open`]      | OPEN, CLOSE (open states: see there)                    |
+//! | [`xattr`]     | GETXATTR, SETXATTR, LISTXATTR, REMOVEXATTR (and ACLs)   |
 //!
 //! `LocalFs::run` below maps each request to its operation, one line each: adding an operation
 //! means a method in the file of its kind and one line there.
@@ -32,6 +33,7 @@ mod open;
 mod readdir;
 mod remove;
 mod resolve;
+mod xattr;
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -263,6 +265,15 @@ impl LocalFs {
             } => self.readdirplus(ctx, dir, cookie, dircount, maxcount, out),
             Op::Open { fh } => self.open_state(ctx, fh, out),
             Op::Close { fh } => self.close_state(ctx, fh),
+            Op::GetXattr { fh, name } => self.getxattr(ctx, fh, &name),
+            Op::SetXattr {
+                fh,
+                name,
+                value,
+                flags,
+            } => self.setxattr(ctx, fh, &name, &value, flags, out),
+            Op::ListXattr { fh } => self.listxattr(ctx, fh),
+            Op::RemoveXattr { fh, name } => self.removexattr(ctx, fh, &name, out),
             Op::FsStat { fh } => self.fsstat(ctx, fh),
             Op::FsInfo { fh } => self.fsinfo(ctx, fh),
             Op::PathConf { fh } => self.pathconf(ctx, fh),

@@ -580,6 +580,12 @@ impl Inner {
             // Not passed on yet (NFSv3 MKNOD would carry it): FIFOs, sockets and devices
             // cannot be made through this backend.
             RequestOp::Mknod { .. } => fail(done, NfsStatus::NotSupp),
+            // NFSv3 has no extended attributes (nor does it carry ACLs): answered as a local
+            // file system without them answers.
+            RequestOp::GetXattr { .. }
+            | RequestOp::SetXattr { .. }
+            | RequestOp::ListXattr { .. }
+            | RequestOp::RemoveXattr { .. } => fail(done, NfsStatus::NotSupp),
             RequestOp::Open { fh } => {
                 let o = obj!(fh);
                 self.open_state(&ctx, &o, done);

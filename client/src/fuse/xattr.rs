@@ -1,0 +1,191 @@
+//! Extended attributes and POSIX ACLs through the mount: the kernel's GETXATTR, LISTXATTR,
+//! SETXATTR and REMOVEXATTR become the protocol's, answered with the kernel's conventions.
+//!
+//! - **Size probes.** The kernel asks with `size` 0 to learn the length (`getxattr(2)` with
+//!   an empty buffer), else with its buffer's size: a longer value or list is `ERANGE`. The
+//!   server always sends the whole value (at most 64 KiB, bounded by the decoder before any
+//!   allocation), so the probe and the read are each one round trip.
+//! - **Errors.** A missing attribute is `ENODATA`, a namespace the server does not serve
+//!   `EOPNOTSUPP` (never `ENOSYS`: the kernel would take that as "no extended attributes on
+//!   this whole mount" and stop asking for every file).
+//! - **ACLs.** `system.posix_acl_*` travel as attributes, and the server's kernel enforces
+//!   them; this mount does not negotiate `FUSE_POSIX_ACL`, so the client kernel does not
+//!   evaluate them itself (the server decides every access anyway).
+
+use fuser::{Errno, INodeNo, ReplyXattr};
+use protocol::xattr::{self, MAX_LIST_LEN, MAX_VALUE_LEN};
+
+use super::{Shared, errno};
+use crate::session::Client;
+
+impl Shared {
+    pub(super) async fn getxattr(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        name_: &[u8],
+        size: u32,
+    ) -> Result<Sized, Errno> {
+        let name = name(name_)?;
+        let fh = self.fh(ino)?;
+        value(c.getxattr(&fh, name).await.map_err(errno)?, size)
+    }
+
+    pub(super) async fn listxattr(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        size: u32,
+    ) -> Result<Sized, Errno> {
+        let fh = self.fh(ino)?;
+        list(&c.listxattr(&fh).await.map_err(errno)?, size)
+    }
+
+    pub(super) async fn setxattr(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        name_: &[u8],
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
+        let name = name(name_)?;
+        let flags = set_flags(flags)?;
+        check_value(value)?;
+        let fh = self.fh(ino)?;
+        c.setxattr(&fh, name, value, flags).await.map_err(errno)
+    }
+
+    pub(super) async fn removexattr(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        name_: &[u8],
+    ) -> Result<(), Errno> {
+        let name = name(name_)?;
+        let fh = self.fh(ino)?;
+        c.removexattr(&fh, name).await.map_err(errno)
+    }
+}
+
+/// Hands `answer` to the kernel.
+pub(crate) fn reply_sized(answer: Result<Sized, Errno>, reply: ReplyXattr) {
+    match answer {
+        Ok(Sized::Len(n)) => reply.size(n),
+        Ok(Sized::Data(d)) => reply.data(&d),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// What a GETXATTR or LISTXATTR answers the kernel: the length it asked for, or the bytes.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Sized {
+    /// `size` was 0: only the length.
+    Len(u32),
+    /// The bytes, which fit the kernel's buffer.
+    Data(Vec<u8>),
+}
+
+/// The answer to a request with buffer `size` for `bytes` (a value, or a list in
+/// `listxattr(2)`'s form): its length for a probe, `ERANGE` when the buffer is smaller, and
+/// `E2BIG` beyond `max`, which only a hostile server could send (the decoder already refuses
+/// that; checked again where the bytes go to the kernel).
+pub(crate) fn sized(bytes: Vec<u8>, size: u32, max: usize) -> Result<Sized, Errno> {
+    if bytes.len() > max {
+        return Err(Errno::E2BIG);
+    }
+    let len = u32::try_from(bytes.len()).map_err(|_| Errno::E2BIG)?;
+    if size == 0 {
+        Ok(Sized::Len(len))
+    } else if len > size {
+        Err(Errno::ERANGE)
+    } else {
+        Ok(Sized::Data(bytes))
+    }
+}
+
+/// A value for the kernel.
+pub(crate) fn value(bytes: Vec<u8>, size: u32) -> Result<Sized, Errno> {
+    sized(bytes, size, MAX_VALUE_LEN)
+}
+
+/// Names in `listxattr(2)`'s form (each followed by a NUL), for a buffer of `size`.
+pub(crate) fn list(names: &[Vec<u8>], size: u32) -> Result<Sized, Errno> {
+    let mut out = Vec::with_capacity(xattr::list_len(names).min(MAX_LIST_LEN + 1));
+    for n in names {
+        if !xattr::name_is_valid(n) {
+            continue; // not from a decoded reply; never handed to the kernel
+        }
+        out.extend_from_slice(n);
+        out.push(0);
+        if out.len() > MAX_LIST_LEN {
+            return Err(Errno::E2BIG);
+        }
+    }
+    sized(out, size, MAX_LIST_LEN)
+}
+
+/// A name from the kernel, checked as the server will check it (the kernel already refuses
+/// longer ones with `ERANGE`).
+pub(crate) fn name(name: &[u8]) -> Result<&[u8], Errno> {
+    if name.len() > xattr::MAX_NAME_LEN {
+        Err(Errno::ERANGE)
+    } else if !xattr::name_is_valid(name) {
+        Err(Errno::EINVAL)
+    } else {
+        Ok(name)
+    }
+}
+
+/// `setxattr(2)`'s flags as the protocol's (the same bits); any other bit is `EINVAL`, as the
+/// kernel answers it.
+pub(crate) fn set_flags(flags: i32) -> Result<u32, Errno> {
+    u32::try_from(flags)
+        .ok()
+        .filter(|f| f & !xattr::flags::ALL == 0)
+        .ok_or(Errno::EINVAL)
+}
+
+/// A value from the kernel (which refuses larger ones itself): `E2BIG` beyond the bound.
+pub(crate) fn check_value(value: &[u8]) -> Result<(), Errno> {
+    if value.len() > MAX_VALUE_LEN {
+        Err(Errno::E2BIG)
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_get_the_length_and_small_buffers_erange() {
+        assert_eq!(value(b"abc".to_vec(), 0), Ok(Sized::Len(3)));
+        assert_eq!(value(b"abc".to_vec(), 3), Ok(Sized::Data(b"abc".to_vec())));
+        assert_eq!(value(b"abc".to_vec(), 2), Err(Errno::ERANGE));
+        assert_eq!(value(vec![0; MAX_VALUE_LEN + 1], 0), Err(Errno::E2BIG));
+        let names = vec![b"user.a".to_vec(), b"user.bc".to_vec()];
+        assert_eq!(list(&names, 0), Ok(Sized::Len(15)));
+        assert_eq!(
+            list(&names, 100),
+            Ok(Sized::Data(b"user.a\0user.bc\0".to_vec()))
+        );
+        assert_eq!(list(&names, 14), Err(Errno::ERANGE));
+        assert_eq!(list(&[], 0), Ok(Sized::Len(0)));
+        let too_many = vec![vec![b'n'; 255]; 300];
+        assert_eq!(list(&too_many, 0), Err(Errno::E2BIG));
+    }
+
+    #[test]
+    fn flags_and_names_are_checked() {
+        assert_eq!(set_flags(0), Ok(0));
+        assert_eq!(set_flags(libc::XATTR_CREATE), Ok(xattr::flags::CREATE));
+        assert_eq!(set_flags(libc::XATTR_REPLACE), Ok(xattr::flags::REPLACE));
+        assert_eq!(set_flags(4), Err(Errno::EINVAL));
+        assert_eq!(set_flags(-1), Err(Errno::EINVAL));
+        assert_eq!(name(&[b'a'; 256]), Err(Errno::ERANGE));
+        assert_eq!(name(b""), Err(Errno::EINVAL));
+        assert_eq!(name(b"user.k"), Ok(&b"user.k"[..]));
+    }
+}

@@ -1,0 +1,99 @@
+//! The extended-attribute operations (GETXATTR, SETXATTR, LISTXATTR, REMOVEXATTR; POSIX ACLs
+//! travel as `system.posix_acl_*` attributes). Values, names and lists arrive bounded by
+//! Linux's own limits ([`protocol::xattr`]): the decoder refuses a hostile server's larger
+//! ones before allocating, so a caller may hand them to the kernel as they are. Answers to
+//! GETXATTR and LISTXATTR are cached like attributes ([`crate::cache::AttrCache::put_xattr`]).
+
+use protocol::{FileHandle, NfsStatus, ReplyBody, RequestOp};
+
+use super::Client;
+use super::error::SessionError;
+use crate::cache::XattrAnswer;
+
+impl Client {
+    /// GETXATTR: the whole value of `name`. Answers (an absent attribute included) are
+    /// cached per user while the object's attributes are: `ls -l` asks every file it lists
+    /// for `security.selinux` and `system.posix_acl_access`, a round trip each otherwise.
+    pub async fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> Result<Vec<u8>, SessionError> {
+        let key = (self.authno().await?, Some(name.to_vec()));
+        match self.inner.cache.get_xattr(fh, &key) {
+            Some(XattrAnswer::Value(v)) => return Ok(v),
+            Some(XattrAnswer::Missing) => return Err(SessionError::Nfs(NfsStatus::NoXattr)),
+            _ => {}
+        }
+        let op = RequestOp::GetXattr {
+            fh: *fh,
+            name: name.to_vec(),
+        };
+        let since = self.inner.cache.stamp();
+        let answer = match self.call(op).await {
+            Ok(ReplyBody::GetXattr { value }) => XattrAnswer::Value(value),
+            Ok(other) => return Err(self.unexpected(&other)),
+            Err(SessionError::Nfs(NfsStatus::NoXattr)) => XattrAnswer::Missing,
+            Err(e) => return Err(e),
+        };
+        self.inner.cache.put_xattr(*fh, key, answer.clone(), since);
+        match answer {
+            XattrAnswer::Value(v) => Ok(v),
+            _ => Err(SessionError::Nfs(NfsStatus::NoXattr)),
+        }
+    }
+
+    /// SETXATTR with `flags` ([`protocol::xattr::flags`]). The object's ctime moves (and an
+    /// ACL changes its mode), so its cached attributes are replaced by the reply's.
+    pub async fn setxattr(
+        &self,
+        fh: &FileHandle,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> Result<(), SessionError> {
+        let change = self.inner.cache.begin(fh);
+        let op = RequestOp::SetXattr {
+            fh: *fh,
+            name: name.to_vec(),
+            value: value.to_vec(),
+            flags,
+        };
+        match self.call(op).await? {
+            ReplyBody::SetXattr { attr } => {
+                change.end(attr);
+                Ok(())
+            }
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// LISTXATTR: the names the server lets this user see, cached as GETXATTR's answers are.
+    pub async fn listxattr(&self, fh: &FileHandle) -> Result<Vec<Vec<u8>>, SessionError> {
+        let key = (self.authno().await?, None);
+        if let Some(XattrAnswer::Names(names)) = self.inner.cache.get_xattr(fh, &key) {
+            return Ok(names);
+        }
+        let since = self.inner.cache.stamp();
+        match self.call(RequestOp::ListXattr { fh: *fh }).await? {
+            ReplyBody::ListXattr { names } => {
+                let answer = XattrAnswer::Names(names.clone());
+                self.inner.cache.put_xattr(*fh, key, answer, since);
+                Ok(names)
+            }
+            other => Err(self.unexpected(&other)),
+        }
+    }
+
+    /// REMOVEXATTR.
+    pub async fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> Result<(), SessionError> {
+        let change = self.inner.cache.begin(fh);
+        let op = RequestOp::RemoveXattr {
+            fh: *fh,
+            name: name.to_vec(),
+        };
+        match self.call(op).await? {
+            ReplyBody::RemoveXattr { attr } => {
+                change.end(attr);
+                Ok(())
+            }
+            other => Err(self.unexpected(&other)),
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Extended attributes and POSIX ACLs: GETXATTR, SETXATTR, LISTXATTR, REMOVEXATTR.
+//!
+//! **Which call, on what.** The object is the handle's resolved `O_PATH` descriptor, and the
+//! `f*xattr` calls refuse those (`EBADF`). Re-opening the object for reading would need read
+//! permission, which reading or setting an attribute does not (`user.` needs write
+//! permission to set, ACLs need ownership), and cannot be done at all on a symlink, socket or
+//! device. So each call names `/proc/self/fd/N` with the path-following variant
+//! (`getxattr`, not `lgetxattr`): following that magic link lands on exactly the resolved
+//! object, a symlink included (it is not followed further), never on anything found by name.
+//! The `l*` variants would act on the `/proc` link itself.
+//!
+//! **The kernel decides, with one exception.** The calls run under the caller's file-system
+//! credentials on the storage thread, so who may read or write `user.` attributes and ACLs is
+//! the kernel's answer: `user.` on regular files and directories only, setting it needs write
+//! permission; only the owner sets an ACL (`CAP_FOWNER` is one of the file-system
+//! capabilities a non-zero fsuid drops). But the thread keeps the server's other
+//! capabilities, and `trusted.` needs `CAP_SYS_ADMIN`, setting `security.` names
+//! `CAP_SYS_ADMIN` or `CAP_SETFCAP`: with them the kernel would let any caller through. So for
+//! a caller not mapped to root this module answers as the kernel answers an unprivileged
+//! process ([`Privileged`]): `trusted.` is invisible (get `NoXattr`, absent from lists, set
+//! and remove `Perm`), `security.` is read-only (set and remove `Perm`). A caller mapped to
+//! root keeps the server's capabilities, as a local root process has them. Names outside the
+//! namespaces the protocol serves ([`protocol::xattr::name_is_served`]) are `NotSupp`.
+//!
+//! **Bounded memory.** A value or list buffer is at most 64 KiB (`XATTR_SIZE_MAX`,
+//! `XATTR_LIST_MAX`, the kernel's own ceiling), allocated once per call on a storage thread;
+//! the connection reserved the encoded reply's size against its output limit before the
+//! request was admitted.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use protocol::xattr::{MAX_LIST_LEN, MAX_VALUE_LEN, name_is_served};
+use protocol::{FileHandle, NfsStatus, ReplyBody};
+use rustix::buffer::spare_capacity;
+use rustix::fs::XattrFlags;
+
+use super::resolve::Obj;
+use super::{LocalFs, errno};
+use crate::fs::{OpCtx, Outcome};
+use crate::users::Creds;
+
+/// The status an errno of an xattr call becomes: the two xattr-only errors have statuses of
+/// their own, the rest map as for any other call.
+fn xattr_errno(e: rustix::io::Errno) -> NfsStatus {
+    match e {
+        rustix::io::Errno::NODATA => NfsStatus::NoXattr,
+        rustix::io::Errno::TOOBIG | rustix::io::Errno::RANGE => NfsStatus::Xattr2Big,
+        rustix::io::Errno::OPNOTSUPP => NfsStatus::NotSupp,
+        e => errno(e),
+    }
+}
+
+/// The name as the kernel takes it, if the protocol serves its namespace.
+fn served(name: &[u8]) -> Result<&OsStr, NfsStatus> {
+    if name_is_served(name) {
+        Ok(OsStr::from_bytes(name))
+    } else {
+        Err(NfsStatus::NotSupp)
+    }
+}
+
+/// The namespaces whose access the kernel decides by capabilities (which the storage thread
+/// keeps whatever the caller), and what an unprivileged caller gets there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Privileged {
+    /// `trusted.`: hidden from unprivileged callers (the kernel's `xattr_permission`).
+    Trusted,
+    /// `security.`: readable by all, written only with capabilities (`cap_inode_setxattr`).
+    Security,
+}
+
+impl Privileged {
+    fn of(name: &[u8]) -> Option<Privileged> {
+        if name.starts_with(b"trusted.") {
+            Some(Privileged::Trusted)
+        } else if name.starts_with(b"security.") {
+            Some(Privileged::Security)
+        } else {
+            None
+        }
+    }
+}
+
+/// Whether the caller has the server's capabilities (is mapped to root).
+fn privileged(creds: &Creds) -> bool {
+    creds.uid == 0 && !creds.anonymous
+}
+
+/// Refuses a read of `name` the kernel would refuse an unprivileged caller.
+fn may_read(creds: &Creds, name: &[u8]) -> Result<(), NfsStatus> {
+    match Privileged::of(name) {
+        Some(Privileged::Trusted) if !privileged(creds) => Err(NfsStatus::NoXattr),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a change of `name` the kernel would refuse an unprivileged caller.
+fn may_change(creds: &Creds, name: &[u8]) -> Result<(), NfsStatus> {
+    match Privileged::of(name) {
+        Some(_) if !privileged(creds) => Err(NfsStatus::Perm),
+        _ => Ok(()),
+    }
+}
+
+impl LocalFs {
+    pub(super) fn getxattr(
+        &self,
+        ctx: &OpCtx,
+        fh: FileHandle,
+        name: &[u8],
+    ) -> Result<ReplyBody, NfsStatus> {
+        let name = served(name)?;
+        let o = self.obj(&fh, &ctx.creds)?;
+        may_read(&ctx.creds, name.as_bytes())?;
+        let mut value = Vec::with_capacity(MAX_VALUE_LEN);
+        rustix::fs::getxattr(o.proc_path(), name, spare_capacity(&mut value))
+            .map_err(xattr_errno)?;
+        Ok(ReplyBody::GetXattr { value })
+    }
+
+    pub(super) fn setxattr(
+        &self,
+        ctx: &OpCtx,
+        fh: FileHandle,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let name = served(name)?;
+        let o = self.obj(&fh, &ctx.creds)?;
+        may_change(&ctx.creds, name.as_bytes())?;
+        // The protocol's flags are Linux's (`XATTR_CREATE`, `XATTR_REPLACE`), checked when
+        // the request was decoded.
+        let flags = XattrFlags::from_bits_retain(flags);
+        rustix::fs::setxattr(o.proc_path(), name, value, flags).map_err(xattr_errno)?;
+        Ok(ReplyBody::SetXattr {
+            attr: self.xattr_changed(ctx, &o, fh, out),
+        })
+    }
+
+    /// LISTXATTR: the names the kernel lists for the caller (`trusted.` only to a mapped
+    /// root), less those outside the served namespaces, which a client could not get.
+    pub(super) fn listxattr(&self, ctx: &OpCtx, fh: FileHandle) -> Result<ReplyBody, NfsStatus> {
+        let o = self.obj(&fh, &ctx.creds)?;
+        let mut list = Vec::with_capacity(MAX_LIST_LEN);
+        rustix::fs::listxattr(o.proc_path(), spare_capacity(&mut list)).map_err(xattr_errno)?;
+        let names = list
+            .split(|&b| b == 0)
+            .filter(|n| {
+                protocol::xattr::name_is_valid(n)
+                    && name_is_served(n)
+                    && may_read(&ctx.creds, n).is_ok()
+            })
+            .map(<[u8]>::to_vec)
+            .collect();
+        Ok(ReplyBody::ListXattr { names })
+    }
+
+    pub(super) fn removexattr(
+        &self,
+        ctx: &OpCtx,
+        fh: FileHandle,
+        name: &[u8],
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let name = served(name)?;
+        let o = self.obj(&fh, &ctx.creds)?;
+        may_change(&ctx.creds, name.as_bytes())?;
+        rustix::fs::removexattr(o.proc_path(), name).map_err(xattr_errno)?;
+        Ok(ReplyBody::RemoveXattr {
+            attr: self.xattr_changed(ctx, &o, fh, out),
+        })
+    }
+
+    /// Records the change of `o` (its ctime moved; an ACL changes its mode bits too) for the
+    /// caller's lease and other holders' invalidation; its new attributes.
+    fn xattr_changed(
+        &self,
+        ctx: &OpCtx,
+        o: &Obj,
+        fh: FileHandle,
+        out: &mut Outcome,
+    ) -> Option<protocol::Attr> {
+        let a = o.fresh_attr(ctx.lease_ms);
+        out.leased.push((o.key, fh));
+        out.changed.push((o.key, fh, a));
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn creds(uid: u32) -> Creds {
+        Creds {
+            name: "u".into(),
+            uid,
+            gids: vec![uid],
+            anonymous: false,
+        }
+    }
+
+    #[test]
+    fn unprivileged_callers_get_the_kernels_unprivileged_answers() {
+        let (alice, root) = (creds(1000), creds(0));
+        assert_eq!(may_read(&alice, b"trusted.t"), Err(NfsStatus::NoXattr));
+        assert_eq!(may_change(&alice, b"trusted.t"), Err(NfsStatus::Perm));
+        assert_eq!(may_read(&alice, b"security.selinux"), Ok(()));
+        assert_eq!(
+            may_change(&alice, b"security.capability"),
+            Err(NfsStatus::Perm)
+        );
+        for name in [&b"user.k"[..], b"system.posix_acl_access"] {
+            assert_eq!(may_read(&alice, name), Ok(()));
+            assert_eq!(may_change(&alice, name), Ok(()));
+        }
+        for name in [&b"trusted.t"[..], b"security.capability", b"user.k"] {
+            assert_eq!(may_read(&root, name), Ok(()));
+            assert_eq!(may_change(&root, name), Ok(()));
+        }
+        let anonymous_root = Creds {
+            anonymous: true,
+            ..creds(0)
+        };
+        assert_eq!(
+            may_change(&anonymous_root, b"trusted.t"),
+            Err(NfsStatus::Perm)
+        );
+    }
+}
