@@ -84,8 +84,7 @@ pub fn load() -> Result<Vec<Bookmark>, String> {
     };
     // Bookmarks say which server a name reaches, so only their owner may have written them
     // (a root mount reads root's); they are not secret.
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     let rules = crate::owned_file::Rules {
         owners: &[me],
         secret: false,

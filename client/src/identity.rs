@@ -37,8 +37,7 @@ pub fn user_name(explicit: Option<&str>) -> String {
         .or_else(|| std::env::var("USER").ok())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| {
-            // SAFETY: geteuid cannot fail and touches no memory.
-            let uid = unsafe { libc::geteuid() };
+            let uid = rustix::process::geteuid().as_raw();
             local_user(uid).map_or_else(|| uid.to_string(), |(name, _)| name)
         })
 }
@@ -56,8 +55,7 @@ pub fn load(explicit: Option<&Path>, user: Option<&str>) -> Result<Option<Identi
             },
         },
     };
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     match read_key(&path, &[me])? {
         Some(key) => Ok(Some(Identity {
             user: user_name(user),
@@ -187,8 +185,7 @@ pub fn for_local_user(uid: u32, dir: Option<&Path>) -> Option<Identity> {
         .as_ref()
         .map(|(n, _)| n.clone())
         .unwrap_or_else(|| uid.to_string());
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     let found = (|| -> Result<Option<UserKeypair>> {
         if let Some(dir) = dir {
             owned_file::check_dir(dir, &[0, me])
@@ -223,8 +220,7 @@ mod local_user_tests {
     #[test]
     fn identities_dir_keys_are_used_only_if_nobody_else_could_have_put_them_there() {
         use std::os::unix::fs::PermissionsExt;
-        // SAFETY: geteuid cannot fail and touches no memory.
-        if unsafe { libc::geteuid() } != 0 {
+        if rustix::process::geteuid().as_raw() != 0 {
             eprintln!("skipped: needs root to make files of other users");
             return;
         }

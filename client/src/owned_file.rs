@@ -115,8 +115,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn me() -> u32 {
-        // SAFETY: geteuid cannot fail and touches no memory.
-        unsafe { libc::geteuid() }
+        rustix::process::geteuid().as_raw()
     }
 
     fn rules(owners: &[u32]) -> Rules<'_> {

@@ -95,8 +95,7 @@ mod tests {
         let out = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (_in, peer) = l.accept().unwrap();
         assert_eq!(peer, out.local_addr().unwrap());
-        // SAFETY: geteuid cannot fail and touches no memory.
-        let me = unsafe { libc::geteuid() };
+        let me = rustix::process::geteuid().as_raw();
         assert_eq!(owner(l.local_addr().unwrap(), peer), Some(me));
         // The listener's side of the same connection is not the peer.
         assert_eq!(owner(peer, l.local_addr().unwrap()), Some(me));

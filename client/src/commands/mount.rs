@@ -35,8 +35,7 @@ pub async fn start(
 
 /// Serves NFS to this user's processes and the kernel only (`peer_owner`).
 async fn serve_owner_only(l: &NFSTcpListener<SfsNfs>) -> std::io::Result<()> {
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let me = unsafe { libc::geteuid() };
+    let me = rustix::process::geteuid().as_raw();
     l.handle_forever_admitting(move |s| match (s.local_addr(), s.peer_addr()) {
         (Ok(local), Ok(peer)) => crate::peer_owner::admits(local, peer, me),
         _ => false,
