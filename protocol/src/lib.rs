@@ -67,6 +67,7 @@ pub mod name;
 pub mod record;
 pub mod reply;
 pub mod request;
+pub mod sequence;
 pub mod status;
 pub mod xattr;
 mod xdr;
@@ -79,8 +80,8 @@ pub use error::{
 };
 pub use handle::{BackendFh, FileHandle, HANDLE_LEN, HandleData, HandleKey, MAX_HANDLE_LEN};
 pub use handshake::{
-    ClientHandshake, HandshakeConfig, PROTOCOL_VERSION, SUPPORTED_VERSIONS, ServerHandshake,
-    Session,
+    ClientHandshake, HandshakeConfig, PROTOCOL_VERSION, SESSIONS_VERSION, SUPPORTED_VERSIONS,
+    ServerHandshake, Session,
 };
 pub use keys::{ServerKeypair, UserKeypair, UserPublicKey};
 pub use login::{ANONYMOUS, AuthTable, LoginArgs, LoginSigner, LoginVerifier, VerifiedLogin};

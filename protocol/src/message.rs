@@ -81,7 +81,11 @@ impl Request {
         let mut r = Reader::locating(&buf[payload.clone()]);
         let mut req = Self::decode_fields(&mut r)?;
         let found = r.located();
-        if let (RequestOp::Write { data, .. }, Some(at)) = (&mut req.op, found) {
+        let op = match &mut req.op {
+            RequestOp::Sequence { op, .. } => op.as_mut(),
+            op => op,
+        };
+        if let (RequestOp::Write { data, .. }, Some(at)) = (op, found) {
             *data = Data::window(buf, payload.start + at.start..payload.start + at.end);
         }
         Ok(req)
@@ -115,6 +119,7 @@ pub fn encode_write_request_into(
         fh,
         offset,
         stable,
+        ticket: None,
     };
     let at = buf.len();
     let filled = encode_write_request_at(buf, at, &head, data.len(), |dst| {
@@ -137,6 +142,8 @@ pub struct WriteHead<'a> {
     pub offset: u64,
     /// How durable the server must make the data before it replies.
     pub stable: StableHow,
+    /// The reply-cache slot it goes through (sent inside a SEQUENCE), if any.
+    pub ticket: Option<crate::sequence::Ticket>,
 }
 
 /// Encodes a WRITE request at `at` of `buf` whose data, at most `max` bytes, `fill` writes
@@ -158,12 +165,15 @@ pub fn encode_write_request_at<E>(
     let mut fields = Vec::with_capacity(WRITE_REQUEST_OVERHEAD);
     xdr::put_u64(&mut fields, head.id);
     xdr::put_u32(&mut fields, head.authno);
+    if let Some(t) = head.ticket {
+        crate::sequence::put_head(&mut fields, t.slot, t.seq);
+    }
     xdr::put_u32(&mut fields, Proc::Write.code());
     put_fh(&mut fields, head.fh);
     xdr::put_u64(&mut fields, head.offset);
     xdr::put_u32(&mut fields, head.stable as u32);
     let data_at = at + fields.len() + 4;
-    debug_assert_eq!(data_at - at, write_request_data_offset(head.fh));
+    debug_assert_eq!(data_at - at, write_request_data_offset(head));
     buf.resize(data_at + max, 0);
     let len = match fill(&mut buf[data_at..]) {
         Ok(n) => n.min(max),
@@ -180,12 +190,17 @@ pub fn encode_write_request_at<E>(
     Ok(len)
 }
 
-/// Where the data of a WRITE request for `fh` starts, counted from where its encoding starts:
-/// a client can place the request so that the data, which the kernel copies in from the page
-/// cache, starts on a cache-line boundary.
-pub fn write_request_data_offset(fh: &FileHandle) -> usize {
-    let fh_len = fh.as_bytes().len();
-    8 + 4 + 4 + 4 + fh_len + xdr::pad_len(fh_len) + 8 + 4 + 4
+/// Where the data of a WRITE request with `head` starts, counted from where its encoding
+/// starts: a client can place the request so that the data, which the kernel copies in from
+/// the page cache, starts on a cache-line boundary.
+pub fn write_request_data_offset(head: &WriteHead<'_>) -> usize {
+    let fh_len = head.fh.as_bytes().len();
+    let sequence = if head.ticket.is_some() {
+        crate::sequence::HEAD_LEN
+    } else {
+        0
+    };
+    8 + 4 + sequence + 4 + 4 + fh_len + xdr::pad_len(fh_len) + 8 + 4 + 4
 }
 
 /// A reply to the request with the same id.
@@ -483,6 +498,7 @@ mod tests {
             fh: &fh,
             offset: 1 << 20,
             stable: StableHow::Unstable,
+            ticket: None,
         };
         let mut expected = Vec::new();
         encode_write_request_into(
@@ -509,7 +525,7 @@ mod tests {
             &expected[..],
             "the request, padded, and nothing else"
         );
-        assert_eq!(&buf[5 + write_request_data_offset(&fh)..][..5], b"fresh");
+        assert_eq!(&buf[5 + write_request_data_offset(&head)..][..5], b"fresh");
 
         // Beyond a short buffer's end: the gap is zeros, and fill's error leaves no request.
         let mut short = vec![1u8; 2];

@@ -149,6 +149,14 @@ pub enum ReplyBody {
         /// Assigned authno (never 0).
         authno: u32,
     },
+    /// SESSION: the slots granted, and whether the server still had the client's record
+    /// (the replies of its earlier connection are kept; see [`crate::sequence`]).
+    Session {
+        /// Slots granted (1 to [`crate::sequence::MAX_SLOTS`]).
+        slots: u32,
+        /// The record existed: requests sent on an earlier connection may be sent again.
+        resumed: bool,
+    },
     /// NARROW: the authno with the narrowed groups.
     Narrow {
         /// Assigned authno (never 0).
@@ -351,6 +359,7 @@ impl ReplyBody {
             ReplyBody::Mount { .. } => Proc::Mount,
             ReplyBody::Login { .. } => Proc::Login,
             ReplyBody::Narrow { .. } => Proc::Narrow,
+            ReplyBody::Session { .. } => Proc::Session,
             ReplyBody::GetAttr { .. } => Proc::GetAttr,
             ReplyBody::SetAttr { .. } => Proc::SetAttr,
             ReplyBody::Lookup { .. } => Proc::Lookup,
@@ -389,6 +398,7 @@ impl ReplyBody {
             ReplyBody::Null
             | ReplyBody::Login { .. }
             | ReplyBody::Narrow { .. }
+            | ReplyBody::Session { .. }
             | ReplyBody::Close
             | ReplyBody::GetXattr { .. }
             | ReplyBody::ListXattr { .. } => {}
@@ -454,6 +464,10 @@ impl ReplyBody {
             }
             ReplyBody::Login { authno } | ReplyBody::Narrow { authno } => {
                 xdr::put_u32(buf, *authno)
+            }
+            ReplyBody::Session { slots, resumed } => {
+                xdr::put_u32(buf, *slots);
+                xdr::put_bool(buf, *resumed);
             }
             ReplyBody::GetAttr { attr } => attr.encode(buf),
             ReplyBody::SetAttr { attr } => encode_opt_attr(buf, attr.as_ref()),
@@ -590,6 +604,17 @@ impl ReplyBody {
             Proc::Narrow => ReplyBody::Narrow {
                 authno: r.u32("authno")?,
             },
+            Proc::Session => ReplyBody::Session {
+                slots: r.u32("slots")?,
+                resumed: r.bool("resumed")?,
+            },
+            // A sequenced request's reply is its change's.
+            Proc::Sequence => {
+                return Err(DecodeError::BadDiscriminant {
+                    what: "reply procedure",
+                    value: Proc::Sequence.code(),
+                });
+            }
             Proc::GetAttr => ReplyBody::GetAttr {
                 attr: Attr::decode(r)?,
             },

@@ -88,6 +88,10 @@ pub enum Proc {
     ListXattr = 107,
     /// SFS extension: remove an extended attribute.
     RemoveXattr = 108,
+    /// SFS extension: bind this connection to a client's reply cache ([`crate::sequence`]).
+    Session = 110,
+    /// SFS extension: a change sent through a slot of the reply cache ([`crate::sequence`]).
+    Sequence = 111,
     /// SFS extension: an authno with a subset of the request authno's groups ([`RequestOp::Narrow`]).
     Narrow = 112,
 }
@@ -130,6 +134,8 @@ impl Proc {
         Proc::SetXattr,
         Proc::ListXattr,
         Proc::RemoveXattr,
+        Proc::Session,
+        Proc::Sequence,
         Proc::Narrow,
     ];
 
@@ -149,6 +155,29 @@ impl Proc {
             what: "procedure",
             value,
         })
+    }
+
+    /// Whether a client sends this procedure inside a SEQUENCE when the session has a reply
+    /// cache ([`crate::sequence`]): every procedure that changes the file system, idempotent
+    /// or not. A WRITE or a truncating SETATTR done again after the reply was lost would undo
+    /// what another client wrote in between; answered from the cache it is done once.
+    pub fn is_sequenced(self) -> bool {
+        matches!(
+            self,
+            Proc::SetAttr
+                | Proc::Write
+                | Proc::Create
+                | Proc::Mkdir
+                | Proc::Symlink
+                | Proc::Mknod
+                | Proc::Remove
+                | Proc::Rmdir
+                | Proc::Rename
+                | Proc::Rename2
+                | Proc::Link
+                | Proc::SetXattr
+                | Proc::RemoveXattr
+        )
     }
 
     /// Whether repeating the call has the same effect as doing it once, so a client may retry
@@ -337,6 +366,25 @@ pub enum RequestOp {
         gid: u32,
         /// Supplementary groups wanted (at most [`MAX_NARROW_GROUPS`]).
         groups: Vec<u32>,
+    },
+    /// Binds the connection to the reply cache of client `client_id` (SESSION; authno 0),
+    /// made if the server has none for it ([`crate::sequence`]).
+    Session {
+        /// The client's secret, random identity (the same on each of its connections).
+        client_id: [u8; crate::sequence::CLIENT_ID_LEN],
+        /// Slots wanted (at most [`crate::sequence::MAX_SLOTS`]).
+        slots: u32,
+    },
+    /// `op` sent through slot `slot` with sequence number `seq` (SEQUENCE): done once however
+    /// often it is sent, its reply kept until the slot's next request.
+    Sequence {
+        /// Slot (below the number SESSION granted).
+        slot: u32,
+        /// The slot's sequence number: its last one plus one for a new request, the same for a
+        /// request sent again.
+        seq: u32,
+        /// The change ([`Proc::is_sequenced`]).
+        op: Box<RequestOp>,
     },
     /// Read `count` bytes at `offset`.
     Read {
@@ -553,6 +601,8 @@ impl RequestOp {
             RequestOp::Open { .. } => Proc::Open,
             RequestOp::Close { .. } => Proc::Close,
             RequestOp::Narrow { .. } => Proc::Narrow,
+            RequestOp::Session { .. } => Proc::Session,
+            RequestOp::Sequence { .. } => Proc::Sequence,
             RequestOp::Read { .. } => Proc::Read,
             RequestOp::Write { .. } => Proc::Write,
             RequestOp::Create { .. } => Proc::Create,
@@ -588,6 +638,15 @@ impl RequestOp {
                 xdr::put_fixed(buf, &a.public_key.to_bytes());
                 xdr::put_u64(buf, a.seqno);
                 xdr::put_fixed(buf, &a.signature);
+            }
+            RequestOp::Session { client_id, slots } => {
+                xdr::put_fixed(buf, client_id);
+                xdr::put_u32(buf, *slots);
+            }
+            RequestOp::Sequence { slot, seq, op } => {
+                xdr::put_u32(buf, *slot);
+                xdr::put_u32(buf, *seq);
+                op.encode(buf);
             }
             RequestOp::Narrow { gid, groups } => {
                 xdr::put_u32(buf, *gid);
@@ -752,7 +811,35 @@ impl RequestOp {
 
     /// Reads the procedure number and the arguments.
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<RequestOp, DecodeError> {
-        Ok(match Proc::decode(r)? {
+        let proc = Proc::decode(r)?;
+        RequestOp::decode_args(proc, r)
+    }
+
+    /// Reads the arguments of `proc`.
+    fn decode_args(proc: Proc, r: &mut Reader<'_>) -> Result<RequestOp, DecodeError> {
+        Ok(match proc {
+            Proc::Session => RequestOp::Session {
+                client_id: r.fixed::<{ crate::sequence::CLIENT_ID_LEN }>("client id")?,
+                slots: r.u32("slots")?,
+            },
+            Proc::Sequence => {
+                let slot = r.u32("slot")?;
+                let seq = r.u32("sequence number")?;
+                // Checked before the inner arguments are read: a SEQUENCE in a SEQUENCE (and so
+                // on) is refused at once, never decoded recursively.
+                let inner = Proc::decode(r)?;
+                if !inner.is_sequenced() {
+                    return Err(DecodeError::BadDiscriminant {
+                        what: "sequenced procedure",
+                        value: inner.code(),
+                    });
+                }
+                RequestOp::Sequence {
+                    slot,
+                    seq,
+                    op: Box::new(RequestOp::decode_args(inner, r)?),
+                }
+            }
             Proc::Null => RequestOp::Null,
             Proc::Mount => RequestOp::Mount {
                 path: r.opaque_vec(MAX_PATH_LEN, "mount path")?,

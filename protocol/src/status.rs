@@ -3,7 +3,8 @@
 //! The numeric values are NFSv3's (RFC 1813), so the client's loopback NFS server passes them
 //! through to the kernel unchanged; the extended-attribute operations add two of NFSv4.2's
 //! (RFC 8276): `NoXattr` (10095, Linux's `ENODATA`) and `Xattr2Big` (10096, `E2BIG`), which no
-//! NFSv3 operation returns.
+//! NFSv3 operation returns; and sessions (SESSION, SEQUENCE: [`crate::sequence`]) three of
+//! NFSv4.1's (RFC 8881): `BadSession` (10052), `BadSlot` (10053) and `SeqMisordered` (10063).
 
 use std::fmt;
 use std::io;
@@ -75,6 +76,9 @@ statuses! {
     Jukebox = 10008, "try again later";
     NoXattr = 10095, "no such extended attribute";
     Xattr2Big = 10096, "extended attribute value too large";
+    BadSession = 10052, "no session on this connection";
+    BadSlot = 10053, "slot number beyond the session's slots";
+    SeqMisordered = 10063, "sequence number neither the slot's next nor its last";
 }
 
 /// Wire code of success (`NFS3_OK`).

@@ -948,3 +948,57 @@ fn xattr_replies_beyond_the_bounds_do_not_decode() {
         Ok(ServerMessage::Reply(Reply { result: Ok(ReplyBody::ListXattr { names: n }), .. })) if n == names
     ));
 }
+
+/// SEQUENCE carries only changes, and never another SEQUENCE: the inner procedure is checked
+/// before its arguments are read, so a chain of nested SEQUENCEs is refused at its first link,
+/// not decoded recursively (which a long enough chain would overflow the stack with).
+#[test]
+fn sequence_carries_only_changes_and_never_nests() {
+    let sequenced = |op: RequestOp| {
+        Request {
+            id: 1,
+            authno: 1,
+            op: RequestOp::Sequence {
+                slot: 0,
+                seq: 1,
+                op: Box::new(op),
+            },
+        }
+        .encode()
+    };
+    let fh = FileHandle::from_bytes([0; HANDLE_LEN]);
+    let remove = RequestOp::Remove {
+        dir: fh,
+        name: b"x".to_vec(),
+    };
+    assert!(matches!(
+        Request::decode(&sequenced(remove.clone())).map(|r| r.op),
+        Ok(RequestOp::Sequence { op, .. }) if *op == remove
+    ));
+    for plain in [RequestOp::GetAttr { fh }, RequestOp::Null] {
+        let code = plain.proc().code();
+        assert_eq!(
+            Request::decode(&sequenced(plain)),
+            Err(DecodeError::BadDiscriminant {
+                what: "sequenced procedure",
+                value: code,
+            })
+        );
+    }
+    // A million nested SEQUENCE heads (12 MB): refused at the second, at once.
+    let mut b = Vec::new();
+    b.extend_from_slice(&1u64.to_be_bytes());
+    b.extend_from_slice(&1u32.to_be_bytes());
+    for _ in 0..1_000_000 {
+        for v in [Proc::Sequence.code(), 0, 1] {
+            b.extend_from_slice(&v.to_be_bytes());
+        }
+    }
+    assert_eq!(
+        Request::decode(&b),
+        Err(DecodeError::BadDiscriminant {
+            what: "sequenced procedure",
+            value: Proc::Sequence.code(),
+        })
+    );
+}

@@ -70,8 +70,24 @@ proptest! {
     ) {
         let mut fast = Vec::new();
         encode_write_request_into(&mut fast, id, authno, &fh, offset, stable, &data);
-        let req = Request { id, authno, op: RequestOp::Write { fh, offset, stable, data: data.into() } };
+        let write = RequestOp::Write { fh, offset, stable, data: data.clone().into() };
+        let req = Request { id, authno, op: write.clone() };
         prop_assert_eq!(fast, req.encode());
+
+        // Through a reply-cache slot: the same WRITE inside a SEQUENCE, its data where
+        // `write_request_data_offset` says.
+        let ticket = protocol::sequence::Ticket { slot: authno % 64, seq: id as u32 };
+        let head = WriteHead { id, authno, fh: &fh, offset, stable, ticket: Some(ticket) };
+        let mut sequenced = Vec::new();
+        encode_write_request_at(&mut sequenced, 0, &head, data.len(), |dst| {
+            dst.copy_from_slice(&data);
+            Ok::<_, ()>(data.len())
+        })
+        .unwrap();
+        let op = RequestOp::Sequence { slot: ticket.slot, seq: ticket.seq, op: Box::new(write) };
+        prop_assert_eq!(&sequenced, &Request { id, authno, op }.encode());
+        let at = write_request_data_offset(&head);
+        prop_assert_eq!(&sequenced[at..at + data.len()], &data[..]);
     }
 
     #[test]
@@ -129,7 +145,9 @@ fn strategies_cover_every_procedure() {
         replies.insert(rep.new_tree(&mut runner).unwrap().current().proc());
     }
     assert_eq!(reqs.len(), Proc::ALL.len(), "requests: {reqs:?}");
-    assert_eq!(replies.len(), Proc::ALL.len(), "replies: {replies:?}");
+    // A SEQUENCE is answered with its change's reply: it has none of its own.
+    assert!(!replies.contains(&Proc::Sequence));
+    assert_eq!(replies.len(), Proc::ALL.len() - 1, "replies: {replies:?}");
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! disconnected. Any protocol violation (bad record, undecodable request) closes this
 //! connection only, and so does `idle_timeout` without a request.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::net::SocketAddr;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use libcolor::mio::net::TcpStream;
 use libcolor::{Color, ColorCell, IoRegistration};
+use protocol::sequence::Ticket;
 use protocol::{
     AuthTable, FileHandle, HandleData, LoginVerifier, NfsStatus, Opened, RecordReader, RecordStart,
     Reply, ReplyBody, Request, RequestOp, Sealer, ServerHandshake, ServerMessage,
@@ -30,6 +32,7 @@ use crate::fs::{AsyncStorage, Backend, OpCtx, ReadArgs, key_of};
 use crate::leases::{ConnId, Holder, Principal};
 use crate::output::{Flushed, Output, SPARE_MIN_CAPACITY};
 use crate::read::{LeaseChoice, ReadFailure, ReadState, ReplyRecord};
+use crate::replies::{Begin, Record};
 use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
@@ -52,6 +55,8 @@ struct Open {
     max_read: usize,
     /// Cached descriptors and held leases of the READ fast path.
     reads: ReadState,
+    /// The client's reply cache, once SESSION bound one ([`crate::replies`]).
+    client: Option<Arc<Record>>,
 }
 
 pub struct Conn {
@@ -77,6 +82,9 @@ pub struct Conn {
     /// An anonymous request was accepted, and color 0 told (it lets the connection out of the
     /// starting ones if anonymous connections have room).
     anonymous_told: bool,
+    /// Sequenced requests being done, by request id: their replies go into the reply cache
+    /// (as many as requests in flight).
+    tickets: HashMap<u64, (Arc<Record>, Ticket)>,
 }
 
 /// A connection's state belongs to its color: every callback that touches it runs there, so
@@ -200,9 +208,23 @@ impl Conn {
         }
     }
 
+    /// The request `id` is answered with `result`: if it came through a reply-cache slot, the
+    /// slot keeps the answer.
+    fn settle_ticket(&mut self, id: u64, result: &Result<ReplyBody, NfsStatus>) {
+        if let Some((record, ticket)) = self.tickets.remove(&id) {
+            record.complete(ticket, result);
+        }
+    }
+
     fn close(&mut self, srv: &Arc<Server>, why: &str) {
         if self.closed() {
             return;
+        }
+        if let Phase::Open(open) = &self.phase
+            && let Some(record) = &open.client
+        {
+            // Its client may come back within the grace period for the replies.
+            srv.clients.unbind(record, self.id, Instant::now());
         }
         self.phase = Phase::Closed;
         if let Some(reg) = self.reg.take() {
@@ -251,6 +273,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             lease_capped: lease_capped.clone(),
             logged_in: false,
             anonymous_told: false,
+            tickets: HashMap::new(),
         },
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
@@ -482,6 +505,7 @@ fn handshake_input(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, mut input: &
                     auth: AuthTable::new(),
                     max_read,
                     reads: ReadState::default(),
+                    client: None,
                 }));
                 tracing::debug!(conn = c.id, "session established");
                 let (srv2, id) = (srv.clone(), c.id);
@@ -543,6 +567,7 @@ fn process_records(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
 }
 
 fn reply_now(srv: &Arc<Server>, c: &mut Conn, id: u64, result: Result<ReplyBody, NfsStatus>) {
+    c.settle_ticket(id, &result);
     c.send(srv, &ServerMessage::Reply(Reply { id, result }));
     c.flush(srv);
 }
@@ -582,6 +607,29 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
             }
             return reply_now(srv, c, id, result);
         }
+        RequestOp::Session { client_id, slots } => {
+            let result = match &open.client {
+                // One record per connection: a client has one id.
+                Some(_) => Err(NfsStatus::Inval),
+                None => srv
+                    .clients
+                    .bind(&client_id, slots, c.id, Instant::now())
+                    .map(|bound| {
+                        tracing::debug!(
+                            conn = c.id,
+                            client = bound.record.key,
+                            resumed = bound.resumed,
+                            "session"
+                        );
+                        open.client = Some(bound.record);
+                        ReplyBody::Session {
+                            slots: bound.slots,
+                            resumed: bound.resumed,
+                        }
+                    }),
+            };
+            return reply_now(srv, c, id, result);
+        }
         RequestOp::Narrow { gid, groups } => {
             let result = match open.auth.get(authno).cloned() {
                 Some(base) => crate::narrow::assign(&mut open.auth, &base, gid, &groups)
@@ -610,6 +658,25 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
     if creds.anonymous {
         c.anonymous_granted(srv);
     }
+    let Phase::Open(open) = &mut c.phase else {
+        return;
+    };
+    let op = match op {
+        RequestOp::Sequence { slot, seq, op } => {
+            let Some(record) = open.client.clone() else {
+                return reply_now(srv, c, id, Err(NfsStatus::BadSession));
+            };
+            let ticket = Ticket { slot, seq };
+            match record.begin(ticket, creds.uid) {
+                Begin::Run => {
+                    c.tickets.insert(id, (record, ticket));
+                    *op
+                }
+                Begin::Answer(result) => return reply_now(srv, c, id, result),
+            }
+        }
+        op => op,
+    };
     let Phase::Open(open) = &mut c.phase else {
         return;
     };
@@ -878,6 +945,8 @@ fn release(srv: &Server, c: &mut Conn, reserved: usize) {
 
 fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
     release(srv, c, reserved);
+    // Even on a closed connection: its client may send the request again on another.
+    c.settle_ticket(reply.id, &reply.result);
     if c.closed() {
         return;
     }

@@ -16,6 +16,7 @@ mod listener;
 mod narrow;
 mod output;
 mod read;
+mod replies;
 mod server;
 mod settings;
 mod startups;

@@ -92,6 +92,8 @@ pub struct Server {
     pub draining: AtomicBool,
     /// Starting connections closed to make room for new ones (see [`crate::startups`]).
     pub startups_dropped: AtomicU64,
+    /// Every client's reply cache (SESSION, SEQUENCE).
+    pub clients: crate::replies::ClientRecords,
     /// Starting connections color 0 has asked to close and that have not heard it yet: they
     /// still count in `open_conns`, but the accept limit does not count them (at most
     /// `max_startups` of them), or a flood would fill it with connections already on their way
@@ -155,6 +157,12 @@ impl Server {
             startups_dropped: AtomicU64::new(0),
             doomed: AtomicUsize::new(0),
             changes: Changes::new(),
+            // A record per connection, and as many again of clients whose connection broke,
+            // each kept for one lease: a client back within it finds its replies.
+            clients: crate::replies::ClientRecords::new(
+                limits.max_connections.saturating_mul(2),
+                settings.lease,
+            ),
             file_budget: FileBudget::new(crate::limits::CACHED_FILES),
             limits,
             h,

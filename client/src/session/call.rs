@@ -1,8 +1,11 @@
 //! Sending a request: the retry and timeout policy.
 //!
 //! An idempotent request whose connection broke is sent again on a new one (up to
-//! [`Options::retries`](super::Options::retries) times); a non-idempotent one is not, since
-//! it may have been done ([`SessionError::NotRetried`]). A request without a reply within
+//! [`Options::retries`](super::Options::retries) times). So is every change sent through a
+//! slot of the server's reply cache ([`super::slots`]): the server answers a change it already
+//! did from the cache, so it is done once. A non-idempotent request without a slot (a server
+//! of protocol version 2), or whose slot the server no longer has, is not sent again, since it
+//! may have been done ([`SessionError::NotRetried`]). A request without a reply within
 //! [`Options::request_timeout`](super::Options::request_timeout) drops the connection and is
 //! retried at most [`MAX_TIMEOUT_RETRIES`] times, so a server that accepts connections but
 //! never answers costs a bounded time. JUKEBOX (the server is busy, e.g. a handle waits for
@@ -10,40 +13,83 @@
 
 use std::time::Duration;
 
+use protocol::sequence::Ticket;
 use protocol::{Attr, FileHandle, NfsStatus, Proc, ReplyBody, Request, RequestOp};
 
 use super::conn::Outgoing;
 use super::error::{AfterTimeout, ConnectError, ProtocolError, SessionError, secs};
+use super::slots::Held;
 use super::{Client, MAX_TIMEOUT_RETRIES};
 use crate::cache::Stamp;
 
+/// Whether `result` is the server's answer to the request, so its slot's number may advance:
+/// any reply but those saying the ticket itself was wrong (which leave the slot's state on the
+/// server unknown).
+fn answered(result: &Result<ReplyBody, SessionError>) -> bool {
+    match result {
+        Ok(_) => true,
+        Err(SessionError::Nfs(s)) => !matches!(
+            s,
+            NfsStatus::BadSession
+                | NfsStatus::BadSlot
+                | NfsStatus::SeqMisordered
+                | NfsStatus::Jukebox
+        ),
+        Err(_) => false,
+    }
+}
+
 impl Client {
     /// Sends a request and waits for its reply, reconnecting and retrying when the request is
-    /// idempotent.
+    /// idempotent or went through a slot of the server's reply cache.
     pub async fn call(&self, op: RequestOp) -> Result<ReplyBody, SessionError> {
         let proc = op.proc();
-        self.call_with(proc, 0, |id, authno, buf| {
+        self.call_with(proc, 0, |id, authno, ticket, buf| {
             Ok(Outgoing::encode(buf, |buf| {
-                Request {
-                    id,
-                    authno,
-                    op: op.clone(),
-                }
-                .encode_into(buf)
+                let op = match ticket {
+                    Some(t) => RequestOp::Sequence {
+                        slot: t.slot,
+                        seq: t.seq,
+                        op: Box::new(op.clone()),
+                    },
+                    None => op.clone(),
+                };
+                Request { id, authno, op }.encode_into(buf)
             }))
         })
         .await
     }
 
-    /// [`Client::call`] with a caller-supplied encoder, given the request id, the authno and a
-    /// buffer (a recycled one when `size_hint` is large): WRITE reads or copies its data
-    /// straight into the request. The encoder runs again for every attempt, since a sent
-    /// request's buffer is sealed in place; its error (reading a local file) ends the call.
+    /// [`Client::call`] with a caller-supplied encoder, given the request id, the authno, the
+    /// reply-cache ticket to send it with (inside a SEQUENCE) if any, and a buffer (a recycled
+    /// one when `size_hint` is large): WRITE reads or copies its data straight into the
+    /// request. The encoder runs again for every attempt, since a sent request's buffer is
+    /// sealed in place; its error (reading a local file) ends the call.
     pub(super) async fn call_with(
         &self,
         proc: Proc,
         size_hint: usize,
-        encode: impl Fn(u64, u32, Vec<u8>) -> std::io::Result<Outgoing>,
+        encode: impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<Outgoing>,
+    ) -> Result<ReplyBody, SessionError> {
+        let mut held = None;
+        let result = self.attempts(proc, size_hint, &encode, &mut held).await;
+        if let Some(h) = held {
+            self.inner.slots.release(h, answered(&result));
+        }
+        result
+    }
+
+    /// Sends until an answer comes or retrying is not safe. A change through a reply-cache
+    /// slot (`held`, taken on the first attempt on a connection with a reply cache) is sent
+    /// again with the same ticket after a reconnect, whether or not it is idempotent: the
+    /// server answers from the cache if it did it. Only if the server lost the cache (a new
+    /// epoch) is it "not retried".
+    async fn attempts(
+        &self,
+        proc: Proc,
+        size_hint: usize,
+        encode: &impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<Outgoing>,
+        held: &mut Option<Held>,
     ) -> Result<ReplyBody, SessionError> {
         let mut lost = 0;
         let mut busy = 0u32;
@@ -52,6 +98,7 @@ impl Client {
         // server that accepts connections but never answers costs at most two timeouts.
         let mut timed_out = false;
         let mut timeouts = 0u32;
+        let mut sent = false;
         let timeout = self.inner.opts.request_timeout;
         loop {
             let conn = match self.connection().await {
@@ -61,9 +108,26 @@ impl Client {
                 }
                 Err(e) => return Err(e),
             };
+            if proc.is_sequenced() {
+                match (&held, conn.epoch) {
+                    (None, Some(epoch)) if !sent => {
+                        *held = self.inner.slots.acquire(epoch).await;
+                    }
+                    // The server kept no replies from where this change was sent: it may have
+                    // been done, and sending it again may do it twice.
+                    (Some(h), epoch) if sent && epoch != Some(h.epoch) => {
+                        return Err(SessionError::NotRetried {
+                            name: self.inner.name.to_string(),
+                            proc,
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            let retriable = proc.is_idempotent() || held.is_some();
             let authno = match self.authno_on(&conn).await {
                 Ok(a) => a,
-                Err(e) if proc.is_idempotent() && lost < self.inner.opts.retries => {
+                Err(e) if retriable && lost < self.inner.opts.retries => {
                     lost += 1;
                     tracing::info!(
                         server = %self.inner.name,
@@ -75,8 +139,10 @@ impl Client {
                 Err(e) => return Err(e),
             };
             let id = self.next_id();
-            let payload = encode(id, authno, self.inner.buffer_for(size_hint))
+            let ticket = held.map(|h| h.ticket);
+            let payload = encode(id, authno, ticket, self.inner.buffer_for(size_hint))
                 .map_err(SessionError::Source)?;
+            sent = true;
             let reply = match conn.roundtrip_within(timeout, id, payload).await {
                 Ok(r) => {
                     timed_out = false;
@@ -96,25 +162,26 @@ impl Client {
             };
             match reply {
                 // JUKEBOX means the server did not do the work (its storage threads were full,
-                // or a handle needs a rate-limited walk first), so any request may be sent
-                // again, idempotent or not.
+                // or a handle needs a rate-limited walk first), or that the same change sent
+                // earlier is still being done: any request may be sent again, idempotent or
+                // not, with the same ticket.
                 Some(Err(NfsStatus::Jukebox)) if busy < 10 => {
                     busy += 1;
                     tokio::time::sleep(Duration::from_millis(50 << busy.min(6))).await;
                 }
                 Some(r) => return r.map_err(SessionError::Nfs),
-                None if proc.is_idempotent()
+                None if retriable
                     && lost < self.inner.opts.retries
                     && timeouts <= MAX_TIMEOUT_RETRIES =>
                 {
                     lost += 1;
                     tracing::info!(server = %self.inner.name, ?proc, "connection lost; retrying");
                 }
-                None if proc.is_idempotent() && timed_out => {
+                None if retriable && timed_out => {
                     let after = AfterTimeout::GaveUp { attempts: timeouts };
                     return Err(self.timeout_error(proc, after, None));
                 }
-                None if proc.is_idempotent() => {
+                None if retriable => {
                     return Err(self.connect_error(ConnectError::KeepsBreaking));
                 }
                 None if timed_out => {

@@ -69,7 +69,7 @@ impl Outgoing {
         max: usize,
         fill: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
     ) -> std::io::Result<Outgoing> {
-        let before_data = HEADER_LEN + protocol::write_request_data_offset(head.fh);
+        let before_data = HEADER_LEN + protocol::write_request_data_offset(head);
         let room = DATA_ALIGN + before_data + max + 3 + protocol::record::TAG_LEN;
         if buf.capacity() < room {
             buf.reserve_exact(room - buf.len());
@@ -96,6 +96,9 @@ pub(super) struct Conn {
     pub(super) narrowed: Mutex<HashMap<(u32, Groups), u32>>,
     pub(super) read_max: u32,
     pub(super) write_max: u32,
+    /// The reply-cache epoch this connection's changes go in ([`super::slots`]); None when
+    /// the server has no reply cache for us (it speaks protocol version 2, or refused).
+    pub(super) epoch: Option<u64>,
     tasks: [JoinHandle<()>; 2],
 }
 
@@ -213,6 +216,7 @@ impl Client {
             .set_nodelay(true)
             .map_err(|e| self.connect_error(e))?;
         let Completed { session, rest } = self.handshake(&mut stream).await?;
+        let sessions = session.version >= protocol::SESSIONS_VERSION;
         let write_max = max_io_size(session.sealer.max_payload());
         let read_max = max_io_size(session.opener.max_payload());
         let mut reader = RecordReader::new(session.opener);
@@ -244,8 +248,12 @@ impl Client {
             narrowed: Mutex::new(HashMap::new()),
             read_max,
             write_max,
+            epoch: None,
             tasks: [writer, readertask],
         };
+        if sessions {
+            conn.epoch = self.bind_session(&conn).await?;
+        }
         if let Some(id) = &self.inner.identity {
             conn.authno = self.login(&conn, id).await?;
         }
@@ -302,6 +310,42 @@ impl Client {
                     status_message(status)
                 );
                 Ok(protocol::ANONYMOUS)
+            }
+            Ok(None) | Err(()) => Err(self.connect_error(ConnectError::LostDuringLogin)),
+        }
+    }
+
+    /// SESSION on `conn`: binds it to our reply cache on the server; the epoch its changes go
+    /// in, or None if the server refuses (its table is full: changes then go without).
+    async fn bind_session(&self, conn: &Conn) -> Result<Option<u64>, SessionError> {
+        let rid = self.next_id();
+        let payload = Outgoing::encode(Vec::new(), |buf| {
+            Request {
+                id: rid,
+                authno: protocol::ANONYMOUS,
+                op: self.inner.slots.session_request(),
+            }
+            .encode_into(buf)
+        });
+        match conn
+            .roundtrip_within(self.inner.opts.request_timeout, rid, payload)
+            .await
+        {
+            Ok(Some(Ok(ReplyBody::Session { slots, resumed }))) => {
+                tracing::debug!(server = %self.inner.name, slots, resumed, "session bound");
+                Ok(Some(self.inner.slots.bound(slots, resumed)))
+            }
+            Ok(Some(Ok(other))) => {
+                Err(self.protocol_error(ProtocolError::UnexpectedReply(other.proc())))
+            }
+            Ok(Some(Err(status))) => {
+                tracing::info!(
+                    "{} keeps no replies for us ({}); changes cut off by a reconnect will not \
+                     be retried",
+                    self.inner.name,
+                    status_message(status)
+                );
+                Ok(None)
             }
             Ok(None) | Err(()) => Err(self.connect_error(ConnectError::LostDuringLogin)),
         }

@@ -20,6 +20,7 @@
 //! | [`conn`]      | one connection: TCP, handshake, reader and writer tasks, LOGIN      |
 //! | [`handshake`] | the async driver of the protocol crate's handshake machine          |
 //! | [`call`]      | sending a request: the retry and timeout policy                     |
+//! | [`slots`]     | which reply-cache slot a change goes through (exactly-once)         |
 //! | [`ops`]       | one typed method per NFS operation                                  |
 //! | [`bulk`]      | whole-file READ and WRITE with a window of requests in flight       |
 //! | [`limits`]    | bounds on what a (possibly hostile) server can make us hold         |
@@ -34,6 +35,7 @@ mod handshake;
 pub mod invalidations;
 pub mod limits;
 mod ops;
+mod slots;
 mod xattr;
 
 use std::collections::HashMap;
@@ -130,6 +132,8 @@ struct Inner {
     /// Large buffers kept for reuse: READ data handed back by bulk transfers (reused by the
     /// reader task), sent requests (reused for the next), blocks of bulk writes.
     buffers: Mutex<Vec<Vec<u8>>>,
+    /// Our id and slots in the server's reply cache.
+    slots: slots::Slots,
 }
 
 /// Large buffers kept for reuse: a bulk write's window needs two per request in flight (the
@@ -211,6 +215,7 @@ impl Client {
                 resolver: std::sync::OnceLock::new(),
                 user_ids: Mutex::new(HashMap::new()),
                 buffers: Mutex::new(Vec::new()),
+                slots: slots::Slots::new(),
             }),
             who: None,
             caller: None,

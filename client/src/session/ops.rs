@@ -218,13 +218,14 @@ impl Client {
     ) -> Result<(u32, [u8; 8]), SessionError> {
         let change = self.inner.cache.begin(fh);
         let reply = self
-            .call_with(Proc::Write, len, |id, authno, buf| {
+            .call_with(Proc::Write, len, |id, authno, ticket, buf| {
                 let head = WriteHead {
                     id,
                     authno,
                     fh,
                     offset,
                     stable,
+                    ticket,
                 };
                 Outgoing::write_request(buf, &head, len, &fill)
             })

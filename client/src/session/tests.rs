@@ -45,12 +45,23 @@ fn attr(size: u64, lease_ms: u32) -> Attr {
 
 const FH: FileHandle = FileHandle::from_bytes([7; 48]);
 
+/// A fake server of protocol version 2: no SESSION, changes are not sequenced.
 async fn fake(behaviour: Behaviour) -> Fake {
     fake_on(0, ServerKeypair::generate(), behaviour).await
 }
 
-/// A fake server with `key` on `port` (0: any free port).
+/// A fake server with `key` on `port` (0: any free port), of protocol version 2.
 async fn fake_on(port: u16, key: ServerKeypair, behaviour: Behaviour) -> Fake {
+    fake_speaking(port, key, vec![2], behaviour).await
+}
+
+/// A fake server speaking `versions`; from version 3 the behaviour answers SESSION too.
+async fn fake_speaking(
+    port: u16,
+    key: ServerKeypair,
+    versions: Vec<u32>,
+    behaviour: Behaviour,
+) -> Fake {
     let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let key = Arc::new(key);
@@ -64,7 +75,14 @@ async fn fake_on(port: u16, key: ServerKeypair, behaviour: Behaviour) -> Fake {
                 return;
             };
             let n = c.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(serve(s, k.clone(), hid, n, behaviour.clone()));
+            tokio::spawn(serve(
+                s,
+                k.clone(),
+                hid,
+                n,
+                versions.clone(),
+                behaviour.clone(),
+            ));
         }
     });
     Fake {
@@ -80,9 +98,15 @@ async fn serve(
     key: Arc<ServerKeypair>,
     host_id: protocol::HostId,
     conn: usize,
+    versions: Vec<u32>,
     behaviour: Arc<Mutex<Behaviour>>,
 ) {
-    let Ok(done) = super::handshake::complete(ServerHandshake::new(&key), &mut s).await else {
+    let config = protocol::HandshakeConfig {
+        versions,
+        ..protocol::HandshakeConfig::default()
+    };
+    let handshake = ServerHandshake::with_config(&key, config);
+    let Ok(done) = super::handshake::complete(handshake, &mut s).await else {
         return;
     };
     let session = done.session;
@@ -877,4 +901,104 @@ async fn narrowed_authnos_are_asked_once_and_a_refusal_keeps_the_login() {
         vec![(7, 1, vec![3, 5]), (7, 99, vec![])],
         "one NARROW per (login, gid, groups), from the login's authno"
     );
+}
+
+/// Whether `op` is a REMOVE through a reply-cache slot, and its ticket.
+fn sequenced_remove(op: &RequestOp) -> Option<(u32, u32)> {
+    match op {
+        RequestOp::Sequence { slot, seq, op } if matches!(**op, RequestOp::Remove { .. }) => {
+            Some((*slot, *seq))
+        }
+        _ => None,
+    }
+}
+
+/// A REMOVE whose connection breaks before its reply is sent again on the next connection
+/// with the same slot and sequence number (so a server that did it answers from its reply
+/// cache instead of doing it again), and the caller gets the answer, not "not retried".
+#[tokio::test]
+async fn a_change_cut_off_is_sent_again_with_its_ticket() {
+    let tickets = Arc::new(Mutex::new(Vec::new()));
+    let seen = tickets.clone();
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![2, 3],
+        Box::new(move |conn, req| {
+            if let RequestOp::Session { slots, .. } = req.op {
+                assert_eq!(slots, protocol::sequence::MAX_SLOTS);
+                let resumed = conn > 0;
+                return vec![reply(req.id, Ok(ReplyBody::Session { slots: 4, resumed }))];
+            }
+            let ticket = sequenced_remove(&req.op).expect("a sequenced REMOVE");
+            seen.lock().push((conn, ticket));
+            if conn == 0 {
+                vec![Out::Close]
+            } else {
+                vec![reply(req.id, Ok(ReplyBody::Remove { dir_attr: None }))]
+            }
+        }),
+    )
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    c.remove(&FH, b"x", false).await.unwrap();
+    c.remove(&FH, b"y", false).await.unwrap();
+    assert_eq!(
+        *tickets.lock(),
+        vec![(0, (0, 1)), (1, (0, 1)), (1, (0, 2))],
+        "the same ticket again after the reconnect, the next one after the answer"
+    );
+}
+
+/// When the server kept no replies from before the reconnect (it restarted, or the client was
+/// away too long), a cut-off change may have been done: it is not sent again, and the next
+/// change starts the new record's slots from 1.
+#[tokio::test]
+async fn a_change_is_not_sent_again_when_the_server_lost_its_replies() {
+    let tickets = Arc::new(Mutex::new(Vec::new()));
+    let seen = tickets.clone();
+    let sessions = Arc::new(AtomicUsize::new(0));
+    let count = sessions.clone();
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![3],
+        Box::new(move |conn, req| {
+            if let RequestOp::Session { .. } = req.op {
+                count.fetch_add(1, Ordering::SeqCst);
+                return vec![reply(
+                    req.id,
+                    Ok(ReplyBody::Session {
+                        slots: 4,
+                        resumed: false,
+                    }),
+                )];
+            }
+            seen.lock().push((conn, sequenced_remove(&req.op).unwrap()));
+            if conn == 0 {
+                vec![Out::Close]
+            } else {
+                vec![reply(req.id, Ok(ReplyBody::Remove { dir_attr: None }))]
+            }
+        }),
+    )
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let e = c.remove(&FH, b"x", false).await.unwrap_err();
+    assert!(matches!(e, SessionError::NotRetried { .. }), "{e}");
+    c.remove(&FH, b"y", false).await.unwrap();
+    assert_eq!(*tickets.lock(), vec![(0, (0, 1)), (1, (0, 1))]);
+    assert_eq!(sessions.load(Ordering::SeqCst), 2);
+}
+
+/// A server of protocol version 2 gets no SESSION and no SEQUENCE.
+#[tokio::test]
+async fn a_version_2_server_gets_plain_changes() {
+    let f = fake(Box::new(|_, req| match req.op {
+        RequestOp::Remove { .. } => vec![reply(req.id, Ok(ReplyBody::Remove { dir_attr: None }))],
+        op => panic!("unexpected {op:?}"),
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    c.remove(&FH, b"x", false).await.unwrap();
 }

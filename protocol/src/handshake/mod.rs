@@ -57,9 +57,14 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements.
-pub const PROTOCOL_VERSION: u32 = 2;
-/// Every version this crate can speak.
-pub const SUPPORTED_VERSIONS: &[u32] = &[PROTOCOL_VERSION];
+pub const PROTOCOL_VERSION: u32 = 3;
+/// The first version with SESSION and SEQUENCE ([`crate::sequence`]): a client speaks them
+/// only on connections that chose it or a later one, so it still works with a server of
+/// version 2, without exactly-once changes.
+pub const SESSIONS_VERSION: u32 = 3;
+/// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
+/// SEQUENCE, so a peer of either version can be served.
+pub const SUPPORTED_VERSIONS: &[u32] = &[2, PROTOCOL_VERSION];
 /// Most versions a ClientHello may list.
 pub const MAX_OFFERED_VERSIONS: usize = 64;
 /// Bytes of a session id (the SHA-256 handshake hash).
@@ -309,6 +314,24 @@ mod tests {
     }
 
     #[test]
+    fn a_version_2_peer_gets_version_2_and_two_version_3_peers_get_3() {
+        let v2 = HandshakeConfig {
+            versions: vec![2],
+            ..HandshakeConfig::default()
+        };
+        for (client, server, chosen) in [
+            (v2.clone(), HandshakeConfig::default(), 2),
+            (HandshakeConfig::default(), v2, 2),
+            (HandshakeConfig::default(), HandshakeConfig::default(), 3),
+        ] {
+            let (mut c, mut s) = pair(client, server);
+            pump(&mut c, &mut s).unwrap();
+            assert_eq!(c.into_session().unwrap().version, chosen);
+            assert_eq!(s.into_session().unwrap().version, chosen);
+        }
+    }
+
+    #[test]
     fn version_refusal_is_reported_on_both_sides() {
         let (mut c, mut s) = pair(
             HandshakeConfig {
@@ -320,7 +343,7 @@ mod tests {
         let err = pump(&mut c, &mut s).unwrap_err();
         let expect = HandshakeError::VersionRefused {
             client: vec![7, 8],
-            server: vec![PROTOCOL_VERSION],
+            server: SUPPORTED_VERSIONS.to_vec(),
         };
         assert_eq!(err, expect);
         assert_eq!(c.into_session().unwrap_err(), expect);

@@ -139,7 +139,23 @@ pub fn login_args() -> impl Strategy<Value = LoginArgs> {
         })
 }
 
+/// Every operation: the plain ones, SESSION, and a SEQUENCE around each change.
 pub fn request_op() -> impl Strategy<Value = RequestOp> {
+    prop_oneof![
+        8 => plain_request_op(),
+        1 => (any::<[u8; protocol::sequence::CLIENT_ID_LEN]>(), any::<u32>())
+            .prop_map(|(client_id, slots)| RequestOp::Session { client_id, slots }),
+        2 => (
+            any::<u32>(),
+            any::<u32>(),
+            plain_request_op().prop_filter("a change", |op| op.proc().is_sequenced()),
+        )
+            .prop_map(|(slot, seq, op)| RequestOp::Sequence { slot, seq, op: Box::new(op) }),
+    ]
+}
+
+/// Every operation but SESSION and SEQUENCE.
+fn plain_request_op() -> impl Strategy<Value = RequestOp> {
     Union::new(vec![
         Just(RequestOp::Null).boxed(),
         bytes(60).prop_map(|path| RequestOp::Mount { path }).boxed(),
@@ -349,6 +365,9 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
             .boxed(),
         any::<u32>()
             .prop_map(|authno| ReplyBody::Narrow { authno })
+            .boxed(),
+        (any::<u32>(), any::<bool>())
+            .prop_map(|(slots, resumed)| ReplyBody::Session { slots, resumed })
             .boxed(),
         attr().prop_map(|attr| ReplyBody::GetAttr { attr }).boxed(),
         opt_attr()

@@ -278,9 +278,12 @@ impl LocalFs {
             Op::FsInfo { fh } => self.fsinfo(ctx, fh),
             Op::PathConf { fh } => self.pathconf(ctx, fh),
             // Answered by the connection before storage is involved.
-            Op::Null | Op::Login(_) | Op::Narrow { .. } | Op::Read { .. } => {
-                Err(NfsStatus::ServerFault)
-            }
+            Op::Null
+            | Op::Login(_)
+            | Op::Narrow { .. }
+            | Op::Session { .. }
+            | Op::Sequence { .. }
+            | Op::Read { .. } => Err(NfsStatus::ServerFault),
         }
     }
 }

@@ -766,6 +766,8 @@ impl Inner {
             RequestOp::Null
             | RequestOp::Login(_)
             | RequestOp::Narrow { .. }
+            | RequestOp::Session { .. }
+            | RequestOp::Sequence { .. }
             | RequestOp::Read { .. } => fail(done, NfsStatus::ServerFault),
         }
     }

@@ -1,0 +1,439 @@
+//! The reply cache that makes changes exactly-once across reconnects (SESSION and SEQUENCE:
+//! see `protocol::sequence` and docs/PROTOCOL.md, "Sessions").
+//!
+//! A client names itself with a random 32-byte id on each connection (SESSION); the server
+//! keeps one [`Record`] per id with a reply per slot. A change sent again after its connection
+//! broke (same slot, same sequence number) is answered from the slot, or JUKEBOX while the
+//! first attempt still runs, and never done twice.
+//!
+//! Records outlive their connection by a grace period (the attribute lease: a client that
+//! comes back within it finds its replies), then go. Bounds: a connection binds one record;
+//! records are at most [`ClientRecords::new`]'s `max`; one record holds at most
+//! `protocol::sequence::MAX_SLOTS` replies, each the reply to one change (a few hundred
+//! bytes). When the table is full a new client evicts the record unbound longest, or, if
+//! every record has a connection, is refused (JUKEBOX) and works without the cache.
+//!
+//! Locks: the table is one `Mutex` taken for a lookup per SESSION; a record's slots have their
+//! own, taken twice per change (begin, complete) by the connection's color. Nothing here
+//! blocks or runs file operations.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use protocol::sequence::{CLIENT_ID_LEN, MAX_SLOTS, Ticket, next_seq};
+use protocol::{NfsStatus, ReplyBody};
+
+use crate::leases::ConnId;
+
+/// A client's secret id.
+pub type ClientId = [u8; CLIENT_ID_LEN];
+
+/// What one slot holds.
+#[derive(Debug)]
+enum SlotState {
+    /// Nothing to answer with: never used, or the last request was not done (JUKEBOX), so it
+    /// may be sent again and done.
+    Empty,
+    /// Being done now.
+    Running,
+    /// Done; its reply.
+    Done(Box<Result<ReplyBody, NfsStatus>>),
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// The sequence number of the slot's last request (0: none yet).
+    seq: u32,
+    /// The server uid it ran as: the cached reply goes to no one else.
+    uid: u32,
+    state: SlotState,
+}
+
+#[derive(Debug)]
+struct RecordState {
+    slots: Vec<Slot>,
+    /// The connection using the record now.
+    bound: Option<ConnId>,
+    /// When its last connection closed (None while bound).
+    unbound_since: Option<Instant>,
+}
+
+/// One client's reply cache.
+#[derive(Debug)]
+pub struct Record {
+    /// A number for the client, never reused while the server runs (so locks and other
+    /// state can be held by the client rather than by one of its connections).
+    pub key: u64,
+    state: Mutex<RecordState>,
+}
+
+/// What to do with a sequenced request.
+#[derive(Debug, PartialEq, Eq)]
+// Short-lived (matched at once by the caller): boxing the answer would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+pub enum Begin {
+    /// Do it, then [`Record::complete`] the ticket with its result.
+    Run,
+    /// Answer this without doing anything.
+    Answer(Result<ReplyBody, NfsStatus>),
+}
+
+impl Record {
+    /// A request through `ticket`, running as server uid `uid`, arrives.
+    pub fn begin(&self, ticket: Ticket, uid: u32) -> Begin {
+        let mut st = self.state.lock();
+        let Some(s) = st.slots.get_mut(ticket.slot as usize) else {
+            return Begin::Answer(Err(NfsStatus::BadSlot));
+        };
+        if ticket.seq == next_seq(s.seq) {
+            // A new request: the slot's last reply has arrived and may go. A slot whose last
+            // request is still being done is not reused before it ends.
+            if matches!(s.state, SlotState::Running) {
+                return Begin::Answer(Err(NfsStatus::Jukebox));
+            }
+            *s = Slot {
+                seq: ticket.seq,
+                uid,
+                state: SlotState::Running,
+            };
+            return Begin::Run;
+        }
+        if ticket.seq != s.seq || s.seq == 0 || s.uid != uid {
+            return Begin::Answer(Err(NfsStatus::SeqMisordered));
+        }
+        // The same request again.
+        match &s.state {
+            SlotState::Running => Begin::Answer(Err(NfsStatus::Jukebox)),
+            SlotState::Done(reply) => Begin::Answer(replayed(reply)),
+            SlotState::Empty => {
+                s.state = SlotState::Running;
+                Begin::Run
+            }
+        }
+    }
+
+    /// The request through `ticket` ended with `result`. A JUKEBOX means it was not done: the
+    /// slot is left empty, so the same request sent again is done then.
+    pub fn complete(&self, ticket: Ticket, result: &Result<ReplyBody, NfsStatus>) {
+        let mut st = self.state.lock();
+        if let Some(s) = st.slots.get_mut(ticket.slot as usize)
+            && s.seq == ticket.seq
+            && matches!(s.state, SlotState::Running)
+        {
+            s.state = match result {
+                Err(NfsStatus::Jukebox) => SlotState::Empty,
+                r => SlotState::Done(Box::new(r.clone())),
+            };
+        }
+    }
+
+    /// Slots the record has.
+    #[cfg(test)]
+    pub fn slots(&self) -> u32 {
+        self.state.lock().slots.len() as u32
+    }
+}
+
+/// A cached reply as sent again: its attributes keep no lease (the grant was for the first
+/// answer's moment, and the lease table may no longer hold it).
+fn replayed(reply: &Result<ReplyBody, NfsStatus>) -> Result<ReplyBody, NfsStatus> {
+    let mut reply = reply.clone();
+    if let Ok(body) = &mut reply {
+        for a in body.attrs_mut() {
+            a.lease_ms = 0;
+        }
+    }
+    reply
+}
+
+/// Every client's record.
+pub struct ClientRecords {
+    inner: Mutex<Inner>,
+    grace: Duration,
+    max: usize,
+}
+
+struct Inner {
+    by_id: HashMap<ClientId, Arc<Record>>,
+    next_key: u64,
+}
+
+/// A connection bound to a record.
+#[derive(Debug)]
+pub struct Bound {
+    pub record: Arc<Record>,
+    /// Slots granted.
+    pub slots: u32,
+    /// The record existed (its replies from earlier connections are there).
+    pub resumed: bool,
+}
+
+impl ClientRecords {
+    /// A table of at most `max` records, each kept `grace` after its last connection closed.
+    pub fn new(max: usize, grace: Duration) -> ClientRecords {
+        ClientRecords {
+            inner: Mutex::new(Inner {
+                by_id: HashMap::new(),
+                next_key: 1,
+            }),
+            grace,
+            max: max.max(1),
+        }
+    }
+
+    /// Connection `conn` (SESSION) names client `id` and wants `slots` slots: binds it to the
+    /// client's record, made if there is none (or it expired). A record still bound to
+    /// another connection moves to this one: its client has given that one up.
+    pub fn bind(
+        &self,
+        id: &ClientId,
+        slots: u32,
+        conn: ConnId,
+        now: Instant,
+    ) -> Result<Bound, NfsStatus> {
+        let mut inner = self.inner.lock();
+        self.reap(&mut inner, now);
+        if let Some(record) = inner.by_id.get(id) {
+            let mut st = record.state.lock();
+            st.bound = Some(conn);
+            st.unbound_since = None;
+            let slots = st.slots.len() as u32;
+            drop(st);
+            return Ok(Bound {
+                record: record.clone(),
+                slots,
+                resumed: true,
+            });
+        }
+        if inner.by_id.len() >= self.max && !Self::evict_oldest_unbound(&mut inner) {
+            return Err(NfsStatus::Jukebox);
+        }
+        let slots = slots.clamp(1, MAX_SLOTS);
+        let key = inner.next_key;
+        inner.next_key += 1;
+        let record = Arc::new(Record {
+            key,
+            state: Mutex::new(RecordState {
+                slots: (0..slots)
+                    .map(|_| Slot {
+                        seq: 0,
+                        uid: 0,
+                        state: SlotState::Empty,
+                    })
+                    .collect(),
+                bound: Some(conn),
+                unbound_since: None,
+            }),
+        });
+        inner.by_id.insert(*id, record.clone());
+        Ok(Bound {
+            record,
+            slots,
+            resumed: false,
+        })
+    }
+
+    /// Connection `conn`, bound to `record`, closed: the record's grace period starts (unless
+    /// another connection has taken it over).
+    pub fn unbind(&self, record: &Record, conn: ConnId, now: Instant) {
+        let mut st = record.state.lock();
+        if st.bound == Some(conn) {
+            st.bound = None;
+            st.unbound_since = Some(now);
+        }
+    }
+
+    /// Records in the table.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.inner.lock().by_id.len()
+    }
+
+    /// Drops records unbound for longer than the grace period.
+    fn reap(&self, inner: &mut Inner, now: Instant) {
+        let grace = self.grace;
+        inner.by_id.retain(|_, r| {
+            let st = r.state.lock();
+            st.unbound_since
+                .is_none_or(|since| now.saturating_duration_since(since) < grace)
+        });
+    }
+
+    /// Drops the record unbound longest; false if every record is bound.
+    fn evict_oldest_unbound(inner: &mut Inner) -> bool {
+        let oldest = inner
+            .by_id
+            .iter()
+            .filter_map(|(id, r)| r.state.lock().unbound_since.map(|t| (t, *id)))
+            .min();
+        match oldest {
+            Some((_, id)) => inner.by_id.remove(&id).is_some(),
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::Attr;
+
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(60);
+
+    fn t(slot: u32, seq: u32) -> Ticket {
+        Ticket { slot, seq }
+    }
+
+    fn removed() -> Result<ReplyBody, NfsStatus> {
+        Ok(ReplyBody::Remove { dir_attr: None })
+    }
+
+    fn bound(records: &ClientRecords, id: u8, conn: ConnId) -> Bound {
+        records.bind(&[id; 32], 8, conn, Instant::now()).unwrap()
+    }
+
+    #[test]
+    fn a_request_sent_again_is_answered_from_the_slot_and_not_done_twice() {
+        let records = ClientRecords::new(4, GRACE);
+        let r = bound(&records, 1, 1).record;
+        assert_eq!(r.begin(t(0, 1), 1000), Begin::Run);
+        // Sent again while the first attempt runs: try later.
+        assert_eq!(
+            r.begin(t(0, 1), 1000),
+            Begin::Answer(Err(NfsStatus::Jukebox))
+        );
+        r.complete(t(0, 1), &removed());
+        // Sent again after: the first answer, however often.
+        for _ in 0..3 {
+            assert_eq!(r.begin(t(0, 1), 1000), Begin::Answer(removed()));
+        }
+        // An error is an answer too: a REMOVE that failed is not tried again.
+        assert_eq!(r.begin(t(0, 2), 1000), Begin::Run);
+        r.complete(t(0, 2), &Err(NfsStatus::NoEnt));
+        assert_eq!(r.begin(t(0, 2), 1000), Begin::Answer(Err(NfsStatus::NoEnt)));
+        // Slots are independent.
+        assert_eq!(r.begin(t(7, 1), 1000), Begin::Run);
+    }
+
+    #[test]
+    fn a_request_the_server_did_not_do_is_done_when_sent_again() {
+        let records = ClientRecords::new(4, GRACE);
+        let r = bound(&records, 1, 1).record;
+        assert_eq!(r.begin(t(3, 1), 7), Begin::Run);
+        r.complete(t(3, 1), &Err(NfsStatus::Jukebox));
+        assert_eq!(r.begin(t(3, 1), 7), Begin::Run);
+        r.complete(t(3, 1), &removed());
+        assert_eq!(r.begin(t(3, 1), 7), Begin::Answer(removed()));
+    }
+
+    #[test]
+    fn numbers_out_of_order_other_users_and_unknown_slots_are_refused() {
+        let records = ClientRecords::new(4, GRACE);
+        let r = bound(&records, 1, 1).record;
+        let misordered = Begin::Answer(Err(NfsStatus::SeqMisordered));
+        // Nothing sent yet: only 1 is next; 0 is never a request.
+        assert_eq!(r.begin(t(0, 0), 1), misordered);
+        assert_eq!(r.begin(t(0, 2), 1), misordered);
+        assert_eq!(r.begin(t(8, 1), 1), Begin::Answer(Err(NfsStatus::BadSlot)));
+        assert_eq!(r.begin(t(0, 1), 1), Begin::Run);
+        r.complete(t(0, 1), &removed());
+        // A skipped number, an old one, and another user asking for the cached reply.
+        assert_eq!(r.begin(t(0, 3), 1), misordered);
+        assert_eq!(r.begin(t(0, 1), 2), misordered);
+        // A new request while the slot's last still runs waits.
+        assert_eq!(r.begin(t(0, 2), 1), Begin::Run);
+        assert_eq!(r.begin(t(0, 3), 1), Begin::Answer(Err(NfsStatus::Jukebox)));
+        // A completion for a request the slot no longer holds changes nothing.
+        r.complete(t(0, 1), &Err(NfsStatus::Io));
+        r.complete(t(0, 2), &removed());
+        assert_eq!(r.begin(t(0, 2), 1), Begin::Answer(removed()));
+    }
+
+    #[test]
+    fn replayed_attributes_carry_no_lease() {
+        let records = ClientRecords::new(4, GRACE);
+        let r = bound(&records, 1, 1).record;
+        let attr = Attr::test_file(1, 30_000);
+        let reply = Ok(ReplyBody::SetAttr { attr: Some(attr) });
+        assert_eq!(r.begin(t(0, 1), 1), Begin::Run);
+        r.complete(t(0, 1), &reply);
+        let Begin::Answer(Ok(ReplyBody::SetAttr { attr: Some(a) })) = r.begin(t(0, 1), 1) else {
+            panic!("no cached answer");
+        };
+        assert_eq!(a.lease_ms, 0);
+    }
+
+    #[test]
+    fn a_client_finds_its_record_again_within_the_grace_period_only() {
+        let records = ClientRecords::new(4, GRACE);
+        let first = bound(&records, 1, 1);
+        assert!(!first.resumed);
+        assert_eq!(first.slots, 8);
+        first.record.begin(t(0, 1), 1);
+        first.record.complete(t(0, 1), &removed());
+        let now = Instant::now();
+        records.unbind(&first.record, 1, now);
+        let again = records.bind(&[1; 32], 8, 2, now + GRACE / 2).unwrap();
+        assert!(again.resumed);
+        assert_eq!(again.record.key, first.record.key);
+        assert_eq!(again.record.begin(t(0, 1), 1), Begin::Answer(removed()));
+        // The old connection closing late does not start the grace of the new one.
+        records.unbind(&again.record, 1, now + GRACE / 2);
+        let still = records.bind(&[1; 32], 8, 3, now + GRACE * 3).unwrap();
+        assert!(still.resumed);
+        // Past the grace period it is a new client.
+        records.unbind(&still.record, 3, now + GRACE * 3);
+        let gone = records.bind(&[1; 32], 8, 4, now + GRACE * 5).unwrap();
+        assert!(!gone.resumed);
+        assert_ne!(gone.record.key, first.record.key);
+        assert_eq!(
+            gone.record.begin(t(0, 1), 1),
+            Begin::Run,
+            "a new record remembers nothing"
+        );
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_evicts_the_longest_unbound_record_first() {
+        let records = ClientRecords::new(3, GRACE);
+        let now = Instant::now();
+        let a = records.bind(&[1; 32], 1, 1, now).unwrap();
+        let b = records.bind(&[2; 32], 1, 2, now).unwrap();
+        let c = records.bind(&[3; 32], 1, 3, now).unwrap();
+        // Every record has a connection: a fourth client is refused (it works without).
+        assert_eq!(
+            records.bind(&[4; 32], 1, 4, now).unwrap_err(),
+            NfsStatus::Jukebox
+        );
+        records.unbind(&b.record, 2, now);
+        records.unbind(&a.record, 1, now + Duration::from_secs(1));
+        let d = records
+            .bind(&[4; 32], 1, 4, now + Duration::from_secs(2))
+            .unwrap();
+        assert!(!d.resumed);
+        assert_eq!(records.len(), 3);
+        // b (unbound longest) went; a and c stayed.
+        assert!(records.bind(&[1; 32], 1, 5, now).unwrap().resumed);
+        assert!(records.bind(&[3; 32], 1, 6, now).unwrap().resumed);
+        assert_eq!(c.record.slots(), 1);
+        // All three bound again, and b not among them: it is refused, not resumed.
+        assert_eq!(
+            records.bind(&[2; 32], 1, 7, now).unwrap_err(),
+            NfsStatus::Jukebox
+        );
+    }
+
+    #[test]
+    fn slots_are_granted_within_bounds() {
+        let records = ClientRecords::new(4, GRACE);
+        let now = Instant::now();
+        assert_eq!(records.bind(&[1; 32], 0, 1, now).unwrap().slots, 1);
+        assert_eq!(
+            records.bind(&[2; 32], u32::MAX, 2, now).unwrap().slots,
+            MAX_SLOTS
+        );
+    }
+}
