@@ -108,8 +108,7 @@ fn pass_records(mut from: TcpStream, mut to: TcpStream, cut: &Mutex<Cut>) {
             return;
         }
     }
-    loop {
-        let Some(len) = exact(4) else { break };
+    while let Some(len) = exact(4) {
         let n = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
         let Some(body) = exact(n + 16) else { break };
         let swallow = {
