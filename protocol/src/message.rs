@@ -81,7 +81,9 @@ impl Request {
         let mut r = Reader::locating(&buf[payload.clone()]);
         let mut req = Self::decode_fields(&mut r)?;
         let found = r.located();
-        if let (RequestOp::Write { data, .. }, Some(at)) = (&mut req.op, found) {
+        if let (RequestOp::Write { data, .. } | RequestOp::Append { data, .. }, Some(at)) =
+            (&mut req.op, found)
+        {
             *data = Data::window(buf, payload.start + at.start..payload.start + at.end);
         }
         Ok(req)
