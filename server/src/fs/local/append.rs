@@ -78,6 +78,11 @@ impl LocalFs {
 /// keep going rather than fail half-written, as `write_all` does, and answer the offset of
 /// the first piece.
 fn append_all(mut f: &File, data: &[u8]) -> std::io::Result<u64> {
+    if data.is_empty() {
+        // Nothing written, so the position says nothing (a fresh O_APPEND descriptor is at
+        // 0 until its first write): the end is the size.
+        return Ok(f.metadata()?.len());
+    }
     let first = loop {
         match f.write(data) {
             Ok(n) => break n,
@@ -85,7 +90,7 @@ fn append_all(mut f: &File, data: &[u8]) -> std::io::Result<u64> {
             Err(e) => return Err(e),
         }
     };
-    if first == 0 && !data.is_empty() {
+    if first == 0 {
         return Err(std::io::ErrorKind::WriteZero.into());
     }
     // The position is where our write ended: the descriptor is private to this operation.
