@@ -1266,6 +1266,10 @@ pub fn configure(config: &mut KernelConfig) {
     // server (a name in the namespace root) would hold up every other lookup and listing
     // there; every request here is answered from a task of its own, so none needs the lock.
     let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+    // Files opened O_APPEND are direct I/O (fuse/append.rs); without this a program could no
+    // longer map one shared and writable (ENODEV), as it can any other file. Kernels before
+    // 6.6 ignore it, and refuse such a mapping.
+    let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
 }
 
 impl Filesystem for SfsFuse {

@@ -2352,3 +2352,61 @@ fn a_mount_sees_the_other_mounts_appends_and_appends_after_them() {
         assert_eq!(fs::read_to_string(p).unwrap(), want);
     }
 }
+
+/// A file opened for appending (direct I/O here) can still be mapped shared and written
+/// through the mapping, as on a local file system: the kernel writes the pages back at
+/// their offsets.
+#[test]
+fn a_file_opened_for_appending_can_be_mapped_and_written() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("m");
+    const SCRIPT: &str = "import mmap, os, sys\n\
+        fd = os.open(sys.argv[1], os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)\n\
+        os.write(fd, b'hello world\\n')\n\
+        mm = mmap.mmap(fd, 12)\n\
+        mm[0:5] = b'HELLO'\n\
+        mm.flush()\n\
+        mm.close()\n\
+        os.write(fd, b'more\\n')\n\
+        os.close(fd)\n";
+    let out = Command::new("python3")
+        .args(["-c", SCRIPT])
+        .arg(m.dir.join("mapped"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        fs::read_to_string(s.export.join("mapped")).unwrap(),
+        "HELLO world\nmore\n"
+    );
+}
+
+/// A file an ordinary user creates read-only with `O_APPEND` (the server keeps the creating
+/// descriptor, and answers APPEND through it `NotSupp`): its writes fall back to WRITEs at
+/// the kernel's offset, and all of them arrive.
+#[test]
+fn appends_through_a_read_only_creation_fall_back_to_writes() {
+    need_fuse!();
+    let Some((s, _m, work)) = ordinary_user_mount() else {
+        return;
+    };
+    let script = format!(
+        "python3 -c 'import os\n\
+         fd = os.open(\"{}\", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o444)\n\
+         os.write(fd, b\"ab\\n\")\n\
+         os.write(fd, b\"cd\\n\")\n\
+         os.close(fd)'",
+        work.join("ro-log").display()
+    );
+    let (ok, err) = as_uid(65534, &script);
+    assert!(ok, "{err}");
+    assert_eq!(
+        fs::read_to_string(s.export.join("work/ro-log")).unwrap(),
+        "ab\ncd\n"
+    );
+}
