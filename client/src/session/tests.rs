@@ -878,3 +878,57 @@ async fn narrowed_authnos_are_asked_once_and_a_refusal_keeps_the_login() {
         "one NARROW per (login, gid, groups), from the login's authno"
     );
 }
+
+/// APPEND: the reply's attributes (the size after our data and whatever came before it) go
+/// into the cache, the offset and verifier come back, and a connection lost under it is
+/// reported instead of appending a second time.
+#[tokio::test]
+async fn append_installs_its_attributes_and_is_never_resent() {
+    let appends = Arc::new(AtomicUsize::new(0));
+    let seen = appends.clone();
+    let f = fake(Box::new(move |conn, req| match req.op {
+        RequestOp::Append { data, .. } => {
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            if conn == 0 && n == 1 {
+                return vec![Out::Close];
+            }
+            vec![reply(
+                req.id,
+                Ok(ReplyBody::Append {
+                    attr: Some(attr(100 + data.len() as u64, 60_000)),
+                    count: data.len() as u32,
+                    committed: StableHow::Unstable,
+                    verifier: [4; 8],
+                    offset: 100,
+                }),
+            )]
+        }
+        _ => vec![reply(req.id, Err(NfsStatus::ServerFault))],
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let done = c.append(&FH, StableHow::Unstable, b"abc").await.unwrap();
+    assert_eq!(
+        done,
+        append::Appended {
+            offset: 100,
+            count: 3,
+            verifier: [4; 8]
+        }
+    );
+    assert_eq!(c.cache().get(&FH).unwrap().size, 103);
+    let e = c
+        .append(&FH, StableHow::Unstable, b"lost")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SessionError::NotRetried { .. }), "{e}");
+    assert_eq!(appends.load(Ordering::SeqCst), 2, "not sent again");
+    // The next one reconnects.
+    assert_eq!(
+        c.append(&FH, StableHow::Unstable, b"x")
+            .await
+            .unwrap()
+            .count,
+        1
+    );
+}
