@@ -101,38 +101,38 @@ impl Drop for Turn {
     }
 }
 
+/// An APPEND waiting for, or holding, its object's turn.
+pub(super) struct Pending {
+    pub creds: Creds,
+    pub o: Obj,
+    pub lease: u32,
+    pub stable: StableHow,
+    pub data: Data,
+    pub done: Done<Outcome>,
+}
+
 impl Inner {
-    /// APPEND of `data` to `o`, in `o`'s turn: GETATTR, then WRITE at the size it gave.
-    pub(super) fn append(
-        self: &Arc<Self>,
-        creds: Creds,
-        o: Obj,
-        lease: u32,
-        stable: StableHow,
-        data: Data,
-        done: Done<Outcome>,
-    ) {
+    /// APPEND of `p.data` to `p.o`, in `p.o`'s turn: GETATTR, then WRITE at the size it gave.
+    pub(super) fn append(self: &Arc<Self>, p: Pending) {
         let me = self.clone();
         self.appends.take(
-            o.key,
+            p.o.key,
             Box::new(move |turn| match turn {
-                Err(s) => done(Outcome::err(s)),
-                Ok(turn) => me.append_in_turn(creds, o, lease, stable, data, turn, done),
+                Err(s) => (p.done)(Outcome::err(s)),
+                Ok(turn) => me.append_in_turn(p, turn),
             }),
         );
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn append_in_turn(
-        self: &Arc<Self>,
-        creds: Creds,
-        o: Obj,
-        lease: u32,
-        stable: StableHow,
-        data: Data,
-        turn: Turn,
-        done: Done<Outcome>,
-    ) {
+    fn append_in_turn(self: &Arc<Self>, p: Pending, turn: Turn) {
+        let Pending {
+            creds,
+            o,
+            lease,
+            stable,
+            data,
+            done,
+        } = p;
         let args = ops::pack(&nfs3_types::nfs3::GETATTR3args {
             object: ops::fh3(o.b.as_slice()),
         });
@@ -144,6 +144,7 @@ impl Inner {
                 FileType::Directory => Err(NfsStatus::IsDir),
                 _ => Err(NfsStatus::Inval),
             });
+            // An early answer drops `turn` with this closure: the next APPEND goes on.
             let size = match size {
                 Ok(s) if s.checked_add(data.len() as u64).is_some() => s,
                 Ok(_) => return done(Outcome::err(NfsStatus::FBig)),

@@ -458,7 +458,14 @@ impl Inner {
             }
             RequestOp::Append { fh, stable, data } => {
                 let o = obj!(fh);
-                self.append(c.clone(), o, lease, stable, data, done);
+                self.append(append::Pending {
+                    creds: c.clone(),
+                    o,
+                    lease,
+                    stable,
+                    data,
+                    done,
+                });
             }
             RequestOp::Commit { fh, offset, count } => {
                 let o = obj!(fh);
