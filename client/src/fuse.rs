@@ -26,6 +26,8 @@
 //! **Writes** go to the server UNSTABLE (it may keep them in its cache); `close`, `fsync` and
 //! `fsync`-like flushes send COMMIT, and if the server's write verifier changed in between (it
 //! restarted and may have lost data) the call fails with `EIO` instead of claiming success.
+//! Writes to a file opened `O_APPEND` go as APPEND, placed by the server at the end of the file
+//! as it is then, so appends from several mounts never overwrite each other ([`append`]).
 //!
 //! **Killed callers.** A request whose program is being killed ends at once
 //! ([`crate::interrupt`]), so `kill` works on a program waiting for a server that stopped
@@ -63,6 +65,7 @@ use crate::cache::Stamp;
 use crate::caller_groups::Groups;
 use crate::session::{Client, Invalidation, SessionError};
 
+mod append;
 mod xattr;
 pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
 
@@ -1263,6 +1266,10 @@ pub fn configure(config: &mut KernelConfig) {
     // server (a name in the namespace root) would hold up every other lookup and listing
     // there; every request here is answered from a task of its own, so none needs the lock.
     let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+    // Files opened O_APPEND are direct I/O (fuse/append.rs); without this a program could no
+    // longer map one shared and writable (ENODEV), as it can any other file. Kernels before
+    // 6.6 ignore it, and refuse such a mapping.
+    let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
 }
 
 impl Filesystem for SfsFuse {
@@ -1458,7 +1465,7 @@ impl Filesystem for SfsFuse {
                 // sees what the server has (close-to-open consistency, as with NFS).
                 Ok(()) => {
                     sh.opened(ino.0);
-                    reply.opened(sh.open_file(uid), FopenFlags::empty())
+                    reply.opened(sh.open_file(uid), append::open_flags(flags.0))
                 }
                 Err(e) => reply.error(e),
             }
@@ -1492,10 +1499,26 @@ impl Filesystem for SfsFuse {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if append::is_append(write_flags, flags) {
+            let data = data.to_vec();
+            return self.spawn(req, |sh, c| async move {
+                match sh.append(&c, ino, offset, &data).await {
+                    Ok(n) => {
+                        reply.written(n);
+                        // Only now (see fuse/append.rs): the kernel's size and pages of the
+                        // node are stale, and the invalidation thread tells it.
+                        if let Ok(fh) = sh.fh(ino) {
+                            c.invalidate_locally(&fh);
+                        }
+                    }
+                    Err(e) => reply.error(e),
+                }
+            });
+        }
         // Write-back of a shared mapping's dirty pages: the kernel sends it as itself (uid 0,
         // in a multi-user mount the owner's uid or nobody's) on one of the file's writable
         // open files, so it is written as whoever opened that file.
@@ -1758,7 +1781,7 @@ impl Filesystem for SfsFuse {
                         &e.attr,
                         Generation(0),
                         sh.open_file(uid),
-                        FopenFlags::empty(),
+                        append::open_flags(flags),
                     )
                 }
                 Err(e) => reply.error(e),

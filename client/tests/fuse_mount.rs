@@ -2154,3 +2154,259 @@ fn measure_ls_l_with_extended_attributes_served() {
         );
     }
 }
+
+// ---- Appends (O_APPEND goes as APPEND, placed by the server) ----
+//
+// These run against sfsd's local backend only (the client tests start no NFS server);
+// server/tests/append.rs checks APPEND itself under `SFSD_TEST_BACKEND=nfs` too.
+
+/// `sfs --identity KEY --user USER mount SERVER DIR`: a mount logged in as another identity.
+fn mount_as(s: &Setup, name: &str, user: &str, key: &Path) -> Mount {
+    let dir = s.dir.path().join(name);
+    fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let log = s.dir.path().join(format!("{name}.log"));
+    let mut c = sfs_cmd(&s.home);
+    c.arg("--identity")
+        .arg(key)
+        .args(["--user", user, "-vv", "--timeout", "5", "mount"])
+        .arg(&s.server.name)
+        .arg(&dir)
+        .arg("--log")
+        .arg(&log);
+    let out = run(c, LIMIT);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "mount as {user} failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = stdout
+        .split("(process ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {stdout:?}"));
+    assert!(is_sfs_mount(&dir), "not in mountinfo after sfs mount");
+    Mount { dir, pid, log }
+}
+
+/// Appends `n` numbered lines tagged `tag` to `path`, one `write(2)` each with `O_APPEND`
+/// (Python's line-buffered append mode), in a process of its own.
+fn appender(path: &Path, tag: &str, n: usize) -> std::process::Child {
+    const SCRIPT: &str = "import sys\n\
+        path, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])\n\
+        with open(path, 'a', buffering=1) as f:\n\
+        \x20   for i in range(n):\n\
+        \x20       f.write(f'{tag} {i:06d} ' + 'x' * (i % 53) + '\\n')\n";
+    Command::new("python3")
+        .args(["-c", SCRIPT])
+        .arg(path)
+        .arg(tag)
+        .arg(n.to_string())
+        .spawn()
+        .unwrap()
+}
+
+/// Whether `text` is exactly the lines [`appender`] writes for each of `tags`, `n` each, in
+/// any interleaving: every line whole and present once. The problems found, if any.
+fn appended_lines_problems(text: &str, tags: &[&str], n: usize) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let lines: Vec<&str> = text.split_terminator('\n').collect();
+    if lines.len() != tags.len() * n || !text.ends_with('\n') {
+        problems.push(format!(
+            "{} lines (want {}), {} bytes",
+            lines.len(),
+            tags.len() * n,
+            text.len()
+        ));
+    }
+    for l in &lines {
+        let mut parts = l.splitn(3, ' ');
+        let (tag, i, pad) = (parts.next(), parts.next(), parts.next().unwrap_or(""));
+        let ok = match (tag, i.and_then(|i| i.parse::<usize>().ok())) {
+            (Some(tag), Some(i)) if tags.contains(&tag) && i < n => {
+                pad == "x".repeat(i % 53) && seen.insert((tag.to_owned(), i))
+            }
+            _ => false,
+        };
+        if !ok && problems.len() < 10 {
+            problems.push(format!("bad or repeated line {l:?}"));
+        }
+    }
+    problems
+}
+
+/// Two mounts of one server, each logged in as its own identity, each with a process
+/// appending 2000 lines to one file at once: every line arrives whole, once. Before APPEND the
+/// kernel sent each append as a WRITE at the size it had cached, and about half the lines
+/// were overwritten by the other mount's.
+#[test]
+fn appends_from_two_mounts_never_overwrite_each_other() {
+    need_fuse!();
+    const N: usize = 2000;
+    let s = setup_users(&[("bob", 4242)]);
+    let a = s.mount("a");
+    let b = mount_as(&s, "b", "bob", &s.dir.path().join("idents/4242"));
+    // Both users may write it (bob is server uid 4242 where sfsd switches credentials).
+    let on_server = s.export.join("log");
+    fs::write(&on_server, b"").unwrap();
+    fs::set_permissions(&on_server, fs::Permissions::from_mode(0o666)).unwrap();
+
+    let t = Instant::now();
+    let mut procs = [
+        appender(&a.dir.join("log"), "a", N),
+        appender(&b.dir.join("log"), "b", N),
+    ];
+    let deadline = Instant::now() + LIMIT;
+    for i in 0..procs.len() {
+        loop {
+            if let Some(status) = procs[i].try_wait().unwrap() {
+                assert!(status.success(), "appender failed: {status}");
+                break;
+            }
+            if Instant::now() > deadline {
+                for p in &mut procs {
+                    let _ = p.kill();
+                }
+                panic!("appenders did not finish within {LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!(
+        "two mounts appending {N} lines each at once: {secs:.2} s, {:.0} lines/s",
+        (2 * N) as f64 / secs
+    );
+
+    let text = String::from_utf8(fs::read(&on_server).unwrap()).unwrap();
+    let problems = appended_lines_problems(&text, &["a", "b"], N);
+    assert!(problems.is_empty(), "{problems:#?}");
+    // And each mount reads what the server has.
+    for m in [&a, &b] {
+        soon("the mount's copy of the log", text.len() as u64, || {
+            fs::metadata(m.dir.join("log"))
+                .map(|m| m.len())
+                .unwrap_or(0)
+        });
+        assert!(fs::read(m.dir.join("log")).unwrap() == text.as_bytes());
+    }
+}
+
+/// The kernel's view on one mount stays the server's while another mount appends: the size
+/// and the data it reads (no page cached at the old end), and a file it holds open for
+/// appending puts each of its writes at the end as the server has it.
+#[test]
+fn a_mount_sees_the_other_mounts_appends_and_appends_after_them() {
+    need_fuse!();
+    let s = setup();
+    let a = s.mount("a");
+    let b = s.mount("b");
+    let (fa, fb) = (a.dir.join("f"), b.dir.join("f"));
+    let append = |p: &Path, data: &[u8]| {
+        fs::OpenOptions::new()
+            .append(true)
+            .open(p)
+            .unwrap()
+            .write_all(data)
+            .unwrap();
+    };
+
+    fs::write(&fa, b"one\n").unwrap();
+    // A caches the size and the pages (a reader keeps them open).
+    let mut reader = fs::File::open(&fa).unwrap();
+    let mut seen = String::new();
+    reader.read_to_string(&mut seen).unwrap();
+    assert_eq!(seen, "one\n");
+    assert_eq!(fs::metadata(&fa).unwrap().len(), 4);
+
+    append(&fb, b"two\n");
+    soon("A's size after B appended", 8, || {
+        fs::metadata(&fa).map(|m| m.len()).unwrap_or(0)
+    });
+    assert_eq!(fs::read(&fa).unwrap(), b"one\ntwo\n");
+
+    // A holds the file open for appending; B appends between A's two writes.
+    let mut w = fs::OpenOptions::new().append(true).open(&fa).unwrap();
+    w.write_all(b"A1\n").unwrap();
+    append(&fb, b"B\n");
+    w.write_all(b"A2\n").unwrap();
+    // And A's own append is seen by B.
+    soon("B's size after A appended", 16, || {
+        fs::metadata(&fb).map(|m| m.len()).unwrap_or(0)
+    });
+    drop(w);
+    let want = "one\ntwo\nA1\nB\nA2\n";
+    assert_eq!(fs::read_to_string(s.export.join("f")).unwrap(), want);
+    // The reader opened before all this reads the server's data, not pages at old offsets.
+    soon("A's old reader", want.to_owned(), || {
+        let mut got = String::new();
+        reader.seek(SeekFrom::Start(0)).unwrap();
+        reader.read_to_string(&mut got).unwrap();
+        got
+    });
+    for p in [&fa, &fb] {
+        assert_eq!(fs::metadata(p).unwrap().len(), want.len() as u64);
+        assert_eq!(fs::read_to_string(p).unwrap(), want);
+    }
+}
+
+/// A file opened for appending (direct I/O here) can still be mapped shared and written
+/// through the mapping, as on a local file system: the kernel writes the pages back at
+/// their offsets.
+#[test]
+fn a_file_opened_for_appending_can_be_mapped_and_written() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("m");
+    const SCRIPT: &str = "import mmap, os, sys\n\
+        fd = os.open(sys.argv[1], os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)\n\
+        os.write(fd, b'hello world\\n')\n\
+        mm = mmap.mmap(fd, 12)\n\
+        mm[0:5] = b'HELLO'\n\
+        mm.flush()\n\
+        mm.close()\n\
+        os.write(fd, b'more\\n')\n\
+        os.close(fd)\n";
+    let out = Command::new("python3")
+        .args(["-c", SCRIPT])
+        .arg(m.dir.join("mapped"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        fs::read_to_string(s.export.join("mapped")).unwrap(),
+        "HELLO world\nmore\n"
+    );
+}
+
+/// A file an ordinary user creates read-only with `O_APPEND` (the server keeps the creating
+/// descriptor, and answers APPEND through it `NotSupp`): its writes fall back to WRITEs at
+/// the kernel's offset, and all of them arrive.
+#[test]
+fn appends_through_a_read_only_creation_fall_back_to_writes() {
+    need_fuse!();
+    let Some((s, _m, work)) = ordinary_user_mount() else {
+        return;
+    };
+    let script = format!(
+        "python3 -c 'import os\n\
+         fd = os.open(\"{}\", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o444)\n\
+         os.write(fd, b\"ab\\n\")\n\
+         os.write(fd, b\"cd\\n\")\n\
+         os.close(fd)'",
+        work.join("ro-log").display()
+    );
+    let (ok, err) = as_uid(65534, &script);
+    assert!(ok, "{err}");
+    assert_eq!(
+        fs::read_to_string(s.export.join("work/ro-log")).unwrap(),
+        "ab\ncd\n"
+    );
+}

@@ -85,7 +85,9 @@ impl Request {
             RequestOp::Sequence { op, .. } => op.as_mut(),
             op => op,
         };
-        if let (RequestOp::Write { data, .. }, Some(at)) = (op, found) {
+        if let (RequestOp::Write { data, .. } | RequestOp::Append { data, .. }, Some(at)) =
+            (op, found)
+        {
             *data = Data::window(buf, payload.start + at.start..payload.start + at.end);
         }
         Ok(req)

@@ -216,6 +216,20 @@ pub enum ReplyBody {
         /// Changes when the server restarts (unstable writes must then be resent).
         verifier: [u8; 8],
     },
+    /// APPEND: WRITE's results, and where the data went.
+    Append {
+        /// Attributes after the append.
+        attr: Option<Attr>,
+        /// Bytes written.
+        count: u32,
+        /// Durability achieved.
+        committed: StableHow,
+        /// As WRITE's (unstable appends are committed like unstable writes).
+        verifier: [u8; 8],
+        /// The offset of the first byte written: the file's size just before, as the server
+        /// placed the data.
+        offset: u64,
+    },
     /// CREATE.
     Create(NewObject),
     /// MKDIR.
@@ -367,6 +381,7 @@ impl ReplyBody {
             ReplyBody::ReadLink { .. } => Proc::ReadLink,
             ReplyBody::Read { .. } => Proc::Read,
             ReplyBody::Write { .. } => Proc::Write,
+            ReplyBody::Append { .. } => Proc::Append,
             ReplyBody::Create(_) => Proc::Create,
             ReplyBody::Mkdir(_) => Proc::Mkdir,
             ReplyBody::Symlink(_) => Proc::Symlink,
@@ -408,6 +423,7 @@ impl ReplyBody {
             | ReplyBody::ReadLink { attr, .. }
             | ReplyBody::Read { attr, .. }
             | ReplyBody::Write { attr, .. }
+            | ReplyBody::Append { attr, .. }
             | ReplyBody::Commit { attr, .. }
             | ReplyBody::Open { attr }
             | ReplyBody::SetXattr { attr }
@@ -499,6 +515,19 @@ impl ReplyBody {
                 xdr::put_u32(buf, *count);
                 xdr::put_u32(buf, *committed as u32);
                 xdr::put_fixed(buf, verifier);
+            }
+            ReplyBody::Append {
+                attr,
+                count,
+                committed,
+                verifier,
+                offset,
+            } => {
+                encode_opt_attr(buf, attr.as_ref());
+                xdr::put_u32(buf, *count);
+                xdr::put_u32(buf, *committed as u32);
+                xdr::put_fixed(buf, verifier);
+                xdr::put_u64(buf, *offset);
             }
             ReplyBody::Create(o)
             | ReplyBody::Mkdir(o)
@@ -644,6 +673,13 @@ impl ReplyBody {
                 count: r.u32("count")?,
                 committed: StableHow::decode(r)?,
                 verifier: r.fixed::<8>("write verifier")?,
+            },
+            Proc::Append => ReplyBody::Append {
+                attr: decode_opt_attr(r)?,
+                count: r.u32("count")?,
+                committed: StableHow::decode(r)?,
+                verifier: r.fixed::<8>("write verifier")?,
+                offset: r.u64("append offset")?,
             },
             Proc::Create => ReplyBody::Create(decode_new(r)?),
             Proc::Mkdir => ReplyBody::Mkdir(decode_new(r)?),

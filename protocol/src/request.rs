@@ -4,8 +4,10 @@
 //! extensions: MOUNT (get the root handle of a path), LOGIN (user authentication) and RENAME2
 //! (RENAME with `renameat2(2)` flags, so a no-replace rename is one atomic operation on the
 //! server instead of a LOOKUP racing a RENAME), OPEN and CLOSE (open states), the four
-//! extended-attribute operations ([`crate::xattr`]) and NARROW (an authno acting with a subset
-//! of a login's groups, so a local process's own groups apply).
+//! extended-attribute operations ([`crate::xattr`]), NARROW (an authno acting with a subset
+//! of a login's groups, so a local process's own groups apply) and APPEND (a write at the end
+//! of the file as the server finds it, so appenders on different clients do not overwrite
+//! each other).
 
 use crate::attr::{SetAttr, Time};
 use crate::data::Data;
@@ -92,6 +94,9 @@ pub enum Proc {
     Session = 110,
     /// SFS extension: a change sent through a slot of the reply cache ([`crate::sequence`]).
     Sequence = 111,
+    /// SFS extension: write at the end of a file, wherever that is when the server gets there
+    /// ([`RequestOp::Append`]).
+    Append = 109,
     /// SFS extension: an authno with a subset of the request authno's groups ([`RequestOp::Narrow`]).
     Narrow = 112,
 }
@@ -136,6 +141,7 @@ impl Proc {
         Proc::RemoveXattr,
         Proc::Session,
         Proc::Sequence,
+        Proc::Append,
         Proc::Narrow,
     ];
 
@@ -177,6 +183,7 @@ impl Proc {
                 | Proc::Link
                 | Proc::SetXattr
                 | Proc::RemoveXattr
+                | Proc::Append
         )
     }
 
@@ -200,6 +207,8 @@ impl Proc {
                 // first try did.
                 | Proc::SetXattr
                 | Proc::RemoveXattr
+                // A replay appends the data a second time.
+                | Proc::Append
         )
     }
 }
@@ -406,6 +415,18 @@ pub enum RequestOp {
         /// The bytes.
         data: Data,
     },
+    /// Write `data` at the end of the file (APPEND): the server places it at the size the file
+    /// has then, atomically with respect to other appends, and answers where it went. Unlike a
+    /// WRITE at the size the client believes, two clients appending never overwrite each
+    /// other.
+    Append {
+        /// File.
+        fh: FileHandle,
+        /// Durability wanted.
+        stable: StableHow,
+        /// The bytes (bounded by the record, as WRITE's).
+        data: Data,
+    },
     /// Create a regular file.
     Create {
         /// Directory.
@@ -605,6 +626,7 @@ impl RequestOp {
             RequestOp::Sequence { .. } => Proc::Sequence,
             RequestOp::Read { .. } => Proc::Read,
             RequestOp::Write { .. } => Proc::Write,
+            RequestOp::Append { .. } => Proc::Append,
             RequestOp::Create { .. } => Proc::Create,
             RequestOp::Mkdir { .. } => Proc::Mkdir,
             RequestOp::Symlink { .. } => Proc::Symlink,
@@ -704,6 +726,11 @@ impl RequestOp {
                 stable,
                 data,
             } => encode_write_args(buf, fh, *offset, *stable, data),
+            RequestOp::Append { fh, stable, data } => {
+                put_fh(buf, fh);
+                xdr::put_u32(buf, *stable as u32);
+                xdr::put_opaque(buf, data);
+            }
             RequestOp::Create { dir, name, how } => {
                 put_fh(buf, dir);
                 xdr::put_opaque(buf, name);
@@ -938,6 +965,11 @@ impl RequestOp {
                 offset: r.u64("offset")?,
                 stable: StableHow::decode(r)?,
                 data: r.opaque_data(usize::MAX, "write data")?,
+            },
+            Proc::Append => RequestOp::Append {
+                fh: get_fh(r)?,
+                stable: StableHow::decode(r)?,
+                data: r.opaque_data(usize::MAX, "append data")?,
             },
             Proc::Create => RequestOp::Create {
                 dir: get_fh(r)?,

@@ -203,6 +203,32 @@ fn golden_messages() {
     golden!(GOLDEN_INVALIDATE, hex(&invalidate.encode()));
 }
 
+/// APPEND (proc 109): request and reply, so the extension's layout cannot drift either.
+#[test]
+fn golden_append() {
+    let append = Request {
+        id: 4,
+        authno: 1,
+        op: RequestOp::Append {
+            fh: golden_handle(),
+            stable: StableHow::Unstable,
+            data: b"line\n".to_vec().into(),
+        },
+    };
+    golden!(GOLDEN_APPEND, hex(&append.encode()));
+    let reply = ServerMessage::Reply(Reply {
+        id: 4,
+        result: Ok(ReplyBody::Append {
+            attr: None,
+            count: 5,
+            committed: StableHow::Unstable,
+            verifier: [7; 8],
+            offset: 0x1234,
+        }),
+    });
+    golden!(GOLDEN_APPEND_REPLY, hex(&reply.encode()));
+}
+
 #[test]
 fn golden_login() {
     let (_, name) = golden_keys();
@@ -249,3 +275,5 @@ const GOLDEN_USER_PUBLIC: &str =
     "ed25519:dde3bccec7f3a66a1115f45d720f4dc135c3ae7c4e22dca38fdb1efd6a495ff8";
 const GOLDEN_LOGIN_SIGNATURE: &str = "f5657070be96547212af7609a4ba18864e129146f7abf059f41fe26d0cf95e8c013c2d8cc9159028c6329879f65391fba2efec04d7c06c027f6e57734b065202";
 const GOLDEN_LOGIN_REQUEST: &str = "0000000000000004000000000000006500000005616c696365000000dde3bccec7f3a66a1115f45d720f4dc135c3ae7c4e22dca38fdb1efd6a495ff80000000000000001f5657070be96547212af7609a4ba18864e129146f7abf059f41fe26d0cf95e8c013c2d8cc9159028c6329879f65391fba2efec04d7c06c027f6e57734b065202";
+const GOLDEN_APPEND: &str = "0000000000000004000000010000006d000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e00000000000000056c696e650a000000";
+const GOLDEN_APPEND_REPLY: &str = "000000010000000000000004000000000000006d00000000000000050000000007070707070707070000000000001234";

@@ -117,6 +117,8 @@ fn reply_reservation(op: &RequestOp, read_count: usize) -> usize {
     match op {
         RequestOp::Read { .. } => read_count + 512,
         RequestOp::Write { data, .. } => data.len() + SMALL_REPLY,
+        // As WRITE: the data waits for a storage thread (or the NFS backend's turn).
+        RequestOp::Append { data, .. } => data.len() + SMALL_REPLY,
         RequestOp::ReadDir { .. } | RequestOp::ReadDirPlus { .. } => {
             crate::fs::local::MAX_DIR_REPLY + 512
         }

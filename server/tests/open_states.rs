@@ -235,3 +235,30 @@ fn a_held_file_replaced_by_rename_lives_on_until_closed() {
     }
     assert_eq!(c.getattr(a, old), Err(NfsStatus::Stale));
 }
+
+/// APPEND does not go through what CREATE granted (that descriptor is shared and not opened
+/// for appending): `NotSupp`, so the client WRITEs at its offset instead. Anyone without the
+/// grant is refused as for WRITE.
+#[test]
+fn append_through_a_creation_grant_is_not_supported() {
+    let (_area, s, mut c, a, root) = setup();
+    if common::ganesha::enabled() {
+        // No open states there: what the NFS server allows the owner is its own rule.
+        return;
+    }
+    let append = |fh: FileHandle| RequestOp::Append {
+        fh,
+        stable: StableHow::Unstable,
+        data: b"x".to_vec().into(),
+    };
+    let f = c.create(a, root, "ro", 0o444).unwrap();
+    assert_eq!(c.call(a, append(f)).err(), Some(NfsStatus::NotSupp));
+    let mut other = s.connect();
+    let a2 = other.login("alice", 1).unwrap();
+    assert_eq!(other.call(a2, append(f)).err(), Some(NfsStatus::Acces));
+    let w = c.create(a, root, "rw", 0o644).unwrap();
+    match c.call(a, append(w)) {
+        Ok(ReplyBody::Append { offset, count, .. }) => assert_eq!((offset, count), (0, 1)),
+        o => panic!("{o:?}"),
+    }
+}

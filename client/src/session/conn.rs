@@ -99,6 +99,8 @@ pub(super) struct Conn {
     /// The reply-cache epoch this connection's changes go in ([`super::slots`]); None when
     /// the server has no reply cache for us (it speaks protocol version 2, or refused).
     pub(super) epoch: Option<u64>,
+    /// The protocol version the handshake chose.
+    pub(super) version: u32,
     tasks: [JoinHandle<()>; 2],
 }
 
@@ -216,7 +218,8 @@ impl Client {
             .set_nodelay(true)
             .map_err(|e| self.connect_error(e))?;
         let Completed { session, rest } = self.handshake(&mut stream).await?;
-        let sessions = session.version >= protocol::SESSIONS_VERSION;
+        let version = session.version;
+        let sessions = version >= protocol::SESSIONS_VERSION;
         let write_max = max_io_size(session.sealer.max_payload());
         let read_max = max_io_size(session.opener.max_payload());
         let mut reader = RecordReader::new(session.opener);
@@ -249,6 +252,7 @@ impl Client {
             read_max,
             write_max,
             epoch: None,
+            version,
             tasks: [writer, readertask],
         };
         if sessions {

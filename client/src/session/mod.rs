@@ -23,10 +23,12 @@
 //! | [`slots`]     | which reply-cache slot a change goes through (exactly-once)         |
 //! | [`ops`]       | one typed method per NFS operation                                  |
 //! | [`bulk`]      | whole-file READ and WRITE with a window of requests in flight       |
+//! | [`append`]    | APPEND: writes at the end of the file as the server finds it        |
 //! | [`limits`]    | bounds on what a (possibly hostile) server can make us hold         |
 //! | [`invalidations`] | the bounded queue of invalidations for the FUSE side            |
 //! | `tests`       | the above against an in-process server driven by the protocol crate |
 
+mod append;
 mod bulk;
 mod call;
 mod conn;

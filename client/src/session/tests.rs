@@ -1002,3 +1002,79 @@ async fn a_version_2_server_gets_plain_changes() {
     let c = Client::new(&f.name, None, quick());
     c.remove(&FH, b"x", false).await.unwrap();
 }
+
+/// APPEND: the reply's attributes (the size after our data and whatever came before it) go
+/// into the cache, the offset and verifier come back, and an APPEND whose connection is lost
+/// is sent again only with its reply-cache ticket (a server that did it answers from the
+/// cache instead of appending twice).
+#[tokio::test]
+async fn append_installs_its_attributes_and_is_resent_only_with_its_ticket() {
+    let appends = Arc::new(Mutex::new(Vec::new()));
+    let seen = appends.clone();
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![3],
+        Box::new(move |conn, req| {
+            let (ticket, op) = match req.op {
+                RequestOp::Session { .. } => {
+                    let resumed = conn > 0;
+                    return vec![reply(req.id, Ok(ReplyBody::Session { slots: 4, resumed }))];
+                }
+                RequestOp::Sequence { slot, seq, op } => ((slot, seq), *op),
+                op => panic!("unsequenced {op:?}"),
+            };
+            let RequestOp::Append { data, .. } = op else {
+                panic!("not an APPEND: {op:?}");
+            };
+            let mut seen = seen.lock();
+            seen.push((conn, ticket));
+            if conn == 0 && seen.len() == 2 {
+                return vec![Out::Close];
+            }
+            vec![reply(
+                req.id,
+                Ok(ReplyBody::Append {
+                    attr: Some(attr(100 + data.len() as u64, 60_000)),
+                    count: data.len() as u32,
+                    committed: StableHow::Unstable,
+                    verifier: [4; 8],
+                    offset: 100,
+                }),
+            )]
+        }),
+    )
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let done = c.append(&FH, StableHow::Unstable, b"abc").await.unwrap();
+    assert_eq!(
+        done,
+        append::Appended {
+            offset: 100,
+            count: 3,
+            verifier: [4; 8]
+        }
+    );
+    assert_eq!(c.cache().get(&FH).unwrap().size, 103);
+    let again = c.append(&FH, StableHow::Unstable, b"lost").await.unwrap();
+    assert_eq!(again.count, 4);
+    assert_eq!(
+        *appends.lock(),
+        vec![(0, (0, 1)), (0, (0, 2)), (1, (0, 2))],
+        "sent again with the same ticket after the reconnect"
+    );
+}
+
+/// A server of protocol version 2 has no APPEND: the caller is told NOTSUPP (and writes at its
+/// offset instead) without anything being sent, since such a server would close the
+/// connection on the unknown procedure.
+#[tokio::test]
+async fn append_to_a_version_2_server_is_not_supported_and_not_sent() {
+    let f = fake(Box::new(|_, req| panic!("sent {:?}", req.op))).await;
+    let c = Client::new(&f.name, None, quick());
+    let e = c
+        .append(&FH, StableHow::Unstable, b"abc")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, SessionError::Nfs(NfsStatus::NotSupp)), "{e}");
+}

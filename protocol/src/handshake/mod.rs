@@ -58,9 +58,9 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements.
 pub const PROTOCOL_VERSION: u32 = 3;
-/// The first version with SESSION and SEQUENCE ([`crate::sequence`]): a client speaks them
-/// only on connections that chose it or a later one, so it still works with a server of
-/// version 2, without exactly-once changes.
+/// The first version with SESSION and SEQUENCE ([`crate::sequence`]) and APPEND: a client
+/// sends them only on connections that chose it or a later one, so it still works with a
+/// server of version 2, without exactly-once changes or atomic appends.
 pub const SESSIONS_VERSION: u32 = 3;
 /// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
 /// SEQUENCE, so a peer of either version can be served.

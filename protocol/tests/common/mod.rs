@@ -205,6 +205,13 @@ fn plain_request_op() -> impl Strategy<Value = RequestOp> {
                 data: data.into(),
             })
             .boxed(),
+        (fh(), stable(), bytes(300))
+            .prop_map(|(fh, stable, data)| RequestOp::Append {
+                fh,
+                stable,
+                data: data.into(),
+            })
+            .boxed(),
         (
             fh(),
             name(),
@@ -396,6 +403,17 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
                 committed,
                 verifier,
             })
+            .boxed(),
+        (opt_attr(), any::<u32>(), stable(), verifier(), any::<u64>())
+            .prop_map(
+                |(attr, count, committed, verifier, offset)| ReplyBody::Append {
+                    attr,
+                    count,
+                    committed,
+                    verifier,
+                    offset,
+                },
+            )
             .boxed(),
         new_object().prop_map(ReplyBody::Create).boxed(),
         new_object().prop_map(ReplyBody::Mkdir).boxed(),

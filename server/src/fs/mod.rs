@@ -160,6 +160,7 @@ pub fn is_mutating(op: &RequestOp) -> bool {
         op,
         RequestOp::SetAttr { .. }
             | RequestOp::Write { .. }
+            | RequestOp::Append { .. }
             | RequestOp::Create { .. }
             | RequestOp::Mkdir { .. }
             | RequestOp::Symlink { .. }

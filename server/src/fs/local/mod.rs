@@ -16,6 +16,7 @@
 //! | [`lookup`]    | MOUNT, LOOKUP, READLINK                                 |
 //! | [`attrs`]     | GETATTR, SETATTR, ACCESS, FSSTAT, FSINFO, PATHCONF      |
 //! | [`data`]      | WRITE, COMMIT, and the READ data path                   |
+//! | [`append`]    | APPEND (the kernel places the data: `O_APPEND`)         |
 //! | [`create`]    | CREATE, MKDIR, SYMLINK, LINK (objects and names made)   |
 //! | [`remove`]    | REMOVE, RMDIR, RENAME (names taken away or moved)       |
 //! | [`readdir`]   | READDIR, READDIRPLUS                                    |
@@ -25,6 +26,7 @@
 //! `LocalFs::run` below maps each request to its operation, one line each: adding an operation
 //! means a method in the file of its kind and one line there.
 
+mod append;
 mod attrs;
 mod create;
 mod data;
@@ -216,6 +218,11 @@ impl LocalFs {
                 data,
             } => {
                 let result = self.write(ctx, fh, offset, stable, &data, out);
+                out.returned_buffer = data.into_buffer();
+                result
+            }
+            Op::Append { fh, stable, data } => {
+                let result = self.append(ctx, fh, stable, &data, out);
                 out.returned_buffer = data.into_buffer();
                 result
             }

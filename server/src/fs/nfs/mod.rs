@@ -20,6 +20,7 @@
 //! backend restart changes the verifier and clients resend unstable data (COMMIT works the
 //! same way): nothing acknowledged as stable is lost.
 
+pub mod append;
 pub mod hidden;
 pub mod link;
 pub mod ops;
@@ -84,6 +85,8 @@ struct Inner {
     read_only: bool,
     /// Open states, and the hidden names of held files whose last name went ([`hidden`]).
     opens: hidden::Opens,
+    /// APPENDs take turns per object ([`append`]).
+    appends: Arc<append::Turns>,
 }
 
 /// The NFS backend (see the module docs).
@@ -116,6 +119,7 @@ impl NfsBackend {
                 max_io: cfg.max_io,
                 read_only: cfg.read_only,
                 opens: hidden::Opens::default(),
+                appends: Arc::default(),
             }),
         })
     }
@@ -450,6 +454,17 @@ impl Inner {
                             verifier,
                         })
                     }))
+                });
+            }
+            RequestOp::Append { fh, stable, data } => {
+                let o = obj!(fh);
+                self.append(append::Pending {
+                    creds: c.clone(),
+                    o,
+                    lease,
+                    stable,
+                    data,
+                    done,
                 });
             }
             RequestOp::Commit { fh, offset, count } => {
