@@ -88,6 +88,7 @@ pub fn run(args: IdleArgs) -> anyhow::Result<()> {
         chunk: 64 * 1024,
         window: 8,
         verify: false,
+        cipher: crate::read::load::CipherChoice::Auto,
     };
     let duration = Duration::from_secs_f64(args.duration);
     let rss = || crate::procs::rss_bytes(server.pid()).unwrap_or(0);

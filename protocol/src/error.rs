@@ -296,6 +296,12 @@ pub enum RecordError {
     /// The 64-bit record counter is exhausted.
     #[error("record counter exhausted: the session must be re-established")]
     CounterExhausted,
+    /// The direction's key has sealed as many bytes as its cipher safely allows
+    /// ([`crate::record::AES_GCM_BYTE_LIMIT`]).
+    #[error(
+        "the record key has sealed all its cipher safely allows: the session must be re-established"
+    )]
+    KeyLimit,
     /// An earlier record failed, so this direction is unusable.
     #[error("an earlier record failed; the connection must be closed")]
     Poisoned,

@@ -2,9 +2,13 @@
 //!
 //! ```text
 //! record = length: u32 big-endian (payload bytes) || ciphertext[length] || tag[16]
-//! ciphertext, tag = ChaCha20-Poly1305(key, nonce, aad = the 4 length bytes, payload)
+//! ciphertext, tag = AEAD(key, nonce, aad = the 4 length bytes, payload)
 //! nonce = 0x00000000 || counter as u64 little-endian      (as Noise's ChaChaPoly)
 //! ```
+//!
+//! The AEAD ([`Cipher`]) is ChaCha20-Poly1305, or AES-256-GCM on connections whose protocol
+//! version says so (version 4: both ends have AES instructions, where it costs a third or less
+//! of ChaCha20-Poly1305 per byte).
 //!
 //! Each direction has its own key and its own counter, starting at 0 and incremented per
 //! record, never sent. A reordered, replayed, dropped or spliced record is therefore opened under
@@ -18,7 +22,7 @@
 //! a server can encode a message straight into the output buffer between
 //! [`Sealer::begin`] and [`Sealer::finish`] and never copy the payload.
 
-use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
+use ring::aead::{AES_256_GCM, Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 
 use crate::error::RecordError;
 
@@ -47,12 +51,72 @@ fn nonce(counter: u64) -> Nonce {
     Nonce::assume_unique_for_key(n)
 }
 
-/// The ChaCha20-Poly1305 (RFC 8439) key of one direction. ring's assembly implementation is
-/// about twice as fast per byte as a portable one on x86-64 and ARM, and the cipher is most of
-/// what a byte of file data costs.
-fn cipher(key: &RecordKey) -> LessSafeKey {
-    let key = UnboundKey::new(&CHACHA20_POLY1305, key).expect("a 32-byte ChaCha20-Poly1305 key");
-    LessSafeKey::new(key)
+/// The AEAD that seals a connection's records.
+///
+/// ring's assembly implementations: the cipher is most of what a byte of file data costs, and
+/// ring's are the fastest of the well-kept pure-Rust-API crates for both on x86-64 and ARM
+/// (see `benches/README.md` for the measured figures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cipher {
+    /// ChaCha20-Poly1305 (RFC 8439): fast everywhere, always available.
+    ChaCha20Poly1305,
+    /// AES-256-GCM (NIST SP 800-38D): much faster where the CPU has AES and carry-less
+    /// multiplication instructions, slow and not constant-time in software, so chosen only
+    /// when both ends have them.
+    Aes256Gcm,
+}
+
+/// Bytes one AES-256-GCM key may seal: 2^38 (256 GiB), TLS 1.3's bound (RFC 8446, section
+/// 5.5: 2^24.5 records of 2^14 bytes) for a 2^-57 margin. A direction that reaches it ends
+/// (the session must be re-established, with new keys); ChaCha20-Poly1305's bound is beyond
+/// the 64-bit counter.
+pub const AES_GCM_BYTE_LIMIT: u64 = 1 << 38;
+
+impl Cipher {
+    /// The record cipher of protocol `version`: AES-256-GCM for 4, ChaCha20-Poly1305 before.
+    pub fn for_version(version: u32) -> Cipher {
+        if version >= crate::handshake::AES_VERSION {
+            Cipher::Aes256Gcm
+        } else {
+            Cipher::ChaCha20Poly1305
+        }
+    }
+
+    /// Whether this machine has the instructions that make AES-256-GCM fast and
+    /// constant-time (AES rounds and carry-less multiplication).
+    pub fn aes_in_hardware() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("aes")
+                && std::arch::is_x86_feature_detected!("pclmulqdq")
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            std::arch::is_aarch64_feature_detected!("aes")
+                && std::arch::is_aarch64_feature_detected!("pmull")
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            false
+        }
+    }
+
+    /// Bytes of payload one key may seal.
+    fn byte_limit(self) -> u64 {
+        match self {
+            Cipher::ChaCha20Poly1305 => u64::MAX,
+            Cipher::Aes256Gcm => AES_GCM_BYTE_LIMIT,
+        }
+    }
+
+    /// The key of one direction.
+    fn key(self, key: &RecordKey) -> LessSafeKey {
+        let algorithm = match self {
+            Cipher::ChaCha20Poly1305 => &CHACHA20_POLY1305,
+            Cipher::Aes256Gcm => &AES_256_GCM,
+        };
+        LessSafeKey::new(UnboundKey::new(algorithm, key).expect("a 32-byte AEAD key"))
+    }
 }
 
 /// Where a record being built by [`Sealer::begin`] starts in its buffer.
@@ -78,6 +142,8 @@ pub struct Sealer {
     cipher: LessSafeKey,
     counter: u64,
     max_payload: usize,
+    /// Payload bytes the key may still seal.
+    budget: u64,
 }
 
 impl std::fmt::Debug for Sealer {
@@ -95,11 +161,26 @@ impl Sealer {
     /// Sessions get their sealer from the handshake; this constructor is for tests and
     /// benchmarks.
     pub fn new(key: &RecordKey, max_payload: usize) -> Sealer {
+        Sealer::with_cipher(Cipher::ChaCha20Poly1305, key, max_payload)
+    }
+
+    /// [`Sealer::new`] with `cipher`.
+    pub fn with_cipher(cipher: Cipher, key: &RecordKey, max_payload: usize) -> Sealer {
         Sealer {
-            cipher: cipher(key),
+            cipher: cipher.key(key),
             counter: 0,
             max_payload: max_payload.min(MAX_MAX_PAYLOAD),
+            budget: cipher.byte_limit(),
         }
+    }
+
+    /// Charges `len` payload bytes to the key's budget.
+    fn spend(&mut self, len: usize) -> Result<(), RecordError> {
+        self.budget = self
+            .budget
+            .checked_sub(len as u64)
+            .ok_or(RecordError::KeyLimit)?;
+        Ok(())
     }
 
     /// The largest payload the peer accepts.
@@ -127,6 +208,11 @@ impl Sealer {
             out.truncate(start.0);
             return Err(RecordError::CounterExhausted);
         }
+        let len = out.len().saturating_sub(start.0 + HEADER_LEN);
+        if let Err(e) = self.spend(len) {
+            out.truncate(start.0);
+            return Err(e);
+        }
         seal_in_place(&self.cipher, self.counter, self.max_payload, out, start)?;
         self.counter += 1;
         Ok(())
@@ -141,6 +227,8 @@ impl Sealer {
         if self.counter == u64::MAX {
             return Err(RecordError::CounterExhausted);
         }
+        // Its size is not known yet: charged as the largest.
+        self.spend(self.max_payload)?;
         let deferred = DeferredSeal {
             cipher: self.cipher.clone(),
             counter: self.counter,
@@ -258,6 +346,9 @@ pub struct Opener {
     counter: u64,
     max_payload: usize,
     failed: bool,
+    /// Payload bytes the key may still open (a peer that seals beyond its cipher's bound is
+    /// refused, as its own sealer would have).
+    budget: u64,
 }
 
 impl std::fmt::Debug for Opener {
@@ -276,11 +367,17 @@ impl Opener {
     /// Sessions get their opener from the handshake; this constructor is for tests and
     /// benchmarks.
     pub fn new(key: &RecordKey, max_payload: usize) -> Opener {
+        Opener::with_cipher(Cipher::ChaCha20Poly1305, key, max_payload)
+    }
+
+    /// [`Opener::new`] with `cipher`.
+    pub fn with_cipher(cipher: Cipher, key: &RecordKey, max_payload: usize) -> Opener {
         Opener {
-            cipher: cipher(key),
+            cipher: cipher.key(key),
             counter: 0,
             max_payload: max_payload.min(MAX_MAX_PAYLOAD),
             failed: false,
+            budget: cipher.byte_limit(),
         }
     }
 
@@ -351,6 +448,11 @@ impl Opener {
         }
         if self.counter == u64::MAX {
             return self.fail(RecordError::CounterExhausted);
+        }
+        let len = (need - RECORD_OVERHEAD) as u64;
+        match self.budget.checked_sub(len) {
+            Some(left) => self.budget = left,
+            None => return self.fail(RecordError::KeyLimit),
         }
         let (header, body_and_tag) = record.split_at_mut(HEADER_LEN);
         let header: [u8; HEADER_LEN] = (&*header).try_into().expect("split at HEADER_LEN");
@@ -853,6 +955,46 @@ mod tests {
         let second = sealer.seal(b"second").unwrap();
         assert!(opener.open(&second).is_err());
         let _ = skipped;
+    }
+
+    #[test]
+    fn each_cipher_opens_only_its_own_records() {
+        let key = [7u8; 32];
+        for cipher in [Cipher::ChaCha20Poly1305, Cipher::Aes256Gcm] {
+            let other = match cipher {
+                Cipher::ChaCha20Poly1305 => Cipher::Aes256Gcm,
+                Cipher::Aes256Gcm => Cipher::ChaCha20Poly1305,
+            };
+            let r = Sealer::with_cipher(cipher, &key, 1 << 20)
+                .seal(b"hello")
+                .unwrap();
+            let mut same = Opener::with_cipher(cipher, &key, 1 << 20);
+            assert_eq!(same.open(&r).unwrap(), b"hello");
+            let mut wrong = Opener::with_cipher(other, &key, 1 << 20);
+            assert_eq!(wrong.open(&r), Err(RecordError::Authentication));
+        }
+    }
+
+    #[test]
+    fn a_key_seals_and_opens_no_more_than_its_cipher_allows() {
+        assert_eq!(Cipher::Aes256Gcm.byte_limit(), 1 << 38);
+        assert_eq!(Cipher::ChaCha20Poly1305.byte_limit(), u64::MAX);
+        let key = [7u8; 32];
+        let mut s = Sealer::with_cipher(Cipher::Aes256Gcm, &key, 1 << 20);
+        let mut o = Opener::with_cipher(Cipher::Aes256Gcm, &key, 1 << 20);
+        // As if 2^38 - 8 bytes had gone already.
+        s.budget = 8;
+        o.budget = 8;
+        let r = s.seal(b"12345678").unwrap();
+        assert_eq!(o.open(&r).unwrap(), b"12345678");
+        assert_eq!(s.seal(b"x"), Err(RecordError::KeyLimit));
+        assert_eq!(s.defer().err(), Some(RecordError::KeyLimit));
+        // A peer sealing on regardless is refused.
+        let mut beyond = Sealer::with_cipher(Cipher::Aes256Gcm, &key, 1 << 20);
+        beyond.counter = 1;
+        let r = beyond.seal(b"x").unwrap();
+        assert_eq!(o.open(&r), Err(RecordError::KeyLimit));
+        assert!(o.has_failed());
     }
 
     #[test]

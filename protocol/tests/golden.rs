@@ -120,6 +120,21 @@ fn golden_records() {
     assert_eq!(o.open(&r1).unwrap(), b"");
 }
 
+/// Version 4's records: the same framing and nonces, sealed with AES-256-GCM.
+#[test]
+fn golden_aes_records() {
+    use protocol::record::Cipher;
+    let key = [7u8; 32];
+    let mut s = Sealer::with_cipher(Cipher::Aes256Gcm, &key, 4096);
+    let r0 = s.seal(b"hello").unwrap();
+    let r1 = s.seal(b"").unwrap();
+    golden!(GOLDEN_AES_RECORD_0, hex(&r0));
+    golden!(GOLDEN_AES_RECORD_1, hex(&r1));
+    let mut o = Opener::with_cipher(Cipher::Aes256Gcm, &key, 4096);
+    assert_eq!(o.open(&r0).unwrap(), b"hello");
+    assert_eq!(o.open(&r1).unwrap(), b"");
+}
+
 fn golden_attr() -> Attr {
     Attr {
         ftype: FileType::Regular,
@@ -277,3 +292,5 @@ const GOLDEN_LOGIN_SIGNATURE: &str = "f5657070be96547212af7609a4ba18864e129146f7
 const GOLDEN_LOGIN_REQUEST: &str = "0000000000000004000000000000006500000005616c696365000000dde3bccec7f3a66a1115f45d720f4dc135c3ae7c4e22dca38fdb1efd6a495ff80000000000000001f5657070be96547212af7609a4ba18864e129146f7abf059f41fe26d0cf95e8c013c2d8cc9159028c6329879f65391fba2efec04d7c06c027f6e57734b065202";
 const GOLDEN_APPEND: &str = "0000000000000004000000010000006d000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e00000000000000056c696e650a000000";
 const GOLDEN_APPEND_REPLY: &str = "000000010000000000000004000000000000006d00000000000000050000000007070707070707070000000000001234";
+const GOLDEN_AES_RECORD_0: &str = "0000000509bdc8de9455c7f128d501bd2ec95cbe2bd41aada0";
+const GOLDEN_AES_RECORD_1: &str = "000000003b01f64808767a6a2215c095d5e5e5ce";

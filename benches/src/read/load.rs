@@ -37,6 +37,35 @@ pub struct LoadConfig {
     /// Outstanding READs per connection.
     pub window: usize,
     pub verify: bool,
+    /// The record cipher to ask for: the protocol versions offered follow from it.
+    pub cipher: CipherChoice,
+}
+
+/// Which record cipher the load clients ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CipherChoice {
+    /// What `sfs` itself asks for: AES-256-GCM where this CPU has AES instructions.
+    Auto,
+    /// ChaCha20-Poly1305 (protocol versions 2 and 3 only).
+    Chacha,
+    /// AES-256-GCM (version 4; the server picks it only if it has AES instructions too).
+    Aes,
+}
+
+impl CipherChoice {
+    /// The protocol versions offered.
+    pub fn versions(self) -> Vec<u32> {
+        match self {
+            CipherChoice::Auto => protocol::handshake::versions_here(),
+            CipherChoice::Chacha => vec![2, protocol::PROTOCOL_VERSION],
+            CipherChoice::Aes => protocol::SUPPORTED_VERSIONS.to_vec(),
+        }
+    }
+
+    /// The cipher this machine's client would end up with (the server agreeing).
+    pub fn cipher(self) -> protocol::record::Cipher {
+        protocol::record::Cipher::for_version(self.versions().into_iter().max().unwrap_or(2))
+    }
 }
 
 /// Counters shared with the orchestrator.
@@ -110,7 +139,14 @@ fn connect(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHa
     let mut stream = TcpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let done = protocol::handshake::complete(ClientHandshake::new(&target.name), &mut stream)?;
+    let handshake = ClientHandshake::with_config(
+        &target.name,
+        protocol::HandshakeConfig {
+            versions: config.cipher.versions(),
+            ..protocol::HandshakeConfig::default()
+        },
+    );
+    let done = protocol::handshake::complete(handshake, &mut stream)?;
     if !done.rest.is_empty() {
         bail!("the server sent records before the handshake ended");
     }

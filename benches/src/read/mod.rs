@@ -59,6 +59,10 @@ pub struct ReadArgs {
     /// Open, decode and check every reply (costs the clients far more CPU)
     #[arg(long)]
     verify: bool,
+    /// Record cipher the load clients ask for (`auto`: AES-256-GCM where this CPU has AES
+    /// instructions, as `sfs` does)
+    #[arg(long, value_enum, default_value = "auto")]
+    cipher: load::CipherChoice,
     /// Write one JSON object per configuration and line to FILE
     #[arg(long)]
     json: Option<PathBuf>,
@@ -287,6 +291,7 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         chunk: args.chunk,
         window: args.window,
         verify: args.verify,
+        cipher: args.cipher,
     };
     // Ganesha's CPU time is not in the cpu-s/GB column (that is sfsd's alone).
     let ganesha = match args.backend {
@@ -310,9 +315,14 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         duration: Duration::from_secs_f64(args.duration),
     };
 
-    let cipher = crate::cipher::measure(args.chunk as usize, Duration::from_millis(600));
+    let cipher = crate::cipher::measure(
+        args.cipher.cipher(),
+        args.chunk as usize,
+        Duration::from_millis(600),
+    );
     eprintln!(
-        "cipher (this machine, this run): seal {:.2} CPU-s/GB",
+        "cipher {:?} (this machine, this run): seal {:.2} CPU-s/GB",
+        args.cipher.cipher(),
         cipher.seal_cpu_s_per_gb
     );
     let mut samples: Vec<Vec<Sample>> = configs.iter().map(|_| Vec::new()).collect();

@@ -125,8 +125,13 @@ impl Step for AwaitServerHello {
         Ok(Next::Done(Box::new(Session {
             session_id: keys.session_id,
             version,
-            sealer: Sealer::new(&keys.client_to_server, peer_max),
-            opener: Opener::new(
+            sealer: Sealer::with_cipher(
+                crate::record::Cipher::for_version(version),
+                &keys.client_to_server,
+                peer_max,
+            ),
+            opener: Opener::with_cipher(
+                crate::record::Cipher::for_version(version),
                 &keys.server_to_client,
                 self.config.advertised_max() as usize,
             ),

@@ -56,15 +56,33 @@ pub const PROLOGUE_TAG: &[u8] = b"SFS-HANDSHAKE-1\0";
 pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
-/// The protocol version this crate implements.
+/// The protocol version this crate implements (with ChaCha20-Poly1305 records; see
+/// [`AES_VERSION`] for the same with AES-256-GCM).
 pub const PROTOCOL_VERSION: u32 = 3;
 /// The first version with SESSION and SEQUENCE ([`crate::sequence`]) and APPEND: a client
 /// sends them only on connections that chose it or a later one, so it still works with a
 /// server of version 2, without exactly-once changes or atomic appends.
 pub const SESSIONS_VERSION: u32 = 3;
+/// Version 3 with records sealed by AES-256-GCM instead of ChaCha20-Poly1305
+/// ([`crate::record::Cipher`]). A peer offers it only where its CPU has AES instructions, so
+/// the highest common version picks AES exactly when both ends have them; the offer and the
+/// choice travel in the handshake's encrypted, authenticated payloads, so no one in between
+/// can take it out or put it in.
+pub const AES_VERSION: u32 = 4;
 /// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
-/// SEQUENCE, so a peer of either version can be served.
-pub const SUPPORTED_VERSIONS: &[u32] = &[2, PROTOCOL_VERSION];
+/// SEQUENCE, so a peer of either version can be served; 4 is 3 with AES-256-GCM records.
+pub const SUPPORTED_VERSIONS: &[u32] = &[2, PROTOCOL_VERSION, AES_VERSION];
+
+/// The versions this machine offers: all it speaks, but 4 only with AES instructions (in
+/// software AES is slower than ChaCha20 and not constant-time).
+pub fn versions_here() -> Vec<u32> {
+    let aes = crate::record::Cipher::aes_in_hardware();
+    SUPPORTED_VERSIONS
+        .iter()
+        .copied()
+        .filter(|&v| v != AES_VERSION || aes)
+        .collect()
+}
 /// Most versions a ClientHello may list.
 pub const MAX_OFFERED_VERSIONS: usize = 64;
 /// Bytes of a session id (the SHA-256 handshake hash).
@@ -86,7 +104,7 @@ pub struct HandshakeConfig {
 impl Default for HandshakeConfig {
     fn default() -> Self {
         HandshakeConfig {
-            versions: SUPPORTED_VERSIONS.to_vec(),
+            versions: versions_here(),
             max_record_payload: DEFAULT_MAX_PAYLOAD,
         }
     }
@@ -306,7 +324,7 @@ mod tests {
         let mut cs = c.into_session().unwrap();
         let mut ss = s.into_session().unwrap();
         assert_eq!(cs.session_id, ss.session_id);
-        assert_eq!(cs.version, PROTOCOL_VERSION);
+        assert_eq!(cs.version, *versions_here().iter().max().unwrap());
         let r = cs.sealer.seal(b"ping").unwrap();
         assert_eq!(ss.opener.open(&r).unwrap(), b"ping");
         let r = ss.sealer.seal(b"pong").unwrap();
@@ -319,15 +337,34 @@ mod tests {
             versions: vec![2],
             ..HandshakeConfig::default()
         };
+        let v3 = HandshakeConfig {
+            versions: vec![2, 3],
+            ..HandshakeConfig::default()
+        };
+        let all = HandshakeConfig {
+            versions: SUPPORTED_VERSIONS.to_vec(),
+            ..HandshakeConfig::default()
+        };
         for (client, server, chosen) in [
             (v2.clone(), HandshakeConfig::default(), 2),
             (HandshakeConfig::default(), v2, 2),
-            (HandshakeConfig::default(), HandshakeConfig::default(), 3),
+            // AES records only when both ends offer them.
+            (v3.clone(), all.clone(), 3),
+            (all.clone(), v3, 3),
+            (all.clone(), all, 4),
         ] {
             let (mut c, mut s) = pair(client, server);
             pump(&mut c, &mut s).unwrap();
-            assert_eq!(c.into_session().unwrap().version, chosen);
-            assert_eq!(s.into_session().unwrap().version, chosen);
+            let (mut cs, mut ss) = (c.into_session().unwrap(), s.into_session().unwrap());
+            assert_eq!((cs.version, ss.version), (chosen, chosen));
+            // Both ends seal with the version's cipher: a record opens on the other side, and
+            // only under that cipher.
+            let r = cs.sealer.seal(b"ping").unwrap();
+            assert_eq!(ss.opener.open(&r).unwrap(), b"ping");
+            let r = ss.sealer.seal(b"pong").unwrap();
+            assert_eq!(cs.opener.open(&r).unwrap(), b"pong");
+            let cipher = crate::record::Cipher::for_version(chosen);
+            assert_eq!(cipher == crate::record::Cipher::Aes256Gcm, chosen == 4);
         }
     }
 
@@ -343,7 +380,7 @@ mod tests {
         let err = pump(&mut c, &mut s).unwrap_err();
         let expect = HandshakeError::VersionRefused {
             client: vec![7, 8],
-            server: SUPPORTED_VERSIONS.to_vec(),
+            server: versions_here(),
         };
         assert_eq!(err, expect);
         assert_eq!(c.into_session().unwrap_err(), expect);

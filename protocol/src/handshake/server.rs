@@ -118,8 +118,13 @@ impl Step for AwaitClientHello {
         Ok(Next::Done(Box::new(Session {
             session_id: keys.session_id,
             version,
-            sealer: Sealer::new(&keys.server_to_client, peer_max),
-            opener: Opener::new(
+            sealer: Sealer::with_cipher(
+                crate::record::Cipher::for_version(version),
+                &keys.server_to_client,
+                peer_max,
+            ),
+            opener: Opener::with_cipher(
+                crate::record::Cipher::for_version(version),
                 &keys.client_to_server,
                 self.config.advertised_max() as usize,
             ),
