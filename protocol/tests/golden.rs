@@ -222,6 +222,68 @@ fn golden_login() {
     v.verify(&args).unwrap();
 }
 
+/// LOCK, UNLOCK and TESTLOCK (docs/PROTOCOL.md, "Locks"), byte by byte.
+#[test]
+fn golden_locks() {
+    let fh = golden_handle();
+    let lock = Request {
+        id: 5,
+        authno: 1,
+        op: RequestOp::Lock(LockArgs {
+            fh,
+            owner: 0x1122334455667788,
+            kind: LockKind::Write,
+            start: 100,
+            len: 0,
+            flock: false,
+            reclaim: false,
+        }),
+    };
+    golden!(GOLDEN_LOCK, hex(&lock.encode()));
+    let unlock = Request {
+        id: 6,
+        authno: 1,
+        op: RequestOp::Unlock(UnlockArgs {
+            fh,
+            owner: 7,
+            start: 0,
+            len: 0,
+            flock: true,
+        }),
+    };
+    golden!(GOLDEN_UNLOCK, hex(&unlock.encode()));
+    let test = Request {
+        id: 7,
+        authno: 1,
+        op: RequestOp::TestLock(TestLockArgs {
+            fh,
+            owner: 7,
+            kind: LockKind::Read,
+            start: 0,
+            len: 10,
+            flock: false,
+        }),
+    };
+    golden!(GOLDEN_TESTLOCK, hex(&test.encode()));
+    let conflict = ServerMessage::Reply(Reply {
+        id: 7,
+        result: Ok(ReplyBody::TestLock {
+            conflict: Some(LockConflict {
+                kind: LockKind::Write,
+                start: 100,
+                len: 0,
+                holder: 3,
+            }),
+        }),
+    });
+    golden!(GOLDEN_TESTLOCK_REPLY, hex(&conflict.encode()));
+    let denied = ServerMessage::Reply(Reply {
+        id: 5,
+        result: Err(NfsStatus::Denied),
+    });
+    golden!(GOLDEN_DENIED_REPLY, hex(&denied.encode()));
+}
+
 const GOLDEN_SERVER_PUBLIC: &str =
     "07a37cbc142093c8b755dc1b10e86cb426374ad16aa853ed0bdfc0b2b86d1c7c";
 const GOLDEN_NAME: &str = "@golden.example,qgb279mykna3ygncmhv597gyij86gt4x";
@@ -248,3 +310,8 @@ const GOLDEN_USER_PUBLIC: &str =
     "ed25519:dde3bccec7f3a66a1115f45d720f4dc135c3ae7c4e22dca38fdb1efd6a495ff8";
 const GOLDEN_LOGIN_SIGNATURE: &str = "f5657070be96547212af7609a4ba18864e129146f7abf059f41fe26d0cf95e8c013c2d8cc9159028c6329879f65391fba2efec04d7c06c027f6e57734b065202";
 const GOLDEN_LOGIN_REQUEST: &str = "0000000000000004000000000000006500000005616c696365000000dde3bccec7f3a66a1115f45d720f4dc135c3ae7c4e22dca38fdb1efd6a495ff80000000000000001f5657070be96547212af7609a4ba18864e129146f7abf059f41fe26d0cf95e8c013c2d8cc9159028c6329879f65391fba2efec04d7c06c027f6e57734b065202";
+const GOLDEN_LOCK: &str = "00000000000000050000000100000071000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e112233445566778800000002000000000000006400000000000000000000000000000000";
+const GOLDEN_UNLOCK: &str = "00000000000000060000000100000072000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e00000000000000070000000000000000000000000000000000000001";
+const GOLDEN_TESTLOCK: &str = "00000000000000070000000100000073000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e0000000000000007000000010000000000000000000000000000000a00000000";
+const GOLDEN_TESTLOCK_REPLY: &str = "00000001000000000000000700000000000000730000000100000002000000000000006400000000000000000000000000000003";
+const GOLDEN_DENIED_REPLY: &str = "0000000100000000000000050000271a";

@@ -97,6 +97,8 @@ pub struct Server {
     /// `max_startups` of them), or a flood would fill it with connections already on their way
     /// out.
     pub doomed: AtomicUsize,
+    /// Byte-range and `flock` locks (see [`crate::locks`] for why a mutex, not color 0).
+    pub locks: parking_lot::Mutex<crate::locks::LockTable>,
 }
 
 impl Server {
@@ -154,6 +156,8 @@ impl Server {
             draining: AtomicBool::new(false),
             startups_dropped: AtomicU64::new(0),
             doomed: AtomicUsize::new(0),
+            // A closed connection's locks last as long as the leases it was granted.
+            locks: parking_lot::Mutex::new(crate::locks::LockTable::new(settings.lease)),
             changes: Changes::new(),
             file_budget: FileBudget::new(crate::limits::CACHED_FILES),
             limits,
@@ -234,7 +238,11 @@ impl Server {
     /// Connection color: any other storage operation goes to a storage thread; its completion
     /// runs in color 0, which owns the lease table, then the reply goes back to the
     /// connection's color.
-    pub fn dispatch(self: &Arc<Self>, d: Dispatch, mut op: RequestOp) {
+    pub fn dispatch(self: &Arc<Self>, d: Dispatch, op: RequestOp) {
+        let mut op = match crate::lock_ops::take(op) {
+            crate::lock_ops::Split::Lock(lock) => return self.dispatch_lock(d, lock),
+            crate::lock_ops::Split::Other(op) => op,
+        };
         // One default mode for objects made without one, whichever backend makes them.
         crate::fs::fill_default_mode(&mut op);
         let storage = match &self.storage {
@@ -459,6 +467,10 @@ impl Server {
             c0.leases.drop_conn(id);
             self.publish_table(c0);
         });
+        // Its locks stay for the grace period ([`crate::locks`]).
+        self.locks
+            .lock()
+            .client_gone(crate::locks::LockClient(id), std::time::Instant::now());
         match &self.storage {
             Backend::Local(storage) => storage.connection_closed(id),
             Backend::Async(storage) => storage.connection_closed(id),
@@ -480,6 +492,10 @@ impl Server {
             });
             if reaped > 0 {
                 tracing::debug!(reaped, "expired leases reaped");
+            }
+            let locks = srv.locks.lock().reap(std::time::Instant::now());
+            if locks > 0 {
+                tracing::info!(locks, "locks of connections gone past the grace released");
             }
             if !srv.h.is_stopping() {
                 srv.start_reaper(every);

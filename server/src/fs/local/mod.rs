@@ -281,6 +281,8 @@ impl LocalFs {
             Op::Null | Op::Login(_) | Op::Narrow { .. } | Op::Read { .. } => {
                 Err(NfsStatus::ServerFault)
             }
+            // The lock table's ([`crate::lock_ops`]), never storage's.
+            Op::Lock(_) | Op::Unlock(_) | Op::TestLock(_) => Err(NfsStatus::ServerFault),
         }
     }
 }

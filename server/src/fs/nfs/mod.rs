@@ -767,6 +767,10 @@ impl Inner {
             | RequestOp::Login(_)
             | RequestOp::Narrow { .. }
             | RequestOp::Read { .. } => fail(done, NfsStatus::ServerFault),
+            // The lock table's ([`crate::lock_ops`]), never storage's.
+            RequestOp::Lock(_) | RequestOp::Unlock(_) | RequestOp::TestLock(_) => {
+                fail(done, NfsStatus::ServerFault)
+            }
         }
     }
 
