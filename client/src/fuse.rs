@@ -52,8 +52,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, Errno, FileAttr, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, Notifier, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, MutexGuard};
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
@@ -63,6 +63,7 @@ use crate::cache::Stamp;
 use crate::caller_groups::Groups;
 use crate::session::{Client, Invalidation, SessionError};
 
+mod locks;
 mod xattr;
 pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
 
@@ -178,6 +179,8 @@ pub struct Shared {
     /// The node id of the server's root: [`ROOT`] for a mount of one server; in a
     /// `--namespace` mount each server has its own range of node ids starting here.
     root: u64,
+    /// Owners that may hold locks on the server, for UNLOCK at close ([`locks`]).
+    locks: Mutex<locks::Held>,
 }
 
 impl Shared {
@@ -220,6 +223,7 @@ impl Shared {
             multi_user: owner.is_some(),
             owner: owner.unwrap_or(0),
             root: base,
+            locks: Mutex::default(),
         })
     }
 
@@ -1179,6 +1183,9 @@ fn status_errno(s: NfsStatus) -> Errno {
         71 => libc::EREMOTE,
         10004 => libc::EOPNOTSUPP,
         10008 => libc::EAGAIN,
+        // A lock in the way (F_SETLK), no room for one.
+        10010 => libc::EAGAIN,
+        10018 => libc::ENOLCK,
         10095 => libc::ENODATA,
         10096 => libc::E2BIG,
         _ => libc::EIO,
@@ -1263,6 +1270,10 @@ pub fn configure(config: &mut KernelConfig) {
     // server (a name in the namespace root) would hold up every other lookup and listing
     // there; every request here is answered from a task of its own, so none needs the lock.
     let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+    // fcntl, OFD and flock locks come to us and go to the server, so every mount of it sees
+    // them; without these the kernel keeps them local to this mount (fuse/locks.rs).
+    let _ = config
+        .add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS | fuser::InitFlags::FUSE_FLOCK_LOCKS);
 }
 
 impl Filesystem for SfsFuse {
@@ -1522,13 +1533,93 @@ impl Filesystem for SfsFuse {
         req: &Request,
         ino: INodeNo,
         _fh: fuser::FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // close(2) drops the closing process's POSIX locks on the file: the UNLOCK runs to
+        // its end even when the closing process is being killed (its exit closes its files).
+        if let Some(uid) = self.sh.posix_owner_closing(ino, lock_owner) {
+            let c = self.sh.client_for_caller(req);
+            return self.spawn_to_end(c, |sh, c| async move {
+                sh.unlock_all(ino, lock_owner.0, false, uid).await;
+                reply_empty(sh.commit(&c, ino, false).await, reply)
+            });
+        }
         // close(2): commit what this file has outstanding, so errors reach the program.
         self.spawn(req, |sh, c| async move {
             reply_empty(sh.commit(&c, ino, false).await, reply)
         });
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        self.spawn(req, |sh, c| async move {
+            sh.getlk(&c, ino, lock_owner, start, end, typ, reply).await
+        });
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = locks::SetLk {
+            ino,
+            file: fh.0,
+            owner: lock_owner,
+            start,
+            end,
+            typ,
+            flock: false,
+            sleep,
+            tid: req.pid(),
+            uid: req.uid(),
+        };
+        self.spawn(req, |sh, c| async move { sh.setlk(&c, r, reply).await });
+    }
+
+    fn flock(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = locks::SetLk {
+            ino,
+            file: fh.0,
+            owner: lock_owner,
+            start: 0,
+            end: 0,
+            typ,
+            flock: true,
+            sleep,
+            tid: req.pid(),
+            uid: req.uid(),
+        };
+        self.spawn(req, |sh, c| async move { sh.setlk(&c, r, reply).await });
     }
 
     fn release(
@@ -1547,7 +1638,12 @@ impl Filesystem for SfsFuse {
             Some(uid) => self.sh.client_for(uid),
             None => self.sh.client_for(req.uid()),
         };
+        // The open file's OFD and flock locks end with it.
+        let unlocks = self.sh.file_released(ino, fh.0);
         self.spawn_to_end(c, |sh, c| async move {
+            for (owner, flock, uid) in unlocks {
+                sh.unlock_all(ino, owner, flock, uid).await;
+            }
             let committed = sh.commit(&c, ino, false).await;
             let released = sh.released(&c, ino).await;
             reply_empty(committed.and(released), reply)

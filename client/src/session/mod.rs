@@ -33,6 +33,7 @@ pub mod error;
 mod handshake;
 pub mod invalidations;
 pub mod limits;
+mod locks;
 mod ops;
 mod xattr;
 
