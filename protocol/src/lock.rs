@@ -183,3 +183,54 @@ pub(crate) fn get_conflict(r: &mut Reader<'_>) -> Result<Option<LockConflict>, D
         })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::handle::HANDLE_LEN;
+    use crate::message::Request;
+    use crate::request::RequestOp;
+
+    use super::*;
+
+    fn lock_request() -> Vec<u8> {
+        let req = Request {
+            id: 1,
+            authno: 1,
+            op: RequestOp::Lock(LockArgs {
+                fh: FileHandle::from_bytes([7; HANDLE_LEN]),
+                owner: 2,
+                kind: LockKind::Read,
+                start: 3,
+                len: 4,
+                flock: true,
+                reclaim: false,
+            }),
+        };
+        req.encode()
+    }
+
+    #[test]
+    fn a_lock_of_another_kind_or_with_a_bad_flag_does_not_decode() {
+        let good = lock_request();
+        assert!(Request::decode(&good).is_ok());
+        // kind sits after id, authno, proc, the handle (length + 48 bytes) and the owner.
+        let kind_at = 8 + 4 + 4 + 4 + HANDLE_LEN + 8;
+        let mut bad = good.clone();
+        bad[kind_at + 3] = 3;
+        assert!(matches!(
+            Request::decode(&bad),
+            Err(DecodeError::BadDiscriminant {
+                what: "lock kind",
+                value: 3
+            })
+        ));
+        // A bool other than 0 or 1 (flock).
+        let mut bad = good.clone();
+        bad[kind_at + 4 + 16 + 3] = 2;
+        assert!(Request::decode(&bad).is_err());
+        // Cut short anywhere: an error, never a panic.
+        for n in 0..good.len() {
+            assert!(Request::decode(&good[..n]).is_err());
+        }
+    }
+}
