@@ -117,6 +117,8 @@ elif mode == "sqlite":
 /// A server with two users, alice and bob, both the owner of the export, and two mounts.
 struct Two {
     _dir: tempfile::TempDir,
+    /// The server's tree in mount B.
+    b_root: PathBuf,
     export: PathBuf,
     driver: PathBuf,
     _server: Server,
@@ -169,15 +171,8 @@ fn keygen(home: &Path, key: &Path) -> String {
         .to_owned()
 }
 
-/// `sfs mount` as `user` (its key in `identity`) on `DIR/name`.
-fn mount(
-    dir: &Path,
-    home: &Path,
-    server: &Server,
-    user: &str,
-    identity: &Path,
-    name: &str,
-) -> Mount {
+/// `sfs mount WHAT` as `user` (its key in `identity`) on `DIR/name`.
+fn mount(dir: &Path, home: &Path, what: &str, user: &str, identity: &Path, name: &str) -> Mount {
     let mnt = dir.join(name);
     fs::create_dir_all(&mnt).unwrap();
     let mnt = mnt.canonicalize().unwrap();
@@ -186,7 +181,7 @@ fn mount(
     c.env("SFS_USER", user)
         .arg("--identity")
         .arg(identity)
-        .args(["-vv", "--timeout", "5", "mount", &server.name])
+        .args(["-vv", "--timeout", "5", "mount", what])
         .arg(&mnt)
         .arg("--log")
         .arg(&log);
@@ -207,6 +202,11 @@ fn mount(
 }
 
 fn two() -> Two {
+    setup(false)
+}
+
+/// Two mounts; with `namespace`, B is a `--namespace` mount reaching the server by its name.
+fn setup(namespace: bool) -> Two {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let export = dir.path().join("export");
@@ -230,11 +230,21 @@ fn two() -> Two {
         0,
         &["--users", users.to_str().unwrap(), "--lease-secs", &lease],
     );
-    let a = mount(dir.path(), &home, &server, "alice", &alice, "a");
-    let b = mount(dir.path(), &home, &server, "bob", &bob, "b");
+    let a = mount(dir.path(), &home, &server.name, "alice", &alice, "a");
+    let b = if namespace {
+        mount(dir.path(), &home, "--namespace", "bob", &bob, "b")
+    } else {
+        mount(dir.path(), &home, &server.name, "bob", &bob, "b")
+    };
+    let b_root = if namespace {
+        b.dir.join(&server.name)
+    } else {
+        b.dir.clone()
+    };
     let driver = dir.path().join("driver.py");
     fs::write(&driver, DRIVER).unwrap();
     Two {
+        b_root,
         export,
         driver,
         _server: server,
@@ -317,7 +327,7 @@ impl Two {
 
 fn file(t: &Two, name: &str) -> (PathBuf, PathBuf) {
     fs::write(t.export.join(name), vec![0u8; 100]).unwrap();
-    (t.a.dir.join(name), t.b.dir.join(name))
+    (t.a.dir.join(name), t.b_root.join(name))
 }
 
 #[test]
@@ -441,6 +451,25 @@ fn an_interrupted_lock_wait_ends_with_eintr() {
     assert_eq!(t.once("try-ex", &fb), "granted");
 }
 
+/// A `--namespace` mount serves locks too (its file system forwards them to the server's).
+#[test]
+fn a_namespace_mount_shares_locks_with_a_plain_one() {
+    need_fuse!();
+    let t = setup(true);
+    let (fa, fb) = file(&t, "f");
+    let mut holder = t.start("hold-ex", &fa, &[]);
+    assert_eq!(holder.line(LIMIT), "locked");
+    assert_eq!(t.once("try-ex", &fb), "EAGAIN", "{}", t.logs());
+    assert_eq!(t.once("getlk", &fb), "type=wr start=0 len=10 pid=0");
+    holder.finish();
+    let mut holder = t.start("hold-flock", &fb, &[]);
+    assert_eq!(holder.line(LIMIT), "locked");
+    assert_eq!(t.once("try-flock", &fa), "EAGAIN");
+    holder.finish();
+    assert_eq!(t.once("try-flock", &fa), "granted");
+    assert_eq!(t.once("try-ex", &fb), "granted");
+}
+
 /// Two SQLite writers (rollback journal, which locks with fcntl) on two mounts of one
 /// database: every row arrives and the database stays whole. Without shared locks both
 /// write at once and the database is corrupt or rows are lost.
@@ -462,7 +491,7 @@ fn two_sqlite_writers_on_two_mounts_keep_the_database_whole() {
     const N: usize = 150;
     let n = N.to_string();
     let mut wa = t.start("sqlite", &t.a.dir.join("t.db"), &["a", &n]);
-    let mut wb = t.start("sqlite", &t.b.dir.join("t.db"), &["b", &n]);
+    let mut wb = t.start("sqlite", &t.b_root.join("t.db"), &["b", &n]);
     assert_eq!(wa.line(LIMIT), "done", "{}", t.logs());
     assert_eq!(wb.line(LIMIT), "done", "{}", t.logs());
     wa.finish();
