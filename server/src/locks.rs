@@ -240,6 +240,12 @@ impl LockTable {
     ) -> Result<(), Refused> {
         let r = if flock { Range::ALL } else { r };
         if let Some(c) = self.test(key, holder, kind, r, flock) {
+            if flock {
+                // Linux converts a flock lock by dropping the old one first, even when the new
+                // one is then refused: two holders upgrading shared locks do not wait for
+                // each other forever.
+                self.unlock(key, holder, r, true)?;
+            }
             return Err(Refused::Denied(c));
         }
         let old = self
@@ -516,6 +522,11 @@ mod tests {
         t.lock(K, a, R, r(7, 7), true).unwrap();
         assert_eq!(ranges(&t, a, true), vec![(0, u64::MAX, R)]);
         t.lock(K, b, R, Range::ALL, true).unwrap();
+        // A refused conversion drops the old lock, as Linux's does.
+        let c = h(3, 1);
+        t.lock(K, c, R, Range::ALL, true).unwrap();
+        assert!(t.lock(K, c, W, Range::ALL, true).is_err());
+        assert_eq!(ranges(&t, c, true), vec![]);
         t.unlock(K, a, Range::ALL, true).unwrap();
         assert_eq!(ranges(&t, b, false), vec![(0, u64::MAX, W)]);
     }
