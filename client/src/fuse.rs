@@ -39,6 +39,10 @@
 //! two users have one file open for writing, it may go as the other one: a user who opened
 //! that file for writing too.
 //!
+//! **Locks** (`fcntl`, OFD, `flock`) are the server's, so every mount of it sees them
+//! ([`locks`]: `F_SETLK` in conflict is `EAGAIN`, a waiting one polls and ends with `EINTR` on
+//! a signal, a close releases them).
+//!
 //! **Permissions** are the server's: the mount does not use `default_permissions`, `access(2)`
 //! and `open(2)` ask the server (ACCESS, cached per lease), and every operation is checked by
 //! the server as the logged-in identity.

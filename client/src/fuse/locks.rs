@@ -120,7 +120,7 @@ impl Shared {
                     len,
                     flock: r.flock,
                 };
-                return c.unlock(args).await.map_err(lock_errno);
+                return c.unlock(args).await.map_err(errno);
             }
             Want::Lock(kind) => kind,
         };
@@ -146,7 +146,7 @@ impl Shared {
         loop {
             match c.lock(args).await {
                 Err(SessionError::Nfs(NfsStatus::Denied)) if r.sleep => {}
-                other => return other.map_err(lock_errno),
+                other => return other.map_err(errno),
             }
             if crate::interrupt::signal_pending(r.tid) {
                 return Err(Errno::EINTR);
@@ -200,7 +200,7 @@ impl Shared {
             len,
             flock: false,
         };
-        Ok(c.testlock(args).await.map_err(lock_errno)?.map(|l| {
+        Ok(c.testlock(args).await.map_err(errno)?.map(|l| {
             let (s, e) = kernel_range(l.start, l.len);
             let typ = match l.kind {
                 LockKind::Read => libc::F_RDLCK,
@@ -250,15 +250,6 @@ impl Shared {
         if let Err(e) = self.client_for(uid).unlock(args).await {
             tracing::warn!(error = %e.report(), "UNLOCK at close failed (the server releases the locks when this connection ends)");
         }
-    }
-}
-
-/// The errno of a failed lock operation.
-fn lock_errno(e: SessionError) -> Errno {
-    match e {
-        SessionError::Nfs(NfsStatus::Denied) => Errno::EAGAIN,
-        SessionError::Nfs(NfsStatus::NoLck) => Errno::from_i32(libc::ENOLCK),
-        e => errno(e),
     }
 }
 
