@@ -41,6 +41,10 @@
 //! two users have one file open for writing, it may go as the other one: a user who opened
 //! that file for writing too.
 //!
+//! **Locks** (`fcntl`, OFD, `flock`) are the server's, so every mount of it sees them
+//! ([`locks`]: `F_SETLK` in conflict is `EAGAIN`, a waiting one polls and ends with `EINTR` on
+//! a signal, a close releases them).
+//!
 //! **Permissions** are the server's: the mount does not use `default_permissions`, `access(2)`
 //! and `open(2)` ask the server (ACCESS, cached per lease), and every operation is checked by
 //! the server as the logged-in identity.
@@ -54,8 +58,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, Errno, FileAttr, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, Notifier, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::{Mutex, MutexGuard};
 use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTime, StableHow};
@@ -66,6 +70,7 @@ use crate::caller_groups::Groups;
 use crate::session::{Client, Invalidation, SessionError};
 
 mod append;
+mod locks;
 mod xattr;
 pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
 
@@ -181,6 +186,8 @@ pub struct Shared {
     /// The node id of the server's root: [`ROOT`] for a mount of one server; in a
     /// `--namespace` mount each server has its own range of node ids starting here.
     root: u64,
+    /// Owners that may hold locks on the server, for UNLOCK at close ([`locks`]).
+    locks: Mutex<locks::Held>,
 }
 
 impl Shared {
@@ -223,6 +230,7 @@ impl Shared {
             multi_user: owner.is_some(),
             owner: owner.unwrap_or(0),
             root: base,
+            locks: Mutex::default(),
         })
     }
 
@@ -1182,6 +1190,9 @@ fn status_errno(s: NfsStatus) -> Errno {
         71 => libc::EREMOTE,
         10004 => libc::EOPNOTSUPP,
         10008 => libc::EAGAIN,
+        // A lock in the way (F_SETLK), no room for one.
+        10010 => libc::EAGAIN,
+        10018 => libc::ENOLCK,
         10095 => libc::ENODATA,
         10096 => libc::E2BIG,
         _ => libc::EIO,
@@ -1270,6 +1281,10 @@ pub fn configure(config: &mut KernelConfig) {
     // longer map one shared and writable (ENODEV), as it can any other file. Kernels before
     // 6.6 ignore it, and refuse such a mapping.
     let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+    // fcntl, OFD and flock locks come to us and go to the server, so every mount of it sees
+    // them; without these the kernel keeps them local to this mount (fuse/locks.rs).
+    let _ = config
+        .add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS | fuser::InitFlags::FUSE_FLOCK_LOCKS);
 }
 
 impl Filesystem for SfsFuse {
@@ -1545,13 +1560,93 @@ impl Filesystem for SfsFuse {
         req: &Request,
         ino: INodeNo,
         _fh: fuser::FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        // close(2) drops the closing process's POSIX locks on the file: the UNLOCK runs to
+        // its end even when the closing process is being killed (its exit closes its files).
+        if let Some(uid) = self.sh.posix_owner_closing(ino, lock_owner) {
+            let c = self.sh.client_for_caller(req);
+            return self.spawn_to_end(c, |sh, c| async move {
+                sh.unlock_all(ino, lock_owner.0, false, uid).await;
+                reply_empty(sh.commit(&c, ino, false).await, reply)
+            });
+        }
         // close(2): commit what this file has outstanding, so errors reach the program.
         self.spawn(req, |sh, c| async move {
             reply_empty(sh.commit(&c, ino, false).await, reply)
         });
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        self.spawn(req, |sh, c| async move {
+            sh.getlk(&c, ino, lock_owner, start, end, typ, reply).await
+        });
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = locks::SetLk {
+            ino,
+            file: fh.0,
+            owner: lock_owner,
+            start,
+            end,
+            typ,
+            flock: false,
+            sleep,
+            tid: req.pid(),
+            uid: req.uid(),
+        };
+        self.spawn(req, |sh, c| async move { sh.setlk(&c, r, reply).await });
+    }
+
+    fn flock(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = locks::SetLk {
+            ino,
+            file: fh.0,
+            owner: lock_owner,
+            start: 0,
+            end: 0,
+            typ,
+            flock: true,
+            sleep,
+            tid: req.pid(),
+            uid: req.uid(),
+        };
+        self.spawn(req, |sh, c| async move { sh.setlk(&c, r, reply).await });
     }
 
     fn release(
@@ -1570,7 +1665,12 @@ impl Filesystem for SfsFuse {
             Some(uid) => self.sh.client_for(uid),
             None => self.sh.client_for(req.uid()),
         };
+        // The open file's OFD and flock locks end with it.
+        let unlocks = self.sh.file_released(ino, fh.0);
         self.spawn_to_end(c, |sh, c| async move {
+            for (owner, flock, uid) in unlocks {
+                sh.unlock_all(ino, owner, flock, uid).await;
+            }
             let committed = sh.commit(&c, ino, false).await;
             let released = sh.released(&c, ino).await;
             reply_empty(committed.and(released), reply)

@@ -61,9 +61,55 @@ fn sigkill_pending(status: &str) -> bool {
     })
 }
 
+/// Whether thread `tid` has a signal pending that it does not block (`SigPnd` or `ShdPnd`
+/// against `SigBlk` in `/proc/TID/status`): a request that waits on purpose (a blocking lock,
+/// [`crate::fuse`]'s `setlk`) then ends with `EINTR`, as a local `fcntl(F_SETLKW)` does, so the
+/// program's handler runs. False when the thread cannot be seen (another pid namespace, gone).
+pub fn signal_pending(tid: u32) -> bool {
+    tid != 0
+        && std::fs::read_to_string(format!("/proc/{tid}/status"))
+            .is_ok_and(|s| unblocked_pending(&s))
+}
+
+/// Whether a `/proc/TID/status` text shows a pending signal its thread does not block.
+fn unblocked_pending(status: &str) -> bool {
+    let mut pending = 0u64;
+    let mut blocked = 0u64;
+    for l in status.lines() {
+        let Some((key, mask)) = l.split_once(':') else {
+            continue;
+        };
+        let Ok(m) = u64::from_str_radix(mask.trim(), 16) else {
+            continue;
+        };
+        match key {
+            "SigPnd" | "ShdPnd" => pending |= m,
+            "SigBlk" => blocked |= m,
+            _ => {}
+        }
+    }
+    pending & !blocked != 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pending_signal_counts_unless_blocked() {
+        let alarm =
+            "SigPnd:\t0000000000000000\nShdPnd:\t0000000000002000\nSigBlk:\t0000000000000000\n";
+        assert!(unblocked_pending(alarm));
+        let blocked =
+            "SigPnd:\t0000000000000000\nShdPnd:\t0000000000002000\nSigBlk:\t0000000000002000\n";
+        assert!(!unblocked_pending(blocked));
+        assert!(unblocked_pending(
+            "SigPnd:\t0000000000000001\nSigBlk:\t0000000000002000\n"
+        ));
+        assert!(!unblocked_pending("SigPnd:\tgarbage\n"));
+        assert!(!signal_pending(0));
+        assert!(!signal_pending(std::process::id()));
+    }
 
     #[test]
     fn sigkill_is_read_from_either_pending_mask() {

@@ -739,6 +739,54 @@ impl Filesystem for NsFuse {
             else reply.error(Errno::EACCES))
     }
 
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        forward!(self, ino => getlk(req, ino, fh, lock_owner, start, end, typ, pid, reply),
+            else reply.error(Errno::EACCES))
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        forward!(self, ino => setlk(req, ino, fh, lock_owner, start, end, typ, pid, sleep, reply),
+            else reply.error(Errno::EACCES))
+    }
+
+    fn flock(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        forward!(self, ino => flock(req, ino, fh, lock_owner, typ, pid, sleep, reply),
+            else reply.error(Errno::EACCES))
+    }
+
     fn fsync(
         &self,
         req: &Request,

@@ -61,6 +61,7 @@ pub mod handle;
 pub mod handshake;
 mod hex;
 pub mod keys;
+pub mod lock;
 pub mod login;
 pub mod message;
 pub mod name;
@@ -84,6 +85,7 @@ pub use handshake::{
     ServerHandshake, Session,
 };
 pub use keys::{ServerKeypair, UserKeypair, UserPublicKey};
+pub use lock::{LockArgs, LockConflict, LockKind, TestLockArgs, UnlockArgs};
 pub use login::{ANONYMOUS, AuthTable, LoginArgs, LoginSigner, LoginVerifier, VerifiedLogin};
 pub use message::{
     Invalidate, Reply, Request, ServerMessage, WriteHead, encode_read_reply_at,

@@ -314,6 +314,15 @@ pub enum ReplyBody {
         /// Write verifier.
         verifier: [u8; 8],
     },
+    /// LOCK: granted.
+    Lock,
+    /// UNLOCK.
+    Unlock,
+    /// TESTLOCK: the lock in the way, or none (a LOCK would be granted now).
+    TestLock {
+        /// The conflicting lock.
+        conflict: Option<crate::lock::LockConflict>,
+    },
 }
 
 fn encode_new(buf: &mut Vec<u8>, o: &NewObject) {
@@ -403,6 +412,9 @@ impl ReplyBody {
             ReplyBody::SetXattr { .. } => Proc::SetXattr,
             ReplyBody::ListXattr { .. } => Proc::ListXattr,
             ReplyBody::RemoveXattr { .. } => Proc::RemoveXattr,
+            ReplyBody::Lock => Proc::Lock,
+            ReplyBody::Unlock => Proc::Unlock,
+            ReplyBody::TestLock { .. } => Proc::TestLock,
         }
     }
 
@@ -416,7 +428,10 @@ impl ReplyBody {
             | ReplyBody::Session { .. }
             | ReplyBody::Close
             | ReplyBody::GetXattr { .. }
-            | ReplyBody::ListXattr { .. } => {}
+            | ReplyBody::ListXattr { .. }
+            | ReplyBody::Lock
+            | ReplyBody::Unlock
+            | ReplyBody::TestLock { .. } => {}
             ReplyBody::Mount { attr, .. } | ReplyBody::GetAttr { attr } => out.push(attr),
             ReplyBody::SetAttr { attr }
             | ReplyBody::Access { attr, .. }
@@ -468,7 +483,8 @@ impl ReplyBody {
     pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
         xdr::put_u32(buf, self.proc().code());
         match self {
-            ReplyBody::Null | ReplyBody::Close => {}
+            ReplyBody::Null | ReplyBody::Close | ReplyBody::Lock | ReplyBody::Unlock => {}
+            ReplyBody::TestLock { conflict } => crate::lock::put_conflict(buf, conflict.as_ref()),
             ReplyBody::Open { attr }
             | ReplyBody::SetXattr { attr }
             | ReplyBody::RemoveXattr { attr } => encode_opt_attr(buf, attr.as_ref()),
@@ -611,6 +627,11 @@ impl ReplyBody {
                 attr: decode_opt_attr(r)?,
             },
             Proc::Close => ReplyBody::Close,
+            Proc::Lock => ReplyBody::Lock,
+            Proc::Unlock => ReplyBody::Unlock,
+            Proc::TestLock => ReplyBody::TestLock {
+                conflict: crate::lock::get_conflict(r)?,
+            },
             Proc::GetXattr => ReplyBody::GetXattr {
                 value: xattr::get_value(r)?,
             },

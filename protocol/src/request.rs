@@ -99,6 +99,12 @@ pub enum Proc {
     Append = 109,
     /// SFS extension: an authno with a subset of the request authno's groups ([`RequestOp::Narrow`]).
     Narrow = 112,
+    /// SFS extension: take a byte-range or whole-file lock ([`crate::lock`]).
+    Lock = 113,
+    /// SFS extension: release a holder's locks in a range.
+    Unlock = 114,
+    /// SFS extension: would a LOCK be granted now (and if not, what is in the way)?
+    TestLock = 115,
 }
 
 /// Most supplementary groups a NARROW may name; a request with more does not decode (before
@@ -143,6 +149,9 @@ impl Proc {
         Proc::Sequence,
         Proc::Append,
         Proc::Narrow,
+        Proc::Lock,
+        Proc::Unlock,
+        Proc::TestLock,
     ];
 
     /// The wire number.
@@ -184,6 +193,8 @@ impl Proc {
                 | Proc::SetXattr
                 | Proc::RemoveXattr
                 | Proc::Append
+                | Proc::Lock
+                | Proc::Unlock
         )
     }
 
@@ -209,6 +220,10 @@ impl Proc {
                 | Proc::RemoveXattr
                 // A replay appends the data a second time.
                 | Proc::Append
+                // A replayed LOCK may find the first one's lock and a replayed UNLOCK may
+                // release what was taken since; TESTLOCK changes nothing.
+                | Proc::Lock
+                | Proc::Unlock
         )
     }
 }
@@ -583,6 +598,12 @@ pub enum RequestOp {
         /// Attribute name.
         name: Vec<u8>,
     },
+    /// Take a lock (LOCK).
+    Lock(crate::lock::LockArgs),
+    /// Release a holder's locks in a range (UNLOCK).
+    Unlock(crate::lock::UnlockArgs),
+    /// Test for a conflicting lock (TESTLOCK).
+    TestLock(crate::lock::TestLockArgs),
     /// Commit unstable writes of a range (count 0 = to the end).
     Commit {
         /// File.
@@ -646,6 +667,9 @@ impl RequestOp {
             RequestOp::SetXattr { .. } => Proc::SetXattr,
             RequestOp::ListXattr { .. } => Proc::ListXattr,
             RequestOp::RemoveXattr { .. } => Proc::RemoveXattr,
+            RequestOp::Lock(_) => Proc::Lock,
+            RequestOp::Unlock(_) => Proc::Unlock,
+            RequestOp::TestLock(_) => Proc::TestLock,
         }
     }
 
@@ -670,6 +694,9 @@ impl RequestOp {
                 xdr::put_u32(buf, *seq);
                 op.encode(buf);
             }
+            RequestOp::Lock(a) => crate::lock::put_lock(buf, a),
+            RequestOp::Unlock(a) => crate::lock::put_unlock(buf, a),
+            RequestOp::TestLock(a) => crate::lock::put_test(buf, a),
             RequestOp::Narrow { gid, groups } => {
                 xdr::put_u32(buf, *gid);
                 xdr::put_count(buf, groups.len());
@@ -899,6 +926,9 @@ impl RequestOp {
                 }
                 RequestOp::Narrow { gid, groups }
             }
+            Proc::Lock => RequestOp::Lock(crate::lock::get_lock(r)?),
+            Proc::Unlock => RequestOp::Unlock(crate::lock::get_unlock(r)?),
+            Proc::TestLock => RequestOp::TestLock(crate::lock::get_test(r)?),
             Proc::GetAttr => RequestOp::GetAttr { fh: get_fh(r)? },
             Proc::ReadLink => RequestOp::ReadLink { fh: get_fh(r)? },
             Proc::Open => RequestOp::Open { fh: get_fh(r)? },

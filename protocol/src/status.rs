@@ -1,5 +1,9 @@
 //! NFSv3 status codes: the error half of every reply.
 //!
+//! The lock operations ([`crate::lock`]) add two of NFSv4's (RFC 5661): `Denied` (10010,
+//! `NFS4ERR_DENIED`: a lock conflicts) and `NoLck` (10018, `NFS4ERR_RESOURCE`: the server's
+//! lock table has no room for the caller; the client's `ENOLCK`).
+//!
 //! The numeric values are NFSv3's (RFC 1813), so the client's loopback NFS server passes them
 //! through to the kernel unchanged; the extended-attribute operations add two of NFSv4.2's
 //! (RFC 8276): `NoXattr` (10095, Linux's `ENODATA`) and `Xattr2Big` (10096, `E2BIG`), which no
@@ -74,6 +78,8 @@ statuses! {
     ServerFault = 10006, "server fault";
     BadType = 10007, "object type not supported";
     Jukebox = 10008, "try again later";
+    Denied = 10010, "lock conflicts";
+    NoLck = 10018, "no locks available";
     NoXattr = 10095, "no such extended attribute";
     Xattr2Big = 10096, "extended attribute value too large";
     BadSession = 10052, "no session on this connection";

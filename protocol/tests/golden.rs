@@ -264,6 +264,68 @@ fn golden_login() {
     v.verify(&args).unwrap();
 }
 
+/// LOCK, UNLOCK and TESTLOCK (docs/PROTOCOL.md, "Locks"), byte by byte.
+#[test]
+fn golden_locks() {
+    let fh = golden_handle();
+    let lock = Request {
+        id: 5,
+        authno: 1,
+        op: RequestOp::Lock(LockArgs {
+            fh,
+            owner: 0x1122334455667788,
+            kind: LockKind::Write,
+            start: 100,
+            len: 0,
+            flock: false,
+            reclaim: false,
+        }),
+    };
+    golden!(GOLDEN_LOCK, hex(&lock.encode()));
+    let unlock = Request {
+        id: 6,
+        authno: 1,
+        op: RequestOp::Unlock(UnlockArgs {
+            fh,
+            owner: 7,
+            start: 0,
+            len: 0,
+            flock: true,
+        }),
+    };
+    golden!(GOLDEN_UNLOCK, hex(&unlock.encode()));
+    let test = Request {
+        id: 7,
+        authno: 1,
+        op: RequestOp::TestLock(TestLockArgs {
+            fh,
+            owner: 7,
+            kind: LockKind::Read,
+            start: 0,
+            len: 10,
+            flock: false,
+        }),
+    };
+    golden!(GOLDEN_TESTLOCK, hex(&test.encode()));
+    let conflict = ServerMessage::Reply(Reply {
+        id: 7,
+        result: Ok(ReplyBody::TestLock {
+            conflict: Some(LockConflict {
+                kind: LockKind::Write,
+                start: 100,
+                len: 0,
+                holder: 3,
+            }),
+        }),
+    });
+    golden!(GOLDEN_TESTLOCK_REPLY, hex(&conflict.encode()));
+    let denied = ServerMessage::Reply(Reply {
+        id: 5,
+        result: Err(NfsStatus::Denied),
+    });
+    golden!(GOLDEN_DENIED_REPLY, hex(&denied.encode()));
+}
+
 const GOLDEN_SERVER_PUBLIC: &str =
     "07a37cbc142093c8b755dc1b10e86cb426374ad16aa853ed0bdfc0b2b86d1c7c";
 const GOLDEN_NAME: &str = "@golden.example,qgb279mykna3ygncmhv597gyij86gt4x";
@@ -294,3 +356,8 @@ const GOLDEN_APPEND: &str = "0000000000000004000000010000006d0000003000000001000
 const GOLDEN_APPEND_REPLY: &str = "000000010000000000000004000000000000006d00000000000000050000000007070707070707070000000000001234";
 const GOLDEN_AES_RECORD_0: &str = "0000000509bdc8de9455c7f128d501bd2ec95cbe2bd41aada0";
 const GOLDEN_AES_RECORD_1: &str = "000000003b01f64808767a6a2215c095d5e5e5ce";
+const GOLDEN_LOCK: &str = "00000000000000050000000100000071000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e112233445566778800000002000000000000006400000000000000000000000000000000";
+const GOLDEN_UNLOCK: &str = "00000000000000060000000100000072000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e00000000000000070000000000000000000000000000000000000001";
+const GOLDEN_TESTLOCK: &str = "00000000000000070000000100000073000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e0000000000000007000000010000000000000000000000000000000a00000000";
+const GOLDEN_TESTLOCK_REPLY: &str = "00000001000000000000000700000000000000730000000100000002000000000000006400000000000000000000000000000003";
+const GOLDEN_DENIED_REPLY: &str = "0000000100000000000000050000271a";

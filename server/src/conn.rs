@@ -225,8 +225,13 @@ impl Conn {
         if let Phase::Open(open) = &self.phase
             && let Some(record) = &open.client
         {
-            // Its client may come back within the grace period for the replies.
-            srv.clients.unbind(record, self.id, Instant::now());
+            // Its client may come back within the grace period for the replies and its locks.
+            let now = Instant::now();
+            if srv.clients.unbind(record, self.id, now) {
+                srv.locks
+                    .lock()
+                    .client_gone(crate::locks::LockClient::record(record.key), now);
+            }
         }
         self.phase = Phase::Closed;
         if let Some(reg) = self.reg.take() {
@@ -623,6 +628,9 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
                             resumed = bound.resumed,
                             "session"
                         );
+                        srv.locks
+                            .lock()
+                            .client_back(crate::locks::LockClient::record(bound.record.key));
                         open.client = Some(bound.record);
                         ReplyBody::Session {
                             slots: bound.slots,
@@ -710,6 +718,10 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
     } else {
         srv.lease_ms_now.load(Ordering::Relaxed)
     };
+    let record = match &c.phase {
+        Phase::Open(open) => open.client.as_ref().map(|r| r.key),
+        _ => None,
+    };
     let d = Dispatch {
         conn: conn.clone(),
         id: c.id,
@@ -717,6 +729,7 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
         creds,
         reserved,
         lease_ms,
+        record,
     };
     match op {
         RequestOp::Read { fh, offset, .. } => match srv.handle_key.verify(&fh) {

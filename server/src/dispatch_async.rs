@@ -28,6 +28,7 @@ impl Server {
             creds,
             reserved,
             lease_ms,
+            ..
         } = d;
         let srv = self.clone();
         let holder = Holder {

@@ -13,6 +13,8 @@ mod fs;
 mod leases;
 mod limits;
 mod listener;
+mod lock_ops;
+mod locks;
 mod narrow;
 mod output;
 mod read;

@@ -236,13 +236,15 @@ impl ClientRecords {
     }
 
     /// Connection `conn`, bound to `record`, closed: the record's grace period starts (unless
-    /// another connection has taken it over).
-    pub fn unbind(&self, record: &Record, conn: ConnId, now: Instant) {
+    /// another connection has taken it over). Whether it did (the client has no connection).
+    pub fn unbind(&self, record: &Record, conn: ConnId, now: Instant) -> bool {
         let mut st = record.state.lock();
         if st.bound == Some(conn) {
             st.bound = None;
             st.unbound_since = Some(now);
+            return true;
         }
+        false
     }
 
     /// Records in the table.

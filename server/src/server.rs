@@ -99,6 +99,8 @@ pub struct Server {
     /// `max_startups` of them), or a flood would fill it with connections already on their way
     /// out.
     pub doomed: AtomicUsize,
+    /// Byte-range and `flock` locks (see [`crate::locks`] for why a mutex, not color 0).
+    pub locks: parking_lot::Mutex<crate::locks::LockTable>,
 }
 
 impl Server {
@@ -156,6 +158,8 @@ impl Server {
             draining: AtomicBool::new(false),
             startups_dropped: AtomicU64::new(0),
             doomed: AtomicUsize::new(0),
+            // A closed connection's locks last as long as the leases it was granted.
+            locks: parking_lot::Mutex::new(crate::locks::LockTable::new(settings.lease)),
             changes: Changes::new(),
             // A record per connection, and as many again of clients whose connection broke,
             // each kept for one lease: a client back within it finds its replies.
@@ -198,6 +202,9 @@ pub struct Dispatch {
     pub reserved: usize,
     /// The lease this connection is granted now (0 over its share or when the table is full).
     pub lease_ms: u32,
+    /// The key of the client's reply-cache record, if the connection has one (its locks are
+    /// the client's, kept across its reconnects).
+    pub record: Option<u64>,
 }
 
 impl Server {
@@ -242,7 +249,11 @@ impl Server {
     /// Connection color: any other storage operation goes to a storage thread; its completion
     /// runs in color 0, which owns the lease table, then the reply goes back to the
     /// connection's color.
-    pub fn dispatch(self: &Arc<Self>, d: Dispatch, mut op: RequestOp) {
+    pub fn dispatch(self: &Arc<Self>, d: Dispatch, op: RequestOp) {
+        let mut op = match crate::lock_ops::take(op) {
+            crate::lock_ops::Split::Lock(lock) => return self.dispatch_lock(d, lock),
+            crate::lock_ops::Split::Other(op) => op,
+        };
         // One default mode for objects made without one, whichever backend makes them.
         crate::fs::fill_default_mode(&mut op);
         let storage = match &self.storage {
@@ -256,6 +267,7 @@ impl Server {
             creds,
             reserved,
             lease_ms,
+            ..
         } = d;
         let holder = Holder {
             conn: id,
@@ -467,6 +479,11 @@ impl Server {
             c0.leases.drop_conn(id);
             self.publish_table(c0);
         });
+        // Its locks stay for the grace period ([`crate::locks`]).
+        self.locks.lock().client_gone(
+            crate::locks::LockClient::conn(id),
+            std::time::Instant::now(),
+        );
         match &self.storage {
             Backend::Local(storage) => storage.connection_closed(id),
             Backend::Async(storage) => storage.connection_closed(id),
@@ -488,6 +505,10 @@ impl Server {
             });
             if reaped > 0 {
                 tracing::debug!(reaped, "expired leases reaped");
+            }
+            let locks = srv.locks.lock().reap(std::time::Instant::now());
+            if locks > 0 {
+                tracing::info!(locks, "locks of connections gone past the grace released");
             }
             if !srv.h.is_stopping() {
                 srv.start_reaper(every);

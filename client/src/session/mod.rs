@@ -36,6 +36,7 @@ pub mod error;
 mod handshake;
 pub mod invalidations;
 pub mod limits;
+mod locks;
 mod ops;
 mod slots;
 mod xattr;

@@ -1078,3 +1078,22 @@ async fn append_to_a_version_2_server_is_not_supported_and_not_sent() {
         .unwrap_err();
     assert!(matches!(e, SessionError::Nfs(NfsStatus::NotSupp)), "{e}");
 }
+
+/// A server of protocol version 2 has no locks: LOCK answers "no locks available" without
+/// anything being sent (such a server would close the connection on the procedure).
+#[tokio::test]
+async fn locks_on_a_version_2_server_are_not_available_and_not_sent() {
+    let f = fake(Box::new(|_, req| panic!("sent {:?}", req.op))).await;
+    let c = Client::new(&f.name, None, quick());
+    let args = protocol::LockArgs {
+        fh: FH,
+        owner: 1,
+        kind: protocol::LockKind::Write,
+        start: 0,
+        len: 0,
+        flock: false,
+        reclaim: false,
+    };
+    let e = c.lock(args).await.unwrap_err();
+    assert!(matches!(e, SessionError::Nfs(NfsStatus::NoLck)), "{e}");
+}

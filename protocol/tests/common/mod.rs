@@ -173,6 +173,63 @@ fn plain_request_op() -> impl Strategy<Value = RequestOp> {
         fh().prop_map(|fh| RequestOp::ReadLink { fh }).boxed(),
         fh().prop_map(|fh| RequestOp::Open { fh }).boxed(),
         fh().prop_map(|fh| RequestOp::Close { fh }).boxed(),
+        (
+            fh(),
+            any::<u64>(),
+            lock_kind(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(fh, owner, kind, start, len, flock, reclaim)| {
+                RequestOp::Lock(protocol::LockArgs {
+                    fh,
+                    owner,
+                    kind,
+                    start,
+                    len,
+                    flock,
+                    reclaim,
+                })
+            })
+            .boxed(),
+        (
+            fh(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>(),
+        )
+            .prop_map(|(fh, owner, start, len, flock)| {
+                RequestOp::Unlock(protocol::UnlockArgs {
+                    fh,
+                    owner,
+                    start,
+                    len,
+                    flock,
+                })
+            })
+            .boxed(),
+        (
+            fh(),
+            any::<u64>(),
+            lock_kind(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>(),
+        )
+            .prop_map(|(fh, owner, kind, start, len, flock)| {
+                RequestOp::TestLock(protocol::TestLockArgs {
+                    fh,
+                    owner,
+                    kind,
+                    start,
+                    len,
+                    flock,
+                })
+            })
+            .boxed(),
         (fh(), xattr_name())
             .prop_map(|(fh, name)| RequestOp::GetXattr { fh, name })
             .boxed(),
@@ -376,6 +433,20 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
         (any::<u32>(), any::<bool>())
             .prop_map(|(slots, resumed)| ReplyBody::Session { slots, resumed })
             .boxed(),
+        Just(ReplyBody::Lock).boxed(),
+        Just(ReplyBody::Unlock).boxed(),
+        prop::option::of(
+            (lock_kind(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+                |(kind, start, len, holder)| protocol::LockConflict {
+                    kind,
+                    start,
+                    len,
+                    holder,
+                },
+            ),
+        )
+        .prop_map(|conflict| ReplyBody::TestLock { conflict })
+        .boxed(),
         attr().prop_map(|attr| ReplyBody::GetAttr { attr }).boxed(),
         opt_attr()
             .prop_map(|attr| ReplyBody::SetAttr { attr })
@@ -526,5 +597,12 @@ pub fn server_message() -> impl Strategy<Value = ServerMessage> {
             .prop_map(|(id, s)| ServerMessage::Reply(Reply { id, result: Err(s) })),
         1 => (fh(), opt_attr())
             .prop_map(|(fh, attr)| ServerMessage::Invalidate(Invalidate { fh, attr })),
+    ]
+}
+
+pub fn lock_kind() -> impl Strategy<Value = protocol::LockKind> {
+    prop_oneof![
+        Just(protocol::LockKind::Read),
+        Just(protocol::LockKind::Write)
     ]
 }

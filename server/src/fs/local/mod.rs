@@ -291,6 +291,8 @@ impl LocalFs {
             | Op::Session { .. }
             | Op::Sequence { .. }
             | Op::Read { .. } => Err(NfsStatus::ServerFault),
+            // The lock table's ([`crate::lock_ops`]), never storage's.
+            Op::Lock(_) | Op::Unlock(_) | Op::TestLock(_) => Err(NfsStatus::ServerFault),
         }
     }
 }

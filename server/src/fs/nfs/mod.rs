@@ -784,6 +784,10 @@ impl Inner {
             | RequestOp::Session { .. }
             | RequestOp::Sequence { .. }
             | RequestOp::Read { .. } => fail(done, NfsStatus::ServerFault),
+            // The lock table's ([`crate::lock_ops`]), never storage's.
+            RequestOp::Lock(_) | RequestOp::Unlock(_) | RequestOp::TestLock(_) => {
+                fail(done, NfsStatus::ServerFault)
+            }
         }
     }
 

@@ -1,0 +1,213 @@
+//! LOCK, UNLOCK and TESTLOCK: the caller's access is checked by the storage backend as the
+//! caller (an ACCESS on the handle, on a storage thread or through the NFS backend), which
+//! also verifies the handle and names the object; then the [`crate::locks`] table answers,
+//! and the reply goes straight back to the connection's color (locks grant no leases and
+//! change no attributes, so color 0 has nothing to do).
+//!
+//! Who may: a logged-in user (never anonymous: a lock holds server memory); a write lock
+//! needs write access to the file and a read lock read access, as `fcntl(2)` needs a
+//! descriptor open for writing or reading; UNLOCK and TESTLOCK need only a valid handle. A
+//! read-only export serves read locks and answers write locks `ROFS`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use libcolor::Color;
+use protocol::{LockKind, NfsStatus, Reply, ReplyBody, RequestOp, access};
+
+use crate::conn;
+use crate::fs::{Backend, ObjKey, OpCtx, Outcome};
+use crate::locks::{Holder, LockClient, Range};
+use crate::server::{Dispatch, Server};
+
+/// A lock request, split from the other operations by [`take`].
+pub enum LockOp {
+    Lock(protocol::LockArgs),
+    Unlock(protocol::UnlockArgs),
+    Test(protocol::TestLockArgs),
+}
+
+/// A request: a lock request, or any other.
+pub enum Split {
+    Lock(LockOp),
+    Other(RequestOp),
+}
+
+/// `op` as a lock request, or back as it was.
+pub fn take(op: RequestOp) -> Split {
+    match op {
+        RequestOp::Lock(a) => Split::Lock(LockOp::Lock(a)),
+        RequestOp::Unlock(a) => Split::Lock(LockOp::Unlock(a)),
+        RequestOp::TestLock(a) => Split::Lock(LockOp::Test(a)),
+        op => Split::Other(op),
+    }
+}
+
+impl LockOp {
+    fn fh(&self) -> protocol::FileHandle {
+        match self {
+            LockOp::Lock(a) => a.fh,
+            LockOp::Unlock(a) => a.fh,
+            LockOp::Test(a) => a.fh,
+        }
+    }
+
+    /// The ACCESS bits the caller needs.
+    fn needs(&self) -> u32 {
+        match self {
+            LockOp::Lock(a) if a.kind == LockKind::Write => access::MODIFY,
+            LockOp::Lock(_) => access::READ,
+            LockOp::Unlock(_) | LockOp::Test(_) => 0,
+        }
+    }
+}
+
+/// Where a reply goes.
+struct ReplyTo {
+    conn: conn::ConnRef,
+    id: crate::leases::ConnId,
+    req_id: u64,
+    reserved: usize,
+}
+
+impl Server {
+    /// Connection color: checks what needs no storage, then has the backend check access.
+    pub(crate) fn dispatch_lock(self: &Arc<Self>, d: Dispatch, op: LockOp) {
+        let refused = if d.creds.anonymous {
+            Some(NfsStatus::Acces)
+        } else {
+            match &op {
+                LockOp::Lock(a) if a.reclaim => Some(NfsStatus::NotSupp),
+                LockOp::Lock(a) if a.kind == LockKind::Write && self.read_only => {
+                    Some(NfsStatus::RoFs)
+                }
+                _ => None,
+            }
+        };
+        if let Some(s) = refused {
+            return self.answer_lock(d, Err(s));
+        }
+        let ctx = OpCtx {
+            creds: d.creds.clone(),
+            lease_ms: 0,
+            conn: d.id,
+        };
+        let check = RequestOp::Access {
+            fh: op.fh(),
+            access: op.needs(),
+        };
+        let to = ReplyTo {
+            conn: d.conn.clone(),
+            id: d.id,
+            req_id: d.req_id,
+            reserved: d.reserved,
+        };
+        let srv = self.clone();
+        let finish = move |outcome: Outcome| {
+            let result = srv.apply_lock(&d, &op, outcome);
+            srv.answer_lock(d, result);
+        };
+        match &self.storage {
+            Backend::Local(storage) => {
+                let storage = storage.clone();
+                let id = ctx.conn;
+                let submitted = self
+                    .fs_pool
+                    .submit(id, move || finish(storage.execute(&ctx, check)));
+                if submitted.is_err() {
+                    // The storage threads are full: try later.
+                    self.answer_to(to, Err(NfsStatus::Jukebox));
+                }
+            }
+            Backend::Async(b) => b.submit(ctx, check, Box::new(finish)),
+        }
+    }
+
+    /// After the access check: the table's answer.
+    fn apply_lock(
+        &self,
+        d: &Dispatch,
+        op: &LockOp,
+        outcome: Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        let granted = match outcome.result? {
+            ReplyBody::Access { access, .. } => access,
+            _ => return Err(NfsStatus::ServerFault),
+        };
+        if granted & op.needs() != op.needs() {
+            return Err(NfsStatus::Acces);
+        }
+        let key: ObjKey = outcome
+            .leased
+            .first()
+            .map(|(k, _)| *k)
+            .ok_or(NfsStatus::ServerFault)?;
+        let client = LockClient::of(d.id, d.record);
+        let uid = d.creds.uid;
+        let mut t = self.locks.lock();
+        t.reap(Instant::now());
+        match *op {
+            LockOp::Lock(a) => {
+                let holder = Holder {
+                    client,
+                    uid,
+                    owner: a.owner,
+                };
+                let r = Range::from_wire(a.start, a.len)?;
+                t.lock(key, holder, a.kind, r, a.flock)?;
+                Ok(ReplyBody::Lock)
+            }
+            LockOp::Unlock(a) => {
+                let holder = Holder {
+                    client,
+                    uid,
+                    owner: a.owner,
+                };
+                let r = Range::from_wire(a.start, a.len)?;
+                t.unlock(key, holder, r, a.flock)?;
+                Ok(ReplyBody::Unlock)
+            }
+            LockOp::Test(a) => {
+                let holder = Holder {
+                    client,
+                    uid,
+                    owner: a.owner,
+                };
+                let r = Range::from_wire(a.start, a.len)?;
+                Ok(ReplyBody::TestLock {
+                    conflict: t.test(key, holder, a.kind, r, a.flock),
+                })
+            }
+        }
+    }
+
+    /// The reply, sent in the connection's color.
+    fn answer_lock(self: &Arc<Self>, d: Dispatch, result: Result<ReplyBody, NfsStatus>) {
+        let to = ReplyTo {
+            conn: d.conn,
+            id: d.id,
+            req_id: d.req_id,
+            reserved: d.reserved,
+        };
+        self.answer_to(to, result);
+    }
+
+    fn answer_to(self: &Arc<Self>, to: ReplyTo, result: Result<ReplyBody, NfsStatus>) {
+        let ReplyTo {
+            conn,
+            id,
+            req_id,
+            reserved,
+        } = to;
+        let srv = self.clone();
+        self.h.cpucb(Color(id), move || {
+            conn::complete(
+                &srv,
+                &conn,
+                reserved,
+                Reply { id: req_id, result },
+                Vec::new(),
+            )
+        });
+    }
+}
