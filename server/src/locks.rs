@@ -178,7 +178,7 @@ fn conflict_of(e: &Entry) -> LockConflict {
         kind: e.kind,
         start: e.range.start,
         len: e.range.len(),
-        holder: u64::from(e.holder.client.0),
+        holder: e.holder.client.0,
     }
 }
 
