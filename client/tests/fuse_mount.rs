@@ -53,25 +53,6 @@ fn setup() -> Setup {
     setup_users(&[])
 }
 
-/// `sfs keygen --out key`: the public key.
-fn keygen(home: &Path, key: &Path) -> String {
-    let mut c = sfs_cmd(home);
-    c.args(["keygen", "--out"]).arg(key);
-    let out = run(c, LIMIT);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .last()
-        .unwrap()
-        .trim()
-        .to_owned()
-}
-
 /// [`setup`] plus users `(name, uid)` (uid = gid) with keys in `DIR/idents/UID`.
 fn setup_users(extra: &[(&str, u32)]) -> Setup {
     setup_owned(None, extra)
@@ -114,44 +95,6 @@ fn setup_grouped(alice: Option<u32>, extra: &[(&str, u32, String)]) -> Setup {
         export,
         identity,
         server,
-    }
-}
-
-/// A mounted tree; unmounted (lazily, so it never stays) and its process killed on drop.
-struct Mount {
-    dir: PathBuf,
-    pid: u32,
-    log: PathBuf,
-}
-
-impl Mount {
-    fn alive(&self) -> bool {
-        Path::new(&format!("/proc/{}", self.pid)).exists()
-            && !fs::read_to_string(format!("/proc/{}/stat", self.pid))
-                .unwrap_or_default()
-                .contains(") Z ")
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("fusermount3")
-            .args(["-u", "-z", "--"])
-            .arg(&self.dir)
-            .output();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.alive() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if self.alive() {
-            let _ = Command::new("kill")
-                .args(["-9", &self.pid.to_string()])
-                .output();
-        }
     }
 }
 

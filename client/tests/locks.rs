@@ -126,51 +126,6 @@ struct Two {
     b: Mount,
 }
 
-/// A mounted tree; unmounted (lazily) and its process killed on drop.
-struct Mount {
-    dir: PathBuf,
-    pid: u32,
-    log: PathBuf,
-}
-
-impl Mount {
-    fn alive(&self) -> bool {
-        fs::read_to_string(format!("/proc/{}/stat", self.pid)).is_ok_and(|s| !s.contains(") Z "))
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("fusermount3")
-            .args(["-u", "-z", "--"])
-            .arg(&self.dir)
-            .output();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.alive() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if self.alive() {
-            let _ = Command::new("kill")
-                .args(["-9", &self.pid.to_string()])
-                .output();
-        }
-    }
-}
-
-fn keygen(home: &Path, key: &Path) -> String {
-    let mut c = sfs_cmd(home);
-    c.args(["keygen", "--out"]).arg(key);
-    let out = run(c, LIMIT);
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .last()
-        .unwrap()
-        .trim()
-        .to_owned()
-}
-
 /// `sfs mount WHAT` as `user` (its key in `identity`) on `DIR/name`.
 fn mount(dir: &Path, home: &Path, what: &str, user: &str, identity: &Path, name: &str) -> Mount {
     let mnt = dir.join(name);

@@ -216,3 +216,60 @@ pub fn sha256_file(p: &Path) -> String {
     std::io::copy(&mut f, &mut h).unwrap();
     format!("{:x}", h.finalize())
 }
+
+/// `sfs keygen --out key`: the public key.
+pub fn keygen(home: &Path, key: &Path) -> String {
+    let mut c = sfs_cmd(home);
+    c.args(["keygen", "--out"]).arg(key);
+    let out = run(c, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// A mounted tree; unmounted (lazily, so it never stays) and its process killed on drop.
+pub struct Mount {
+    pub dir: PathBuf,
+    pub pid: u32,
+    pub log: PathBuf,
+}
+
+impl Mount {
+    pub fn alive(&self) -> bool {
+        Path::new(&format!("/proc/{}", self.pid)).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+                .unwrap_or_default()
+                .contains(") Z ")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-z", "--"])
+            .arg(&self.dir)
+            .output();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.alive() {
+            let _ = Command::new("kill")
+                .args(["-9", &self.pid.to_string()])
+                .output();
+        }
+    }
+}
