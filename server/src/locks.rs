@@ -36,6 +36,10 @@ use crate::fs::ObjKey;
 pub const MAX_PER_CLIENT: usize = 4096;
 /// Ranges all clients together may hold.
 pub const MAX_TOTAL: usize = 65536;
+/// Ranges one server user may hold, on all its clients together: four clients' worth, a
+/// quarter of the table, so one user opening many connections cannot take every lock from
+/// the others.
+pub const MAX_PER_USER: usize = 4 * MAX_PER_CLIENT;
 
 /// Who a lock is charged to and kept for: the client's reply-cache record when its connection
 /// has one (SESSION: the same on each of the client's connections, so its locks survive a
@@ -167,8 +171,11 @@ impl From<Refused> for NfsStatus {
 pub struct LockTable {
     files: HashMap<ObjKey, FileLocks>,
     clients: HashMap<LockClient, ClientState>,
+    /// Ranges held per server uid.
+    users: HashMap<u32, usize>,
     total: usize,
     max_per_client: usize,
+    max_per_user: usize,
     max_total: usize,
     grace: Duration,
 }
@@ -210,17 +217,33 @@ fn cut(e: Entry, r: Range) -> impl Iterator<Item = Entry> {
 impl LockTable {
     /// An empty table whose closed connections keep their locks for `grace`.
     pub fn new(grace: Duration) -> LockTable {
-        LockTable::with_bounds(grace, MAX_PER_CLIENT, MAX_TOTAL)
+        LockTable::with_bounds(grace, MAX_PER_CLIENT, MAX_PER_USER, MAX_TOTAL)
     }
 
-    fn with_bounds(grace: Duration, max_per_client: usize, max_total: usize) -> LockTable {
+    fn with_bounds(
+        grace: Duration,
+        max_per_client: usize,
+        max_per_user: usize,
+        max_total: usize,
+    ) -> LockTable {
         LockTable {
             files: HashMap::new(),
             clients: HashMap::new(),
+            users: HashMap::new(),
             total: 0,
             max_per_client,
+            max_per_user,
             max_total,
             grace,
+        }
+    }
+
+    /// Adds `more` (or takes `less`) ranges to `uid`'s count.
+    fn charge_user(&mut self, uid: u32, more: usize, less: usize) {
+        let n = self.users.entry(uid).or_default();
+        *n = (*n + more).saturating_sub(less);
+        if *n == 0 {
+            self.users.remove(&uid);
         }
     }
 
@@ -349,10 +372,14 @@ impl LockTable {
         mine: usize,
         new: Vec<Entry>,
     ) -> Result<(), Refused> {
+        let user = self.users.get(&holder.uid).copied().unwrap_or(0);
         let client = self.clients.entry(holder.client).or_default();
         if new.len() > mine {
             let more = new.len() - mine;
-            if client.ranges + more > self.max_per_client || self.total + more > self.max_total {
+            if client.ranges + more > self.max_per_client
+                || user + more > self.max_per_user
+                || self.total + more > self.max_total
+            {
                 if client.ranges == 0 {
                     self.clients.remove(&holder.client);
                 }
@@ -364,6 +391,7 @@ impl LockTable {
         if client.ranges == 0 {
             self.clients.remove(&holder.client);
         }
+        self.charge_user(holder.uid, new.len(), mine);
         let f = self.files.entry(key).or_default();
         let space = f.space(flock);
         space.retain(|e| e.holder != holder);
@@ -430,11 +458,22 @@ impl LockTable {
                 self.total -= c.ranges;
             }
         }
+        let mut released: HashMap<u32, usize> = HashMap::new();
         self.files.retain(|_, f| {
-            f.posix.retain(|e| !expired.contains(&e.holder.client));
-            f.flock.retain(|e| !expired.contains(&e.holder.client));
+            for space in [&mut f.posix, &mut f.flock] {
+                space.retain(|e| {
+                    let gone = expired.contains(&e.holder.client);
+                    if gone {
+                        *released.entry(e.holder.uid).or_default() += 1;
+                    }
+                    !gone
+                });
+            }
             !(f.posix.is_empty() && f.flock.is_empty())
         });
+        for (uid, n) in released {
+            self.charge_user(uid, 0, n);
+        }
         before - self.total
     }
 }
@@ -559,7 +598,7 @@ mod tests {
 
     #[test]
     fn bounds_refuse_before_changing_anything() {
-        let mut t = LockTable::with_bounds(Duration::from_secs(1), 3, 4);
+        let mut t = LockTable::with_bounds(Duration::from_secs(1), 3, 100, 4);
         let (a, b) = (h(1, 1), h(2, 1));
         for i in 0..3 {
             t.lock(K, a, W, r(i * 10, i * 10), false).unwrap();
@@ -582,6 +621,44 @@ mod tests {
         // Releasing everything always works.
         t.unlock(K, a, Range::ALL, false).unwrap();
         assert_eq!(t.total(), 1);
+    }
+
+    #[test]
+    fn one_user_on_many_clients_is_bounded_and_gets_its_share_back() {
+        // Three ranges a client, four a user, ten in all.
+        let mut t = LockTable::with_bounds(Duration::from_secs(1), 3, 4, 10);
+        let user = |client, owner| Holder {
+            client: LockClient(client),
+            uid: 1000,
+            owner,
+        };
+        for i in 0..3 {
+            t.lock(K, user(1, 1), W, r(i * 10, i * 10), false).unwrap();
+        }
+        t.lock(K, user(2, 1), W, r(100, 100), false).unwrap();
+        // A third client of the same user: over the user's share.
+        assert_eq!(
+            t.lock(K, user(3, 1), W, r(200, 200), false),
+            Err(Refused::NoLck)
+        );
+        // Another user still has room.
+        let other = Holder {
+            client: LockClient(9),
+            uid: 2000,
+            owner: 1,
+        };
+        t.lock(K, other, W, r(300, 300), false).unwrap();
+        // Released, by unlock or by the reaper, the share comes back.
+        t.unlock(K, user(2, 1), Range::ALL, false).unwrap();
+        t.lock(K, user(3, 1), W, r(200, 200), false).unwrap();
+        let t0 = Instant::now();
+        t.client_gone(LockClient(1), t0);
+        assert_eq!(t.reap(t0 + Duration::from_secs(2)), 3);
+        for i in 0..3 {
+            t.lock(K, user(4, 1), W, r(400 + i * 10, 400 + i * 10), false)
+                .unwrap_or_else(|e| panic!("{i}: {e:?}"));
+        }
+        assert_eq!(t.users.get(&1000), Some(&4));
     }
 
     #[test]
