@@ -66,6 +66,18 @@ pub fn cpu_times(pid: u32) -> Option<CpuTimes> {
     })
 }
 
+/// Whether a child has exited but is not reaped yet (a zombie: its /proc entry still holds
+/// its final CPU times), or is gone altogether.
+pub fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 2..))
+            .is_some_and(|rest| rest.starts_with('Z') || rest.starts_with('X')),
+        Err(_) => true,
+    }
+}
+
 /// utime + stime of a process.
 pub fn cpu_time(pid: u32) -> Option<Duration> {
     cpu_times(pid).map(CpuTimes::total)
@@ -92,6 +104,7 @@ mod tests {
             std::hint::spin_loop();
         }
         assert!(cpu_time(me).is_some());
+        assert!(!exited(me));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
@@ -115,6 +128,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "{command} still runs");
             std::thread::sleep(Duration::from_millis(10));
         }
+        assert!(exited(pid), "a zombie has exited");
         let times = cpu_times(pid).unwrap();
         child.wait().unwrap();
         times

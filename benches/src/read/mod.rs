@@ -5,6 +5,7 @@
 
 mod ganesha;
 pub mod load;
+mod nginx;
 mod plot;
 pub(crate) mod servers;
 pub(crate) mod sftp;
@@ -22,6 +23,7 @@ use serde::Serialize;
 
 use crate::report::{median, median_of_present, spread};
 use load::{LoadConfig, Progress, Target};
+use protocol::record::Cipher;
 use servers::Server;
 
 pub const DATA_FILE: &str = "data.bin";
@@ -76,7 +78,8 @@ pub struct ReadArgs {
     #[arg(long)]
     workdir: Option<PathBuf>,
     /// Also measure what a user would pick instead, in the same run: `sftp` (OpenSSH sshd on
-    /// loopback, pinned like sfsd, with chacha20-poly1305 and aes128-gcm)
+    /// loopback, pinned like sfsd, with chacha20-poly1305 and aes128-gcm), `nginx` (HTTPS,
+    /// TLS 1.3 with ChaCha20-Poly1305 and AES-256-GCM, loaded by wrk)
     #[arg(long, value_delimiter = ',')]
     peer: Vec<Peer>,
     /// Where sfsd gets the files: `local` (the export directory) or `nfs` (NFS-Ganesha on
@@ -95,6 +98,8 @@ pub enum Backend {
 pub enum Peer {
     /// OpenSSH SFTP, one connection per client
     Sftp,
+    /// nginx over TLS 1.3, one wrk keep-alive connection per client
+    Nginx,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
@@ -114,6 +119,14 @@ pub enum Mode {
     #[value(skip)]
     #[serde(rename = "sftp-aes128-gcm")]
     SftpAes128Gcm,
+    /// nginx, TLS 1.3 with TLS_CHACHA20_POLY1305_SHA256 (selected with --peer nginx)
+    #[value(skip)]
+    #[serde(rename = "nginx-chacha20-poly1305")]
+    NginxChacha20,
+    /// nginx, TLS 1.3 with TLS_AES_256_GCM_SHA384 (selected with --peer nginx)
+    #[value(skip)]
+    #[serde(rename = "nginx-aes256-gcm")]
+    NginxAes256Gcm,
 }
 
 impl Mode {
@@ -124,14 +137,29 @@ impl Mode {
             Mode::Ncopy => "ncopy",
             Mode::SftpChacha20 => "sftp-chacha20-poly1305",
             Mode::SftpAes128Gcm => "sftp-aes128-gcm",
+            Mode::NginxChacha20 => "nginx-chacha20-poly1305",
+            Mode::NginxAes256Gcm => "nginx-aes256-gcm",
         }
     }
 
+    /// A peer's cipher, in its own tool's name (`None` for sfsd's modes).
     fn cipher(self) -> Option<&'static str> {
         match self {
             Mode::SftpChacha20 => Some(sftp::CIPHERS[0]),
             Mode::SftpAes128Gcm => Some(sftp::CIPHERS[1]),
-            _ => None,
+            Mode::NginxChacha20 => Some(nginx::CIPHERS[0]),
+            Mode::NginxAes256Gcm => Some(nginx::CIPHERS[1]),
+            Mode::Mp | Mode::Uni | Mode::Ncopy => None,
+        }
+    }
+
+    /// The AEAD family of a peer's cipher, to set its CPU per byte beside sfsd's with the
+    /// same family (sftp's AES-GCM has a 128-bit key, sfs's and nginx's 256).
+    fn family(self) -> Option<Cipher> {
+        match self {
+            Mode::SftpChacha20 | Mode::NginxChacha20 => Some(Cipher::ChaCha20Poly1305),
+            Mode::SftpAes128Gcm | Mode::NginxAes256Gcm => Some(Cipher::Aes256Gcm),
+            Mode::Mp | Mode::Uni | Mode::Ncopy => None,
         }
     }
 }
@@ -167,6 +195,9 @@ struct Row {
     mp_over_ncopy: Option<f64>,
     /// For peer rows: sfsd `mp` throughput divided by this row's, at the same CPU count.
     mp_over_this: Option<f64>,
+    /// For peer rows whose cipher is of the family sfsd used in this run: sfsd `mp`'s
+    /// cpu-s/GB divided by this row's, at the same CPU count (below 1: sfsd spends less).
+    mp_cpu_over_this: Option<f64>,
     server_cpu_s_per_gb: f64,
     /// The kernel's share of `server_cpu_s_per_gb` (system calls, the page-cache copy, and
     /// loopback TCP, whose receiving side runs inside the server's sends).
@@ -240,6 +271,11 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         eprintln!("note: skipping the sftp peer: {e}");
         sftp = false;
     }
+    let mut nginx = args.peer.contains(&Peer::Nginx);
+    if nginx && let Err(e) = nginx::check_available() {
+        eprintln!("note: skipping the nginx peer: {e}");
+        nginx = false;
+    }
     for &cpus in &cpu_counts {
         for mode in [Mode::Mp, Mode::Ncopy] {
             if args.modes.contains(&mode) {
@@ -248,6 +284,11 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         }
         if sftp {
             for mode in [Mode::SftpChacha20, Mode::SftpAes128Gcm] {
+                configs.push(Config { mode, cpus });
+            }
+        }
+        if nginx {
+            for mode in [Mode::NginxChacha20, Mode::NginxAes256Gcm] {
                 configs.push(Config { mode, cpus });
             }
         }
@@ -346,7 +387,7 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         &configs,
         &samples,
         (ctx.clients, ctx.machine_cpus),
-        cipher.seal_cpu_s_per_gb,
+        (args.cipher.cipher(), cipher.seal_cpu_s_per_gb),
     );
     print_table(&rows);
     if let Some(path) = &args.json {
@@ -463,9 +504,50 @@ fn measure_sftp(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sam
     })
 }
 
+/// nginx serves the data file sfsd serves; wrk, pinned to the client CPUs with one connection
+/// per load client, fetches it over and over: once for the warm-up, once for the window.
+fn measure_nginx(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sample> {
+    let server_cpus: Vec<usize> = (0..config.cpus).collect();
+    let server = nginx::Nginx::start(
+        &ctx.workdir.join("nginx"),
+        &server_cpus,
+        cipher,
+        &ctx.exports[0],
+    )?;
+    let cpus = client_cpus(config.cpus, ctx.machine_cpus);
+    // One or two wrk threads, as the load has CPUs (wrk needs a connection per thread).
+    let threads = cpus.len().clamp(1, 2).min(ctx.clients);
+    let url = server.url(DATA_FILE);
+    let wrk = |seconds: f64| nginx::run_wrk(&server, &url, &cpus, ctx.clients, threads, seconds);
+    if !ctx.warmup.is_zero() {
+        wrk(ctx.warmup.as_secs_f64())?;
+    }
+    let c0 = server.cpu_times();
+    let run = wrk(ctx.duration.as_secs_f64())?;
+    let c1 = server.cpu_times();
+    drop(server);
+    let moved = run.summary.bytes as f64;
+    if moved == 0.0 {
+        bail!("wrk read nothing from nginx during the window");
+    }
+    let used = c1.since(c0);
+    Ok(Sample {
+        mb_per_s: moved / 1e6 / run.summary.duration.as_secs_f64().max(1e-9),
+        server_cpu_s_per_gb: used.total().as_secs_f64() / (moved / 1e9),
+        server_system_share: used.system_share(),
+        backend_cpu_s_per_gb: None,
+        client_cpu_s_per_gb: run.cpu.as_secs_f64() / (moved / 1e9),
+        serial_fraction: None,
+    })
+}
+
 fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
-    if let Some(cipher) = config.mode.cipher() {
-        return measure_sftp(ctx, config, cipher);
+    match (config.mode, config.mode.cipher()) {
+        (Mode::NginxChacha20 | Mode::NginxAes256Gcm, Some(cipher)) => {
+            return measure_nginx(ctx, config, cipher);
+        }
+        (_, Some(cipher)) => return measure_sftp(ctx, config, cipher),
+        (_, None) => {}
     }
     let server_cpus: Vec<usize> = (0..config.cpus).collect();
     let mut servers = Vec::new();
@@ -568,14 +650,23 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
 }
 
 /// One row per configuration: medians over its samples and the ratios between rows.
-/// `(clients, machine_cpus)`: the load's shape, for the notes.
+/// `(clients, machine_cpus)`: the load's shape, for the notes; `(sfs_cipher, cipher)`: the
+/// cipher sfsd sealed with in this run and its seal cost alone in cpu-s/GB.
 fn summarise(
     configs: &[Config],
     samples: &[Vec<Sample>],
     (clients, machine_cpus): (usize, usize),
-    cipher: f64,
+    (sfs_cipher, cipher): (Cipher, f64),
 ) -> Vec<Row> {
     let med = |i: usize| median(&samples[i].iter().map(|s| s.mb_per_s).collect::<Vec<_>>());
+    let med_cpu = |i: usize| {
+        median(
+            &samples[i]
+                .iter()
+                .map(|s| s.server_cpu_s_per_gb)
+                .collect::<Vec<_>>(),
+        )
+    };
     let find = |mode: Mode, cpus: usize| {
         configs
             .iter()
@@ -612,6 +703,10 @@ fn summarise(
                     .cipher()
                     .and_then(|_| find(Mode::Mp, config.cpus))
                     .map(|j| med(j) / mb),
+                mp_cpu_over_this: (config.mode.family() == Some(sfs_cipher))
+                    .then(|| find(Mode::Mp, config.cpus))
+                    .flatten()
+                    .map(|j| med_cpu(j) / server_cpu),
                 server_cpu_s_per_gb: server_cpu,
                 server_system_share: median_of(|s| s.server_system_share),
                 backend_cpu_s_per_gb: median_of(|s| s.backend_cpu_s_per_gb),
@@ -630,7 +725,7 @@ fn print_table(rows: &[Row]) {
     let opt =
         |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
     println!(
-        "{:<23} {:>4} {:>7} {:>10} {:>21} {:>9} {:>9} {:>9} {:>11} {:>8} {:>6} {:>7} {:>7}  note",
+        "{:<23} {:>4} {:>7} {:>10} {:>21} {:>9} {:>9} {:>9} {:>11} {:>11} {:>8} {:>6} {:>7} {:>7}  note",
         "mode",
         "cpus",
         "clients",
@@ -640,6 +735,7 @@ fn print_table(rows: &[Row]) {
         "mp/ncopy",
         "mp/this",
         "cpu-s/GB",
+        "cpu mp/this",
         "x cipher",
         "kern%",
         "serial%",
@@ -647,7 +743,7 @@ fn print_table(rows: &[Row]) {
     );
     for r in rows {
         println!(
-            "{:<23} {:>4} {:>7} {:>10.0} {:>10.0} - {:<8.0} {:>9} {:>9} {:>9} {:>11.2} {:>8.2} {:>6} {:>7} {:>7}  {}",
+            "{:<23} {:>4} {:>7} {:>10.0} {:>10.0} - {:<8.0} {:>9} {:>9} {:>9} {:>11.2} {:>11} {:>8.2} {:>6} {:>7} {:>7}  {}",
             r.mode.name(),
             r.cpus,
             r.clients,
@@ -658,6 +754,7 @@ fn print_table(rows: &[Row]) {
             opt(r.mp_over_ncopy, 3),
             opt(r.mp_over_this, 2),
             r.server_cpu_s_per_gb,
+            opt(r.mp_cpu_over_this, 2),
             r.server_over_cipher,
             opt(r.server_system_share.map(|s| s * 100.0), 0),
             opt(r.serial_fraction.map(|s| s * 100.0), 1),
@@ -665,6 +762,26 @@ fn print_table(rows: &[Row]) {
             row_note(r),
         );
     }
+    for line in aim_lines(rows) {
+        println!("{line}");
+    }
+}
+
+/// Issue 27's aim, one line per nginx row with sfsd's cipher family: sfsd `mp` should spend
+/// at most half nginx's CPU per byte.
+fn aim_lines(rows: &[Row]) -> Vec<String> {
+    rows.iter()
+        .filter(|r| matches!(r.mode, Mode::NginxChacha20 | Mode::NginxAes256Gcm))
+        .filter_map(|r| {
+            let ratio = r.mp_cpu_over_this?;
+            Some(format!(
+                "sfsd mp cpu-s/GB / {} cpu-s/GB on {} CPU(s): {ratio:.2} (aim: at most 0.50, {})",
+                r.mode.name(),
+                r.cpus,
+                if ratio <= 0.5 { "met" } else { "not met" }
+            ))
+        })
+        .collect()
 }
 
 /// The note column: what the numbers do not show.
@@ -732,7 +849,7 @@ mod tests {
             vec![sample(200.0, 0.8, None)],
             vec![sample(60.0, 4.0, None)],
         ];
-        let rows = summarise(&configs, &samples, (4, 2), 0.4);
+        let rows = summarise(&configs, &samples, (4, 2), (Cipher::ChaCha20Poly1305, 0.4));
         let uni = &rows[0];
         assert_eq!(
             (uni.mb_per_s, uni.mb_per_s_min, uni.mb_per_s_max),
@@ -767,6 +884,49 @@ mod tests {
             Some(3.0),
             "mp moves 3x what the peer does"
         );
+        assert_eq!(
+            rows[3].mp_cpu_over_this,
+            Some(0.2),
+            "same family: 0.8 / 4.0"
+        );
+        assert_eq!(mp.mp_cpu_over_this, None, "not a peer");
+    }
+
+    #[test]
+    fn cpu_ratios_compare_only_the_cipher_family_sfsd_used() {
+        let configs = [
+            Config {
+                mode: Mode::Mp,
+                cpus: 1,
+            },
+            Config {
+                mode: Mode::NginxChacha20,
+                cpus: 1,
+            },
+            Config {
+                mode: Mode::NginxAes256Gcm,
+                cpus: 1,
+            },
+        ];
+        let samples = vec![
+            vec![sample(1000.0, 0.6, None)],
+            vec![sample(500.0, 2.0, None)],
+            vec![sample(800.0, 1.0, None)],
+        ];
+        let rows = summarise(&configs, &samples, (4, 2), (Cipher::Aes256Gcm, 0.3));
+        assert_eq!(rows[1].mp_cpu_over_this, None, "ChaCha20 against AES");
+        assert_eq!(rows[2].mp_cpu_over_this, Some(0.6));
+        assert_eq!(rows[2].mp_over_this, Some(1.25));
+        assert_eq!(
+            aim_lines(&rows),
+            [
+                "sfsd mp cpu-s/GB / nginx-aes256-gcm cpu-s/GB on 1 CPU(s): 0.60 (aim: at most 0.50, not met)"
+            ]
+        );
+        let rows = summarise(&configs, &samples, (4, 2), (Cipher::ChaCha20Poly1305, 0.3));
+        assert_eq!(rows[1].mp_cpu_over_this, Some(0.3));
+        assert_eq!(rows[2].mp_cpu_over_this, None);
+        assert!(aim_lines(&rows)[0].ends_with("0.30 (aim: at most 0.50, met)"));
     }
 
     #[test]

@@ -28,12 +28,14 @@ impl From<&Row> for Bar {
     }
 }
 
-const MODES: [(Mode, RGBColor); 5] = [
+const MODES: [(Mode, RGBColor); 7] = [
     (Mode::Uni, RGBColor(150, 150, 150)),
     (Mode::Mp, RGBColor(31, 119, 180)),
     (Mode::Ncopy, RGBColor(255, 127, 14)),
     (Mode::SftpChacha20, RGBColor(44, 160, 44)),
     (Mode::SftpAes128Gcm, RGBColor(148, 103, 189)),
+    (Mode::NginxChacha20, RGBColor(214, 39, 40)),
+    (Mode::NginxAes256Gcm, RGBColor(140, 86, 75)),
 ];
 
 /// Writes the chart as SVG.
@@ -117,6 +119,8 @@ fn mode_label(mode: Mode) -> &'static str {
         Mode::Ncopy => "ncopy: N uniprocessor sfsd copies",
         Mode::SftpChacha20 => "OpenSSH sftp, chacha20-poly1305",
         Mode::SftpAes128Gcm => "OpenSSH sftp, aes128-gcm",
+        Mode::NginxChacha20 => "nginx TLS 1.3, chacha20-poly1305",
+        Mode::NginxAes256Gcm => "nginx TLS 1.3, aes-256-gcm",
     }
 }
 

@@ -74,7 +74,8 @@ fn keygen(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A port on 127.0.0.1 that nothing listens on now.
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
