@@ -67,6 +67,7 @@ use crate::session::{Client, Invalidation, SessionError};
 
 mod append;
 mod xattr;
+mod xattr_ahead;
 pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
 
 /// `ioctl` answering `ENOTTY` quietly: no ioctl is in the protocol, and every `isatty(3)` on a
@@ -181,6 +182,8 @@ pub struct Shared {
     /// The node id of the server's root: [`ROOT`] for a mount of one server; in a
     /// `--namespace` mount each server has its own range of node ids starting here.
     root: u64,
+    /// Extended attributes asked along a listing are read ahead ([`xattr_ahead`]).
+    xattr_ahead: xattr_ahead::XattrAhead,
 }
 
 impl Shared {
@@ -223,6 +226,7 @@ impl Shared {
             multi_user: owner.is_some(),
             owner: owner.unwrap_or(0),
             root: base,
+            xattr_ahead: xattr_ahead::XattrAhead::default(),
         })
     }
 
@@ -818,6 +822,8 @@ impl Shared {
                 node: Some((fh, attr)),
             });
         }
+        let order = entries.iter().filter_map(|e| e.node.map(|(fh, _)| fh));
+        self.xattr_ahead.remember(dir, order.collect());
         let mut t = self.table();
         let h = t.next_listing;
         t.next_listing += 1;

@@ -28,6 +28,7 @@ impl Shared {
     ) -> Result<Sized, Errno> {
         let name = name(name_)?;
         let fh = self.fh(ino)?;
+        self.xattr_ahead.before_ask(c, &fh, Some(name)).await;
         value(c.getxattr(&fh, name).await.map_err(errno)?, size)
     }
 
@@ -38,6 +39,7 @@ impl Shared {
         size: u32,
     ) -> Result<Sized, Errno> {
         let fh = self.fh(ino)?;
+        self.xattr_ahead.before_ask(c, &fh, None).await;
         list(&c.listxattr(&fh).await.map_err(errno)?, size)
     }
 
