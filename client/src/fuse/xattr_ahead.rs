@@ -40,6 +40,7 @@ use parking_lot::Mutex;
 use protocol::FileHandle;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
+use crate::cache::XattrAnswer;
 use crate::session::Client;
 
 /// Entries read ahead of the one asked for.
@@ -115,8 +116,9 @@ impl Remembered {
     /// The entries to read ahead now that `asked` was asked for entry `i`: none the first
     /// time (one file is no walk), nor when the asks go backwards or repeat (a size probe and
     /// then the read), nor while at least half of [`AHEAD`] entries past `i` are read ahead
-    /// already; else up to [`AHEAD`] entries past `i` not read ahead yet.
-    fn plan(&mut self, asked: &Asked, i: usize) -> Range<usize> {
+    /// already; else up to [`AHEAD`] entries past `i` not read ahead yet, with the position
+    /// asked before `i`.
+    fn plan(&mut self, asked: &Asked, i: usize) -> (Range<usize>, usize) {
         let len = self.entries.len();
         if !self.walks.contains_key(asked) && self.walks.len() >= MAX_WALKS {
             self.walks.clear();
@@ -132,16 +134,16 @@ impl Remembered {
                     ahead_to: i + 1,
                 };
             }
-            return 0..0;
+            return (0..0, i);
         }
-        w.last = i;
+        let before = std::mem::replace(&mut w.last, i);
         if i + AHEAD / 2 < w.ahead_to {
-            return 0..0;
+            return (0..0, before);
         }
         let from = w.ahead_to.max(i + 1).min(len);
         let to = (i + 1 + AHEAD).min(len);
         w.ahead_to = to.max(w.ahead_to);
-        from..to
+        (from..to, before)
     }
 }
 
@@ -176,16 +178,29 @@ impl State {
         });
     }
 
-    /// The entries of the newest listing holding `fh` to read ahead for `asked` on it.
-    fn plan(&mut self, fh: &FileHandle, asked: &Asked) -> Vec<FileHandle> {
+    /// What to read ahead for `asked` on `fh`, along the newest listing holding it.
+    fn plan(&mut self, fh: &FileHandle, asked: &Asked) -> Plan {
         for l in self.listings.iter_mut().rev() {
             if let Some(i) = l.position(fh) {
-                let r = l.plan(asked, i);
-                return l.entries[r].to_vec();
+                let (r, before) = l.plan(asked, i);
+                return Plan {
+                    entries: l.entries[r].to_vec(),
+                    before: l.entries.get(before).copied(),
+                };
             }
         }
-        Vec::new()
+        Plan::default()
     }
+}
+
+/// What one ask reads ahead.
+#[derive(Default)]
+struct Plan {
+    /// The entries to read ahead.
+    entries: Vec<FileHandle>,
+    /// The entry the same name was asked of before (its answer in the cache shows the
+    /// server's file system serves the name).
+    before: Option<FileHandle>,
 }
 
 /// A read-ahead under way: when it ends (or is dropped), it is no longer pending and its
@@ -218,10 +233,15 @@ impl XattrAhead {
         let asked: Asked = (authno, name.map(<[u8]>::to_vec));
         let (jobs, wait) = {
             let mut st = self.state.lock();
-            let next = st.plan(fh, &asked);
-            let jobs: Vec<_> = next
+            let plan = st.plan(fh, &asked);
+            let from_list = name.is_some_and(absent_unless_listed)
+                && plan
+                    .before
+                    .is_some_and(|b| c.cache().get_xattr(&b, &asked).is_some());
+            let jobs: Vec<_> = plan
+                .entries
                 .into_iter()
-                .filter_map(|e| self.start(&mut st, c, e, &asked))
+                .filter_map(|e| self.start(&mut st, c, e, &asked, from_list))
                 .collect();
             (jobs, st.pending.get(&(*fh, asked)).cloned())
         };
@@ -241,8 +261,15 @@ impl XattrAhead {
 
     /// A read-ahead of `asked` of `fh`, marked under way, unless it is cached or under way
     /// already, its answer would not be kept (no cached attributes), or too many are under
-    /// way.
-    fn start(&self, st: &mut State, c: &Client, fh: FileHandle, asked: &Asked) -> Option<Job> {
+    /// way. `from_list`: see [`Job::from_list`].
+    fn start(
+        &self,
+        st: &mut State,
+        c: &Client,
+        fh: FileHandle,
+        asked: &Asked,
+        from_list: bool,
+    ) -> Option<Job> {
         let key = (fh, asked.clone());
         let cache = c.cache();
         if st.pending.contains_key(&key)
@@ -256,6 +283,7 @@ impl XattrAhead {
         st.pending.insert(key.clone(), rx);
         Some(Job {
             _permit: permit,
+            from_list,
             pending: Pending {
                 state: self.state.clone(),
                 key,
@@ -270,9 +298,25 @@ fn asked_name(name: Option<&[u8]>) -> Option<std::borrow::Cow<'_, str>> {
     name.map(String::from_utf8_lossy)
 }
 
+/// Whether a name absent from a file's LISTXATTR answer is absent (GETXATTR `NoXattr`) for
+/// the same user: true of `security.` and `system.posix_acl_` names, which Linux lets anyone
+/// read and lists whenever they are there (the security module checks reading and listing
+/// alike). Not of `user.` names, which need read permission to get (`EACCES`) but not to
+/// list, nor of `trusted.` ones, which a server hides from users not mapped to root. `ls -l`
+/// asks for two such names per file: with the list one request per file reads both ahead
+/// (and a third, `ls` of newer coreutils asks LISTXATTR itself).
+fn absent_unless_listed(name: &[u8]) -> bool {
+    name.starts_with(b"security.") || name.starts_with(b"system.posix_acl_")
+}
+
 /// One read-ahead request, holding its place among those in flight.
 struct Job {
     _permit: OwnedSemaphorePermit,
+    /// Read the file's list first and take a name absent from it as absent
+    /// ([`absent_unless_listed`]): set only when the same walk's previous entry has an answer
+    /// for the name in the cache, so the server's file system serves it (where it does not,
+    /// the server answers `NotSupp`, never cached, and the names are asked for themselves).
+    from_list: bool,
     pending: Pending,
 }
 
@@ -280,11 +324,66 @@ impl Job {
     /// Asks as `c`; the answer goes to the cache. Errors are left to the direct ask, which
     /// gets them itself.
     async fn run(self, c: Client) {
-        let (fh, (_, name)) = &self.pending.key;
-        let _ = match name {
-            Some(n) => c.getxattr(fh, n).await.map(drop),
-            None => c.listxattr(fh).await.map(drop),
+        let (fh, (authno, name)) = &self.pending.key;
+        let Some(n) = name else {
+            let _ = c.listxattr(fh).await;
+            return;
         };
+        if self.from_list {
+            // Stamped before the list is read or asked for: an absence taken from it is
+            // kept only if nothing changed the file since (the cache's own rule).
+            let since = c.cache().stamp();
+            if let Some(names) = list(&self.pending.state, &c, fh, *authno).await
+                && !names.contains(n)
+            {
+                let key = (*authno, Some(n.clone()));
+                c.cache().put_xattr(*fh, key, XattrAnswer::Missing, since);
+                return;
+            }
+        }
+        let _ = c.getxattr(fh, n).await;
+    }
+}
+
+/// `fh`'s names as `c` (`authno`) sees them: from the cache, from a read-ahead already asking
+/// for them (two walks, `security.selinux` and `system.posix_acl_access`, share one LISTXATTR),
+/// else asked for. `None` if the server did not answer with a list.
+async fn list(
+    state: &Arc<Mutex<State>>,
+    c: &Client,
+    fh: &FileHandle,
+    authno: u32,
+) -> Option<Vec<Vec<u8>>> {
+    let key = (*fh, (authno, None));
+    let whole: Asked = (authno, None);
+    let cached = || match c.cache().get_xattr(fh, &whole) {
+        Some(XattrAnswer::Names(names)) => Some(names),
+        _ => None,
+    };
+    if let Some(names) = cached() {
+        return Some(names);
+    }
+    let waiting = {
+        let mut st = state.lock();
+        match st.pending.get(&key) {
+            Some(done) => Err(done.clone()),
+            None => {
+                let (tx, rx) = watch::channel(());
+                st.pending.insert(key.clone(), rx);
+                Ok(Pending {
+                    state: state.clone(),
+                    key,
+                    _done: tx,
+                })
+            }
+        }
+    };
+    match waiting {
+        Ok(_asking) => c.listxattr(fh).await.ok(),
+        Err(mut done) => {
+            let _ = done.changed().await;
+            cached()
+        }
     }
 }
 
@@ -318,18 +417,21 @@ mod tests {
     fn reads_ahead_along_a_walk_in_order() {
         let mut st = State::default();
         st.remember(fh(1000), listing(200));
-        assert!(st.plan(&fh(0), &sel(1)).is_empty(), "one file is no walk");
-        let first = st.plan(&fh(1), &sel(1));
+        assert!(
+            st.plan(&fh(0), &sel(1)).entries.is_empty(),
+            "one file is no walk"
+        );
+        let first = st.plan(&fh(1), &sel(1)).entries;
         assert_eq!(
             positions(&st, &first),
             (2..2 + AHEAD as u32).collect::<Vec<_>>()
         );
         // Asking the entries read ahead asks nothing more until half the window is used.
         for i in 2..2 + AHEAD as u32 / 2 {
-            assert!(st.plan(&fh(i), &sel(1)).is_empty(), "entry {i}");
+            assert!(st.plan(&fh(i), &sel(1)).entries.is_empty(), "entry {i}");
         }
         let i = 2 + AHEAD as u32 / 2;
-        let more = st.plan(&fh(i), &sel(1));
+        let more = st.plan(&fh(i), &sel(1)).entries;
         let want: Vec<u32> = (2 + AHEAD as u32..i + 1 + AHEAD as u32).collect();
         assert_eq!(
             positions(&st, &more),
@@ -337,9 +439,29 @@ mod tests {
             "only what is not read ahead yet"
         );
         // Near the end: nothing past the last entry.
-        let near = st.plan(&fh(190), &sel(1));
+        let near = st.plan(&fh(190), &sel(1)).entries;
         assert_eq!(positions(&st, &near), (191..200).collect::<Vec<_>>());
-        assert!(st.plan(&fh(199), &sel(1)).is_empty());
+        assert!(st.plan(&fh(199), &sel(1)).entries.is_empty());
+    }
+
+    /// A plan names the entry asked before, whose cached answer shows the name is served;
+    /// only names Linux lists whenever present are taken as absent when unlisted.
+    #[test]
+    fn absence_is_read_from_lists_only_for_names_listed_whenever_present() {
+        let mut st = State::default();
+        st.remember(fh(1000), listing(10));
+        assert_eq!(st.plan(&fh(3), &sel(1)).before, Some(fh(3)), "a first ask");
+        let p = st.plan(&fh(4), &sel(1));
+        assert_eq!((p.entries.len(), p.before), (5, Some(fh(3))));
+        assert!(absent_unless_listed(b"security.selinux"));
+        assert!(absent_unless_listed(b"system.posix_acl_access"));
+        assert!(absent_unless_listed(b"system.posix_acl_default"));
+        assert!(
+            !absent_unless_listed(b"user.tag"),
+            "get needs read permission"
+        );
+        assert!(!absent_unless_listed(b"trusted.x"));
+        assert!(!absent_unless_listed(b"system.nfs4_acl"));
     }
 
     /// Walks are per user and per name; a repeated ask (size probe, then read) and a step
@@ -349,28 +471,34 @@ mod tests {
         let mut st = State::default();
         st.remember(fh(1000), listing(100));
         st.plan(&fh(0), &sel(1));
-        assert!(st.plan(&fh(0), &sel(1)).is_empty(), "the same entry again");
         assert!(
-            st.plan(&fh(1), &sel(2)).is_empty(),
+            st.plan(&fh(0), &sel(1)).entries.is_empty(),
+            "the same entry again"
+        );
+        assert!(
+            st.plan(&fh(1), &sel(2)).entries.is_empty(),
             "another user: a first ask"
         );
         let acl = (1, Some(b"system.posix_acl_access".to_vec()));
         assert!(
-            st.plan(&fh(1), &acl).is_empty(),
+            st.plan(&fh(1), &acl).entries.is_empty(),
             "another name: a first ask"
         );
         assert!(
-            st.plan(&fh(1), &(1, None)).is_empty(),
+            st.plan(&fh(1), &(1, None)).entries.is_empty(),
             "the list: a first ask"
         );
-        assert_eq!(st.plan(&fh(2), &(1, None)).len(), AHEAD);
-        assert_eq!(st.plan(&fh(5), &sel(1)).len(), AHEAD);
+        assert_eq!(st.plan(&fh(2), &(1, None)).entries.len(), AHEAD);
+        assert_eq!(st.plan(&fh(5), &sel(1)).entries.len(), AHEAD);
         assert!(
-            st.plan(&fh(3), &sel(1)).is_empty(),
+            st.plan(&fh(3), &sel(1)).entries.is_empty(),
             "backwards: a new start"
         );
-        assert_eq!(st.plan(&fh(4), &sel(1)).len(), AHEAD);
-        assert!(st.plan(&fh(5000), &sel(1)).is_empty(), "in no listing");
+        assert_eq!(st.plan(&fh(4), &sel(1)).entries.len(), AHEAD);
+        assert!(
+            st.plan(&fh(5000), &sel(1)).entries.is_empty(),
+            "in no listing"
+        );
     }
 
     /// Listings and entries remembered are bounded, the newest kept; a directory listed again
