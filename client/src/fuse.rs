@@ -1213,7 +1213,15 @@ impl SfsFuse {
         F: FnOnce(Arc<Shared>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        let c = self.sh.client_for_caller(req);
+        self.spawn_as(req, self.sh.client_for_caller(req), f);
+    }
+
+    /// [`SfsFuse::spawn`] with the session for the caller already made: `c`.
+    fn spawn_as<F, Fut>(&self, req: &Request, c: Client, f: F)
+    where
+        F: FnOnce(Arc<Shared>, Client) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let work = f(self.sh.clone(), c);
         self.rt
             .spawn(crate::interrupt::unless_killed(req.pid(), work));
@@ -1721,7 +1729,11 @@ impl Filesystem for SfsFuse {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name.as_bytes().to_vec();
-        self.spawn(req, |sh, c| async move {
+        let c = self.sh.client_for_caller(req);
+        if let Some(answer) = self.sh.getxattr_now(&c, ino, &name, size, &self.rt) {
+            return reply_xattr(answer, reply);
+        }
+        self.spawn_as(req, c, |sh, c| async move {
             reply_xattr(sh.getxattr(&c, ino, &name, size).await, reply)
         });
     }

@@ -38,6 +38,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use protocol::FileHandle;
+use tokio::runtime::Handle;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::cache::XattrAnswer;
@@ -231,32 +232,58 @@ impl XattrAhead {
             return; // the ask itself will fail and say why
         };
         let asked: Asked = (authno, name.map(<[u8]>::to_vec));
+        if let Some(mut done) = self.asked(c, fh, &asked, &Handle::current()) {
+            // Err: the read-ahead ended (its sender went); nothing is ever sent.
+            let _ = done.changed().await;
+        }
+    }
+
+    /// `c` (`authno`) asked `name` of `fh`, answered from the cache on the kernel's thread:
+    /// the walk goes on as for an ask that waited (read-ahead tasks spawned on `rt`).
+    pub(crate) fn answered(
+        &self,
+        c: &Client,
+        authno: u32,
+        fh: &FileHandle,
+        name: &[u8],
+        rt: &Handle,
+    ) {
+        self.asked(c, fh, &(authno, Some(name.to_vec())), rt);
+    }
+
+    /// Starts the read-ahead `asked` of `fh` calls for (tasks on `rt`); the end of one
+    /// already fetching this very answer, if any.
+    fn asked(
+        &self,
+        c: &Client,
+        fh: &FileHandle,
+        asked: &Asked,
+        rt: &Handle,
+    ) -> Option<watch::Receiver<()>> {
         let (jobs, wait) = {
             let mut st = self.state.lock();
-            let plan = st.plan(fh, &asked);
-            let from_list = name.is_some_and(absent_unless_listed)
+            let plan = st.plan(fh, asked);
+            let from_list = asked.1.as_deref().is_some_and(absent_unless_listed)
                 && plan
                     .before
-                    .is_some_and(|b| c.cache().get_xattr(&b, &asked).is_some());
+                    .is_some_and(|b| c.cache().get_xattr(&b, asked).is_some());
             let jobs: Vec<_> = plan
                 .entries
                 .into_iter()
-                .filter_map(|e| self.start(&mut st, c, e, &asked, from_list))
+                .filter_map(|e| self.start(&mut st, c, e, asked, from_list))
                 .collect();
-            (jobs, st.pending.get(&(*fh, asked)).cloned())
+            (jobs, st.pending.get(&(*fh, asked.clone())).cloned())
         };
         if !jobs.is_empty() {
-            tracing::debug!(name = ?asked_name(name), entries = jobs.len(), "xattr read-ahead");
+            let name = asked_name(asked.1.as_deref());
+            tracing::debug!(?name, entries = jobs.len(), "xattr read-ahead");
         }
         // Spawned with the state unlocked: a task dropped at once (the runtime shutting
         // down) unlocks it in its drop.
         for job in jobs {
-            tokio::spawn(job.run(c.clone()));
+            rt.spawn(job.run(c.clone()));
         }
-        if let Some(mut done) = wait {
-            // Err: the read-ahead ended (its sender went); nothing is ever sent.
-            let _ = done.changed().await;
-        }
+        wait
     }
 
     /// A read-ahead of `asked` of `fh`, marked under way, unless it is cached or under way
