@@ -2126,15 +2126,15 @@ fn measure_writes_with_extended_attributes_served() {
 }
 
 /// `ls -l` of 2000 files through the mount, timed: `ls` asks each file for
-/// `security.selinux` and `system.posix_acl_access` (GETXATTR), then answered from the cache
-/// while the attributes' lease lasts. The first time, the mount reads them ahead along the
-/// listing (fuse/xattr_ahead.rs): one LISTXATTR per file, 64 files ahead, side by side on the
-/// stream. Measured (debug build, 2 cores shared with other builds, load 3-6): 0.51-0.65 s the
-/// first time, 0.34-0.50 s the second; the same build without the read-ahead 1.53-1.82 s and
-/// 0.40-0.54 s (each GETXATTR a round trip to the server in turn; 1.7-1.9 s and 0.49 s when
-/// first measured); 0.06-0.12 s when the mount answered ENOSYS and the kernel stopped asking.
-/// What remains is the 4000 requests from the kernel to the mount (it caches no extended
-/// attributes).
+/// `security.selinux` and `system.posix_acl_access` (GETXATTR), one after the other. The first
+/// time the mount reads them ahead along the listing (fuse/xattr_ahead.rs): one LISTXATTR per
+/// file, up to 64 files ahead, side by side on the stream; then, and the second time, the
+/// cached answers are given on the kernel's thread. Measured (debug build, 2 cores shared with
+/// other sessions' builds, load 5-10): 0.53-0.77 s the first time, 0.23-0.36 s the second;
+/// the same build without the read-ahead and the kernel-thread answers 2.07-2.17 s and
+/// 0.33-0.38 s (1.3-1.9 s and 0.28-0.49 s at lower load); 0.06-0.12 s when the mount answered
+/// ENOSYS and the kernel stopped asking. What remains is 4000 requests from the kernel to the
+/// mount (it caches no extended attributes) and, the first time, 2000 LISTXATTRs.
 #[test]
 fn measure_ls_l_with_extended_attributes_served() {
     need_fuse!();
