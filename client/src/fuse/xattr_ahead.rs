@@ -14,11 +14,19 @@
 //!   order (a second entry after a first), which is what a bulk walk (`ls -l`, `getfattr -R`,
 //!   `tar --xattrs`, `cp -a`) does and a program looking at one file does not, and a wrong
 //!   guess costs at most [`AHEAD`] small requests.
+//! - **One request per file for `ls`.** `security.` and `system.posix_acl_` names are read
+//!   ahead through the file's LISTXATTR (shared by the two walks), a name it does not list
+//!   taken as absent ([`absent_unless_listed`] says why that is exact), and GETXATTR sent
+//!   only for a listed one.
+//! - **Answers from the cache keep the walk going.** An ask the cache answers on the
+//!   kernel's thread ([`XattrAhead::answered`]) moves the walk on as one that waited does
+//!   ([`XattrAhead::before_ask`]), so the read-ahead stays ahead of `ls`.
 //! - **As whom.** Each read-ahead request goes as the user who asked (the same [`Client`],
 //!   with its groups), and answers are cached per user: one user's asks never fetch or
 //!   reveal another's answers.
 //! - **Never staler than a direct answer.** A read-ahead is an ordinary [`Client::getxattr`]
-//!   or [`Client::listxattr`]: the cache stamps it before sending and refuses its answer if
+//!   or [`Client::listxattr`] (an absence read from a list is put in the cache with a stamp
+//!   taken before the list was read or asked for): the cache stamps it before sending and refuses its answer if
 //!   the file changed since (our change, an INVALIDATE, a reconnect), and keeps it only for
 //!   the lease of the file's cached attributes. Entries whose attributes are not cached are
 //!   skipped, since their answer would not be kept.
