@@ -1739,7 +1739,11 @@ impl Filesystem for SfsFuse {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.spawn(req, |sh, c| async move {
+        let c = self.sh.client_for_caller(req);
+        if let Some(answer) = self.sh.listxattr_now(&c, ino, size, &self.rt) {
+            return reply_xattr(answer, reply);
+        }
+        self.spawn_as(req, c, |sh, c| async move {
             reply_xattr(sh.listxattr(&c, ino, size).await, reply)
         });
     }

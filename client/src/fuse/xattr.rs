@@ -49,8 +49,22 @@ impl Shared {
         let name = name(name_).ok()?;
         let fh = self.fh(ino).ok()?;
         let (authno, answer) = c.getxattr_cached(&fh, name)?;
-        self.xattr_ahead.answered(c, authno, &fh, name, rt);
+        self.xattr_ahead.answered(c, authno, &fh, Some(name), rt);
         Some(answer.map_err(errno).and_then(|v| value(v, size)))
+    }
+
+    /// [`Shared::getxattr_now`] for LISTXATTR (newer coreutils' `ls -l` asks it first).
+    pub(super) fn listxattr_now(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        size: u32,
+        rt: &Handle,
+    ) -> Option<Result<Sized, Errno>> {
+        let fh = self.fh(ino).ok()?;
+        let (authno, names) = c.listxattr_cached(&fh)?;
+        self.xattr_ahead.answered(c, authno, &fh, None, rt);
+        Some(list(&names, size))
     }
 
     pub(super) async fn listxattr(

@@ -246,17 +246,18 @@ impl XattrAhead {
         }
     }
 
-    /// `c` (`authno`) asked `name` of `fh`, answered from the cache on the kernel's thread:
-    /// the walk goes on as for an ask that waited (read-ahead tasks spawned on `rt`).
+    /// `c` (`authno`) asked `name` (`None`: the list) of `fh`, answered from the cache on the
+    /// kernel's thread: the walk goes on as for an ask that waited (read-ahead tasks spawned
+    /// on `rt`).
     pub(crate) fn answered(
         &self,
         c: &Client,
         authno: u32,
         fh: &FileHandle,
-        name: &[u8],
+        name: Option<&[u8]>,
         rt: &Handle,
     ) {
-        self.asked(c, fh, &(authno, Some(name.to_vec())), rt);
+        self.asked(c, fh, &(authno, name.map(<[u8]>::to_vec)), rt);
     }
 
     /// Starts the read-ahead `asked` of `fh` calls for (tasks on `rt`); the end of one

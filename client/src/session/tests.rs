@@ -1117,6 +1117,7 @@ async fn cached_xattr_answers_are_given_without_waiting_only_when_known() {
     let (authno, answer) = c.getxattr_cached(&FH, b"user.k").unwrap();
     assert_eq!((authno, answer.unwrap()), (7, b"v".to_vec()));
     assert!(c.getxattr_cached(&FH, b"user.other").is_none());
+    assert!(c.listxattr_cached(&FH).is_none(), "the list was not asked");
     assert_eq!(
         c.as_uid(1234).authno_now(),
         None,

@@ -60,6 +60,15 @@ impl Client {
         Some((authno, answer))
     }
 
+    /// LISTXATTR's answer from the cache alone, as [`Client::getxattr_cached`].
+    pub fn listxattr_cached(&self, fh: &FileHandle) -> Option<(u32, Vec<Vec<u8>>)> {
+        let authno = self.authno_now()?;
+        match self.inner.cache.get_xattr(fh, &(authno, None))? {
+            XattrAnswer::Names(names) => Some((authno, names)),
+            _ => None,
+        }
+    }
+
     /// SETXATTR with `flags` ([`protocol::xattr::flags`]). The object's ctime moves (and an
     /// ACL changes its mode), so its cached attributes are replaced by the reply's.
     pub async fn setxattr(
