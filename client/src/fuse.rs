@@ -2,6 +2,8 @@
 //!
 //! Every request is handed to the tokio runtime and answered from there, so one kernel thread
 //! keeps many requests in flight on the one encrypted stream (reads ahead, parallel lookups).
+//! Extended attribute answers already cached are given at once (`ls -l` asks two per file;
+//! they are read ahead along listings, [`xattr_ahead`]).
 //!
 //! **Inodes.** The kernel names objects by a 64-bit node id; the server by an opaque (48-113 byte)
 //! handle. [`Table`] maps between them: a handle gets a node id the first time an entry for it
