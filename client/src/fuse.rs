@@ -2,6 +2,8 @@
 //!
 //! Every request is handed to the tokio runtime and answered from there, so one kernel thread
 //! keeps many requests in flight on the one encrypted stream (reads ahead, parallel lookups).
+//! Extended attribute answers already cached are given at once (`ls -l` asks two per file;
+//! they are read ahead along listings, [`xattr_ahead`]).
 //!
 //! **Inodes.** The kernel names objects by a 64-bit node id; the server by an opaque (48-113 byte)
 //! handle. [`Table`] maps between them: a handle gets a node id the first time an entry for it
@@ -72,6 +74,7 @@ use crate::session::{Client, Invalidation, SessionError};
 mod append;
 mod locks;
 mod xattr;
+mod xattr_ahead;
 pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
 
 /// `ioctl` answering `ENOTTY` quietly: no ioctl is in the protocol, and every `isatty(3)` on a
@@ -188,6 +191,8 @@ pub struct Shared {
     root: u64,
     /// Owners that may hold locks on the server, for UNLOCK at close ([`locks`]).
     locks: Mutex<locks::Held>,
+    /// Extended attributes asked along a listing are read ahead ([`xattr_ahead`]).
+    xattr_ahead: xattr_ahead::XattrAhead,
 }
 
 impl Shared {
@@ -231,6 +236,7 @@ impl Shared {
             owner: owner.unwrap_or(0),
             root: base,
             locks: Mutex::default(),
+            xattr_ahead: xattr_ahead::XattrAhead::default(),
         })
     }
 
@@ -826,6 +832,8 @@ impl Shared {
                 node: Some((fh, attr)),
             });
         }
+        let order = entries.iter().filter_map(|e| e.node.map(|(fh, _)| fh));
+        self.xattr_ahead.remember(dir, order.collect());
         let mut t = self.table();
         let h = t.next_listing;
         t.next_listing += 1;
@@ -1218,7 +1226,15 @@ impl SfsFuse {
         F: FnOnce(Arc<Shared>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        let c = self.sh.client_for_caller(req);
+        self.spawn_as(req, self.sh.client_for_caller(req), f);
+    }
+
+    /// [`SfsFuse::spawn`] with the session for the caller already made: `c`.
+    fn spawn_as<F, Fut>(&self, req: &Request, c: Client, f: F)
+    where
+        F: FnOnce(Arc<Shared>, Client) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let work = f(self.sh.clone(), c);
         self.rt
             .spawn(crate::interrupt::unless_killed(req.pid(), work));
@@ -1815,13 +1831,21 @@ impl Filesystem for SfsFuse {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name.as_bytes().to_vec();
-        self.spawn(req, |sh, c| async move {
+        let c = self.sh.client_for_caller(req);
+        if let Some(answer) = self.sh.getxattr_now(&c, ino, &name, size, &self.rt) {
+            return reply_xattr(answer, reply);
+        }
+        self.spawn_as(req, c, |sh, c| async move {
             reply_xattr(sh.getxattr(&c, ino, &name, size).await, reply)
         });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.spawn(req, |sh, c| async move {
+        let c = self.sh.client_for_caller(req);
+        if let Some(answer) = self.sh.listxattr_now(&c, ino, size, &self.rt) {
+            return reply_xattr(answer, reply);
+        }
+        self.spawn_as(req, c, |sh, c| async move {
             reply_xattr(sh.listxattr(&c, ino, size).await, reply)
         });
     }

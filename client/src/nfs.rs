@@ -475,11 +475,18 @@ mod tests {
     fn every_status_keeps_its_code() {
         for s in NfsStatus::ALL {
             // The extended-attribute statuses (NFSv4.2's) answer only the xattr operations,
-            // and the lock statuses (NFSv4's) only the lock operations, which NFSv3 has not:
-            // this server never sees them, and passes none to the kernel.
+            // the lock statuses (NFSv4's) only the lock operations, and the session statuses
+            // (NFSv4.1's) only SEQUENCE, which NFSv3 has not: this server never sees them,
+            // and passes none to the kernel.
             if matches!(
                 s,
-                NfsStatus::NoXattr | NfsStatus::Xattr2Big | NfsStatus::Denied | NfsStatus::NoLck
+                NfsStatus::NoXattr
+                    | NfsStatus::Xattr2Big
+                    | NfsStatus::Denied
+                    | NfsStatus::NoLck
+                    | NfsStatus::BadSession
+                    | NfsStatus::BadSlot
+                    | NfsStatus::SeqMisordered
             ) {
                 assert_eq!(status3(*s) as u32, NfsStatus::ServerFault.code());
                 continue;

@@ -242,6 +242,26 @@ impl Client {
         self.authno_on(&c).await
     }
 
+    /// [`Client::authno`] if it is known without waiting: connected, this user logged in and
+    /// its groups narrowed already (None otherwise, or while another task holds the
+    /// connection slot). For answers from the cache on the kernel's thread.
+    pub fn authno_now(&self) -> Option<u32> {
+        let conn = self.inner.conn.try_lock().ok()?.clone()?;
+        if conn.is_dead() {
+            return None;
+        }
+        let base = match self.who {
+            None => conn.authno,
+            Some(uid) => *conn.logins.lock().get(&uid)?,
+        };
+        match &self.caller {
+            Some(g) if base != protocol::ANONYMOUS => {
+                conn.narrowed.lock().get(&(base, g.clone())).copied()
+            }
+            _ => Some(base),
+        }
+    }
+
     /// Largest READ count and WRITE data per request on the current connection.
     pub async fn io_sizes(&self) -> Result<(u32, u32), SessionError> {
         let c = self.connection().await?;

@@ -1097,3 +1097,51 @@ async fn locks_on_a_version_2_server_are_not_available_and_not_sent() {
     let e = c.lock(args).await.unwrap_err();
     assert!(matches!(e, SessionError::Nfs(NfsStatus::NoLck)), "{e}");
 }
+
+/// A GETXATTR answer is given without waiting only when it is cached and the authno is
+/// known already (connected, logged in); an INVALIDATE takes it away as it does for
+/// [`Client::getxattr`].
+#[tokio::test]
+async fn cached_xattr_answers_are_given_without_waiting_only_when_known() {
+    let f = fake(Box::new(move |_, req| match req.op {
+        RequestOp::GetAttr { .. } => vec![reply(
+            req.id,
+            Ok(ReplyBody::GetAttr {
+                attr: attr(5, 60_000),
+            }),
+        )],
+        RequestOp::GetXattr { .. } => vec![reply(
+            req.id,
+            Ok(ReplyBody::GetXattr {
+                value: b"v".to_vec(),
+            }),
+        )],
+        RequestOp::Null => vec![
+            Out::Send(Box::new(ServerMessage::Invalidate(Invalidate {
+                fh: FH,
+                attr: None,
+            }))),
+            reply(req.id, Ok(ReplyBody::Null)),
+        ],
+        _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+    }))
+    .await;
+    let c = Client::new(&f.name, Some(alice()), quick());
+    assert_eq!(c.authno_now(), None, "not connected");
+    assert!(c.getxattr_cached(&FH, b"user.k").is_none());
+    c.getattr(&FH).await.unwrap();
+    assert_eq!(c.authno_now(), Some(7));
+    assert!(c.getxattr_cached(&FH, b"user.k").is_none(), "not asked yet");
+    assert_eq!(c.getxattr(&FH, b"user.k").await.unwrap(), b"v");
+    let (authno, answer) = c.getxattr_cached(&FH, b"user.k").unwrap();
+    assert_eq!((authno, answer.unwrap()), (7, b"v".to_vec()));
+    assert!(c.getxattr_cached(&FH, b"user.other").is_none());
+    assert!(c.listxattr_cached(&FH).is_none(), "the list was not asked");
+    assert_eq!(
+        c.as_uid(1234).authno_now(),
+        None,
+        "that user never logged in"
+    );
+    c.call(RequestOp::Null).await.unwrap();
+    assert!(c.getxattr_cached(&FH, b"user.k").is_none(), "invalidated");
+}

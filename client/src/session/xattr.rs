@@ -39,6 +39,36 @@ impl Client {
         }
     }
 
+    /// GETXATTR's answer from the cache alone, with the authno it is cached for, if it is
+    /// there and this client's authno is known without waiting ([`Client::authno_now`]): what
+    /// [`Client::getxattr`] would answer without a request.
+    pub fn getxattr_cached(
+        &self,
+        fh: &FileHandle,
+        name: &[u8],
+    ) -> Option<(u32, Result<Vec<u8>, SessionError>)> {
+        let authno = self.authno_now()?;
+        let answer = match self
+            .inner
+            .cache
+            .get_xattr(fh, &(authno, Some(name.to_vec())))?
+        {
+            XattrAnswer::Value(v) => Ok(v),
+            XattrAnswer::Missing => Err(SessionError::Nfs(NfsStatus::NoXattr)),
+            XattrAnswer::Names(_) => return None,
+        };
+        Some((authno, answer))
+    }
+
+    /// LISTXATTR's answer from the cache alone, as [`Client::getxattr_cached`].
+    pub fn listxattr_cached(&self, fh: &FileHandle) -> Option<(u32, Vec<Vec<u8>>)> {
+        let authno = self.authno_now()?;
+        match self.inner.cache.get_xattr(fh, &(authno, None))? {
+            XattrAnswer::Names(names) => Some((authno, names)),
+            _ => None,
+        }
+    }
+
     /// SETXATTR with `flags` ([`protocol::xattr::flags`]). The object's ctime moves (and an
     /// ACL changes its mode), so its cached attributes are replaced by the reply's.
     pub async fn setxattr(
