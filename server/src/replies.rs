@@ -53,6 +53,10 @@ struct Slot {
 
 #[derive(Debug)]
 struct RecordState {
+    /// Slots granted.
+    granted: u32,
+    /// The slots used so far (made on first use: a client uses the lowest free slot, so an
+    /// idle or quiet connection's record holds few or none).
     slots: Vec<Slot>,
     /// The connection using the record now.
     bound: Option<ConnId>,
@@ -84,9 +88,18 @@ impl Record {
     /// A request through `ticket`, running as server uid `uid`, arrives.
     pub fn begin(&self, ticket: Ticket, uid: u32) -> Begin {
         let mut st = self.state.lock();
-        let Some(s) = st.slots.get_mut(ticket.slot as usize) else {
+        if ticket.slot >= st.granted {
             return Begin::Answer(Err(NfsStatus::BadSlot));
-        };
+        }
+        let i = ticket.slot as usize;
+        if st.slots.len() <= i {
+            st.slots.resize_with(i + 1, || Slot {
+                seq: 0,
+                uid: 0,
+                state: SlotState::Empty,
+            });
+        }
+        let s = &mut st.slots[i];
         if ticket.seq == next_seq(s.seq) {
             // A new request: the slot's last reply has arrived and may go. A slot whose last
             // request is still being done is not reused before it ends.
@@ -132,7 +145,7 @@ impl Record {
     /// Slots the record has.
     #[cfg(test)]
     pub fn slots(&self) -> u32 {
-        self.state.lock().slots.len() as u32
+        self.state.lock().granted
     }
 }
 
@@ -199,7 +212,7 @@ impl ClientRecords {
             let mut st = record.state.lock();
             st.bound = Some(conn);
             st.unbound_since = None;
-            let slots = st.slots.len() as u32;
+            let slots = st.granted;
             drop(st);
             return Ok(Bound {
                 record: record.clone(),
@@ -216,13 +229,8 @@ impl ClientRecords {
         let record = Arc::new(Record {
             key,
             state: Mutex::new(RecordState {
-                slots: (0..slots)
-                    .map(|_| Slot {
-                        seq: 0,
-                        uid: 0,
-                        state: SlotState::Empty,
-                    })
-                    .collect(),
+                granted: slots,
+                slots: Vec::new(),
                 bound: Some(conn),
                 unbound_since: None,
             }),
@@ -426,6 +434,18 @@ mod tests {
             records.bind(&[2; 32], 1, 7, now).unwrap_err(),
             NfsStatus::Jukebox
         );
+    }
+
+    #[test]
+    fn a_record_holds_only_the_slots_used() {
+        let records = ClientRecords::new(4, GRACE);
+        let r = bound(&records, 1, 1).record;
+        assert!(r.state.lock().slots.is_empty());
+        assert_eq!(r.begin(t(2, 1), 1), Begin::Run);
+        assert_eq!(r.state.lock().slots.len(), 3);
+        // Unused slots below it are fresh: their first number is 1.
+        assert_eq!(r.begin(t(0, 1), 1), Begin::Run);
+        assert_eq!(r.state.lock().slots.len(), 3);
     }
 
     #[test]
