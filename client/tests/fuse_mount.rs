@@ -155,13 +155,7 @@ impl Setup {
             String::from_utf8_lossy(&out.stderr),
             fs::read_to_string(&log).unwrap_or_default()
         );
-        // "sfs: mounted on DIR (process PID, log FILE)"
-        let pid = stdout
-            .split("(process ")
-            .nth(1)
-            .and_then(|r| r.split(',').next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no pid in {stdout:?}"));
+        let pid = mounted_pid(&stdout);
         assert!(is_sfs_mount(&dir), "not in mountinfo after sfs mount");
         Mount { dir, pid, log }
     }
@@ -2274,12 +2268,7 @@ fn mount_as(s: &Setup, name: &str, user: &str, key: &Path) -> Mount {
         "mount as {user} failed: {stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let pid = stdout
-        .split("(process ")
-        .nth(1)
-        .and_then(|r| r.split(',').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {stdout:?}"));
+    let pid = mounted_pid(&stdout);
     assert!(is_sfs_mount(&dir), "not in mountinfo after sfs mount");
     Mount { dir, pid, log }
 }

@@ -558,13 +558,7 @@ fn mount(s: &Scratch, srv: &Hostile) -> Option<Mounted> {
     let out = run(c, LIMIT);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    // "sfs: mounted on DIR (process PID, log FILE)"
-    let pid = stdout
-        .split("(process ")
-        .nth(1)
-        .and_then(|r| r.split(',').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {stdout:?}"));
+    let pid = mounted_pid(&stdout);
     Some(Mounted { dir, pid })
 }
 

@@ -147,12 +147,7 @@ fn mount(dir: &Path, home: &Path, what: &str, user: &str, identity: &Path, name:
         "mount failed: {stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let pid = stdout
-        .split("(process ")
-        .nth(1)
-        .and_then(|r| r.split(',').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {stdout:?}"));
+    let pid = mounted_pid(&stdout);
     Mount { dir: mnt, pid, log }
 }
 

@@ -273,3 +273,14 @@ impl Drop for Mount {
         }
     }
 }
+
+/// The mount process's pid from what `sfs mount` prints: "sfs: mounted on DIR (process PID,
+/// log FILE)".
+pub fn mounted_pid(stdout: &str) -> u32 {
+    stdout
+        .split("(process ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {stdout:?}"))
+}
