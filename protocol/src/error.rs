@@ -210,6 +210,10 @@ pub enum HandshakeError {
     /// The server's first frame does not carry the protocol magic.
     #[error("server's key message has wrong magic or length (not an sfs server?)")]
     BadServerKeyMessage,
+    /// The server's key message differs from the key remembered for its name (which was
+    /// checked against the name's HOSTID): whoever answers does not hold the name's key.
+    #[error("server's key differs from the one its name certifies (not the named server)")]
+    ServerKeyChanged,
     /// The server's static key does not hash to the HOSTID in the name.
     #[error(
         "server key does not match the name: the name's HOSTID is {expected} but the server's \

@@ -376,7 +376,7 @@ impl ServerMessage {
         let found = r.located();
         if let (
             ServerMessage::Reply(Reply {
-                result: Ok(ReplyBody::Read { data, .. }),
+                result: Ok(ReplyBody::Read { data, .. } | ReplyBody::Fetch { data, .. }),
                 ..
             }),
             Some(at),

@@ -73,9 +73,9 @@ pub enum Cipher {
 pub const AES_GCM_BYTE_LIMIT: u64 = 1 << 38;
 
 impl Cipher {
-    /// The record cipher of protocol `version`: AES-256-GCM for 4, ChaCha20-Poly1305 before.
+    /// The record cipher of protocol `version`: AES-256-GCM for 4 and 6, else ChaCha20-Poly1305.
     pub fn for_version(version: u32) -> Cipher {
-        if version >= crate::handshake::AES_VERSION {
+        if crate::handshake::uses_aes(version) {
             Cipher::Aes256Gcm
         } else {
             Cipher::ChaCha20Poly1305

@@ -144,6 +144,17 @@ pub enum ReplyBody {
         /// Its attributes.
         attr: Attr,
     },
+    /// FETCH: the object at the path, and a regular file's first bytes.
+    Fetch {
+        /// Its handle.
+        fh: FileHandle,
+        /// Its attributes.
+        attr: Attr,
+        /// Whether `data` reaches the end of the file (always true for other types).
+        eof: bool,
+        /// The file's bytes from offset 0 (empty for other types).
+        data: Data,
+    },
     /// LOGIN: the authno the user's requests carry from now on.
     Login {
         /// Assigned authno (never 0).
@@ -380,6 +391,7 @@ impl ReplyBody {
         match self {
             ReplyBody::Null => Proc::Null,
             ReplyBody::Mount { .. } => Proc::Mount,
+            ReplyBody::Fetch { .. } => Proc::Fetch,
             ReplyBody::Login { .. } => Proc::Login,
             ReplyBody::Narrow { .. } => Proc::Narrow,
             ReplyBody::Session { .. } => Proc::Session,
@@ -432,7 +444,9 @@ impl ReplyBody {
             | ReplyBody::Lock
             | ReplyBody::Unlock
             | ReplyBody::TestLock { .. } => {}
-            ReplyBody::Mount { attr, .. } | ReplyBody::GetAttr { attr } => out.push(attr),
+            ReplyBody::Mount { attr, .. }
+            | ReplyBody::Fetch { attr, .. }
+            | ReplyBody::GetAttr { attr } => out.push(attr),
             ReplyBody::SetAttr { attr }
             | ReplyBody::Access { attr, .. }
             | ReplyBody::ReadLink { attr, .. }
@@ -493,6 +507,17 @@ impl ReplyBody {
             ReplyBody::Mount { fh, attr } => {
                 put_fh(buf, fh);
                 attr.encode(buf);
+            }
+            ReplyBody::Fetch {
+                fh,
+                attr,
+                eof,
+                data,
+            } => {
+                put_fh(buf, fh);
+                attr.encode(buf);
+                xdr::put_bool(buf, *eof);
+                xdr::put_opaque(buf, data);
             }
             ReplyBody::Login { authno } | ReplyBody::Narrow { authno } => {
                 xdr::put_u32(buf, *authno)
@@ -647,6 +672,12 @@ impl ReplyBody {
             Proc::Mount => ReplyBody::Mount {
                 fh: get_fh(r)?,
                 attr: Attr::decode(r)?,
+            },
+            Proc::Fetch => ReplyBody::Fetch {
+                fh: get_fh(r)?,
+                attr: Attr::decode(r)?,
+                eof: r.bool("eof")?,
+                data: r.opaque_data(usize::MAX, "fetch data")?,
             },
             Proc::Login => ReplyBody::Login {
                 authno: r.u32("authno")?,

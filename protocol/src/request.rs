@@ -105,6 +105,10 @@ pub enum Proc {
     Unlock = 114,
     /// SFS extension: would a LOCK be granted now (and if not, what is in the way)?
     TestLock = 115,
+    /// SFS extension: the handle and attributes of any object by its path from the export's
+    /// root, and a regular file's first bytes: a whole small file, or the start of a large
+    /// one, in the first round trip after the handshake ([`RequestOp::Fetch`]).
+    Fetch = 116,
 }
 
 /// Most supplementary groups a NARROW may name; a request with more does not decode (before
@@ -152,6 +156,7 @@ impl Proc {
         Proc::Lock,
         Proc::Unlock,
         Proc::TestLock,
+        Proc::Fetch,
     ];
 
     /// The wire number.
@@ -335,6 +340,14 @@ pub enum RequestOp {
     Mount {
         /// Path below the server's root.
         path: Vec<u8>,
+    },
+    /// The handle and attributes of the object at `path` (from the export's root; any type),
+    /// and if it is a regular file, its first `count` bytes (versions 5 and 6).
+    Fetch {
+        /// Path below the export's root, components separated by `/` (`..` is refused).
+        path: Vec<u8>,
+        /// Most bytes of a regular file to return from offset 0 (clamped by the server).
+        count: u32,
     },
     /// Log a user in.
     Login(LoginArgs),
@@ -634,6 +647,7 @@ impl RequestOp {
         match self {
             RequestOp::Null => Proc::Null,
             RequestOp::Mount { .. } => Proc::Mount,
+            RequestOp::Fetch { .. } => Proc::Fetch,
             RequestOp::Login(_) => Proc::Login,
             RequestOp::GetAttr { .. } => Proc::GetAttr,
             RequestOp::SetAttr { .. } => Proc::SetAttr,
@@ -679,6 +693,10 @@ impl RequestOp {
         match self {
             RequestOp::Null => {}
             RequestOp::Mount { path } => xdr::put_opaque(buf, path),
+            RequestOp::Fetch { path, count } => {
+                xdr::put_opaque(buf, path);
+                xdr::put_u32(buf, *count);
+            }
             RequestOp::Login(a) => {
                 xdr::put_opaque(buf, a.user.as_bytes());
                 xdr::put_fixed(buf, &a.public_key.to_bytes());
@@ -897,6 +915,10 @@ impl RequestOp {
             Proc::Null => RequestOp::Null,
             Proc::Mount => RequestOp::Mount {
                 path: r.opaque_vec(MAX_PATH_LEN, "mount path")?,
+            },
+            Proc::Fetch => RequestOp::Fetch {
+                path: r.opaque_vec(MAX_PATH_LEN, "fetch path")?,
+                count: r.u32("count")?,
             },
             Proc::Login => {
                 let user = r.string(MAX_USER_NAME_LEN, "user name")?;

@@ -107,6 +107,10 @@ struct ReadRequest {
     count: usize,
 }
 
+/// Bytes of a FETCH reply's data given up for its handle, so the reply fits where a READ
+/// reply of the peer's largest count would.
+const FETCH_HANDLE_ROOM: usize = 4096;
+
 /// Reply bytes reserved for a request other than READ and READDIR: the largest fixed-size
 /// reply (READLINK with a 4 KiB target, attributes) with room to spare.
 const SMALL_REPLY: usize = 8 * 1024;
@@ -116,6 +120,7 @@ const SMALL_REPLY: usize = 8 * 1024;
 fn reply_reservation(op: &RequestOp, read_count: usize) -> usize {
     match op {
         RequestOp::Read { .. } => read_count + 512,
+        RequestOp::Fetch { .. } => read_count + FETCH_HANDLE_ROOM + 512,
         RequestOp::Write { data, .. } => data.len() + SMALL_REPLY,
         // As WRITE: the data waits for a storage thread (or the NFS backend's turn).
         RequestOp::Append { data, .. } => data.len() + SMALL_REPLY,
@@ -700,8 +705,17 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
     }
     // READ counts are clamped to what the peer can receive and to the server's own maximum
     // (and, once the file is open, to its size).
-    let read_count = match &op {
+    let mut op = op;
+    let read_count = match &mut op {
         RequestOp::Read { count, .. } => (*count as usize).min(open.max_read).min(srv.max_io),
+        // A FETCH reply carries a handle beside the data: room is left for it.
+        RequestOp::Fetch { count, .. } => {
+            let clamped = (*count as usize)
+                .min(open.max_read.saturating_sub(FETCH_HANDLE_ROOM))
+                .min(srv.max_io);
+            *count = clamped as u32;
+            clamped
+        }
         _ => 0,
     };
     let reserved = reply_reservation(&op, read_count);

@@ -110,6 +110,17 @@ impl Dir {
     /// A regular file `name` to write from the start: a new one, or an existing regular
     /// file (not a link, not a FIFO or device) truncated.
     pub fn create_file(&self, name: &[u8]) -> io::Result<File> {
+        self.create_or_open(name, false)
+    }
+
+    /// [`Dir::create_file`] for the name the user gave as the destination: an existing
+    /// character device (`/dev/null`, a terminal) is written too, as `cp` would, since the
+    /// user named it (a name from the server never comes here).
+    pub fn create_named_file(&self, name: &[u8]) -> io::Result<File> {
+        self.create_or_open(name, true)
+    }
+
+    fn create_or_open(&self, name: &[u8], device_ok: bool) -> io::Result<File> {
         let write = OFlags::WRONLY;
         let fd = match self.open_beneath(name, write | OFlags::CREATE | OFlags::EXCL, FILE_MODE) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -119,8 +130,16 @@ impl Dir {
                     .open_beneath(name, write | OFlags::NONBLOCK | OFlags::NOCTTY, 0)
                     .map_err(link_error)?;
                 let st = rustix::fs::fstat(&fd)?;
-                if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-                    return Err(io::Error::other("exists and is not a regular file"));
+                match FileType::from_raw_mode(st.st_mode) {
+                    FileType::RegularFile => {}
+                    FileType::CharacterDevice if device_ok => {
+                        rustix::fs::fcntl_setfl(
+                            &fd,
+                            rustix::fs::fcntl_getfl(&fd)? - OFlags::NONBLOCK,
+                        )?;
+                        return Ok(File::from(fd));
+                    }
+                    _ => return Err(io::Error::other("exists and is not a regular file")),
                 }
                 if self.shared && st.st_uid != rustix::process::geteuid().as_raw() {
                     return Err(io::Error::other(
@@ -251,5 +270,14 @@ mod tests {
         )
         .unwrap();
         assert!(dir.create_file(b"p").is_err());
+        assert!(dir.create_named_file(b"p").is_err(), "a FIFO, even named");
+    }
+
+    #[test]
+    fn a_device_is_written_only_when_the_user_named_it() {
+        let dev = Dir::open_named(Path::new("/dev")).unwrap();
+        assert!(dev.create_file(b"null").is_err());
+        let mut f = dev.create_named_file(b"null").unwrap();
+        std::io::Write::write_all(&mut f, b"gone").unwrap();
     }
 }

@@ -14,7 +14,7 @@ use std::fmt;
 use protocol::{Attr, FileHandle, FileType, NfsStatus, ServerName, SetAttr};
 
 use crate::identity::Identity;
-use crate::session::{Client, Options, SessionError};
+use crate::session::{Client, Fetched, Options, SessionError};
 
 /// A remote path: the server and the path below its root.
 #[derive(Debug, Clone)]
@@ -126,7 +126,9 @@ impl From<std::io::Error> for CmdError {
 pub struct Ctx {
     identity: Option<Identity>,
     opts: Options,
-    clients: HashMap<String, (Client, FileHandle)>,
+    clients: HashMap<String, Client>,
+    /// Root handles by server, once mounted.
+    roots: HashMap<String, FileHandle>,
 }
 
 impl Ctx {
@@ -136,6 +138,7 @@ impl Ctx {
             identity,
             opts,
             clients: HashMap::new(),
+            roots: HashMap::new(),
         }
     }
 
@@ -147,13 +150,41 @@ impl Ctx {
     /// The session with `server` and its root handle.
     pub async fn client(&mut self, server: &ServerName) -> Result<(Client, FileHandle), CmdError> {
         let key = server.to_string();
-        if let Some((c, r)) = self.clients.get(&key) {
-            return Ok((c.clone(), *r));
+        let c = self.session(server);
+        if let Some(r) = self.roots.get(&key) {
+            return Ok((c, *r));
         }
-        let c = Client::new(server, self.identity.clone(), self.opts.clone());
         let (root, _) = c.mount("/").await.map_err(|e| CmdError::at(&key, e))?;
-        self.clients.insert(key, (c.clone(), root));
+        self.roots.insert(key, root);
         Ok((c, root))
+    }
+
+    /// The session with `server` (made, not yet connected, on first use).
+    fn session(&mut self, server: &ServerName) -> Client {
+        let (identity, opts) = (&self.identity, &self.opts);
+        self.clients
+            .entry(server.to_string())
+            .or_insert_with(|| Client::new(server, identity.clone(), opts.clone()))
+            .clone()
+    }
+
+    /// Resolves a target as [`Ctx::resolve`] does, with a regular file's first bytes: one
+    /// FETCH, which on a new session goes out with the LOGIN, so a small file arrives in the
+    /// first round trip after the handshake. Where the server cannot FETCH, the walk and the
+    /// reads are the usual ones (no bytes come back).
+    pub async fn fetch(
+        &mut self,
+        t: &Target,
+    ) -> Result<(Client, FileHandle, Attr, Option<Fetched>), CmdError> {
+        let c = self.session(&t.server);
+        let path = format!("/{}", t.components.join("/"));
+        match c.fetch(&path).await.map_err(|e| CmdError::at(&t.text, e))? {
+            Some(f) => Ok((c, f.fh, f.attr, Some(f))),
+            None => {
+                let (c, fh, attr) = self.resolve(t).await?;
+                Ok((c, fh, attr, None))
+            }
+        }
     }
 
     /// Resolves a target to its handle and attributes.

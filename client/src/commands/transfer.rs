@@ -14,7 +14,7 @@ use protocol::{Attr, CreateHow, FileHandle, FileType, NfsStatus, SetAttr, SetTim
 
 use super::{CmdError, Ctx, Target, dest, shown};
 use crate::progress::Progress;
-use crate::session::{Client, SessionError};
+use crate::session::{Client, Fetched, SessionError};
 
 /// `sfs cat`.
 pub async fn cat(ctx: &mut Ctx, targets: &[String]) -> Result<(), CmdError> {
@@ -74,7 +74,7 @@ pub async fn get(
     recursive: bool,
 ) -> Result<(), CmdError> {
     let t = Target::parse(remote)?;
-    let (c, fh, attr) = ctx.resolve(&t).await?;
+    let (c, fh, attr, fetched) = ctx.fetch(&t).await?;
     let name = t.file_name().unwrap_or("root").to_owned();
     let (parent, leaf) = match local {
         Some(p) if p.is_dir() => (p.to_path_buf(), name.into_bytes()),
@@ -114,8 +114,8 @@ pub async fn get(
             Ok(())
         };
     }
-    let file = parent.create_file(&leaf).map_err(local_error)?;
-    get_file(&c, &fh, &attr, &t.text, file).await
+    let file = parent.create_named_file(&leaf).map_err(local_error)?;
+    get_file(&c, &fh, &attr, &t.text, fetched, file).await
 }
 
 /// How deep `get -r` goes: each level holds a directory descriptor open while the levels
@@ -124,15 +124,28 @@ pub async fn get(
 /// files.
 const MAX_DEPTH: usize = 256;
 
+/// Copies the file `fh` into `f`, starting with the bytes a FETCH brought if there were any.
 async fn get_file(
     c: &Client,
     fh: &FileHandle,
     attr: &Attr,
     label: &str,
+    fetched: Option<Fetched>,
     mut f: fs::File,
 ) -> Result<(), CmdError> {
     let mut bar = Progress::new(label, Some(attr.size));
-    c.read_all(fh, 0, |d| {
+    let mut offset = 0;
+    if let Some(first) = fetched {
+        write_in_pieces(&mut f, &first.data)?;
+        bar.inc(first.data.len() as u64);
+        offset = first.data.len() as u64;
+        if first.eof {
+            f.flush()?;
+            bar.finish();
+            return Ok(());
+        }
+    }
+    c.read_all(fh, offset, |d| {
         bar.inc(d.len() as u64);
         write_in_pieces(&mut f, d)
     })
@@ -261,7 +274,7 @@ async fn get_tree(
                     place: Place::Beneath(local.clone(), e.name.clone()),
                 }),
                 FileType::Regular => match local.create_file(&e.name) {
-                    Ok(f) => get_file(c, &fh, &attr, &child_label, f).await?,
+                    Ok(f) => get_file(c, &fh, &attr, &child_label, None, f).await?,
                     Err(err) => local_failed(&mut failed, err),
                 },
                 FileType::Symlink => {

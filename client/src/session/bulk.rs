@@ -1,10 +1,11 @@
-//! Whole-file transfers: READ and WRITE with a window of requests in flight (sized in bytes:
-//! [`super::Options::requests_in_flight`]), so one stream can fill the link. The single
-//! requests are [`Client::read`] and [`Client::write_from_file`].
+//! Whole-file transfers: READ and WRITE with a window of requests in flight, sized in bytes
+//! and grown to the path as the transfer goes ([`super::window`]), so one stream can fill the
+//! link. The single requests are [`Client::read`] and [`Client::write_from_file`].
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::sync::Arc;
+use std::time::Instant;
 
 use protocol::{Data, FileHandle, NfsStatus, StableHow};
 use tokio::task::JoinHandle;
@@ -19,7 +20,7 @@ type ReadTask = (u64, JoinHandle<Result<(Data, bool), SessionError>>);
 type WriteTask = JoinHandle<Result<([u8; 8], u64), SessionError>>;
 
 impl Client {
-    /// `window` READs outstanding so one stream can fill the link.
+    /// READs outstanding, as many as the window holds, so one stream can fill the link.
     pub async fn read_all(
         &self,
         fh: &FileHandle,
@@ -28,7 +29,9 @@ impl Client {
     ) -> Result<u64, anyhow::Error> {
         let (rmax, _) = self.io_sizes().await?;
         let chunk = u64::from(rmax.max(1));
-        let window = self.inner.opts.requests_in_flight(chunk);
+        let max_requests = self.inner.opts.window;
+        let mut window = self.inner.opts.bulk_window();
+        window.start(Instant::now());
         let mut inflight: VecDeque<ReadTask> = VecDeque::new();
         let mut next = offset;
         let mut total = 0u64;
@@ -43,7 +46,7 @@ impl Client {
             }
         };
         loop {
-            while inflight.len() < window {
+            while inflight.len() < window.requests(chunk, max_requests) {
                 inflight.push_back((next, spawn(next)));
                 next += chunk;
             }
@@ -67,11 +70,13 @@ impl Client {
                 return Err(e.into());
             }
             let got = data.len() as u64;
+            window.delivered(got, Instant::now());
             self.inner.recycle(data.into_buffer());
             total += got;
             offset += got;
             if eof || got == 0 {
                 abort(&mut inflight);
+                tracing::debug!(bytes = total, window = window.bytes(), "bulk read done");
                 return Ok(total);
             }
             if got < chunk {
@@ -84,7 +89,8 @@ impl Client {
     }
 
     /// Copies `file` to the server's file `fh` from offset 0, then COMMITs: WRITEs of the
-    /// largest size the server takes, up to `window` outstanding, each read straight from the
+    /// largest size the server takes, as many outstanding as the window holds (grown to the
+    /// path as for reads), each read straight from the
     /// file into its request (read again if it must be sent again). A file that grows
     /// meanwhile is copied to its new end; one that shrinks is an error. `progress` is told of
     /// each acknowledged byte count.
@@ -95,7 +101,10 @@ impl Client {
         mut progress: impl FnMut(u64),
     ) -> Result<u64, anyhow::Error> {
         let (_, wmax) = self.io_sizes().await?;
-        let window = self.inner.opts.requests_in_flight(u64::from(wmax));
+        let chunk = u64::from(wmax.max(1));
+        let max_requests = self.inner.opts.window;
+        let mut window = self.inner.opts.bulk_window();
+        window.start(Instant::now());
         let local_len = |f: &File| f.metadata().map(|m| m.len()).map_err(SessionError::Source);
         let mut inflight: VecDeque<WriteTask> = VecDeque::new();
         let mut offset = 0u64;
@@ -103,7 +112,7 @@ impl Client {
         let mut verifier = None;
         let mut restarted = false;
         loop {
-            while inflight.len() < window {
+            while inflight.len() < window.requests(chunk, max_requests) {
                 if offset >= end {
                     end = local_len(&file)?;
                     if offset >= end {
@@ -151,8 +160,10 @@ impl Client {
                 restarted = true;
             }
             verifier = Some(v);
+            window.delivered(len, Instant::now());
             progress(len);
         }
+        tracing::debug!(bytes = offset, window = window.bytes(), "bulk write sent");
         let committed = self.commit(fh).await?;
         if restarted || verifier.is_some_and(|v| v != committed) {
             anyhow::bail!(

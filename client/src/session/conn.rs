@@ -25,12 +25,19 @@ use tokio::task::JoinHandle;
 
 use super::error::{ConnectError, ProtocolError, SessionError, status_message};
 use super::handshake;
+use super::known_keys;
 use super::{Client, Inner, Invalidation, REUSE_ABOVE};
 use crate::caller_groups::Groups;
 use crate::identity::Identity;
 
 /// Where a reply goes: the caller waiting for its id.
 type Waiter = oneshot::Sender<Result<ReplyBody, NfsStatus>>;
+
+/// The answer to a request sent with a new connection's LOGIN ([`Client::connection_with`]).
+pub(super) type EarlyReply = Result<ReplyBody, NfsStatus>;
+
+/// The authno a connection's first successful LOGIN gets (docs/PROTOCOL.md, section 8).
+const FIRST_AUTHNO: u32 = 1;
 
 /// Requests waiting for replies on one connection.
 #[derive(Default)]
@@ -163,11 +170,21 @@ fn fail_all(pending: &Mutex<Pending>) {
 impl Client {
     /// The live connection, making one (with backoff) when there is none or it broke.
     pub(super) async fn connection(&self) -> Result<Arc<Conn>, SessionError> {
+        Ok(self.connection_with(None).await?.0)
+    }
+
+    /// [`Client::connection`]; when a new connection is made, `early` (a FETCH's path and
+    /// count) goes out with its LOGIN and SESSION, and its answer comes back beside the
+    /// connection (see [`Client::establish`]).
+    pub(super) async fn connection_with(
+        &self,
+        early: Option<(&[u8], u32)>,
+    ) -> Result<(Arc<Conn>, Option<EarlyReply>), SessionError> {
         let mut slot = self.inner.conn.lock().await;
         if let Some(c) = slot.as_ref()
             && !c.is_dead()
         {
-            return Ok(c.clone());
+            return Ok((c.clone(), None));
         }
         let reconnect = slot.take().is_some();
         let opts = &self.inner.opts;
@@ -178,8 +195,8 @@ impl Client {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(opts.max_backoff);
             }
-            match tokio::time::timeout(opts.connect_timeout, self.establish()).await {
-                Ok(Ok(c)) => {
+            match tokio::time::timeout(opts.connect_timeout, self.establish(early)).await {
+                Ok(Ok((c, early_reply))) => {
                     if reconnect {
                         // INVALIDATEs may have been missed while disconnected.
                         self.inner.cache.clear();
@@ -187,7 +204,7 @@ impl Client {
                     }
                     let c = Arc::new(c);
                     *slot = Some(c.clone());
-                    return Ok(c);
+                    return Ok((c, early_reply));
                 }
                 Ok(Err(e @ SessionError::Handshake { .. })) => return Err(e),
                 Ok(Err(e)) => {
@@ -209,7 +226,17 @@ impl Client {
     }
 
     /// TCP connect, handshake, tasks, login.
-    async fn establish(&self) -> Result<Conn, SessionError> {
+    ///
+    /// SESSION and LOGIN go out together behind the handshake's last message, and so does a
+    /// FETCH of `early` where the version has it, sent with the authno the LOGIN will get:
+    /// the server gives authnos 1, 2, ... in the order of LOGINs and checks a connection's
+    /// requests in order, so the FETCH runs as the user once the LOGIN before it succeeded
+    /// (docs/PROTOCOL.md, section 8). Its answer is returned only if the LOGIN did get that
+    /// authno; otherwise (refused: the user is anonymous) the caller asks again.
+    async fn establish(
+        &self,
+        early: Option<(&[u8], u32)>,
+    ) -> Result<(Conn, Option<EarlyReply>), SessionError> {
         let name = &self.inner.name;
         let mut stream = TcpStream::connect(name.location().socket_addr_string())
             .await
@@ -255,28 +282,82 @@ impl Client {
             version,
             tasks: [writer, readertask],
         };
-        if sessions {
-            conn.epoch = self.bind_session(&conn).await?;
+        let identity = self.inner.identity.as_ref();
+        let expected_authno = match identity {
+            Some(_) => FIRST_AUTHNO,
+            None => protocol::ANONYMOUS,
+        };
+        let early = early.filter(|_| protocol::handshake::has_fetch(version));
+        let (epoch, authno, early_reply) = tokio::join!(
+            async {
+                match sessions {
+                    true => self.bind_session(&conn).await,
+                    false => Ok(None),
+                }
+            },
+            async {
+                match identity {
+                    Some(id) => self.login(&conn, id).await.map(Some),
+                    None => Ok(None),
+                }
+            },
+            async {
+                let (path, count) = early?;
+                let op = RequestOp::Fetch {
+                    path: path.to_vec(),
+                    count,
+                };
+                self.send_early(&conn, expected_authno, op).await
+            }
+        );
+        conn.epoch = epoch?;
+        if let Some(authno) = authno? {
+            conn.authno = authno;
         }
-        if let Some(id) = &self.inner.identity {
-            conn.authno = self.login(&conn, id).await?;
-        }
-        Ok(conn)
+        let early_reply = early_reply.filter(|_| conn.authno == expected_authno);
+        Ok((conn, early_reply))
+    }
+
+    /// Sends `op` as `authno` on `conn` and waits for its answer (None if the stream broke or
+    /// it timed out: the caller asks again the ordinary way).
+    async fn send_early(&self, conn: &Conn, authno: u32, op: RequestOp) -> Option<EarlyReply> {
+        let rid = self.next_id();
+        let payload = Outgoing::encode(Vec::new(), |buf| {
+            Request {
+                id: rid,
+                authno,
+                op,
+            }
+            .encode_into(buf)
+        });
+        conn.roundtrip_within(self.inner.opts.request_timeout, rid, payload)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Runs the client side of the handshake on `stream`.
     async fn handshake(&self, stream: &mut TcpStream) -> Result<Completed, SessionError> {
         let name = &self.inner.name;
-        handshake::complete(ClientHandshake::new(name), stream)
-            .await
-            .map_err(|e| match e {
-                DriveError::Io(e) => self.connect_error(e),
-                DriveError::Closed => self.connect_error(ConnectError::ClosedInHandshake),
-                DriveError::Handshake(source) => SessionError::Handshake {
-                    name: name.to_string(),
-                    source,
-                },
-            })
+        let known = *self.inner.server_key.lock();
+        let known = known.or_else(|| known_keys::load(name));
+        let hs = known
+            .and_then(|key| ClientHandshake::with_known_key(name, Default::default(), key).ok())
+            .unwrap_or_else(|| ClientHandshake::new(name));
+        let completed = handshake::complete(hs, stream).await.map_err(|e| match e {
+            DriveError::Io(e) => self.connect_error(e),
+            DriveError::Closed => self.connect_error(ConnectError::ClosedInHandshake),
+            DriveError::Handshake(source) => SessionError::Handshake {
+                name: name.to_string(),
+                source,
+            },
+        })?;
+        let key = completed.session.server_key;
+        if known != Some(key) {
+            known_keys::store(name, &key);
+        }
+        *self.inner.server_key.lock() = Some(key);
+        Ok(completed)
     }
 
     /// LOGIN as `id` on `conn`: the authno, or ANONYMOUS when the server refuses (not fatal:

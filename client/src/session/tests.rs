@@ -26,6 +26,9 @@ struct Fake {
     name: ServerName,
     key: Arc<ServerKeypair>,
     conns: Arc<AtomicUsize>,
+    /// Per connection, whether the client sent its first handshake message before the server
+    /// sent its key (recorded only by [`fake_probing`]).
+    spoke_first: Arc<Mutex<Vec<bool>>>,
     task: JoinHandle<()>,
 }
 
@@ -62,18 +65,42 @@ async fn fake_speaking(
     versions: Vec<u32>,
     behaviour: Behaviour,
 ) -> Fake {
+    fake_full(port, key, versions, false, behaviour).await
+}
+
+/// [`fake_speaking`] that waits a moment before sending its key, to see whether the client
+/// speaks first ([`Fake::spoke_first`]).
+async fn fake_probing(versions: Vec<u32>, behaviour: Behaviour) -> Fake {
+    fake_full(0, ServerKeypair::generate(), versions, true, behaviour).await
+}
+
+async fn fake_full(
+    port: u16,
+    key: ServerKeypair,
+    versions: Vec<u32>,
+    probe: bool,
+    behaviour: Behaviour,
+) -> Fake {
     let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let key = Arc::new(key);
     let name = key.server_name(Location::new("127.0.0.1", port).unwrap());
     let conns = Arc::new(AtomicUsize::new(0));
+    let spoke_first = Arc::new(Mutex::new(Vec::new()));
     let behaviour = Arc::new(Mutex::new(behaviour));
     let (k, c, hid) = (key.clone(), conns.clone(), name.host_id());
+    let spoke = spoke_first.clone();
     let task = tokio::spawn(async move {
         loop {
             let Ok((s, _)) = listener.accept().await else {
                 return;
             };
+            if probe {
+                let mut byte = [0u8; 1];
+                let early = tokio::time::timeout(Duration::from_millis(300), s.peek(&mut byte));
+                let spoke_first = matches!(early.await, Ok(Ok(1)));
+                spoke.lock().push(spoke_first);
+            }
             let n = c.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(serve(
                 s,
@@ -89,6 +116,7 @@ async fn fake_speaking(
         name,
         key,
         conns,
+        spoke_first,
         task,
     }
 }
@@ -732,23 +760,6 @@ fn default_request_timeout_is_thirty_seconds() {
     assert_eq!(Options::default().request_timeout, Duration::from_secs(30));
 }
 
-#[test]
-fn bulk_windows_are_sized_in_bytes_within_the_request_bounds() {
-    let opts = Options::default();
-    assert_eq!(
-        opts.requests_in_flight(1 << 20),
-        8,
-        "8 MiB of 1 MiB records"
-    );
-    assert_eq!(opts.requests_in_flight(64 << 10), 32, "capped by `window`");
-    assert_eq!(opts.requests_in_flight(64 << 20), 2, "never fewer than two");
-    let narrow = Options {
-        window: 1,
-        ..Options::default()
-    };
-    assert_eq!(narrow.requests_in_flight(1 << 20), 1, "`window` wins");
-}
-
 #[tokio::test]
 async fn an_object_made_without_a_handle_is_looked_up() {
     const DIR: FileHandle = FileHandle::from_bytes([3; 48]);
@@ -1144,4 +1155,144 @@ async fn cached_xattr_answers_are_given_without_waiting_only_when_known() {
     );
     c.call(RequestOp::Null).await.unwrap();
     assert!(c.getxattr_cached(&FH, b"user.k").is_none(), "invalidated");
+}
+
+/// A FETCH answered without the pause the fake makes for each connection.
+fn fetched(id: u64, data: &[u8]) -> Out {
+    reply(
+        id,
+        Ok(ReplyBody::Fetch {
+            fh: FH,
+            attr: attr(data.len() as u64, 60_000),
+            eof: true,
+            data: data.to_vec().into(),
+        }),
+    )
+}
+
+/// The first FETCH of a connection goes out with its LOGIN, carrying the authno a LOGIN gets
+/// first (1) before the LOGIN is answered; a server that gave another authno (this fake gives
+/// 7) gets the FETCH again with that one, and the answer to the first is not used.
+#[tokio::test]
+async fn the_first_fetch_rides_with_the_login_and_is_asked_again_if_the_authno_differs() {
+    let authnos = Arc::new(Mutex::new(Vec::new()));
+    let seen = authnos.clone();
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![2, 3, 5],
+        Box::new(move |_, req| match req.op {
+            RequestOp::Session { .. } => vec![reply(
+                req.id,
+                Ok(ReplyBody::Session {
+                    slots: 4,
+                    resumed: false,
+                }),
+            )],
+            RequestOp::Fetch { ref path, .. } => {
+                assert_eq!(path, b"/a/b");
+                seen.lock().push(req.authno);
+                match req.authno {
+                    7 => vec![fetched(req.id, b"alice's")],
+                    _ => vec![reply(req.id, Err(NfsStatus::Acces))],
+                }
+            }
+            ref other => panic!("unexpected {other:?}"),
+        }),
+    )
+    .await;
+    let c = Client::new(&f.name, Some(alice()), quick());
+    let got = c
+        .fetch("/a/b")
+        .await
+        .unwrap()
+        .expect("the server can FETCH");
+    assert_eq!(&got.data[..], b"alice's");
+    assert_eq!(
+        *authnos.lock(),
+        vec![1, 7],
+        "pipelined with 1, then as the LOGIN said"
+    );
+    // On the live connection a FETCH is an ordinary request.
+    c.fetch("/a/b").await.unwrap().unwrap();
+    assert_eq!(*authnos.lock(), vec![1, 7, 7]);
+}
+
+/// A server of a version without FETCH is never sent one: the caller walks instead.
+#[tokio::test]
+async fn no_fetch_is_sent_to_a_server_without_it() {
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![2, 3],
+        Box::new(|_, req| match req.op {
+            RequestOp::Session { .. } => vec![reply(
+                req.id,
+                Ok(ReplyBody::Session {
+                    slots: 4,
+                    resumed: false,
+                }),
+            )],
+            ref other => panic!("unexpected {other:?}"),
+        }),
+    )
+    .await;
+    let c = Client::new(&f.name, Some(alice()), quick());
+    assert!(c.fetch("/a").await.unwrap().is_none());
+}
+
+/// A server that claims bytes for a directory, or more than one record's worth, is refused.
+#[tokio::test]
+async fn a_fetch_reply_with_bytes_for_a_directory_is_refused() {
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![5],
+        Box::new(|_, req| match req.op {
+            RequestOp::Session { .. } => vec![reply(
+                req.id,
+                Ok(ReplyBody::Session {
+                    slots: 4,
+                    resumed: false,
+                }),
+            )],
+            RequestOp::Fetch { .. } => vec![reply(
+                req.id,
+                Ok(ReplyBody::Fetch {
+                    fh: FH,
+                    attr: Attr {
+                        ftype: protocol::FileType::Directory,
+                        ..attr(0, 60_000)
+                    },
+                    eof: true,
+                    data: b"../../etc/passwd".to_vec().into(),
+                }),
+            )],
+            ref other => panic!("unexpected {other:?}"),
+        }),
+    )
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let e = c.fetch("/d").await.unwrap_err();
+    assert!(matches!(e, SessionError::Protocol { .. }), "{e:?}");
+}
+
+/// Once the server's key is known, a new connection sends its first handshake message at
+/// once instead of waiting a round trip for the server's key message.
+#[tokio::test]
+async fn a_reconnect_speaks_first_with_the_key_it_learned() {
+    let f = fake_probing(
+        vec![2],
+        Box::new(|_, req| vec![reply(req.id, Ok(ReplyBody::Null))]),
+    )
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    c.call(RequestOp::Null).await.unwrap();
+    assert!(c.disconnect().await);
+    c.call(RequestOp::Null).await.unwrap();
+    assert_eq!(
+        *f.spoke_first.lock(),
+        vec![false, true],
+        "waited for the key the first time only"
+    );
 }

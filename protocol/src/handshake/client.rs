@@ -1,12 +1,14 @@
 //! The client's steps: wait for the server's key (S0), check it against the name and answer
 //! with the Noise message carrying ClientHello (C1); wait for the server's Noise reply (S1) and
-//! derive the session.
+//! derive the session. A client that knows the server's key from an earlier connection sends
+//! C1 at once and only checks that S0 repeats the key ([`Handshake::with_known_key`]): one
+//! round trip fewer, since the server sends S0 only once it has accepted the connection.
 
 use snow::HandshakeState;
 
 use super::wire::{
     ServerHello, check_peer_max, decode_server_hello, encode_client_hello, noise_builder,
-    noise_err, noise_write, prologue, push_frame, split,
+    noise_err, noise_write, prologue, push_frame, server_key_body, split,
 };
 use super::{Client, Handshake, HandshakeConfig, Next, Progress, SERVER_KEY_MAGIC, Session, Step};
 use crate::error::HandshakeError;
@@ -33,6 +35,24 @@ impl Handshake<Client> {
         ephemeral: [u8; 32],
     ) -> Handshake<Client> {
         Self::client(name, config, Some(ephemeral))
+    }
+
+    /// A handshake that sends C1 at once, with `server_key` remembered from an earlier
+    /// connection to `name`. The key is checked against the name first (so a wrong or stale
+    /// key is refused here, and the caller falls back to [`Handshake::new`]), and the server's
+    /// S0 must then carry exactly this key.
+    pub fn with_known_key(
+        name: &ServerName,
+        config: HandshakeConfig,
+        server_key: [u8; PUBLIC_KEY_LEN],
+    ) -> Result<Handshake<Client>, HandshakeError> {
+        let name = name.without_path();
+        name.verify_key(&server_key)?;
+        let s0 = server_key_body(&server_key);
+        let mut out = Vec::new();
+        let hello = send_client_hello(&s0, server_key, config, None, &mut out)?;
+        let first = AwaitKeyRepeated { s0, hello };
+        Ok(Handshake::start(Progress::Wait(Box::new(first)), out))
     }
 
     fn client(
@@ -66,22 +86,60 @@ impl Step for AwaitServerKey {
         let mut server_key = [0u8; PUBLIC_KEY_LEN];
         server_key.copy_from_slice(&body[4..]);
         self.name.verify_key(&server_key)?;
-        let prologue = prologue(body);
-        let mut builder = noise_builder()
-            .remote_public_key(&server_key)
-            .and_then(|b| b.prologue(&prologue))
-            .map_err(noise_err)?;
-        if let Some(e) = &self.fixed_ephemeral {
-            builder = builder.fixed_ephemeral_key_for_testing_only(e);
-        }
-        let mut noise = builder.build_initiator().map_err(noise_err)?;
-        let msg = noise_write(&mut noise, &encode_client_hello(&self.config))?;
-        push_frame(out, &msg);
-        Ok(Next::Wait(Box::new(AwaitServerHello {
-            config: self.config,
-            noise: Box::new(noise),
+        let hello = send_client_hello(
+            body,
             server_key,
-        })))
+            self.config,
+            self.fixed_ephemeral.as_ref(),
+            out,
+        )?;
+        Ok(Next::Wait(Box::new(hello)))
+    }
+}
+
+/// Starts Noise with the server's key message `s0` in the prologue and appends C1 to `out`.
+fn send_client_hello(
+    s0: &[u8],
+    server_key: [u8; PUBLIC_KEY_LEN],
+    config: HandshakeConfig,
+    fixed_ephemeral: Option<&[u8; 32]>,
+    out: &mut Vec<u8>,
+) -> Result<AwaitServerHello, HandshakeError> {
+    let prologue = prologue(s0);
+    let mut builder = noise_builder()
+        .remote_public_key(&server_key)
+        .and_then(|b| b.prologue(&prologue))
+        .map_err(noise_err)?;
+    if let Some(e) = fixed_ephemeral {
+        builder = builder.fixed_ephemeral_key_for_testing_only(e);
+    }
+    let mut noise = builder.build_initiator().map_err(noise_err)?;
+    let msg = noise_write(&mut noise, &encode_client_hello(&config))?;
+    push_frame(out, &msg);
+    Ok(AwaitServerHello {
+        config,
+        noise: Box::new(noise),
+        server_key,
+    })
+}
+
+/// First step with a known key: C1 sent, waiting for S0 to repeat the key it was sent under.
+struct AwaitKeyRepeated {
+    s0: Vec<u8>,
+    hello: AwaitServerHello,
+}
+
+impl Step for AwaitKeyRepeated {
+    fn on_frame(self: Box<Self>, body: &[u8], _out: &mut Vec<u8>) -> Result<Next, HandshakeError> {
+        if body.len() != 4 + PUBLIC_KEY_LEN || body[..4] != SERVER_KEY_MAGIC {
+            return Err(HandshakeError::BadServerKeyMessage);
+        }
+        if body != self.s0.as_slice() {
+            // A server at the name's location without the name's key: it could not have
+            // read C1 anyway.
+            return Err(HandshakeError::ServerKeyChanged);
+        }
+        Ok(Next::Wait(Box::new(self.hello)))
     }
 }
 

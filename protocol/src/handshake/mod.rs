@@ -57,8 +57,8 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements (with ChaCha20-Poly1305 records; see
-/// [`AES_VERSION`] for the same with AES-256-GCM).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// [`FETCH_AES_VERSION`] for the same with AES-256-GCM).
+pub const PROTOCOL_VERSION: u32 = FETCH_VERSION;
 /// The first version with SESSION and SEQUENCE ([`crate::sequence`]) and APPEND: a client
 /// sends them only on connections that chose it or a later one, so it still works with a
 /// server of version 2, without exactly-once changes or atomic appends.
@@ -69,18 +69,39 @@ pub const SESSIONS_VERSION: u32 = 3;
 /// choice travel in the handshake's encrypted, authenticated payloads, so no one in between
 /// can take it out or put it in.
 pub const AES_VERSION: u32 = 4;
+/// Version 3 with FETCH ([`crate::RequestOp::Fetch`]), ChaCha20-Poly1305 records.
+pub const FETCH_VERSION: u32 = 5;
+/// Version 5 with AES-256-GCM records, offered only with AES instructions as 4 is.
+pub const FETCH_AES_VERSION: u32 = 6;
 /// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
-/// SEQUENCE, so a peer of either version can be served; 4 is 3 with AES-256-GCM records.
-pub const SUPPORTED_VERSIONS: &[u32] = &[2, PROTOCOL_VERSION, AES_VERSION];
+/// SEQUENCE, so a peer of either version can be served; 5 is 3 with FETCH; 4 and 6 are 3 and
+/// 5 with AES-256-GCM records.
+pub const SUPPORTED_VERSIONS: &[u32] = &[
+    2,
+    SESSIONS_VERSION,
+    AES_VERSION,
+    FETCH_VERSION,
+    FETCH_AES_VERSION,
+];
 
-/// The versions this machine offers: all it speaks, but 4 only with AES instructions (in
-/// software AES is slower than ChaCha20 and not constant-time).
+/// Whether records of `version` are sealed with AES-256-GCM (else ChaCha20-Poly1305).
+pub fn uses_aes(version: u32) -> bool {
+    version == AES_VERSION || version == FETCH_AES_VERSION
+}
+
+/// Whether a connection of `version` may carry FETCH.
+pub fn has_fetch(version: u32) -> bool {
+    version >= FETCH_VERSION
+}
+
+/// The versions this machine offers: all it speaks, but those with AES records only with AES
+/// instructions (in software AES is slower than ChaCha20 and not constant-time).
 pub fn versions_here() -> Vec<u32> {
     let aes = crate::record::Cipher::aes_in_hardware();
     SUPPORTED_VERSIONS
         .iter()
         .copied()
-        .filter(|&v| v != AES_VERSION || aes)
+        .filter(|&v| !uses_aes(v) || aes)
         .collect()
 }
 /// Most versions a ClientHello may list.
@@ -332,7 +353,59 @@ mod tests {
     }
 
     #[test]
-    fn a_version_2_peer_gets_version_2_and_two_version_3_peers_get_3() {
+    fn a_client_that_knows_the_key_speaks_before_the_server_and_gets_the_same_session() {
+        let kp = ServerKeypair::generate();
+        let name = kp.server_name(Location::new("localhost", 4004).unwrap());
+        let mut s = ServerHandshake::with_config(&kp, HandshakeConfig::default());
+        let mut c =
+            ClientHandshake::with_known_key(&name, HandshakeConfig::default(), *kp.public_key())
+                .unwrap();
+        // C1 is ready before anything was received: it goes out with TCP's first data.
+        assert!(c.has_output());
+        pump(&mut c, &mut s).unwrap();
+        let mut cs = c.into_session().unwrap();
+        let mut ss = s.into_session().unwrap();
+        assert_eq!(cs.session_id, ss.session_id);
+        let r = cs.sealer.seal(b"ping").unwrap();
+        assert_eq!(ss.opener.open(&r).unwrap(), b"ping");
+    }
+
+    #[test]
+    fn a_remembered_key_the_name_does_not_certify_is_refused_before_anything_is_sent() {
+        let kp = ServerKeypair::generate();
+        let other = ServerKeypair::generate();
+        let name = kp.server_name(Location::new("localhost", 4004).unwrap());
+        let err =
+            ClientHandshake::with_known_key(&name, HandshakeConfig::default(), *other.public_key())
+                .err()
+                .expect("a key of another name");
+        assert!(
+            matches!(err, HandshakeError::HostIdMismatch { .. }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_server_whose_key_message_differs_from_the_remembered_key_is_refused() {
+        // The name certifies `kp`'s key, but `impostor` answers at its location.
+        let kp = ServerKeypair::generate();
+        let impostor = ServerKeypair::generate();
+        let name = kp.server_name(Location::new("localhost", 4004).unwrap());
+        let mut s = ServerHandshake::with_config(&impostor, HandshakeConfig::default());
+        let mut c =
+            ClientHandshake::with_known_key(&name, HandshakeConfig::default(), *kp.public_key())
+                .unwrap();
+        let err = pump(&mut c, &mut s).unwrap_err();
+        assert!(
+            matches!(err, HandshakeError::ServerKeyChanged)
+                || matches!(err, HandshakeError::ClientMessageRejected),
+            "{err:?}"
+        );
+        assert!(c.into_session().is_err());
+    }
+
+    #[test]
+    fn peers_get_their_highest_common_version_and_its_cipher() {
         let v2 = HandshakeConfig {
             versions: vec![2],
             ..HandshakeConfig::default()
@@ -345,13 +418,26 @@ mod tests {
             versions: SUPPORTED_VERSIONS.to_vec(),
             ..HandshakeConfig::default()
         };
+        let v4 = HandshakeConfig {
+            versions: vec![2, 3, 4],
+            ..HandshakeConfig::default()
+        };
+        let chacha = HandshakeConfig {
+            versions: vec![2, 3, 5],
+            ..HandshakeConfig::default()
+        };
         for (client, server, chosen) in [
             (v2.clone(), HandshakeConfig::default(), 2),
             (HandshakeConfig::default(), v2, 2),
             // AES records only when both ends offer them.
             (v3.clone(), all.clone(), 3),
             (all.clone(), v3, 3),
-            (all.clone(), all, 4),
+            (all.clone(), v4.clone(), 4),
+            (v4, all.clone(), 4),
+            // FETCH with ChaCha20 records where one end has no AES instructions.
+            (chacha.clone(), all.clone(), 5),
+            (all.clone(), chacha, 5),
+            (all.clone(), all, 6),
         ] {
             let (mut c, mut s) = pair(client, server);
             pump(&mut c, &mut s).unwrap();
@@ -364,7 +450,11 @@ mod tests {
             let r = ss.sealer.seal(b"pong").unwrap();
             assert_eq!(cs.opener.open(&r).unwrap(), b"pong");
             let cipher = crate::record::Cipher::for_version(chosen);
-            assert_eq!(cipher == crate::record::Cipher::Aes256Gcm, chosen == 4);
+            assert_eq!(
+                cipher == crate::record::Cipher::Aes256Gcm,
+                chosen == 4 || chosen == 6
+            );
+            assert_eq!(has_fetch(chosen), chosen >= 5);
         }
     }
 

@@ -159,6 +159,9 @@ fn plain_request_op() -> impl Strategy<Value = RequestOp> {
     Union::new(vec![
         Just(RequestOp::Null).boxed(),
         bytes(60).prop_map(|path| RequestOp::Mount { path }).boxed(),
+        (bytes(60), any::<u32>())
+            .prop_map(|(path, count)| RequestOp::Fetch { path, count })
+            .boxed(),
         login_args().prop_map(RequestOp::Login).boxed(),
         fh().prop_map(|fh| RequestOp::GetAttr { fh }).boxed(),
         (fh(), set_attr(), prop::option::of(time()))
@@ -423,6 +426,14 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
         Just(ReplyBody::Null).boxed(),
         (fh(), attr())
             .prop_map(|(fh, attr)| ReplyBody::Mount { fh, attr })
+            .boxed(),
+        (fh(), attr(), any::<bool>(), bytes(300))
+            .prop_map(|(fh, attr, eof, data)| ReplyBody::Fetch {
+                fh,
+                attr,
+                eof,
+                data: data.into(),
+            })
             .boxed(),
         any::<u32>()
             .prop_map(|authno| ReplyBody::Login { authno })

@@ -1,10 +1,10 @@
 //! Operations that find objects by name: MOUNT, LOOKUP, READLINK.
 
 use protocol::{FileHandle, FileType, NfsStatus, ReplyBody};
-use rustix::fs::Access;
+use rustix::fs::{Access, OFlags};
 
-use super::resolve::component;
-use super::{LocalFs, MAX_LINK, errno};
+use super::resolve::{Obj, component};
+use super::{LocalFs, MAX_LINK, errno, io_status};
 use crate::fs::{OpCtx, Outcome};
 
 impl LocalFs {
@@ -16,18 +16,7 @@ impl LocalFs {
         path: &[u8],
         out: &mut Outcome,
     ) -> Result<ReplyBody, NfsStatus> {
-        let text = std::str::from_utf8(path).map_err(|_| NfsStatus::Inval)?;
-        let mut at = self.root_obj()?;
-        for comp in text.split('/').filter(|s| !s.is_empty() && *s != ".") {
-            if comp == ".." {
-                return Err(NfsStatus::Acces);
-            }
-            let name = component(comp.as_bytes())?;
-            if at.ftype() != FileType::Directory {
-                return Err(NfsStatus::NotDir);
-            }
-            at = self.child(&at, name)?;
-        }
+        let at = self.find_path(path)?;
         if at.ftype() != FileType::Directory {
             return Err(NfsStatus::NotDir);
         }
@@ -41,6 +30,51 @@ impl LocalFs {
             fh,
             attr: at.attr(ctx.lease_ms),
         })
+    }
+
+    /// FETCH: the object at `path`, as MOUNT finds it but of any type, and a regular file's
+    /// first `count` bytes (already clamped by the connection), read as the caller.
+    pub(super) fn fetch(
+        &self,
+        ctx: &OpCtx,
+        path: &[u8],
+        count: u32,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        let at = self.find_path(path)?;
+        let fh = self.fh(&at);
+        let (data, eof) = if at.ftype() == FileType::Regular && count > 0 {
+            let file = self.open_data(ctx, &at, OFlags::RDONLY)?;
+            read_start(&file, count as usize)?
+        } else {
+            (Vec::new(), true)
+        };
+        out.leased.push((at.key, fh));
+        Ok(ReplyBody::Fetch {
+            fh,
+            // Taken after the read, so a reader's attributes are never older than its data.
+            attr: at.attr(ctx.lease_ms),
+            eof,
+            data: data.into(),
+        })
+    }
+
+    /// The object at `path` below the root, found one component at a time (`.` and empty
+    /// components skipped, `..` refused), each directory searched as the caller.
+    fn find_path(&self, path: &[u8]) -> Result<Obj, NfsStatus> {
+        let text = std::str::from_utf8(path).map_err(|_| NfsStatus::Inval)?;
+        let mut at = self.root_obj()?;
+        for comp in text.split('/').filter(|s| !s.is_empty() && *s != ".") {
+            if comp == ".." {
+                return Err(NfsStatus::Acces);
+            }
+            let name = component(comp.as_bytes())?;
+            if at.ftype() != FileType::Directory {
+                return Err(NfsStatus::NotDir);
+            }
+            at = self.child(&at, name)?;
+        }
+        Ok(at)
     }
 
     /// LOOKUP, `.` and `..` included (`..` of the root is the root).
@@ -85,4 +119,26 @@ impl LocalFs {
             target,
         })
     }
+}
+
+/// Up to `count` bytes of `file` from offset 0, and whether they reach its end. The buffer
+/// is sized by the file, so a FETCH of an empty file allocates nothing.
+fn read_start(file: &std::fs::File, count: usize) -> Result<(Vec<u8>, bool), NfsStatus> {
+    use std::os::unix::fs::FileExt;
+    let size = file.metadata().map_err(|e| io_status(&e))?.len();
+    let want = usize::try_from(size).unwrap_or(usize::MAX).min(count);
+    let mut buf = vec![0u8; want];
+    let mut got = 0;
+    while got < want {
+        match file.read_at(&mut buf[got..], got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_status(&e)),
+        }
+    }
+    buf.truncate(got);
+    // Short of `count` is the end, unless the file grew since its size was taken.
+    let eof = got < count && got as u64 >= size;
+    Ok((buf, eof))
 }

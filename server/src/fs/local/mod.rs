@@ -206,6 +206,7 @@ impl LocalFs {
         use RequestOp as Op;
         match op {
             Op::Mount { path } => self.mount(ctx, &path, out),
+            Op::Fetch { path, count } => self.fetch(ctx, &path, count, out),
             Op::GetAttr { fh } => self.getattr(ctx, fh, out),
             Op::SetAttr { fh, attr, guard } => self.setattr(ctx, fh, &attr, guard, out),
             Op::Lookup { dir, name } => self.lookup(ctx, dir, &name, out),

@@ -595,6 +595,9 @@ impl Inner {
             // Not passed on yet (NFSv3 MKNOD would carry it): FIFOs, sockets and devices
             // cannot be made through this backend.
             RequestOp::Mknod { .. } => fail(done, NfsStatus::NotSupp),
+            // Not built for this backend yet: a client then finds the object with MOUNT and
+            // LOOKUP and reads it with READ, a round trip or two more.
+            RequestOp::Fetch { .. } => fail(done, NfsStatus::NotSupp),
             // NFSv3 has no extended attributes (nor does it carry ACLs): answered as a local
             // file system without them answers.
             RequestOp::GetXattr { .. }

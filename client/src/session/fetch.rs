@@ -1,0 +1,74 @@
+//! FETCH: an object by path with a regular file's first bytes, in one round trip, riding with
+//! a new connection's LOGIN when it makes one ([`Client::connection_with`]).
+
+use protocol::{Attr, Data, FileHandle, FileType, NfsStatus, ReplyBody, RequestOp};
+
+use super::Client;
+use super::error::{ProtocolError, SessionError};
+
+/// What a FETCH found: the object and, for a regular file, its first bytes.
+#[derive(Debug)]
+pub struct Fetched {
+    pub fh: FileHandle,
+    pub attr: Attr,
+    /// The file's bytes from offset 0 (empty for other types).
+    pub data: Data,
+    /// Whether `data` reaches the end of the file.
+    pub eof: bool,
+}
+
+/// Most bytes asked for: the server clamps it to what fits one record.
+const COUNT: u32 = u32::MAX;
+
+impl Client {
+    /// The object at `path` from the export's root, and a regular file's first bytes. `None`
+    /// when the server cannot FETCH (a version before 5, or a backend without it): the caller
+    /// walks with MOUNT and LOOKUP instead.
+    pub async fn fetch(&self, path: &str) -> Result<Option<Fetched>, SessionError> {
+        let since = self.inner.cache.stamp();
+        let (conn, early) = self.connection_with(Some((path.as_bytes(), COUNT))).await?;
+        if !protocol::handshake::has_fetch(conn.version) {
+            return Ok(None);
+        }
+        let reply = match early {
+            // Busy: asked again below, with the usual pauses.
+            Some(Err(NfsStatus::Jukebox)) | None => {
+                let op = RequestOp::Fetch {
+                    path: path.as_bytes().to_vec(),
+                    count: COUNT,
+                };
+                self.call(op).await
+            }
+            Some(r) => r.map_err(SessionError::Nfs),
+        };
+        let (fh, attr, eof, data) = match reply {
+            Ok(ReplyBody::Fetch {
+                fh,
+                attr,
+                eof,
+                data,
+            }) => (fh, attr, eof, data),
+            Err(SessionError::Nfs(NfsStatus::NotSupp)) => return Ok(None),
+            Err(e) => return Err(e),
+            Ok(other) => return Err(self.unexpected(&other)),
+        };
+        // A server's word is checked before anything is written where the user asked: no more
+        // than one record's worth, and bytes only for a regular file.
+        if data.len() > conn.read_max as usize {
+            return Err(self.protocol_error(ProtocolError::ReadTooLong {
+                asked: conn.read_max,
+                got: data.len(),
+            }));
+        }
+        if attr.ftype != FileType::Regular && !data.is_empty() {
+            return Err(self.protocol_error(ProtocolError::UnexpectedReply(protocol::Proc::Fetch)));
+        }
+        self.inner.cache.put(fh, attr, since);
+        Ok(Some(Fetched {
+            fh,
+            attr,
+            data,
+            eof,
+        }))
+    }
+}

@@ -1,0 +1,151 @@
+//! FETCH: an object by path with a regular file's first bytes, and the pipelined first
+//! request it is sent as (with the authno a LOGIN not yet answered will get).
+
+mod common;
+
+use common::*;
+use protocol::*;
+
+const ALICE: (&str, u8, u32, &str) = ("alice", 1, 1000, "1000");
+
+fn fetch(c: &mut Client, a: u32, path: &str, count: u32) -> Result<ReplyBody, NfsStatus> {
+    c.call(
+        a,
+        RequestOp::Fetch {
+            path: path.as_bytes().to_vec(),
+            count,
+        },
+    )
+}
+
+fn area_with_files() -> (Area, Sfsd) {
+    let area = Area::new();
+    let export = area.export();
+    std::fs::create_dir(export.join("dir")).unwrap();
+    std::fs::write(export.join("dir/small"), b"hello").unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 31 >> 3) as u8).collect();
+    std::fs::write(export.join("big"), &big).unwrap();
+    std::fs::write(export.join("secret"), b"no").unwrap();
+    std::fs::set_permissions(
+        export.join("secret"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    for p in ["dir", "dir/small", "big"] {
+        std::os::unix::fs::chown(export.join(p), Some(1000), Some(1000)).unwrap();
+    }
+    let users = area.users(&[ALICE]);
+    let s = area.start(&["--users", users.to_str().unwrap()]);
+    (area, s)
+}
+
+#[test]
+fn fetch_finds_any_object_and_brings_a_files_first_bytes() {
+    let (area, s) = area_with_files();
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    match fetch(&mut c, a, "/dir/small", u32::MAX).unwrap() {
+        ReplyBody::Fetch {
+            fh,
+            attr,
+            eof,
+            data,
+        } => {
+            assert_eq!(&data[..], b"hello");
+            assert!(eof);
+            assert_eq!(attr.ftype, FileType::Regular);
+            assert_eq!(attr.size, 5);
+            // The handle is the one LOOKUP gives.
+            let root = c.mount(a);
+            let dir = c.lookup(a, root, "dir").unwrap();
+            assert_eq!(c.lookup(a, dir, "small").unwrap(), fh);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A large file: as much as one record holds (a handle's room short of a READ), not the end.
+    let big = std::fs::read(area.export().join("big")).unwrap();
+    match fetch(&mut c, a, "big", u32::MAX).unwrap() {
+        ReplyBody::Fetch { eof, data, .. } => {
+            assert!(!eof);
+            assert!(
+                !data.is_empty() && data.len() < c.max_io as usize,
+                "{}",
+                data.len()
+            );
+            assert_eq!(&data[..], &big[..data.len()]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A small count is honoured.
+    match fetch(&mut c, a, "big", 10).unwrap() {
+        ReplyBody::Fetch { eof, data, .. } => {
+            assert!(!eof);
+            assert_eq!(&data[..], &big[..10]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A directory: its handle and attributes, no bytes.
+    match fetch(&mut c, a, "/dir/", u32::MAX).unwrap() {
+        ReplyBody::Fetch {
+            attr, eof, data, ..
+        } => {
+            assert_eq!(attr.ftype, FileType::Directory);
+            assert!(eof && data.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn fetch_is_refused_what_the_caller_may_not_have() {
+    let (_area, s) = area_with_files();
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    // Root's file, mode 0600: the kernel refuses alice the read.
+    assert_eq!(fetch(&mut c, a, "secret", 100), Err(NfsStatus::Acces));
+    assert_eq!(
+        fetch(&mut c, a, "dir/../secret", 100),
+        Err(NfsStatus::Acces)
+    );
+    assert_eq!(fetch(&mut c, a, "nothing", 100), Err(NfsStatus::NoEnt));
+    assert_eq!(fetch(&mut c, a, "dir/small/x", 100), Err(NfsStatus::NotDir));
+    // Anonymous, on a server that serves no anonymous reads.
+    assert_eq!(
+        fetch(&mut c, ANONYMOUS, "dir/small", 100),
+        Err(NfsStatus::Acces)
+    );
+}
+
+#[test]
+fn a_request_sent_behind_an_unanswered_login_runs_as_the_authno_it_will_get() {
+    let (_area, s) = area_with_files();
+    let mut c = s.connect();
+    // LOGIN and FETCH in one flight, the FETCH carrying authno 1 before LOGIN is answered.
+    let key = UserKeypair::from_seed([1; 32]);
+    let login = c.signer.sign("alice", &key).unwrap();
+    let l = c.send(ANONYMOUS, RequestOp::Login(login));
+    let f = c.send(
+        1,
+        RequestOp::Fetch {
+            path: b"dir/small".to_vec(),
+            count: 100,
+        },
+    );
+    assert_eq!(c.wait_reply(l), Ok(ReplyBody::Login { authno: 1 }));
+    assert!(matches!(c.wait_reply(f), Ok(ReplyBody::Fetch { .. })));
+
+    // A LOGIN that fails leaves authno 1 unassigned: the pipelined request is refused.
+    let mut c = s.connect();
+    let stranger = UserKeypair::from_seed([9; 32]);
+    let login = c.signer.sign("alice", &stranger).unwrap();
+    let l = c.send(ANONYMOUS, RequestOp::Login(login));
+    let f = c.send(
+        1,
+        RequestOp::Fetch {
+            path: b"dir/small".to_vec(),
+            count: 100,
+        },
+    );
+    assert_eq!(c.wait_reply(l), Err(NfsStatus::Acces));
+    assert_eq!(c.wait_reply(f), Err(NfsStatus::Acces));
+}
