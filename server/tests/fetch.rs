@@ -23,7 +23,7 @@ fn area_with_files() -> (Area, Sfsd) {
     let export = area.export();
     std::fs::create_dir(export.join("dir")).unwrap();
     std::fs::write(export.join("dir/small"), b"hello").unwrap();
-    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 31 >> 3) as u8).collect();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| ((i * 31) >> 3) as u8).collect();
     std::fs::write(export.join("big"), &big).unwrap();
     std::fs::write(export.join("secret"), b"no").unwrap();
     std::fs::set_permissions(

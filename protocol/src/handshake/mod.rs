@@ -375,10 +375,11 @@ mod tests {
         let kp = ServerKeypair::generate();
         let other = ServerKeypair::generate();
         let name = kp.server_name(Location::new("localhost", 4004).unwrap());
-        let err =
+        let Err(err) =
             ClientHandshake::with_known_key(&name, HandshakeConfig::default(), *other.public_key())
-                .err()
-                .expect("a key of another name");
+        else {
+            panic!("a key of another name was taken");
+        };
         assert!(
             matches!(err, HandshakeError::HostIdMismatch { .. }),
             "{err:?}"
