@@ -145,10 +145,9 @@ fn delete_namespace(name: &str) {
 
 /// Runs a command to completion; its stderr is the error if it fails.
 pub fn run(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {cmd:?} (is iproute2 installed? scripts/bench-peers.sh)"))?;
+    let out = cmd.stdin(Stdio::null()).output().with_context(|| {
+        format!("running {cmd:?} (is iproute2 installed? scripts/bench-peers.sh)")
+    })?;
     if !out.status.success() {
         bail!(
             "{cmd:?} failed: {}",
@@ -260,7 +259,10 @@ impl Link {
             relay: None,
         };
         let devs = [format!("sfw{pid}a"), format!("sfw{pid}b")];
-        let fds = [create_tun(&devs[0], tun.gso)?, create_tun(&devs[1], tun.gso)?];
+        let fds = [
+            create_tun(&devs[0], tun.gso)?,
+            create_tun(&devs[1], tun.gso)?,
+        ];
         let mtu = tun.mtu.to_string();
         for (i, (ns, dev)) in [(&link.ns_a, &devs[0]), (&link.ns_b, &devs[1])]
             .into_iter()
@@ -314,8 +316,15 @@ impl Link {
 }
 
 fn sysctl(ns: &str, key: &str, value: &str) -> anyhow::Result<()> {
-    run(Command::new("ip").args(["netns", "exec", ns, "sysctl", "-qw", &format!("{key}={value}")]))
-        .map(|_| ())
+    run(Command::new("ip").args([
+        "netns",
+        "exec",
+        ns,
+        "sysctl",
+        "-qw",
+        &format!("{key}={value}"),
+    ]))
+    .map(|_| ())
 }
 
 impl Drop for Link {

@@ -51,15 +51,21 @@ pub struct WanArgs {
     /// 1 MiB]
     #[arg(long, value_parser = parse_size)]
     queue: Option<u64>,
-    /// MTU of the TUN devices: large to keep the relay's packet rate low (loopback's is 65536)
-    #[arg(long, default_value_t = 65520)]
+    /// MTU of the TUN devices (the MSS TCP uses is 52 bytes less)
+    #[arg(long, default_value_t = 1500)]
     mtu: u32,
-    /// Segmentation offload through the TUN devices (virtio-net headers): TCP uses a
-    /// normal MSS (set --mtu 1500) while the relay moves 64 KiB super-packets
+    /// No segmentation offload through the TUN devices: every MTU-sized packet crosses the
+    /// relay on its own (then use a large --mtu such as 65520, or the relay's packet rate
+    /// limits the link). By default the devices carry virtio-net headers with TSO, as a VM's
+    /// virtio-net does: TCP segments at the MTU while the relay moves 64 KiB super-packets
     #[arg(long)]
-    gso: bool,
+    no_gso: bool,
     /// Tools measured
-    #[arg(long, value_delimiter = ',', default_value = "https,sfs-get,sfs-put,sftp")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "https,sfs-get,sfs-put,sftp"
+    )]
     tools: Vec<Tool>,
     /// Repetitions of each bulk transfer (medians)
     #[arg(long, default_value_t = 1)]
@@ -83,13 +89,13 @@ pub struct WanArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Tool {
-    /// curl from nginx over TLS 1.3 (AES-256-GCM)
+    /// curl from nginx over TLS 1.3 (AES-256-GCM) to a file in /dev/shm
     Https,
-    /// `sfs get` to /dev/null
+    /// `sfs get` to a file in /dev/shm
     SfsGet,
     /// `sfs put` of a local file of the same size
     SfsPut,
-    /// OpenSSH sftp `get` to /dev/null (aes256-gcm)
+    /// OpenSSH sftp `get` to a file in /dev/shm (aes256-gcm)
     Sftp,
 }
 
@@ -107,7 +113,9 @@ impl Tool {
 /// Parses `1gbit`, `100mbit`, `500kbit`, `1000000` (bits per second).
 pub fn parse_rate(text: &str) -> Result<u64, String> {
     let t = text.trim().to_ascii_lowercase();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: f64 = num
         .parse()
@@ -117,7 +125,11 @@ pub fn parse_rate(text: &str) -> Result<u64, String> {
         "kbit" | "k" => 1e3,
         "mbit" | "m" => 1e6,
         "gbit" | "g" => 1e9,
-        other => return Err(format!("unknown rate unit `{other}` (use kbit, mbit, gbit)")),
+        other => {
+            return Err(format!(
+                "unknown rate unit `{other}` (use kbit, mbit, gbit)"
+            ));
+        }
     };
     Ok((n * scale).round() as u64)
 }
@@ -130,6 +142,9 @@ struct Bench {
     export: PathBuf,
     users: PathBuf,
     local_file: PathBuf,
+    /// Where every download goes (each tool writes a file there, deleted after each run): in
+    /// memory (/dev/shm) where there is one, so no disk is involved.
+    sink: PathBuf,
     size: u64,
     workers: usize,
     tools: Vec<Tool>,
@@ -168,6 +183,12 @@ pub fn run(args: WanArgs) -> anyhow::Result<()> {
     let export = prepare_exports(&work, 1, DATA_FILE, args.size)?.remove(0);
     std::fs::write(export.join(TINY_FILE), b"x")?;
     let local_dir = prepare_exports(&work.join("local"), 1, DATA_FILE, args.size)?.remove(0);
+    let sink_dir = tempfile::tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    })
+    .context("creating a directory for downloads")?;
     let identity = work.join("identity");
     let public = crate::read::servers::sfs_keygen(&sfs, &work, &identity)?;
     let users = work.join("users");
@@ -183,6 +204,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<()> {
         export,
         users,
         local_file: local_dir.join(DATA_FILE),
+        sink: sink_dir.path().join("download.bin"),
         size: args.size,
         workers: args.workers.unwrap_or_else(libcolor::available_cpus),
         tools,
@@ -192,8 +214,15 @@ pub fn run(args: WanArgs) -> anyhow::Result<()> {
     };
     let tun = TunMode {
         mtu: args.mtu,
-        gso: args.gso,
+        gso: !args.no_gso,
     };
+    if !tun.gso && tun.mtu < 9000 {
+        eprintln!(
+            "note: without offload each {}-byte packet crosses the relay alone; the relay may \
+             limit the link (use --mtu 65520)",
+            tun.mtu
+        );
+    }
     let mut rows = Vec::new();
     for &rtt in &args.rtt {
         for &buffers in &args.buffers {
@@ -246,6 +275,8 @@ struct Sample {
     run: ClientRun,
     server_cpu: f64,
     relay_cpu: f64,
+    /// The kernel's share of the relay's CPU time.
+    relay_kernel: Option<f64>,
     to_client: relay::Counts,
     to_server: relay::Counts,
     curl: Option<peers::CurlTimes>,
@@ -258,12 +289,14 @@ fn sample(
     cmd: std::process::Command,
     stdin: Option<&str>,
     what: &str,
+    sink: &std::path::Path,
 ) -> anyhow::Result<Sample> {
     let relay = link.relay();
     let (c0, s0) = (relay.stats[1].snapshot(), relay.stats[0].snapshot());
     let relay0 = relay.cpu_times();
     let sampler = peers::sample_server(server);
     let run = peers::run_client(cmd, stdin, what);
+    let _ = std::fs::remove_file(sink);
     let server_cpu = peers::cpu_s(sampler.finish());
     let run = run?;
     let diff = |now: relay::Counts, then: relay::Counts| relay::Counts {
@@ -280,6 +313,7 @@ fn sample(
     Ok(Sample {
         server_cpu,
         relay_cpu: peers::cpu_s(relay.cpu_times().since(relay0)),
+        relay_kernel: relay.cpu_times().since(relay0).system_share(),
         to_client: diff(relay.stats[1].snapshot(), c0),
         to_server: diff(relay.stats[0].snapshot(), s0),
         curl,
@@ -301,12 +335,7 @@ fn measure_setting(
     let wants = |t: Tool| b.tools.contains(&t);
     let sfsd = if wants(Tool::SfsGet) || wants(Tool::SfsPut) {
         Some(peers::start_sfsd(
-            link,
-            &b.sfsd,
-            &b.work,
-            &b.export,
-            &b.users,
-            b.workers,
+            link, &b.sfsd, &b.work, &b.export, &b.users, b.workers,
         )?)
     } else {
         None
@@ -369,9 +398,10 @@ fn measure_setting(
                     sample(
                         link,
                         server,
-                        b.client.get(link, name, TINY_FILE),
+                        b.client.get(link, name, TINY_FILE, &b.sink),
                         None,
                         "sfs get (1 byte)",
+                        &b.sink,
                     )
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
@@ -387,9 +417,10 @@ fn measure_setting(
                     sample(
                         link,
                         server,
-                        peers::curl_command(link, TINY_FILE),
+                        peers::curl_command(link, TINY_FILE, &b.sink),
                         None,
                         "curl (1 byte)",
+                        &b.sink,
                     )
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
@@ -413,9 +444,10 @@ fn measure_setting(
                     let s = sample(
                         link,
                         server,
-                        peers::curl_command(link, DATA_FILE),
+                        peers::curl_command(link, DATA_FILE, &b.sink),
                         None,
                         "curl",
+                        &b.sink,
                     )?;
                     let got = s.curl.map_or(0, |c| c.size);
                     if got != b.size {
@@ -428,9 +460,10 @@ fn measure_setting(
                     sample(
                         link,
                         server,
-                        b.client.get(link, name, DATA_FILE),
+                        b.client.get(link, name, DATA_FILE, &b.sink),
                         None,
                         "sfs get",
+                        &b.sink,
                     )?
                 }
                 Tool::SfsPut => {
@@ -442,6 +475,7 @@ fn measure_setting(
                         b.client.put(link, name, &b.local_file, "put.bin"),
                         None,
                         "sfs put",
+                        &b.sink,
                     )?;
                     let landed = std::fs::metadata(b.export.join("put.bin"))
                         .map(|m| m.len())
@@ -454,25 +488,33 @@ fn measure_setting(
                 }
                 Tool::Sftp => {
                     let (server, key) = sshd.as_ref().context("sshd")?;
-                    let batch = format!("get {} /dev/null\n", b.export.join(DATA_FILE).display());
+                    let batch = format!(
+                        "get {} {}\n",
+                        b.export.join(DATA_FILE).display(),
+                        b.sink.display()
+                    );
                     sample(
                         link,
                         server,
                         peers::sftp_command(link, key),
                         Some(&batch),
                         "sftp",
+                        &b.sink,
                     )?
                 }
             };
             eprintln!(
-                "  rep {}/{}: {} {:.1} MB/s ({:.2} s; relay {:.2} CPU-s, {} drops)",
+                "  rep {}/{}: {} {:.1} MB/s ({:.2} s; relay {:.2} CPU-s, {:.0}% kernel, {} drops, {} + {} packets)",
                 rep + 1,
                 b.reps,
                 tool.name(),
                 b.size as f64 / 1e6 / s.run.wall.as_secs_f64(),
                 s.run.wall.as_secs_f64(),
                 s.relay_cpu,
+                s.relay_kernel.unwrap_or(0.0) * 100.0,
                 s.to_client.dropped + s.to_server.dropped,
+                s.to_client.packets,
+                s.to_server.packets,
             );
             samples.push(s);
         }

@@ -161,9 +161,8 @@ pub fn start_nginx(link: &Link, dir: &Path, root: &Path, cpus: usize) -> anyhow:
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let server = NsServer::spawn(cmd, "nginx")?;
-    wait_listening(server.pid(), HTTPS_PORT, "nginx").with_context(|| {
-        std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
-    })?;
+    wait_listening(server.pid(), HTTPS_PORT, "nginx")
+        .with_context(|| std::fs::read_to_string(dir.join("error.log")).unwrap_or_default())?;
     Ok(server)
 }
 
@@ -264,11 +263,12 @@ pub fn parse_curl(stdout: &str) -> anyhow::Result<CurlTimes> {
     })
 }
 
-/// curl fetching `https://10.77.0.2/file` to /dev/null from namespace `a` (TLS 1.3, HTTP/1.1,
+/// curl fetching `https://10.77.0.2/file` to `sink` from namespace `a` (TLS 1.3, HTTP/1.1,
 /// the throwaway certificate not checked).
-pub fn curl_command(link: &Link, file: &str) -> Command {
+pub fn curl_command(link: &Link, file: &str, sink: &Path) -> Command {
     let mut cmd = Link::command_in(&link.ns_a, "curl");
-    cmd.args(["-sS", "-k", "--tlsv1.3", "--http1.1", "-o", "/dev/null"])
+    cmd.args(["-sS", "-k", "--tlsv1.3", "--http1.1", "-o"])
+        .arg(sink)
         .args(["-w", CURL_FORMAT])
         .arg(format!("https://{SERVER_ADDR}:{HTTPS_PORT}/{file}"));
     cmd
@@ -284,10 +284,11 @@ pub struct SfsClient {
 }
 
 impl SfsClient {
-    /// `sfs get NAME/remote /dev/null` from namespace `a`.
-    pub fn get(&self, link: &Link, name: &ServerName, remote: &str) -> Command {
+    /// `sfs get NAME/remote SINK` from namespace `a` (`sfs get` refuses /dev/null: "exists
+    /// and is not a regular file").
+    pub fn get(&self, link: &Link, name: &ServerName, remote: &str, sink: &Path) -> Command {
         let mut cmd = self.base(link);
-        cmd.args(["get", &format!("{name}/{remote}"), "/dev/null"]);
+        cmd.args(["get", &format!("{name}/{remote}")]).arg(sink);
         cmd
     }
 

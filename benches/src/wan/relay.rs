@@ -143,7 +143,9 @@ impl Relay {
     /// a TUN device is the receiving stack's processing of the packet.
     pub fn cpu_times(&self) -> crate::procs::CpuTimes {
         let tids = self.tids.lock().map(|t| t.clone()).unwrap_or_default();
-        tids.into_iter().filter_map(crate::procs::cpu_times).sum()
+        tids.into_iter()
+            .filter_map(crate::procs::thread_cpu_times)
+            .sum()
     }
 
     /// Stops and joins the threads (also done on drop).
@@ -200,7 +202,7 @@ fn read_loop(
             Err(_) => return,
         };
         let now = Instant::now();
-        let wire = n.saturating_sub(shape.header_bytes);
+        let wire = wire_bytes(&buf[..n], shape.header_bytes);
         match schedule(&mut busy_until, now, wire, shape) {
             None => {
                 stats.dropped.fetch_add(1, Ordering::Relaxed);
@@ -214,6 +216,35 @@ fn read_loop(
                 fifo.ready.notify_one();
             }
         }
+    }
+}
+
+/// The bytes a packet puts on the wire: with a virtio-net header of `header_bytes` that asks
+/// for segmentation (a TSO super-packet), its payload plus the IP and TCP headers of every
+/// segment it becomes, so a link carrying 64 KiB super-packets costs what the MTU-sized
+/// segments would; otherwise its length less the header.
+pub fn wire_bytes(packet: &[u8], header_bytes: usize) -> usize {
+    let Some(ip) = packet.get(header_bytes..) else {
+        return 0;
+    };
+    if header_bytes < 6 || packet[1] == 0 {
+        return ip.len(); // no header, or gso_type VIRTIO_NET_HDR_GSO_NONE
+    }
+    let gso_size = u16::from_le_bytes([packet[4], packet[5]]) as usize;
+    let headers = match ip.first().map(|b| b >> 4) {
+        Some(4) => {
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            ip.get(ihl + 12).map(|b| ihl + usize::from(b >> 4) * 4)
+        }
+        Some(6) => ip.get(40 + 12).map(|b| 40 + usize::from(b >> 4) * 4),
+        _ => None,
+    };
+    match headers {
+        Some(h) if gso_size > 0 && ip.len() > h => {
+            let payload = ip.len() - h;
+            payload + payload.div_ceil(gso_size) * h
+        }
+        _ => ip.len(),
     }
 }
 
@@ -279,6 +310,22 @@ mod tests {
     }
 
     #[test]
+    fn a_super_packet_costs_the_headers_of_its_segments() {
+        // virtio_net_hdr: flags, gso_type TCPV4, hdr_len, gso_size 1448, csum start/offset.
+        let mut p = vec![0u8; 10];
+        p[1] = 1;
+        p[4..6].copy_from_slice(&1448u16.to_le_bytes());
+        let mut ip = vec![0u8; 52 + 2896 + 1];
+        ip[0] = 0x45; // IPv4, 20-byte header
+        ip[20 + 12] = 8 << 4; // TCP header of 32 bytes
+        p.extend_from_slice(&ip);
+        assert_eq!(wire_bytes(&p, 10), 2897 + 3 * 52, "three segments");
+        p[1] = 0;
+        assert_eq!(wire_bytes(&p, 10), ip.len(), "not segmented");
+        assert_eq!(wire_bytes(&ip, 0), ip.len(), "no header");
+    }
+
+    #[test]
     fn the_schedule_serialises_delays_and_drops_at_the_tail() {
         let s = shape(25, 8_000_000, 3000); // 1 byte per microsecond
         let t0 = Instant::now();
@@ -286,7 +333,11 @@ mod tests {
         let first = schedule(&mut busy, t0, 1000, s).unwrap();
         assert_eq!(first - t0, Duration::from_micros(1000 + 25_000));
         let second = schedule(&mut busy, t0, 1000, s).unwrap();
-        assert_eq!(second - first, Duration::from_micros(1000), "waits behind the first");
+        assert_eq!(
+            second - first,
+            Duration::from_micros(1000),
+            "waits behind the first"
+        );
         // 2000 bytes wait now: one more of 1000 fits in 3000, a second does not.
         assert!(schedule(&mut busy, t0, 1000, s).is_some());
         assert!(schedule(&mut busy, t0, 1000, s).is_none(), "drop-tail");
@@ -326,11 +377,19 @@ mod tests {
         let mut buf = [0u8; 2000];
         let n = b_outer.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"ping");
-        assert!(t.elapsed() >= Duration::from_millis(20), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= Duration::from_millis(20),
+            "{:?}",
+            t.elapsed()
+        );
         b_outer.send(b"pong").unwrap();
         let n = a_outer.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"pong");
-        assert!(t.elapsed() >= Duration::from_millis(40), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            t.elapsed()
+        );
 
         // 50 packets of 1000 bytes: 50 ms on the wire plus 20 ms of travel, in order.
         let t = Instant::now();
@@ -360,8 +419,8 @@ mod tests {
         let (b_outer, b_inner) = UnixDatagram::pair().unwrap();
         let to_file = |s: UnixDatagram| File::from(std::os::fd::OwnedFd::from(s));
         // 80 kbit/s: 100 ms per 1000-byte packet; a queue of 2 packets.
-        let relay = Relay::start(to_file(a_inner), to_file(b_inner), shape(0, 80_000, 2000))
-            .unwrap();
+        let relay =
+            Relay::start(to_file(a_inner), to_file(b_inner), shape(0, 80_000, 2000)).unwrap();
         for _ in 0..10 {
             a_outer.send(&[0; 1000]).unwrap();
         }

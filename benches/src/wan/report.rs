@@ -50,7 +50,15 @@ fn opt(v: Option<f64>, scale: f64, digits: usize) -> String {
 pub fn print(rows: &[Row]) {
     println!(
         "{:>6} {:<8} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>8}",
-        "rtt ms", "buffers", "tool", "MB/s", "wall s", "cli cpu", "srv cpu", "relay cpu", "drops",
+        "rtt ms",
+        "buffers",
+        "tool",
+        "MB/s",
+        "wall s",
+        "cli cpu",
+        "srv cpu",
+        "relay cpu",
+        "drops",
         "MB"
     );
     for r in rows.iter().filter(|r| r.kind == "bulk") {
