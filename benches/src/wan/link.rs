@@ -49,11 +49,14 @@ pub const VNET_HDR_LEN: usize = 10;
 struct Registry {
     namespaces: Vec<String>,
     pids: Vec<u32>,
+    /// Work directories (the data files), removed after the processes are gone.
+    dirs: Vec<std::path::PathBuf>,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     namespaces: Vec::new(),
     pids: Vec::new(),
+    dirs: Vec::new(),
 });
 static SIGNALLED: AtomicBool = AtomicBool::new(false);
 
@@ -70,6 +73,13 @@ impl Cleanup {
     pub fn remove_pid(pid: u32) {
         if let Ok(mut r) = REGISTRY.lock() {
             r.pids.retain(|p| *p != pid);
+        }
+    }
+
+    /// A directory to remove if the run is interrupted (a `TempDir` removes it otherwise).
+    pub fn add_dir(dir: &std::path::Path) {
+        if let Ok(mut r) = REGISTRY.lock() {
+            r.dirs.push(dir.to_path_buf());
         }
     }
 
@@ -111,11 +121,11 @@ pub fn install_signal_cleanup() {
             std::thread::sleep(Duration::from_millis(50));
         }
         eprintln!("\nwan: interrupted; stopping the peers and deleting the namespaces");
-        let (pids, namespaces) = match REGISTRY.lock() {
-            Ok(r) => (r.pids.clone(), r.namespaces.clone()),
+        let (pids, namespaces, dirs) = match REGISTRY.lock() {
+            Ok(r) => (r.pids.clone(), r.namespaces.clone(), r.dirs.clone()),
             Err(p) => {
                 let r = p.into_inner();
-                (r.pids.clone(), r.namespaces.clone())
+                (r.pids.clone(), r.namespaces.clone(), r.dirs.clone())
             }
         };
         for pid in pids {
@@ -123,6 +133,9 @@ pub fn install_signal_cleanup() {
         }
         for ns in namespaces {
             delete_namespace(&ns);
+        }
+        for dir in dirs {
+            let _ = std::fs::remove_dir_all(dir);
         }
         std::process::exit(130);
     });
@@ -235,7 +248,8 @@ fn create_tun(name: &str, gso: bool) -> anyhow::Result<File> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Buffers {
-    /// A new namespace's own defaults (tcp_rmem max 6 MiB, tcp_wmem max 4 MiB).
+    /// What a new namespace starts with: the root namespace's tcp_rmem and tcp_wmem (the
+    /// kernel copies them; on the test machine the maxima are 32 MiB and 4 MiB).
     Default,
     /// tcp_rmem and tcp_wmem maximum raised to 64 MiB.
     Large,

@@ -43,8 +43,8 @@ pub struct WanArgs {
     /// Size of the file transferred, e.g. 256MiB (smaller for quick runs)
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     size: u64,
-    /// TCP buffer limits in both namespaces: `default` (a new namespace's, tcp_rmem max
-    /// 6 MiB), `large` (tcp_rmem and tcp_wmem max 64 MiB)
+    /// TCP buffer limits in both namespaces: `default` (what a new namespace starts with:
+    /// the root namespace's tcp_rmem and tcp_wmem), `large` (their maxima raised to 64 MiB)
     #[arg(long, value_delimiter = ',', default_value = "default,large")]
     buffers: Vec<Buffers>,
     /// Drop-tail queue of the link in bytes [default: one bandwidth-delay product, at least
@@ -180,6 +180,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<()> {
     let sfs = crate::read::servers::locate_binary("sfs", args.sfs.as_deref())?;
     let scratch = tempfile::tempdir().context("creating a work directory")?;
     let work = scratch.path().to_path_buf();
+    link::Cleanup::add_dir(&work);
     let export = prepare_exports(&work, 1, DATA_FILE, args.size)?.remove(0);
     std::fs::write(export.join(TINY_FILE), b"x")?;
     let local_dir = prepare_exports(&work.join("local"), 1, DATA_FILE, args.size)?.remove(0);
@@ -189,6 +190,7 @@ pub fn run(args: WanArgs) -> anyhow::Result<()> {
         "/tmp"
     })
     .context("creating a directory for downloads")?;
+    link::Cleanup::add_dir(sink_dir.path());
     let identity = work.join("identity");
     let public = crate::read::servers::sfs_keygen(&sfs, &work, &identity)?;
     let users = work.join("users");

@@ -118,7 +118,7 @@ impl Relay {
                     .name(format!("relay-read-{name}"))
                     .spawn(move || {
                         record_tid(&tids_r);
-                        read_loop(&from, &fifo_r, shape, &st_r, &stop_r);
+                        read_loop(&from, &fifo_r, shape, &st_r, &stop_r, name);
                     })?,
             );
             threads.push(
@@ -187,9 +187,14 @@ fn read_loop(
     shape: LinkShape,
     stats: &DirectionStats,
     stop: &AtomicBool,
+    name: &str,
 ) {
     let mut buf = vec![0u8; MAX_PACKET];
     let mut busy_until = Instant::now();
+    // SFS_BENCH_WAN_TRACE=1 prints every packet: the round trips of a short exchange (such as
+    // a connection's start) can be read off the times.
+    let trace = std::env::var_os("SFS_BENCH_WAN_TRACE").is_some();
+    let t0 = Instant::now();
     while !stop.load(Ordering::Acquire) {
         if !readable(from) {
             continue;
@@ -203,6 +208,12 @@ fn read_loop(
         };
         let now = Instant::now();
         let wire = wire_bytes(&buf[..n], shape.header_bytes);
+        if trace {
+            eprintln!(
+                "[relay] {:10.3} ms {name} {wire} bytes",
+                now.duration_since(t0).as_secs_f64() * 1000.0
+            );
+        }
         match schedule(&mut busy_until, now, wire, shape) {
             None => {
                 stats.dropped.fetch_add(1, Ordering::Relaxed);
