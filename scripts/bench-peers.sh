@@ -15,6 +15,7 @@ command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v sysctl >/dev/null 2>&1 || missing+=(procps)
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "bench peers: sshd, sftp, nginx, wrk, openssl, curl and ip are installed"

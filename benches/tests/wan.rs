@@ -31,6 +31,17 @@ fn an_https_download_over_the_link_is_delayed_and_rate_limited() {
         eprintln!("skipped: no /dev/net/tun");
         return;
     }
+    // A container may forbid namespaces even to root: then there is nothing to test here.
+    let probe = format!("sfswan-probe-{}", std::process::id());
+    let made = Command::new("ip")
+        .args(["netns", "add", &probe])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !made {
+        eprintln!("skipped: cannot create a network namespace here");
+        return;
+    }
+    let _ = Command::new("ip").args(["netns", "del", &probe]).status();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("wan.json");
     let out = Command::new(env!("CARGO_BIN_EXE_sfs-bench"))
@@ -56,6 +67,10 @@ fn an_https_download_over_the_link_is_delayed_and_rate_limited() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("TUNSETIFF") {
+        eprintln!("skipped: no TUN devices here: {stderr}");
+        return;
+    }
     assert!(out.status.success(), "sfs-bench wan failed: {stderr}");
     let rows: Vec<serde_json::Value> = std::fs::read_to_string(&json)
         .unwrap()
