@@ -141,14 +141,62 @@ pub fn install_signal_cleanup() {
     });
 }
 
-/// SIGKILL to `pid` and its descendants, children first.
+/// SIGKILL to `pid` and its descendants. The tree is stopped first (SIGSTOP, until listing it
+/// again finds no new process) so no parent can fork a replacement for a child killed before
+/// it: nginx's master respawns a worker that dies.
 pub fn kill_tree(pid: u32) {
-    for p in crate::read::sftp::process_tree(pid).into_iter().rev() {
-        crate::procs::signal(p, rustix::process::Signal::KILL);
+    use rustix::process::Signal;
+    let mut tree = Vec::new();
+    for _ in 0..20 {
+        let now = crate::read::sftp::process_tree(pid);
+        for &p in &now {
+            crate::procs::signal(p, Signal::STOP);
+        }
+        if now == tree {
+            break;
+        }
+        tree = now;
+    }
+    for p in tree {
+        crate::procs::signal(p, Signal::KILL);
     }
 }
 
+/// SIGKILL to every process in network namespace `name` (found by the namespace's inode in
+/// /proc/PID/ns/net), until none is left: whatever escaped its guard (a process whose parent
+/// died first is no longer in any tree this harness can walk) must not outlive its namespace.
+fn kill_namespace_processes(name: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(ns) = std::fs::metadata(format!("/run/netns/{name}")) else {
+        return;
+    };
+    let wanted = format!("net:[{}]", ns.ino());
+    for _ in 0..20 {
+        let mut found = false;
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let link = std::fs::read_link(format!("/proc/{pid}/ns/net"));
+            if link.is_ok_and(|l| l.as_os_str() == wanted.as_str()) && !crate::procs::exited(pid) {
+                found = true;
+                crate::procs::signal(pid, rustix::process::Signal::KILL);
+            }
+        }
+        if !found {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Kills what still runs in namespace `name`, then deletes it.
 fn delete_namespace(name: &str) {
+    kill_namespace_processes(name);
     let _ = Command::new("ip")
         .args(["netns", "del", name])
         .stdout(Stdio::null())

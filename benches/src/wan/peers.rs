@@ -65,11 +65,13 @@ impl Drop for NsServer {
         while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Only a child not yet reaped may be signalled by pid (a reaped one's pid may be
+        // someone else's by now); what it leaves behind dies with its namespace (`Link`).
         if !matches!(self.child.try_wait(), Ok(Some(_))) {
             eprintln!("wan: {} did not stop on SIGTERM; killing it", self.what);
+            kill_tree(pid);
+            let _ = self.child.wait();
         }
-        kill_tree(pid);
-        let _ = self.child.wait();
         Cleanup::remove_pid(pid);
     }
 }
