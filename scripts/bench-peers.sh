@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what `sfs-bench read --peer sftp,nginx` (and `stream`/`mount`'s sftp and scp
-# columns) compare sfs against, where it is missing: OpenSSH's server and client, nginx (1.19.4
-# or newer, for TLS 1.3 cipher suites through ssl_conf_command), wrk (the HTTP load) and
-# openssl (the throwaway certificate). Idempotent: installs nothing when all are present.
+# columns, and `wan`) compare sfs against, where it is missing: OpenSSH's server and client,
+# nginx (1.19.4 or newer, for TLS 1.3 cipher suites through ssl_conf_command), wrk (the HTTP
+# load), openssl (the throwaway certificate), curl (`wan`'s HTTPS client) and iproute2 (`wan`'s
+# network namespaces). Idempotent: installs nothing when all are present.
 # Debian/Ubuntu with apt-get, as root. Not used by .ci/run: benchmarks are not run in CI.
 set -euo pipefail
 
@@ -12,9 +13,12 @@ command -v sftp >/dev/null 2>&1 || missing+=(openssh-client)
 command -v /usr/sbin/nginx >/dev/null 2>&1 || missing+=(nginx)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v sysctl >/dev/null 2>&1 || missing+=(procps)
 
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "bench peers: sshd, sftp, nginx, wrk and openssl are installed"
+    echo "bench peers: sshd, sftp, nginx, wrk, openssl, curl and ip are installed"
     exit 0
 fi
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -10,6 +10,7 @@ mod read;
 mod report;
 mod stream;
 mod tasks;
+mod wan;
 
 use clap::{Parser, Subcommand};
 
@@ -56,6 +57,10 @@ enum Command {
     /// untar and find+stat of a source tree, on `sfs mount` (FUSE) and on sshfs with the same
     /// cipher (chacha20-poly1305), side by side.
     Mount(mount::MountArgs),
+    /// A long fat link on one machine (two network namespaces joined by TUN devices and a
+    /// delaying, rate-limiting relay): `sfs get`/`put` beside HTTPS (nginx, curl) and sftp,
+    /// MB/s and the time to fetch a 1-byte file in RTTs. Needs root.
+    Wan(wan::WanArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -66,5 +71,6 @@ fn main() -> anyhow::Result<()> {
         Command::Stream(args) => stream::run(args),
         Command::Idle(args) => idle::run(args),
         Command::Mount(args) => mount::run(args),
+        Command::Wan(args) => wan::run(args),
     }
 }

@@ -52,7 +52,16 @@ impl std::iter::Sum for CpuTimes {
 
 /// utime and stime of a process (fields 14 and 15 of /proc/PID/stat, in USER_HZ = 100 ticks).
 pub fn cpu_times(pid: u32) -> Option<CpuTimes> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_cpu_times(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// utime and stime of one thread of this process. (`/proc/TID/stat` would not do: for a
+/// thread id it sums the whole thread group, like `/proc/PID/stat`.)
+pub fn thread_cpu_times(tid: u32) -> Option<CpuTimes> {
+    parse_cpu_times(&std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?)
+}
+
+fn parse_cpu_times(stat: &str) -> Option<CpuTimes> {
     // The command name (field 2) is in parentheses and may contain spaces.
     let after = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = after.split_whitespace().collect();

@@ -386,13 +386,13 @@ impl Measured {
 /// Samples the CPU time of a changing set of processes every 20 ms, keeping each process's
 /// last value, so processes that exit during the transfer are still counted (up to the last
 /// 20 ms of their life).
-struct CpuSampler {
+pub(crate) struct CpuSampler {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<CpuTimes>,
 }
 
 impl CpuSampler {
-    fn start(processes: Box<dyn Fn() -> Vec<u32> + Send>) -> CpuSampler {
+    pub(crate) fn start(processes: Box<dyn Fn() -> Vec<u32> + Send>) -> CpuSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -415,7 +415,7 @@ impl CpuSampler {
         CpuSampler { stop, thread }
     }
 
-    fn finish(self) -> CpuTimes {
+    pub(crate) fn finish(self) -> CpuTimes {
         self.stop.store(true, Ordering::Release);
         self.thread.join().unwrap_or_default()
     }

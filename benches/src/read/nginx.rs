@@ -24,7 +24,7 @@ use anyhow::{Context, bail};
 
 use super::sftp::{free_port, process_tree, process_tree_cpu_times};
 
-const NGINX: &str = "/usr/sbin/nginx";
+pub(crate) const NGINX: &str = "/usr/sbin/nginx";
 const WRK: &str = "wrk";
 
 /// The TLS 1.3 suites compared: the same AEAD as sfs's ChaCha20-Poly1305 records, and the
@@ -81,7 +81,7 @@ fn parse_nginx_version(text: &str) -> Option<(u32, u32, u32)> {
 }
 
 /// A self-signed P-256 certificate for 127.0.0.1 under `dir` (made once, kept for the run).
-fn certificate(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+pub(crate) fn certificate(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     if cert.is_file() && key.is_file() {
         return Ok((cert, key));
@@ -108,6 +108,8 @@ fn certificate(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
 pub struct Settings<'a> {
     /// Its prefix: config, pid file, logs and temporary directories go here.
     pub dir: &'a Path,
+    /// The address listened on (127.0.0.1 for the loopback benchmarks).
+    pub listen: &'a str,
     pub port: u16,
     /// One worker per CPU, each pinned to its own (as libcolor pins sfsd's workers).
     pub cpus: &'a [usize],
@@ -156,7 +158,7 @@ pub fn config(s: &Settings) -> String {
          \x20 keepalive_requests 1000000;\n\
          \x20 keepalive_timeout 300s;\n\
          \x20 server {{\n\
-         \x20   listen 127.0.0.1:{port} ssl;\n\
+         \x20   listen {listen}:{port} ssl;\n\
          \x20   ssl_certificate {cert};\n\
          \x20   ssl_certificate_key {key};\n\
          \x20   ssl_protocols TLSv1.3;\n\
@@ -167,6 +169,7 @@ pub fn config(s: &Settings) -> String {
          }}\n",
         workers = s.cpus.len(),
         masks = affinity_masks(s.cpus),
+        listen = s.listen,
         port = s.port,
         cert = s.cert.display(),
         key = s.key.display(),
@@ -194,6 +197,7 @@ impl Nginx {
             &conf,
             config(&Settings {
                 dir,
+                listen: "127.0.0.1",
                 port,
                 cpus,
                 cipher,
@@ -410,6 +414,7 @@ sfs-bench-wrk bytes=1678788054 duration_us=5103482 requests=6 status_errors=0 co
         let (dir, root) = (Path::new("/w/nginx"), Path::new("/w/export-0"));
         let text = config(&Settings {
             dir,
+            listen: "127.0.0.1",
             port: 4433,
             cpus: &[0, 1, 3],
             cipher: CIPHERS[1],

@@ -29,7 +29,7 @@ pub const CLIENT_OPTIONS: [&str; 6] = [
 
 pub const SFTP_FILE: &str = "sftp.bin";
 pub const SFTP_FILE_SIZE: u64 = 16 << 20;
-const SSHD: &str = "/usr/sbin/sshd";
+pub(crate) const SSHD: &str = "/usr/sbin/sshd";
 
 /// The ciphers compared (the same AEAD as sfs, and the usual hardware-accelerated default).
 pub const CIPHERS: [&str; 2] = ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"];
@@ -81,33 +81,51 @@ pub fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
+/// Host key, client key (authorized) and an `sshd_config` under `dir` for an sshd listening
+/// on `listen:port` with the one cipher `cipher`; returns the config's path.
+pub(crate) fn write_config(
+    dir: &Path,
+    listen: &str,
+    port: u16,
+    cipher: &str,
+) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    // sshd insists on its privilege-separation directory.
+    let _ = std::fs::create_dir_all("/run/sshd");
+    let host_key = dir.join("host_ed25519");
+    let client_key = dir.join("client_ed25519");
+    keygen(&host_key)?;
+    keygen(&client_key)?;
+    std::fs::copy(
+        client_key.with_extension("pub"),
+        dir.join("authorized_keys"),
+    )?;
+    let config = dir.join("sshd_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Port {port}\nListenAddress {listen}\nHostKey {}\nAuthorizedKeysFile {}\n\
+             PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
+             PermitRootLogin prohibit-password\nUsePAM no\nStrictModes no\nPidFile {}\n\
+             Subsystem sftp internal-sftp\nCiphers {cipher}\nLogLevel ERROR\n",
+            host_key.display(),
+            dir.join("authorized_keys").display(),
+            dir.join("sshd.pid").display(),
+        ),
+    )?;
+    Ok(config)
+}
+
+/// The client key [`write_config`] made under `dir`.
+pub(crate) fn client_key_in(dir: &Path) -> PathBuf {
+    dir.join("client_ed25519")
+}
+
 impl Sshd {
     pub fn start(dir: &Path, cpus: &[usize], cipher: &str) -> anyhow::Result<Sshd> {
-        std::fs::create_dir_all(dir)?;
-        // sshd insists on its privilege-separation directory.
-        let _ = std::fs::create_dir_all("/run/sshd");
-        let host_key = dir.join("host_ed25519");
-        let client_key = dir.join("client_ed25519");
-        keygen(&host_key)?;
-        keygen(&client_key)?;
-        std::fs::copy(
-            client_key.with_extension("pub"),
-            dir.join("authorized_keys"),
-        )?;
         let port = free_port()?;
-        let config = dir.join("sshd_config");
-        std::fs::write(
-            &config,
-            format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
-                 PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
-                 PermitRootLogin prohibit-password\nUsePAM no\nStrictModes no\nPidFile {}\n\
-                 Subsystem sftp internal-sftp\nCiphers {cipher}\nLogLevel ERROR\n",
-                host_key.display(),
-                dir.join("authorized_keys").display(),
-                dir.join("sshd.pid").display(),
-            ),
-        )?;
+        let config = write_config(dir, "127.0.0.1", port, cipher)?;
+        let client_key = client_key_in(dir);
         let cpu_list = cpus
             .iter()
             .map(|c| c.to_string())
