@@ -8,7 +8,7 @@ use crate::response::{self, FileMeta, Plan};
 ///
 /// * no panic;
 /// * a complete request took no more than it was given, and at most [`MAX_HEADER_BYTES`];
-/// * its path has no `..`, `.` or empty component, no NUL and no leading `/`;
+/// * its path is empty (the root) or has no `..`, `.` or empty component, no NUL and no leading `/`;
 /// * parsing in two pieces (as bytes arrive) gives the same answer once all bytes are there:
 ///   an incomplete prefix never produces a request the whole would not;
 /// * its range, resolved against a few file lengths, stays inside the file, and the head
@@ -18,7 +18,8 @@ pub fn parse_request(data: &[u8]) {
     if let Ok(Some((req, n))) = &whole {
         assert!(*n <= data.len() && *n <= MAX_HEADER_BYTES);
         assert!(!req.path.starts_with('/'));
-        for part in req.path.split('/') {
+        // "" names the root itself (a directory: 404).
+        for part in req.path.split('/').filter(|_| !req.path.is_empty()) {
             assert!(
                 !matches!(part, "" | "." | ".."),
                 "bad component in {:?}",
