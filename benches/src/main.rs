@@ -10,6 +10,7 @@ mod read;
 mod report;
 mod stream;
 mod tasks;
+mod web;
 
 use clap::{Parser, Subcommand};
 
@@ -56,6 +57,10 @@ enum Command {
     /// untar and find+stat of a source tree, on `sfs mount` (FUSE) and on sshfs with the same
     /// cipher (chacha20-poly1305), side by side.
     Mount(mount::MountArgs),
+    /// The web server of the libasync-smp paper's Figures 7-9: wrk's keep-alive clients fetch
+    /// small cached files from colorweb with 1..N CPUs (`mp`), its uniprocessor flavour, N
+    /// copies on one port, and nginx with N workers; then a concurrency sweep.
+    Web(web::WebArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -66,5 +71,6 @@ fn main() -> anyhow::Result<()> {
         Command::Stream(args) => stream::run(args),
         Command::Idle(args) => idle::run(args),
         Command::Mount(args) => mount::run(args),
+        Command::Web(args) => web::run(args),
     }
 }

@@ -5,7 +5,7 @@
 
 mod ganesha;
 pub mod load;
-mod nginx;
+pub(crate) mod nginx;
 mod plot;
 pub(crate) mod servers;
 pub(crate) mod sftp;
