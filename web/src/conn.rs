@@ -85,6 +85,13 @@ pub struct Conn {
     /// When the current incomplete request began (None when the buffer is empty).
     partial_since: Option<Instant>,
     timer: Option<TimerId>,
+    /// The socket may have unread input: set by a readable edge, cleared by a read that
+    /// came back short or would block. Edge-triggered epoll reports every later arrival as a
+    /// new edge, so a short read needs no second `read` to hit `EAGAIN` (nginx does the same).
+    readable: bool,
+    /// Whether the poller also watches writability: only while output is stuck, since on
+    /// loopback every ACK would otherwise wake the connection for nothing.
+    watching_writes: bool,
 }
 
 /// A connection's state belongs to its color (libcolor checks it on every access).
@@ -92,10 +99,10 @@ pub type ConnRef = Arc<ColorCell<Conn>>;
 
 /// Starts serving `stream` in `color` (called in color 0 by the accept loop).
 pub fn start(srv: &Arc<Server>, color: Color, mut stream: TcpStream) {
-    let reg = match srv.h.register(
-        &mut stream,
-        libcolor::mio::Interest::READABLE | libcolor::mio::Interest::WRITABLE,
-    ) {
+    let reg = match srv
+        .h
+        .register(&mut stream, libcolor::mio::Interest::READABLE)
+    {
         Ok(r) => r,
         Err(_) => {
             srv.conns.fetch_sub(1, Ordering::SeqCst);
@@ -120,10 +127,17 @@ pub fn start(srv: &Arc<Server>, color: Color, mut stream: TcpStream) {
             last_active: Instant::now(),
             partial_since: None,
             timer: None,
+            readable: true,
+            watching_writes: false,
         },
     ));
     let (s2, c2) = (srv.clone(), conn.clone());
-    reg.on_readable(color, move || c2.with(|c| c.pump(&s2, &c2)));
+    reg.on_readable(color, move || {
+        c2.with(|c| {
+            c.readable = true;
+            c.pump(&s2, &c2)
+        })
+    });
     let (s2, c2) = (srv.clone(), conn.clone());
     reg.on_writable(color, move || c2.with(|c| c.pump(&s2, &c2)));
     let (s2, c2) = (srv.clone(), conn.clone());
@@ -145,13 +159,15 @@ impl Conn {
                 return;
             }
             let mut progress = false;
-            if !self.peer_eof && self.end < self.inbuf.len() {
+            if self.readable && !self.peer_eof && self.end < self.inbuf.len() {
+                let space = self.inbuf.len() - self.end;
                 match self.stream.read(&mut self.inbuf[self.end..]) {
                     Ok(0) => {
                         self.peer_eof = true;
                         progress = true;
                     }
                     Ok(n) => {
+                        self.readable = n == space;
                         self.end += n;
                         self.last_active = Instant::now();
                         if self.partial_since.is_none() {
@@ -159,7 +175,7 @@ impl Conn {
                         }
                         progress = true;
                     }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
                     Err(e) if e.kind() == ErrorKind::Interrupted => progress = true,
                     Err(_) => return self.close(srv),
                 }
@@ -183,6 +199,11 @@ impl Conn {
                 }
                 Ok(Flushed::Idle) => {}
                 Err(_) => return self.close(srv),
+            }
+            if self.out.is_empty() == self.watching_writes
+                && !self.watch_writes(!self.out.is_empty())
+            {
+                return self.close(srv);
             }
             if self.out.is_empty() && self.pending.is_empty() {
                 if self.state == State::Closing {
@@ -313,6 +334,20 @@ impl Conn {
             Body::Mem(b, s, e) => self.out.push_body(&b, s, e),
             Body::File(f, s, e) => self.out.push_file(f, s, e),
         }
+    }
+
+    /// Starts or stops watching writability; false if the poller refused.
+    fn watch_writes(&mut self, on: bool) -> bool {
+        let Some(reg) = &self.reg else {
+            return true;
+        };
+        let interest = if on {
+            libcolor::mio::Interest::READABLE | libcolor::mio::Interest::WRITABLE
+        } else {
+            libcolor::mio::Interest::READABLE
+        };
+        self.watching_writes = on;
+        reg.reregister(&mut self.stream, interest).is_ok()
     }
 
     fn arm_timer(&mut self, srv: &Arc<Server>, me: Weak<ColorCell<Conn>>) {
