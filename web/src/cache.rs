@@ -250,3 +250,75 @@ impl Cache {
             .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Loads many files through their shard colors on a two-worker runtime: every load of a
+    /// small file is served from memory, a file above `max_entry` is not kept, and the bytes
+    /// held never exceed the cache's budget however many files go through it.
+    #[test]
+    fn loads_stay_within_the_budget_and_large_files_are_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let budget = 256 * 1024; // 4 KiB per shard, 1 KiB largest entry
+        for i in 0..400 {
+            std::fs::write(dir.path().join(format!("f{i}")), vec![i as u8; 700]).unwrap();
+        }
+        std::fs::write(dir.path().join("big"), vec![1u8; 5000]).unwrap();
+        let rt = libcolor::Runtime::builder().workers(2).build().unwrap();
+        let h = rt.handle();
+        let cache = Arc::new(Cache::new(&h, budget));
+        let root = Arc::new(Root::open(dir.path()).unwrap());
+        assert_eq!(cache.max_entry(), 1024);
+        let left = Arc::new(AtomicUsize::new(401));
+        let bad = Arc::new(AtomicUsize::new(0));
+        for i in 0..401 {
+            let path = if i == 400 {
+                "big".to_string()
+            } else {
+                format!("f{i}")
+            };
+            let (c, r, h2, left, bad) = (
+                cache.clone(),
+                root.clone(),
+                h.clone(),
+                left.clone(),
+                bad.clone(),
+            );
+            h.cpucb(Cache::shard_color(cache.shard_of(&path)), move || {
+                let ok = match c.load(&r, &path) {
+                    Loaded::Cached(e) => path != "big" && e.body.len() == 700,
+                    Loaded::Large(_, meta) => path == "big" && meta.len == 5000,
+                    Loaded::NotFound => false,
+                };
+                if !ok || c.approx_bytes() > budget {
+                    bad.fetch_add(1, Ordering::SeqCst);
+                }
+                if left.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    h2.stop();
+                }
+            });
+        }
+        rt.run().unwrap();
+        assert_eq!(bad.load(Ordering::SeqCst), 0);
+        assert!(cache.approx_bytes() <= budget);
+        assert!(
+            cache.approx_bytes() > budget / 2,
+            "the cache kept almost nothing"
+        );
+        assert!(cache.get_fresh("big").is_none());
+    }
+
+    #[test]
+    #[should_panic]
+    fn a_load_outside_its_shard_color_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), "x").unwrap();
+        let rt = libcolor::Runtime::builder().uniprocessor().build().unwrap();
+        let cache = Cache::new(&rt.handle(), 1 << 20);
+        let root = Root::open(dir.path()).unwrap();
+        let _ = cache.load(&root, "f");
+    }
+}
