@@ -72,10 +72,13 @@ pub struct WebArgs {
     /// Repetitions; all configurations run once per repetition, interleaved
     #[arg(long, default_value_t = 1)]
     reps: usize,
-    /// Concurrency sweep (Figure 9): connection counts, at the largest CPU count, for mp and
-    /// nginx (empty: no sweep)
+    /// Concurrency sweep (Figure 9): connection counts, at the largest CPU count, for mp,
+    /// ncopy and nginx (those of --modes)
     #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256")]
     sweep: Vec<usize>,
+    /// Skip the concurrency sweep
+    #[arg(long)]
+    no_sweep: bool,
     /// Write one JSON object per measurement and line to FILE
     #[arg(long)]
     json: Option<PathBuf>,
@@ -316,7 +319,12 @@ pub fn run(args: WebArgs) -> anyhow::Result<()> {
         }
     }
     let top = *cpus.last().unwrap_or(&1);
-    for &conns in &ctx.args.sweep {
+    let sweep = if ctx.args.no_sweep {
+        Vec::new()
+    } else {
+        ctx.args.sweep.clone()
+    };
+    for &conns in &sweep {
         for mode in [Mode::Mp, Mode::Ncopy, Mode::Nginx] {
             if !ctx.args.modes.contains(&mode) {
                 continue;
@@ -331,7 +339,7 @@ pub fn run(args: WebArgs) -> anyhow::Result<()> {
             samples.push(s);
         }
     }
-    print_tables(&samples, &cpus, &ctx.args.sweep);
+    print_tables(&samples, &cpus, &sweep);
     if let Some(path) = &ctx.args.json {
         write_json_lines(path, &samples)?;
     }
