@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what `sfs-bench read --peer sftp,nginx` (and `stream`/`mount`'s sftp and scp
-# columns, and `wan`) compare sfs against, where it is missing: OpenSSH's server and client,
-# nginx (1.19.4 or newer, for TLS 1.3 cipher suites through ssl_conf_command), wrk (the HTTP
-# load), openssl (the throwaway certificate), curl (`wan`'s HTTPS client) and iproute2 (`wan`'s
-# network namespaces). Idempotent: installs nothing when all are present.
+# columns, `wan` and `web`) compare sfs against, where it is missing: OpenSSH's server and
+# client, nginx (1.19.4 or newer, for TLS 1.3 cipher suites through ssl_conf_command), wrk (the
+# HTTP load), openssl (the throwaway certificate), curl (`wan`'s HTTPS client, and colorweb's
+# tests' reference client) and iproute2 (`wan`'s network namespaces). Idempotent: installs
+# nothing when all are present.
 # Debian/Ubuntu with apt-get, as root. Not used by .ci/run: benchmarks are not run in CI.
 set -euo pipefail
 

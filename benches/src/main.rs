@@ -11,6 +11,7 @@ mod report;
 mod stream;
 mod tasks;
 mod wan;
+mod web;
 
 use clap::{Parser, Subcommand};
 
@@ -61,6 +62,10 @@ enum Command {
     /// delaying, rate-limiting relay): `sfs get`/`put` beside HTTPS (nginx, curl) and sftp,
     /// MB/s and the time to fetch a 1-byte file in RTTs. Needs root.
     Wan(wan::WanArgs),
+    /// The web server of the libasync-smp paper's Figures 7-9: wrk's keep-alive clients fetch
+    /// small cached files from colorweb with 1..N CPUs (`mp`), its uniprocessor flavour, N
+    /// copies on one port, and nginx with N workers; then a concurrency sweep.
+    Web(web::WebArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -72,5 +77,6 @@ fn main() -> anyhow::Result<()> {
         Command::Idle(args) => idle::run(args),
         Command::Mount(args) => mount::run(args),
         Command::Wan(args) => wan::run(args),
+        Command::Web(args) => web::run(args),
     }
 }
