@@ -67,6 +67,14 @@ struct Inner {
     xattrs: HashMap<FileHandle, HashMap<XattrKey, (XattrAnswer, Instant)>>,
     /// Bytes held in `xattrs` (bounded by [`MAX_XATTR_BYTES`]).
     xattr_bytes: usize,
+    /// Objects this client made new (an exclusive CREATE, a MKDIR), until the lease of the
+    /// reply that made them ends: no object is born with a `security.capability`, which the
+    /// kernel asks of a file before its first write and before a chown (two round trips of
+    /// each file `tar x` makes). Unlike the other answers these survive our own writes and
+    /// SETATTRs, which can take a capability away but never add one; an INVALIDATE (another
+    /// client changed the object), a SETXATTR or REMOVEXATTR of ours, or a reconnect drops
+    /// them.
+    no_caps: HashMap<FileHandle, Instant>,
     /// The logical clock: the tick of the last change event of any object.
     clock: u64,
     changes: HashMap<FileHandle, Changes>,
@@ -278,7 +286,38 @@ impl AttrCache {
     /// Drops everything known about `fh` (it changed), so replies to requests sent before
     /// are not installed either.
     pub fn invalidate(&self, fh: &FileHandle) {
-        self.inner.lock().changed(fh);
+        let mut g = self.inner.lock();
+        g.changed(fh);
+        g.no_caps.remove(fh);
+    }
+
+    /// `fh` was made new by this client with `attr` ([`Inner::no_caps`]).
+    pub fn made_new(&self, fh: &FileHandle, attr: &Attr) {
+        if attr.lease_ms == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let mut g = self.inner.lock();
+        if g.no_caps.len() >= MAX_ENTRIES {
+            g.no_caps.retain(|_, e| *e > now);
+            if g.no_caps.len() >= MAX_ENTRIES {
+                g.no_caps.clear();
+            }
+        }
+        let expiry = now + Duration::from_millis(u64::from(attr.lease_ms));
+        g.no_caps.insert(*fh, expiry);
+    }
+
+    /// Whether `fh` is known to hold no `security.capability` ([`Inner::no_caps`]).
+    pub fn known_without_caps(&self, fh: &FileHandle) -> bool {
+        let g = self.inner.lock();
+        g.no_caps.get(fh).is_some_and(|e| *e > Instant::now())
+    }
+
+    /// An extended attribute of `fh` is about to be set or removed by us: it may get a
+    /// capability.
+    pub fn xattr_changing(&self, fh: &FileHandle) {
+        self.inner.lock().no_caps.remove(fh);
     }
 
     /// The server's INVALIDATE of `fh` (another client changed it), with its attributes when
@@ -287,6 +326,7 @@ impl AttrCache {
     /// first.
     pub fn invalidated(&self, fh: &FileHandle, attr: Option<Attr>) {
         let mut g = self.inner.lock();
+        g.no_caps.remove(fh);
         let c = g.changed(fh);
         c.begun = c.tick;
         if let (Some(a), false) = (attr, c.ours) {
@@ -302,6 +342,7 @@ impl AttrCache {
         g.access.clear();
         g.xattrs.clear();
         g.xattr_bytes = 0;
+        g.no_caps.clear();
         g.clock += 1;
         g.floor = g.clock;
     }

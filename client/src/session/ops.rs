@@ -320,6 +320,8 @@ impl Client {
         name: &[u8],
         how: CreateHow,
     ) -> Result<(FileHandle, Attr), SessionError> {
+        // Unchecked may have opened an existing file; the others made this one.
+        let made = !matches!(how, CreateHow::Unchecked(_));
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
         let op = RequestOp::Create {
@@ -329,7 +331,7 @@ impl Client {
         };
         let_reply!(self, ReplyBody::Create(o) = self.call(op).await?);
         change.end(None);
-        self.new_object(dir, name, o, since).await
+        self.made(dir, name, o, since, made).await
     }
 
     /// MKDIR.
@@ -348,7 +350,26 @@ impl Client {
         };
         let_reply!(self, ReplyBody::Mkdir(o) = self.call(op).await?);
         change.end(None);
-        self.new_object(dir, name, o, since).await
+        self.made(dir, name, o, since, true).await
+    }
+
+    /// [`Client::new_object`] for an object the request made new when `made`: the cache then
+    /// knows it has no `security.capability` ([`crate::cache::AttrCache::made_new`]). Not when
+    /// the reply carries no handle: the name looked up may be another object by then.
+    async fn made(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        o: NewObject,
+        since: Stamp,
+        made: bool,
+    ) -> Result<(FileHandle, Attr), SessionError> {
+        let known = made && o.fh.is_some();
+        let (fh, a) = self.new_object(dir, name, o, since).await?;
+        if known {
+            self.inner.cache.made_new(&fh, &a);
+        }
+        Ok((fh, a))
     }
 
     /// SYMLINK.
