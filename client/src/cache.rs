@@ -31,6 +31,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use protocol::{Attr, FileHandle};
 
+mod fresh_dirs;
+use fresh_dirs::FreshDirs;
+
 /// Cached attributes and access bits, keyed by file handle.
 #[derive(Default)]
 pub struct AttrCache {
@@ -75,6 +78,8 @@ struct Inner {
     /// client changed the object), a SETXATTR or REMOVEXATTR of ours, or a reconnect drops
     /// them.
     no_caps: HashMap<FileHandle, Instant>,
+    /// Directories we made, with every name we may have put in them ([`fresh_dirs`]).
+    fresh: FreshDirs,
     /// The logical clock: the tick of the last change event of any object.
     clock: u64,
     changes: HashMap<FileHandle, Changes>,
@@ -289,6 +294,28 @@ impl AttrCache {
         let mut g = self.inner.lock();
         g.changed(fh);
         g.no_caps.remove(fh);
+        g.fresh.forget(fh);
+    }
+
+    /// `dir` was made by a MKDIR of `authno` replying `attr` ([`fresh_dirs`]).
+    pub fn dir_made(&self, dir: &FileHandle, attr: &Attr, authno: u32) {
+        self.inner.lock().fresh.made(*dir, attr, authno);
+    }
+
+    /// A request that may add `name` to `dir` is about to be sent ([`fresh_dirs`]).
+    pub fn naming(&self, dir: &FileHandle, name: &[u8]) {
+        self.inner.lock().fresh.naming(dir, name);
+    }
+
+    /// Whether `name` is known not to be in `dir` for `authno` ([`fresh_dirs`]).
+    pub fn known_absent(&self, dir: &FileHandle, name: &[u8], authno: u32) -> bool {
+        self.inner.lock().fresh.known_absent(dir, name, authno)
+    }
+
+    /// A SETATTR of ours on `fh` is about to be sent: if a directory, it may no longer let
+    /// its maker search it ([`fresh_dirs`]).
+    pub fn setattr_sending(&self, fh: &FileHandle) {
+        self.inner.lock().fresh.forget(fh);
     }
 
     /// `fh` was made new by this client with `attr` ([`Inner::no_caps`]).
@@ -327,6 +354,7 @@ impl AttrCache {
     pub fn invalidated(&self, fh: &FileHandle, attr: Option<Attr>) {
         let mut g = self.inner.lock();
         g.no_caps.remove(fh);
+        g.fresh.forget(fh);
         let c = g.changed(fh);
         c.begun = c.tick;
         if let (Some(a), false) = (attr, c.ours) {
@@ -343,6 +371,7 @@ impl AttrCache {
         g.xattrs.clear();
         g.xattr_bytes = 0;
         g.no_caps.clear();
+        g.fresh.clear();
         g.clock += 1;
         g.floor = g.clock;
     }

@@ -2,8 +2,8 @@
 //! operation's kind, and keeps the attribute cache in step with what the reply says.
 
 use protocol::{
-    Attr, CreateHow, Data, DirEntryPlus, FileHandle, FsStat, NewObject, Proc, ReplyBody, RequestOp,
-    SetAttr, StableHow, WriteHead,
+    Attr, CreateHow, Data, DirEntryPlus, FileHandle, FsStat, NewObject, NfsStatus, Proc, ReplyBody,
+    RequestOp, SetAttr, StableHow, WriteHead,
 };
 
 use std::collections::HashSet;
@@ -61,6 +61,11 @@ impl Client {
         dir: &FileHandle,
         name: &[u8],
     ) -> Result<(FileHandle, Attr), SessionError> {
+        if let Some(authno) = self.authno_now()
+            && self.inner.cache.known_absent(dir, name, authno)
+        {
+            return Err(SessionError::Nfs(NfsStatus::NoEnt));
+        }
         let op = RequestOp::Lookup {
             dir: *dir,
             name: name.to_vec(),
@@ -110,6 +115,7 @@ impl Client {
 
     /// SETATTR.
     pub async fn setattr(&self, fh: &FileHandle, attr: SetAttr) -> Result<Attr, SessionError> {
+        self.inner.cache.setattr_sending(fh);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::SetAttr {
             fh: *fh,
@@ -322,6 +328,7 @@ impl Client {
     ) -> Result<(FileHandle, Attr), SessionError> {
         // Unchecked may have opened an existing file; the others made this one.
         let made = !matches!(how, CreateHow::Unchecked(_));
+        self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
         let op = RequestOp::Create {
@@ -341,6 +348,7 @@ impl Client {
         name: &[u8],
         attr: SetAttr,
     ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
         let op = RequestOp::Mkdir {
@@ -350,7 +358,12 @@ impl Client {
         };
         let_reply!(self, ReplyBody::Mkdir(o) = self.call(op).await?);
         change.end(None);
-        self.made(dir, name, o, since, true).await
+        let known = o.fh.is_some();
+        let (fh, a) = self.made(dir, name, o, since, true).await?;
+        if known && let Some(authno) = self.authno_now() {
+            self.inner.cache.dir_made(&fh, &a, authno);
+        }
+        Ok((fh, a))
     }
 
     /// [`Client::new_object`] for an object the request made new when `made`: the cache then
@@ -380,6 +393,7 @@ impl Client {
         target: &[u8],
         attr: SetAttr,
     ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
         let op = RequestOp::Symlink {
@@ -403,6 +417,7 @@ impl Client {
         kind: protocol::SpecialKind,
         attr: SetAttr,
     ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
         let op = RequestOp::Mknod {
@@ -468,6 +483,7 @@ impl Client {
         dir: &FileHandle,
         name: &[u8],
     ) -> Result<Attr, SessionError> {
+        self.inner.cache.naming(dir, name);
         let _dir_change = self.inner.cache.begin(dir);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::Link {
@@ -521,6 +537,7 @@ impl Client {
         to_dir: &FileHandle,
         to_name: &[u8],
     ) -> Result<(), SessionError> {
+        self.inner.cache.naming(to_dir, to_name);
         let _from = self.inner.cache.begin(from_dir);
         let _to = self.inner.cache.begin(to_dir);
         self.call(RequestOp::Rename {
@@ -543,6 +560,7 @@ impl Client {
         to_name: &[u8],
         flags: u32,
     ) -> Result<(), SessionError> {
+        self.inner.cache.naming(to_dir, to_name);
         let _from = self.inner.cache.begin(from_dir);
         let _to = self.inner.cache.begin(to_dir);
         let op = RequestOp::Rename2 {
