@@ -32,9 +32,7 @@ use parking_lot::Mutex;
 use protocol::{Attr, FileHandle};
 
 mod fresh_dirs;
-mod listings;
 use fresh_dirs::FreshDirs;
-use listings::{Kept, Listings};
 
 /// Cached attributes and access bits, keyed by file handle.
 #[derive(Default)]
@@ -82,8 +80,6 @@ struct Inner {
     no_caps: HashMap<FileHandle, Instant>,
     /// Directories we made, with every name we may have put in them ([`fresh_dirs`]).
     fresh: FreshDirs,
-    /// Listings kept while their directory's lease lasts ([`listings`]).
-    listings: Listings,
     /// The logical clock: the tick of the last change event of any object.
     clock: u64,
     changes: HashMap<FileHandle, Changes>,
@@ -316,59 +312,6 @@ impl AttrCache {
         self.inner.lock().fresh.known_absent(dir, name, authno)
     }
 
-    /// Keeps `entries`, the listing of `dir` for `authno` asked from `since` on, while the
-    /// directory's lease of `lease_ms` from now lasts ([`listings`]).
-    pub fn keep_listing(
-        &self,
-        dir: &FileHandle,
-        authno: u32,
-        entries: &[protocol::DirEntryPlus],
-        since: Stamp,
-        lease_ms: u32,
-    ) {
-        if lease_ms == 0 {
-            return;
-        }
-        let until = Instant::now() + Duration::from_millis(u64::from(lease_ms));
-        let kept = Kept {
-            entries: entries.to_vec(),
-            since,
-            until,
-        };
-        self.inner.lock().listings.keep(*dir, authno, kept);
-    }
-
-    /// The kept listing of `dir` for `authno`, each entry with the attributes cached for it
-    /// now (their lease what is left of it), if it may be used ([`listings`]).
-    pub fn kept_listing(
-        &self,
-        dir: &FileHandle,
-        authno: u32,
-    ) -> Option<Vec<protocol::DirEntryPlus>> {
-        let now = Instant::now();
-        let mut g = self.inner.lock();
-        let k = g.listings.get(dir, authno)?;
-        if k.until <= now || !g.unchanged_since(dir, k.since) {
-            g.listings.forget(dir);
-            return None;
-        }
-        let mut out = k.entries.clone();
-        for e in &mut out {
-            let Some(fh) = e.fh else { continue };
-            match g.attrs.get(&fh) {
-                Some((a, until)) if *until > now => {
-                    let left = until.saturating_duration_since(now).as_millis();
-                    e.attr = Some(Attr {
-                        lease_ms: u32::try_from(left).unwrap_or(u32::MAX).max(1),
-                        ..*a
-                    });
-                }
-                _ => return None,
-            }
-        }
-        Some(out)
-    }
-
     /// A SETATTR of ours on `fh` is about to be sent: if a directory, it may no longer let
     /// its maker search it ([`fresh_dirs`]).
     pub fn setattr_sending(&self, fh: &FileHandle) {
@@ -429,7 +372,6 @@ impl AttrCache {
         g.xattr_bytes = 0;
         g.no_caps.clear();
         g.fresh.clear();
-        g.listings.clear();
         g.clock += 1;
         g.floor = g.clock;
     }

@@ -270,12 +270,6 @@ impl Client {
     /// asked for before, is an error (a hostile server could otherwise keep us listing, and
     /// growing, for ever).
     pub async fn readdir_all(&self, dir: &FileHandle) -> Result<Vec<DirEntryPlus>, SessionError> {
-        let authno = self.authno().await?;
-        if let Some(kept) = self.inner.cache.kept_listing(dir, authno) {
-            return Ok(kept);
-        }
-        let first = self.inner.cache.stamp();
-        let mut dir_lease = 0;
         let mut out = Vec::new();
         let mut cookie = 0u64;
         let mut verifier = [0u8; 8];
@@ -300,9 +294,6 @@ impl Client {
             let_reply!(self, ReplyBody::ReadDirPlus(page) = self.call(op).await?);
             if let Some(a) = page.dir_attr {
                 self.inner.cache.put(*dir, a, since);
-                if cookie == 0 {
-                    dir_lease = a.lease_ms;
-                }
             }
             verifier = page.verifier;
             let n = page.entries.len();
@@ -323,9 +314,6 @@ impl Client {
                 out.push(e);
             }
             if page.eof || n == 0 {
-                self.inner
-                    .cache
-                    .keep_listing(dir, authno, &out, first, dir_lease);
                 return Ok(out);
             }
         }
