@@ -6,7 +6,9 @@
 //! just made. A directory is *fresh* from our MKDIR's reply until that reply's lease ends,
 //! for the user (authno) who made it: the server told us of no name in it then, every
 //! request of ours that may add a name there (CREATE, MKDIR, SYMLINK, MKNOD, LINK, RENAME to
-//! it) records the name before it is sent, and another client's change of it reaches us as
+//! it) records the name before it is sent, so does every name a listing of it shows (one a
+//! program on the server's disk made, which no INVALIDATE announces), and another client's
+//! change of it reaches us as
 //! an INVALIDATE (we hold its lease), which ends its freshness; so does a reconnect (an
 //! INVALIDATE may have been missed), a SETATTR of ours on it (its mode might no longer let
 //! its maker search it: the server would answer `EACCES`) and the lease's end (no

@@ -308,6 +308,9 @@ impl Client {
             }
             for e in page.entries {
                 cookie = e.cookie;
+                // A name the server lists is no longer known absent (one a program on the
+                // server's disk made: no INVALIDATE tells us of it).
+                self.inner.cache.naming(dir, &e.name);
                 if let (Some(fh), Some(a)) = (&e.fh, &e.attr) {
                     self.inner.cache.put(*fh, *a, since);
                 }
