@@ -31,6 +31,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use protocol::{Attr, FileHandle};
 
+mod fresh_dirs;
+use fresh_dirs::FreshDirs;
+
 /// Cached attributes and access bits, keyed by file handle.
 #[derive(Default)]
 pub struct AttrCache {
@@ -67,6 +70,16 @@ struct Inner {
     xattrs: HashMap<FileHandle, HashMap<XattrKey, (XattrAnswer, Instant)>>,
     /// Bytes held in `xattrs` (bounded by [`MAX_XATTR_BYTES`]).
     xattr_bytes: usize,
+    /// Objects this client made new (an exclusive CREATE, a MKDIR), until the lease of the
+    /// reply that made them ends: no object is born with a `security.capability`, which the
+    /// kernel asks of a file before its first write and before a chown (two round trips of
+    /// each file `tar x` makes). Unlike the other answers these survive our own writes and
+    /// SETATTRs, which can take a capability away but never add one; an INVALIDATE (another
+    /// client changed the object), a SETXATTR or REMOVEXATTR of ours, or a reconnect drops
+    /// them.
+    no_caps: HashMap<FileHandle, Instant>,
+    /// Directories we made, with every name we may have put in them ([`fresh_dirs`]).
+    fresh: FreshDirs,
     /// The logical clock: the tick of the last change event of any object.
     clock: u64,
     changes: HashMap<FileHandle, Changes>,
@@ -278,7 +291,60 @@ impl AttrCache {
     /// Drops everything known about `fh` (it changed), so replies to requests sent before
     /// are not installed either.
     pub fn invalidate(&self, fh: &FileHandle) {
-        self.inner.lock().changed(fh);
+        let mut g = self.inner.lock();
+        g.changed(fh);
+        g.no_caps.remove(fh);
+        g.fresh.forget(fh);
+    }
+
+    /// `dir` was made by a MKDIR of `authno` replying `attr` ([`fresh_dirs`]).
+    pub fn dir_made(&self, dir: &FileHandle, attr: &Attr, authno: u32) {
+        self.inner.lock().fresh.made(*dir, attr, authno);
+    }
+
+    /// A request that may add `name` to `dir` is about to be sent ([`fresh_dirs`]).
+    pub fn naming(&self, dir: &FileHandle, name: &[u8]) {
+        self.inner.lock().fresh.naming(dir, name);
+    }
+
+    /// Whether `name` is known not to be in `dir` for `authno` ([`fresh_dirs`]).
+    pub fn known_absent(&self, dir: &FileHandle, name: &[u8], authno: u32) -> bool {
+        self.inner.lock().fresh.known_absent(dir, name, authno)
+    }
+
+    /// A SETATTR of ours on `fh` is about to be sent: if a directory, it may no longer let
+    /// its maker search it ([`fresh_dirs`]).
+    pub fn setattr_sending(&self, fh: &FileHandle) {
+        self.inner.lock().fresh.forget(fh);
+    }
+
+    /// `fh` was made new by this client with `attr` ([`Inner::no_caps`]).
+    pub fn made_new(&self, fh: &FileHandle, attr: &Attr) {
+        if attr.lease_ms == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let mut g = self.inner.lock();
+        if g.no_caps.len() >= MAX_ENTRIES {
+            g.no_caps.retain(|_, e| *e > now);
+            if g.no_caps.len() >= MAX_ENTRIES {
+                g.no_caps.clear();
+            }
+        }
+        let expiry = now + Duration::from_millis(u64::from(attr.lease_ms));
+        g.no_caps.insert(*fh, expiry);
+    }
+
+    /// Whether `fh` is known to hold no `security.capability` ([`Inner::no_caps`]).
+    pub fn known_without_caps(&self, fh: &FileHandle) -> bool {
+        let g = self.inner.lock();
+        g.no_caps.get(fh).is_some_and(|e| *e > Instant::now())
+    }
+
+    /// An extended attribute of `fh` is about to be set or removed by us: it may get a
+    /// capability.
+    pub fn xattr_changing(&self, fh: &FileHandle) {
+        self.inner.lock().no_caps.remove(fh);
     }
 
     /// The server's INVALIDATE of `fh` (another client changed it), with its attributes when
@@ -287,6 +353,8 @@ impl AttrCache {
     /// first.
     pub fn invalidated(&self, fh: &FileHandle, attr: Option<Attr>) {
         let mut g = self.inner.lock();
+        g.no_caps.remove(fh);
+        g.fresh.forget(fh);
         let c = g.changed(fh);
         c.begun = c.tick;
         if let (Some(a), false) = (attr, c.ours) {
@@ -302,6 +370,8 @@ impl AttrCache {
         g.access.clear();
         g.xattrs.clear();
         g.xattr_bytes = 0;
+        g.no_caps.clear();
+        g.fresh.clear();
         g.clock += 1;
         g.floor = g.clock;
     }

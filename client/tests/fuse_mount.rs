@@ -691,6 +691,116 @@ fn two_mounts_see_each_others_changes_at_once() {
     soon("A's view of dir/f", false, || pa.join("dir/f").exists());
 }
 
+/// Requests of procedure `proc_` the mount sent so far: its log has a line ending in
+/// `request proc=PROC` for each (debug level, which these mounts log at).
+fn requests(m: &Mount, proc_: &str) -> usize {
+    let want = format!("request proc={proc_}");
+    m.log()
+        .lines()
+        .filter(|l| l.trim_end().ends_with(&want))
+        .count()
+}
+
+/// What creating a file costs through the mount, as `tar x` and `cp -r` create them: in a
+/// directory this mount made, no LOOKUP reaches the server (the directory is fresh: every name
+/// in it is one of ours), neither does the kernel's `security.capability` probe before the
+/// first write and before a chown (a new file has none), and `close` sends no COMMIT (the
+/// server's fsync); `fsync` still does. And what must hold all the same: another mount reads
+/// each file whole right after its close (close-to-open), a name another mount creates in
+/// the fresh directory is seen at once (its INVALIDATE ends the freshness), and data closed
+/// but never fsynced survives a crash of sfsd (it is in the server's kernel).
+#[test]
+fn creating_files_costs_no_lookup_capability_or_commit_request() {
+    need_fuse!();
+    let mut s = setup();
+    let a = s.mount("a");
+    let b = s.mount("b");
+    let d = a.dir.join("d");
+    fs::create_dir(&d).unwrap();
+    let counts = |m: &Mount| {
+        (
+            requests(m, "Lookup"),
+            requests(m, "GetXattr"),
+            requests(m, "Commit"),
+        )
+    };
+    let before = counts(&a);
+    fs::create_dir(d.join("sub")).unwrap();
+    let (uid, gid) = (rustix::process::geteuid(), rustix::process::getegid());
+    for i in 0..20 {
+        let name = format!("f{i}");
+        let path = if i % 2 == 0 {
+            d.join(&name)
+        } else {
+            d.join("sub").join(&name)
+        };
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(name.as_bytes()).unwrap();
+        std::os::unix::fs::fchown(&f, Some(uid.as_raw()), Some(gid.as_raw())).unwrap();
+        drop(f);
+        let seen = b.dir.join(path.strip_prefix(&a.dir).unwrap());
+        assert_eq!(
+            fs::read(&seen).unwrap(),
+            name.as_bytes(),
+            "{}",
+            seen.display()
+        );
+    }
+    assert_eq!(
+        counts(&a),
+        before,
+        "(LOOKUP, GETXATTR, COMMIT) requests for 20 new files in directories this mount made; \
+         log:\n{}",
+        a.log()
+    );
+    let mut f = fs::OpenOptions::new()
+        .append(false)
+        .write(true)
+        .open(d.join("f0"))
+        .unwrap();
+    f.write_all(b"F0").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(requests(&a, "Commit"), before.2 + 1, "fsync commits");
+
+    // Listings still come from the server.
+    let names = |dir: &Path| {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&d).len(), 11);
+
+    // Another mount's name in the fresh directory: A's INVALIDATE ends what A knew.
+    fs::write(b.dir.join("d/from_b"), b"b").unwrap();
+    soon("A's view of d/from_b", true, || d.join("from_b").exists());
+    assert_eq!(fs::read(d.join("from_b")).unwrap(), b"b");
+    soon("A's listing of d", 12, || names(&d).len());
+    // And a name of ours.
+    fs::write(d.join("ours"), b"o").unwrap();
+    assert!(names(&d).contains(&"ours".to_string()));
+
+    // Closed, never fsynced, and sfsd killed: the data is in the server's kernel.
+    fs::write(d.join("unsynced"), b"kept by the page cache").unwrap();
+    s.server.kill();
+    s.server.restart();
+    assert_eq!(
+        fs::read(s.export.join("d/unsynced")).unwrap(),
+        b"kept by the page cache"
+    );
+    assert_eq!(
+        fs::read(d.join("unsynced")).unwrap(),
+        b"kept by the page cache"
+    );
+}
+
 #[test]
 fn server_restart_under_a_reader_and_a_lost_server() {
     need_fuse!();

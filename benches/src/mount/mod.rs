@@ -8,10 +8,16 @@
 //!   server's is warm, so this measures protocol and client, not the disk);
 //! - `untar`: `tar -x` of a source tree (a tarball made from `--tree`, several copies), then
 //!   `sync -f`;
-//! - `find+stat`: a walk of the extracted trees on a fresh mount, `lstat` of every entry.
+//! - `cp-r`: `cp -r` of the tree (extracted locally once) into the mount, then `sync -f`;
+//! - `ls-lR-cold`: `ls -lR` of the extracted trees and the copy on a fresh mount;
+//! - `ls-lR-warm`: the same again on that mount (the client's caches warm);
+//! - `find`: `find` of them, names only, on a fresh mount;
+//! - `find+stat`: a walk of them on a fresh mount, `lstat` of every entry;
+//! - `rm-r`: `rm -r` of them on a fresh mount.
 //!
-//! Both systems export the same directory, cleaned between runs through the local file
-//! system. CPU seconds are read from /proc: server = sfsd, or sshd with its session
+//! A third column, `local`, runs the same workloads in the exported directory itself (no
+//! mount, no network: "fresh mount" means nothing there), the bound both aim at. All systems
+//! export the same directory, cleaned between runs through the local file system. CPU seconds are read from /proc: server = sfsd, or sshd with its session
 //! processes; client = the `sfs mount` process, or sshfs with its ssh. Work the kernel does
 //! for the FUSE requests is charged to the benchmark process and reported for neither.
 
@@ -33,6 +39,8 @@ use workloads::{Outcome, Workload};
 
 const BIG_FILE: &str = "big.bin";
 const TREE_DIR: &str = "tree";
+/// Where `cp-r` copies the tree to.
+const COPY_DIR: &str = "copy";
 const BENCH_USER: &str = "bench";
 /// The sshfs cipher: the same AEAD as sfs's records.
 const CIPHER: &str = "chacha20-poly1305@openssh.com";
@@ -54,6 +62,9 @@ pub struct MountArgs {
     /// Only sfs (no sshd/sshfs)
     #[arg(long)]
     no_sshfs: bool,
+    /// No local-directory column
+    #[arg(long)]
+    no_local: bool,
     /// Write one JSON object per workload and system and line to FILE
     #[arg(long)]
     json: Option<PathBuf>,
@@ -124,6 +135,8 @@ struct Bench {
     server: Server,
     sshd: Option<Sshd>,
     tarball: PathBuf,
+    /// The tarball extracted locally: what `cp-r` copies.
+    source: PathBuf,
     entries: u64,
     copies: usize,
     file_size: u64,
@@ -168,6 +181,11 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
     let tarball = workdir.join("tree.tar");
     workloads::make_tarball(&args.tree, &tarball)?;
     let entries = workloads::tar_entries(&tarball)?;
+    let source = workdir.join("source");
+    if source.exists() {
+        std::fs::remove_dir_all(&source)?;
+    }
+    workloads::extract(&tarball, &source)?;
 
     let identity = workdir.join("bench.key");
     let public = servers::sfs_keygen(&sfs, &home, &identity)?;
@@ -196,6 +214,7 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
         user: BENCH_USER.to_string(),
         server: server.name.to_string(),
         sshfs_remote: format!("{}@127.0.0.1:{}", user_name()?, export.display()),
+        export: export.clone(),
     };
     let bench = Bench {
         workdir: workdir.clone(),
@@ -204,6 +223,7 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
         server,
         sshd,
         tarball,
+        source,
         entries,
         copies: args.tree_copies,
         file_size: args.file_size,
@@ -211,6 +231,9 @@ pub fn run(args: MountArgs) -> anyhow::Result<()> {
     let mut systems = vec![System::Sfs];
     if !args.no_sshfs {
         systems.push(System::Sshfs);
+    }
+    if !args.no_local {
+        systems.push(System::Local);
     }
     eprintln!(
         "mount: {} file, tree of {} entries x {} copies, {} rep(s); {} CPU(s), shared with \
@@ -260,6 +283,7 @@ fn measure(b: &Bench, system: System) -> anyhow::Result<Vec<Sample>> {
     let server_cpu = || match system {
         System::Sfs => b.server.cpu_time(),
         System::Sshfs => b.sshd.as_ref().map(Sshd::cpu_time).unwrap_or_default(),
+        System::Local => Duration::ZERO,
     };
     let mount = || Mounted::mount(system, &b.recipe, b.sshd.as_ref(), &mnt, &log);
     let timed = |m: &Mounted, f: &dyn Fn(&Path) -> anyhow::Result<Outcome>| {
@@ -285,9 +309,48 @@ fn measure(b: &Bench, system: System) -> anyhow::Result<Vec<Sample>> {
     out.push(timed(&m, &|d| {
         workloads::untar(&b.tarball, &d.join(TREE_DIR), b.copies, b.entries)
     })?);
+    out.push(timed(&m, &|d| {
+        workloads::cp_r(&b.source, &d.join(COPY_DIR), b.entries)
+    })?);
+    m.unmount();
+    // What the walks and rm -r cover, counted locally (not timed).
+    let made = [b.export.join(TREE_DIR), b.export.join(COPY_DIR)];
+    let entries = workloads::count_entries(&[&made[0], &made[1]])?;
+    let roots = |d: &Path| [d.join(TREE_DIR), d.join(COPY_DIR)];
+    let m = mount()?;
+    for _cold_then_warm in 0..2 {
+        out.push(timed(&m, &|d| {
+            let r = roots(d);
+            workloads::ls_lr(&[&r[0], &r[1]], entries)
+        })?);
+    }
     m.unmount();
     let m = mount()?;
-    out.push(timed(&m, &|d| workloads::find_stat(&d.join(TREE_DIR)))?);
+    out.push(timed(&m, &|d| {
+        let r = roots(d);
+        let o = workloads::find_names(&[&r[0], &r[1]])?;
+        if o.amount != entries {
+            bail!(
+                "find listed {} entries, the directory holds {entries}",
+                o.amount
+            );
+        }
+        Ok(o)
+    })?);
+    m.unmount();
+    let m = mount()?;
+    out.push(timed(&m, &|d| {
+        let r = roots(d);
+        let mut o = workloads::find_stat(&r[0])?;
+        o.amount += workloads::find_stat(&r[1])?.amount;
+        Ok(o)
+    })?);
+    m.unmount();
+    let m = mount()?;
+    out.push(timed(&m, &|d| {
+        let r = roots(d);
+        workloads::rm_r(&[&r[0], &r[1]], entries)
+    })?);
     m.unmount();
     clean(&b.export)?;
     Ok(out)
@@ -296,11 +359,14 @@ fn measure(b: &Bench, system: System) -> anyhow::Result<Vec<Sample>> {
 /// Removes what the workloads made, through the local file system.
 fn clean(export: &Path) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(export.join(BIG_FILE));
-    match std::fs::remove_dir_all(export.join(TREE_DIR)) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).context("cleaning the export"),
+    for d in [TREE_DIR, COPY_DIR] {
+        match std::fs::remove_dir_all(export.join(d)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).context("cleaning the export"),
+        }
     }
+    Ok(())
 }
 
 fn summarise(w: Workload, system: System, samples: &[Sample]) -> Row {
@@ -328,31 +394,34 @@ fn summarise(w: Workload, system: System, samples: &[Sample]) -> Row {
     }
 }
 
+/// The table: rates per system, then sfs's rate over each other system's (the first system
+/// is sfs), then CPU seconds of the systems that have a server and a client.
 fn print_table(rows: &[Row], systems: &[System]) {
-    print!("{:<11}{:>6}", "workload", "unit");
+    print!("{:<12}{:>6}", "workload", "unit");
     for s in systems {
         print!("{:>28}", format!("{} (min-max)", s.name()));
     }
-    if systems.len() == 2 {
-        print!("{:>11}", "sfs/sshfs");
+    for s in &systems[1..] {
+        print!("{:>11}", format!("sfs/{}", s.name()));
     }
-    for s in systems {
+    let with_cpu = |s: &System| *s != System::Local;
+    for s in systems.iter().filter(|s| with_cpu(s)) {
         print!("{:>22}", format!("cpu-s srv/cli {}", s.name()));
     }
     println!();
     for chunk in rows.chunks(systems.len()) {
         let w = chunk[0].workload;
-        print!("{:<11}{:>6}", w.name(), w.unit());
+        print!("{:<12}{:>6}", w.name(), w.unit());
         for r in chunk {
             print!(
                 "{:>28}",
                 format!("{:.1} ({:.1}-{:.1})", r.rate, r.min, r.max)
             );
         }
-        if chunk.len() == 2 {
-            print!("{:>10.2}x", chunk[0].rate / chunk[1].rate);
+        for r in &chunk[1..] {
+            print!("{:>10.2}x", chunk[0].rate / r.rate);
         }
-        for r in chunk {
+        for r in chunk.iter().filter(|r| r.system != "local") {
             print!(
                 "{:>22}",
                 format!("{:.2} / {:.2}", r.server_cpu_s, r.client_cpu_s)

@@ -1,5 +1,6 @@
 //! The two mounts compared: `sfs mount -f` (FUSE) against a local sfsd, and sshfs against a
-//! throwaway sshd (the one `read --peer sftp` uses) with the same AEAD. Each is a foreground
+//! throwaway sshd (the one `read --peer sftp` uses) with the same AEAD; and, as the bound
+//! both aim at, the exported directory itself (no mount). Each is a foreground
 //! child process, so its CPU time can be read from /proc while it runs, and each is
 //! unmounted with `fusermount3 -u` (lazily, and killed after a timeout, so none stays).
 
@@ -24,6 +25,8 @@ pub enum System {
     Sfs,
     /// sshfs to OpenSSH's sshd (internal-sftp).
     Sshfs,
+    /// No mount: the exported directory itself, what a network file system aims at.
+    Local,
 }
 
 impl System {
@@ -31,6 +34,7 @@ impl System {
         match self {
             System::Sfs => "sfs",
             System::Sshfs => "sshfs",
+            System::Local => "local",
         }
     }
 }
@@ -44,12 +48,15 @@ pub struct Recipe {
     pub server: String,
     /// sshfs target: the export directory as the ssh user sees it.
     pub sshfs_remote: String,
+    /// The exported directory (the local system's "mount").
+    pub export: PathBuf,
 }
 
-/// A mounted file system; unmounted on drop.
+/// A mounted file system; unmounted on drop. For [`System::Local`] there is no mount nor
+/// process: `dir` is the exported directory itself.
 pub struct Mounted {
     pub dir: PathBuf,
-    child: Child,
+    child: Option<Child>,
     system: System,
 }
 
@@ -71,9 +78,17 @@ impl Mounted {
         dir: &Path,
         log: &Path,
     ) -> anyhow::Result<Mounted> {
+        if system == System::Local {
+            return Ok(Mounted {
+                dir: recipe.export.clone(),
+                child: None,
+                system,
+            });
+        }
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
         let (mut cmd, fstype) = match system {
+            System::Local => unreachable!("no mount for the local directory"),
             System::Sfs => {
                 let mut c = Command::new(&recipe.sfs);
                 c.arg("--identity")
@@ -109,10 +124,14 @@ impl Mounted {
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("starting the {} mount", system.name()))?;
-        let mut m = Mounted { dir, child, system };
+        let mut m = Mounted {
+            dir,
+            child: Some(child),
+            system,
+        };
         let deadline = Instant::now() + MOUNT_TIMEOUT;
         while !is_mounted(&m.dir, fstype) {
-            if let Ok(Some(status)) = m.child.try_wait() {
+            if let Some(Ok(Some(status))) = m.child.as_mut().map(Child::try_wait) {
                 bail!(
                     "{} mount exited ({status}) before mounting; see {}",
                     system.name(),
@@ -129,9 +148,13 @@ impl Mounted {
 
     /// CPU time of the client side: the sfs process, or sshfs and its ssh child.
     pub fn cpu_time(&self) -> Duration {
+        let Some(child) = &self.child else {
+            return Duration::ZERO;
+        };
         let pids = match self.system {
-            System::Sfs => vec![self.child.id()],
-            System::Sshfs => process_tree(self.child.id()),
+            System::Sfs => vec![child.id()],
+            System::Sshfs => process_tree(child.id()),
+            System::Local => Vec::new(),
         };
         pids.into_iter().filter_map(process_cpu_time).sum()
     }
@@ -142,6 +165,9 @@ impl Mounted {
     }
 
     fn stop(&mut self) {
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
         let _ = Command::new("fusermount3")
             .args(["-u", "-z", "--"])
             .arg(&self.dir)
@@ -150,19 +176,19 @@ impl Mounted {
             .status();
         let deadline = Instant::now() + EXIT_TIMEOUT;
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(_)) = child.try_wait() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
+        if let Some(Ok(None)) = self.child.as_mut().map(Child::try_wait) {
             self.stop();
         }
     }

@@ -23,16 +23,31 @@ pub enum Workload {
     SeqRead,
     /// Extract a tarball of a source tree, then syncfs.
     Untar,
+    /// `cp -r` of a local tree into the mount, then syncfs.
+    CpR,
+    /// `ls -lR` of everything the workloads made, on a fresh mount.
+    LsLrCold,
+    /// `ls -lR` again on the same mount (the client's caches warm).
+    LsLrWarm,
+    /// `find` (names only) on a fresh mount.
+    Find,
     /// Walk the tree on a fresh mount, `lstat` every entry.
     FindStat,
+    /// `rm -r` of everything the workloads made, on a fresh mount.
+    RmR,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 9] = [
         Workload::SeqWrite,
         Workload::SeqRead,
         Workload::Untar,
+        Workload::CpR,
+        Workload::LsLrCold,
+        Workload::LsLrWarm,
+        Workload::Find,
         Workload::FindStat,
+        Workload::RmR,
     ];
 
     pub fn name(self) -> &'static str {
@@ -40,7 +55,12 @@ impl Workload {
             Workload::SeqWrite => "seq-write",
             Workload::SeqRead => "seq-read",
             Workload::Untar => "untar",
+            Workload::CpR => "cp-r",
+            Workload::LsLrCold => "ls-lR-cold",
+            Workload::LsLrWarm => "ls-lR-warm",
+            Workload::Find => "find",
             Workload::FindStat => "find+stat",
+            Workload::RmR => "rm-r",
         }
     }
 
@@ -48,7 +68,7 @@ impl Workload {
     pub fn unit(self) -> &'static str {
         match self {
             Workload::SeqWrite | Workload::SeqRead => "MB/s",
-            Workload::Untar | Workload::FindStat => "ops/s",
+            _ => "ops/s",
         }
     }
 }
@@ -67,7 +87,7 @@ impl Outcome {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
         match w {
             Workload::SeqWrite | Workload::SeqRead => self.amount as f64 / 1e6 / secs,
-            Workload::Untar | Workload::FindStat => self.amount as f64 / secs,
+            _ => self.amount as f64 / secs,
         }
     }
 }
@@ -190,6 +210,113 @@ pub fn find_stat(root: &Path) -> anyhow::Result<Outcome> {
     })
 }
 
+/// Runs `program args...` with its output thrown away (or, with `count`, its output lines
+/// counted), failing on a non-zero exit status; the elapsed time is the whole run.
+fn run_tool(
+    program: &str,
+    args: &[&std::ffi::OsStr],
+    count: bool,
+) -> anyhow::Result<(Duration, u64)> {
+    let start = Instant::now();
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(if count { Stdio::piped() } else { Stdio::null() })
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    let elapsed = start.elapsed();
+    if !out.status.success() {
+        bail!("{program} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let lines = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    Ok((elapsed, lines as u64))
+}
+
+/// `cp -r SRC DEST` (DEST must not exist: it becomes the copy), then `sync -f`; the amount
+/// is `entries`, what `SRC` holds below itself.
+pub fn cp_r(src: &Path, dest: &Path, entries: u64) -> anyhow::Result<Outcome> {
+    let start = Instant::now();
+    run_tool(
+        "cp",
+        &["-r".as_ref(), src.as_os_str(), dest.as_os_str()],
+        false,
+    )?;
+    run_tool("sync", &["-f".as_ref(), dest.as_os_str()], false)?;
+    Ok(Outcome {
+        elapsed: start.elapsed(),
+        amount: entries,
+    })
+}
+
+/// `ls -lR` of each of `roots` (output thrown away); the amount is `entries`, which the
+/// caller counted (`ls` prints headers and totals besides the entries).
+pub fn ls_lr(roots: &[&Path], entries: u64) -> anyhow::Result<Outcome> {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["-lR".as_ref()];
+    args.extend(roots.iter().map(|r| r.as_os_str()));
+    let (elapsed, _) = run_tool("ls", &args, false)?;
+    Ok(Outcome {
+        elapsed,
+        amount: entries,
+    })
+}
+
+/// `find` of each of `roots`, names only (no `stat`: the kernel's `getdents` answers it);
+/// the amount is the number of names printed below the roots.
+pub fn find_names(roots: &[&Path]) -> anyhow::Result<Outcome> {
+    let args: Vec<&std::ffi::OsStr> = roots.iter().map(|r| r.as_os_str()).collect();
+    let (elapsed, lines) = run_tool("find", &args, true)?;
+    Ok(Outcome {
+        elapsed,
+        amount: lines.saturating_sub(roots.len() as u64),
+    })
+}
+
+/// `rm -r` of each of `roots`; the amount is `entries`, counted by the caller.
+pub fn rm_r(roots: &[&Path], entries: u64) -> anyhow::Result<Outcome> {
+    let mut args: Vec<&std::ffi::OsStr> = vec!["-r".as_ref()];
+    args.extend(roots.iter().map(|r| r.as_os_str()));
+    let (elapsed, _) = run_tool("rm", &args, false)?;
+    for r in roots {
+        if r.symlink_metadata().is_ok() {
+            bail!("rm -r left {}", r.display());
+        }
+    }
+    Ok(Outcome {
+        elapsed,
+        amount: entries,
+    })
+}
+
+/// Entries below each of `roots` (not the roots), counted by a walk that follows no symlink.
+pub fn count_entries(roots: &[&Path]) -> anyhow::Result<u64> {
+    let mut n = 0;
+    for r in roots {
+        n += find_stat(r)?.amount;
+    }
+    Ok(n)
+}
+
+/// `tar -xf TARBALL -C DEST` (DEST made first): the local source of `cp -r`.
+pub fn extract(tarball: &Path, dest: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dest)?;
+    run_tool(
+        "tar",
+        &[
+            "-xf".as_ref(),
+            tarball.as_os_str(),
+            "-C".as_ref(),
+            dest.as_os_str(),
+        ],
+        false,
+    )?;
+    Ok(())
+}
+
 /// Number of entries (files, directories, links) in a tarball, as `tar -t` lists them.
 pub fn tar_entries(tarball: &Path) -> anyhow::Result<u64> {
     let out = Command::new("tar")
@@ -264,6 +391,18 @@ mod tests {
         assert!(dest.join("1/a/b/c.rs").is_file());
         // 2 copy directories + 2 x 4 entries.
         assert_eq!(find_stat(&dest).unwrap().amount, 10);
+        let local = dir.path().join("local");
+        extract(&tarball, &local).unwrap();
+        let copy = dir.path().join("copy");
+        assert_eq!(cp_r(&local, &copy, 4).unwrap().amount, 4);
+        assert!(copy.join("a/b/c.rs").is_file());
+        let roots = [dest.as_path(), copy.as_path()];
+        assert_eq!(count_entries(&roots).unwrap(), 14);
+        assert_eq!(find_names(&roots).unwrap().amount, 14);
+        assert_eq!(ls_lr(&roots, 14).unwrap().amount, 14);
+        assert!(ls_lr(&[dir.path().join("missing").as_path()], 1).is_err());
+        assert_eq!(rm_r(&roots, 14).unwrap().amount, 14);
+        assert!(!dest.exists() && !copy.exists());
         let o = Outcome {
             elapsed: Duration::from_secs(2),
             amount: 10_000_000,

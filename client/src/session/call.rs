@@ -71,6 +71,9 @@ impl Client {
         size_hint: usize,
         encode: impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<Outgoing>,
     ) -> Result<ReplyBody, SessionError> {
+        // One line per request at debug level: what a test counts to see how many round
+        // trips an operation through the mount costs.
+        tracing::debug!(target: "sfs::requests", ?proc, "request");
         let mut held = None;
         let result = self.attempts(proc, size_hint, &encode, &mut held).await;
         if let Some(h) = held {

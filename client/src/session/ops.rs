@@ -2,8 +2,8 @@
 //! operation's kind, and keeps the attribute cache in step with what the reply says.
 
 use protocol::{
-    Attr, CreateHow, Data, DirEntryPlus, FileHandle, FsStat, NewObject, Proc, ReplyBody, RequestOp,
-    SetAttr, StableHow, WriteHead,
+    Attr, CreateHow, Data, DirEntryPlus, FileHandle, FsStat, NewObject, NfsStatus, Proc, ReplyBody,
+    RequestOp, SetAttr, StableHow, WriteHead,
 };
 
 use std::collections::HashSet;
@@ -61,6 +61,11 @@ impl Client {
         dir: &FileHandle,
         name: &[u8],
     ) -> Result<(FileHandle, Attr), SessionError> {
+        if let Some(authno) = self.authno_now()
+            && self.inner.cache.known_absent(dir, name, authno)
+        {
+            return Err(SessionError::Nfs(NfsStatus::NoEnt));
+        }
         let op = RequestOp::Lookup {
             dir: *dir,
             name: name.to_vec(),
@@ -110,6 +115,7 @@ impl Client {
 
     /// SETATTR.
     pub async fn setattr(&self, fh: &FileHandle, attr: SetAttr) -> Result<Attr, SessionError> {
+        self.inner.cache.setattr_sending(fh);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::SetAttr {
             fh: *fh,
@@ -302,6 +308,9 @@ impl Client {
             }
             for e in page.entries {
                 cookie = e.cookie;
+                // A name the server lists is no longer known absent (one a program on the
+                // server's disk made: no INVALIDATE tells us of it).
+                self.inner.cache.naming(dir, &e.name);
                 if let (Some(fh), Some(a)) = (&e.fh, &e.attr) {
                     self.inner.cache.put(*fh, *a, since);
                 }
@@ -320,6 +329,9 @@ impl Client {
         name: &[u8],
         how: CreateHow,
     ) -> Result<(FileHandle, Attr), SessionError> {
+        // Unchecked may have opened an existing file; the others made this one.
+        let made = !matches!(how, CreateHow::Unchecked(_));
+        self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
         let op = RequestOp::Create {
@@ -329,7 +341,7 @@ impl Client {
         };
         let_reply!(self, ReplyBody::Create(o) = self.call(op).await?);
         change.end(None);
-        self.new_object(dir, name, o, since).await
+        self.made(dir, name, o, since, made).await
     }
 
     /// MKDIR.
@@ -339,6 +351,7 @@ impl Client {
         name: &[u8],
         attr: SetAttr,
     ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
         let op = RequestOp::Mkdir {
@@ -348,7 +361,31 @@ impl Client {
         };
         let_reply!(self, ReplyBody::Mkdir(o) = self.call(op).await?);
         change.end(None);
-        self.new_object(dir, name, o, since).await
+        let known = o.fh.is_some();
+        let (fh, a) = self.made(dir, name, o, since, true).await?;
+        if known && let Some(authno) = self.authno_now() {
+            self.inner.cache.dir_made(&fh, &a, authno);
+        }
+        Ok((fh, a))
+    }
+
+    /// [`Client::new_object`] for an object the request made new when `made`: the cache then
+    /// knows it has no `security.capability` ([`crate::cache::AttrCache::made_new`]). Not when
+    /// the reply carries no handle: the name looked up may be another object by then.
+    async fn made(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        o: NewObject,
+        since: Stamp,
+        made: bool,
+    ) -> Result<(FileHandle, Attr), SessionError> {
+        let known = made && o.fh.is_some();
+        let (fh, a) = self.new_object(dir, name, o, since).await?;
+        if known {
+            self.inner.cache.made_new(&fh, &a);
+        }
+        Ok((fh, a))
     }
 
     /// SYMLINK.
@@ -359,6 +396,7 @@ impl Client {
         target: &[u8],
         attr: SetAttr,
     ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
         let op = RequestOp::Symlink {
@@ -382,6 +420,7 @@ impl Client {
         kind: protocol::SpecialKind,
         attr: SetAttr,
     ) -> Result<(FileHandle, Attr), SessionError> {
+        self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
         let op = RequestOp::Mknod {
@@ -447,6 +486,7 @@ impl Client {
         dir: &FileHandle,
         name: &[u8],
     ) -> Result<Attr, SessionError> {
+        self.inner.cache.naming(dir, name);
         let _dir_change = self.inner.cache.begin(dir);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::Link {
@@ -500,6 +540,7 @@ impl Client {
         to_dir: &FileHandle,
         to_name: &[u8],
     ) -> Result<(), SessionError> {
+        self.inner.cache.naming(to_dir, to_name);
         let _from = self.inner.cache.begin(from_dir);
         let _to = self.inner.cache.begin(to_dir);
         self.call(RequestOp::Rename {
@@ -522,6 +563,7 @@ impl Client {
         to_name: &[u8],
         flags: u32,
     ) -> Result<(), SessionError> {
+        self.inner.cache.naming(to_dir, to_name);
         let _from = self.inner.cache.begin(from_dir);
         let _to = self.inner.cache.begin(to_dir);
         let op = RequestOp::Rename2 {

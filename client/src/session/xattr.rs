@@ -15,6 +15,9 @@ impl Client {
     /// cached per user while the object's attributes are: `ls -l` asks every file it lists
     /// for `security.selinux` and `system.posix_acl_access`, a round trip each otherwise.
     pub async fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> Result<Vec<u8>, SessionError> {
+        if self.known_without(fh, name) {
+            return Err(SessionError::Nfs(NfsStatus::NoXattr));
+        }
         let key = (self.authno().await?, Some(name.to_vec()));
         match self.inner.cache.get_xattr(fh, &key) {
             Some(XattrAnswer::Value(v)) => return Ok(v),
@@ -48,6 +51,9 @@ impl Client {
         name: &[u8],
     ) -> Option<(u32, Result<Vec<u8>, SessionError>)> {
         let authno = self.authno_now()?;
+        if self.known_without(fh, name) {
+            return Some((authno, Err(SessionError::Nfs(NfsStatus::NoXattr))));
+        }
         let answer = match self
             .inner
             .cache
@@ -58,6 +64,12 @@ impl Client {
             XattrAnswer::Names(_) => return None,
         };
         Some((authno, answer))
+    }
+
+    /// Whether `name` is `security.capability` on an object this client made new and no
+    /// one gave one since ([`crate::cache::AttrCache::known_without_caps`]).
+    fn known_without(&self, fh: &FileHandle, name: &[u8]) -> bool {
+        name == b"security.capability" && self.inner.cache.known_without_caps(fh)
     }
 
     /// LISTXATTR's answer from the cache alone, as [`Client::getxattr_cached`].
@@ -78,6 +90,7 @@ impl Client {
         value: &[u8],
         flags: u32,
     ) -> Result<(), SessionError> {
+        self.inner.cache.xattr_changing(fh);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::SetXattr {
             fh: *fh,
@@ -113,6 +126,7 @@ impl Client {
 
     /// REMOVEXATTR.
     pub async fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> Result<(), SessionError> {
+        self.inner.cache.xattr_changing(fh);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::RemoveXattr {
             fh: *fh,
