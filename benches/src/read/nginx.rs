@@ -206,17 +206,7 @@ impl Nginx {
                 key: &key,
             }),
         )?;
-        let cpu_list = cpu_list(cpus);
-        let child = Command::new("taskset")
-            .args(["-c", &cpu_list, NGINX, "-p"])
-            .arg(dir)
-            .arg("-e")
-            .arg(dir.join("error.log"))
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+        let child = pinned_nginx(cpus, dir, &conf)
             .spawn()
             .context("starting nginx")?;
         let mut nginx = Nginx {
@@ -274,7 +264,30 @@ impl Drop for Nginx {
     }
 }
 
-fn cpu_list(cpus: &[usize]) -> String {
+/// nginx on `cpus` (taskset), with its prefix and error log in `dir` and the config `conf`.
+pub(crate) fn pinned_nginx(cpus: &[usize], dir: &Path, conf: &Path) -> Command {
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", &cpu_list(cpus), NGINX]);
+    nginx_args(&mut cmd, dir, conf);
+    cmd
+}
+
+/// The arguments of an nginx run from `dir` with the config `conf` (no output kept but its
+/// error log, in `dir`), added to `cmd` (nginx itself, or a wrapper running it).
+pub(crate) fn nginx_args(cmd: &mut Command, dir: &Path, conf: &Path) {
+    cmd.arg("-p")
+        .arg(dir)
+        .arg("-e")
+        .arg(dir.join("error.log"))
+        .arg("-c")
+        .arg(conf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+}
+
+/// `cpus` as taskset and colorweb's `--pin` take them: `0,1`.
+pub(crate) fn cpu_list(cpus: &[usize]) -> String {
     cpus.iter()
         .map(|c| c.to_string())
         .collect::<Vec<_>>()

@@ -153,15 +153,7 @@ pub fn start_nginx(link: &Link, dir: &Path, root: &Path, cpus: usize) -> anyhow:
         }),
     )?;
     let mut cmd = Link::command_in(&link.ns_b, nginx::NGINX);
-    cmd.arg("-p")
-        .arg(dir)
-        .arg("-e")
-        .arg(dir.join("error.log"))
-        .arg("-c")
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    nginx::nginx_args(&mut cmd, dir, &conf);
     let server = NsServer::spawn(cmd, "nginx")?;
     wait_listening(server.pid(), HTTPS_PORT, "nginx")
         .with_context(|| std::fs::read_to_string(dir.join("error.log")).unwrap_or_default())?;

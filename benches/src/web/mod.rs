@@ -278,7 +278,7 @@ pub fn run(args: WebArgs) -> anyhow::Result<()> {
     if cpus.is_empty() {
         bail!("no CPU count in --cpus fits this machine ({machine_cpus} CPUs)");
     }
-    if args.modes.contains(&Mode::Nginx) && !Path::new(servers::NGINX).exists() {
+    if args.modes.contains(&Mode::Nginx) && !Path::new(crate::read::nginx::NGINX).exists() {
         bail!("nginx not found (scripts/bench-peers.sh installs it), or leave it out of --modes");
     }
     let ctx = Ctx {

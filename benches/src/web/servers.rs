@@ -67,13 +67,6 @@ impl Drop for Running {
     }
 }
 
-fn cpu_list(cpus: &[usize]) -> String {
-    cpus.iter()
-        .map(|c| c.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 fn colorweb_process(
     bin: &Path,
     root: &Path,
@@ -82,12 +75,17 @@ fn colorweb_process(
     extra: &[&str],
 ) -> anyhow::Result<Child> {
     Command::new("taskset")
-        .args(["-c", &cpu_list(cpus)])
+        .args(["-c", &crate::read::nginx::cpu_list(cpus)])
         .arg(bin)
         .arg("--root")
         .arg(root)
         .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--pin", &cpu_list(cpus), "--max-connections", "4096"])
+        .args([
+            "--pin",
+            &crate::read::nginx::cpu_list(cpus),
+            "--max-connections",
+            "4096",
+        ])
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -156,24 +154,13 @@ pub fn nginx_config(dir: &Path, root: &Path, port: u16, cpus: &[usize]) -> Strin
     )
 }
 
-pub const NGINX: &str = "/usr/sbin/nginx";
-
 /// nginx with one worker per CPU in `cpus`.
 pub fn nginx(dir: &Path, root: &Path, cpus: &[usize]) -> anyhow::Result<Running> {
     std::fs::create_dir_all(dir)?;
     let port = free_port()?;
     let conf = dir.join("nginx.conf");
     std::fs::write(&conf, nginx_config(dir, root, port, cpus))?;
-    let child = Command::new("taskset")
-        .args(["-c", &cpu_list(cpus), NGINX, "-p"])
-        .arg(dir)
-        .arg("-e")
-        .arg(dir.join("error.log"))
-        .arg("-c")
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+    let child = crate::read::nginx::pinned_nginx(cpus, dir, &conf)
         .spawn()
         .context("starting nginx")?;
     Running {

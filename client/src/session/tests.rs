@@ -1157,7 +1157,18 @@ async fn cached_xattr_answers_are_given_without_waiting_only_when_known() {
     assert!(c.getxattr_cached(&FH, b"user.k").is_none(), "invalidated");
 }
 
-/// A FETCH answered without the pause the fake makes for each connection.
+/// A SESSION reply: a new record with 4 slots.
+fn new_session(id: u64) -> Out {
+    reply(
+        id,
+        Ok(ReplyBody::Session {
+            slots: 4,
+            resumed: false,
+        }),
+    )
+}
+
+/// A FETCH reply carrying all of `data`.
 fn fetched(id: u64, data: &[u8]) -> Out {
     reply(
         id,
@@ -1182,13 +1193,7 @@ async fn the_first_fetch_rides_with_the_login_and_is_asked_again_if_the_authno_d
         ServerKeypair::generate(),
         vec![2, 3, 5],
         Box::new(move |_, req| match req.op {
-            RequestOp::Session { .. } => vec![reply(
-                req.id,
-                Ok(ReplyBody::Session {
-                    slots: 4,
-                    resumed: false,
-                }),
-            )],
+            RequestOp::Session { .. } => vec![new_session(req.id)],
             RequestOp::Fetch { ref path, .. } => {
                 assert_eq!(path, b"/a/b");
                 seen.lock().push(req.authno);
@@ -1226,13 +1231,7 @@ async fn no_fetch_is_sent_to_a_server_without_it() {
         ServerKeypair::generate(),
         vec![2, 3],
         Box::new(|_, req| match req.op {
-            RequestOp::Session { .. } => vec![reply(
-                req.id,
-                Ok(ReplyBody::Session {
-                    slots: 4,
-                    resumed: false,
-                }),
-            )],
+            RequestOp::Session { .. } => vec![new_session(req.id)],
             ref other => panic!("unexpected {other:?}"),
         }),
     )
@@ -1249,13 +1248,7 @@ async fn a_fetch_reply_with_bytes_for_a_directory_is_refused() {
         ServerKeypair::generate(),
         vec![5],
         Box::new(|_, req| match req.op {
-            RequestOp::Session { .. } => vec![reply(
-                req.id,
-                Ok(ReplyBody::Session {
-                    slots: 4,
-                    resumed: false,
-                }),
-            )],
+            RequestOp::Session { .. } => vec![new_session(req.id)],
             RequestOp::Fetch { .. } => vec![reply(
                 req.id,
                 Ok(ReplyBody::Fetch {
