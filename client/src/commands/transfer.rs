@@ -22,13 +22,23 @@ pub async fn cat(ctx: &mut Ctx, targets: &[String]) -> Result<(), CmdError> {
     for text in targets {
         let t = Target::parse(text)?;
         let r = async {
-            let (c, fh, attr) = ctx.resolve(&t).await?;
+            let (c, fh, attr, fetched) = ctx.fetch(&t).await?;
             if attr.ftype == FileType::Directory {
                 return Err(CmdError::Path(t.text.clone(), "Is a directory".into()));
             }
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            c.read_all(&fh, 0, |d| write_in_pieces(&mut out, d)).await?;
+            let mut offset = 0;
+            if let Some(first) = fetched {
+                write_in_pieces(&mut out, &first.data)?;
+                offset = first.data.len() as u64;
+                if first.eof {
+                    out.flush()?;
+                    return Ok(());
+                }
+            }
+            c.read_all(&fh, offset, |d| write_in_pieces(&mut out, d))
+                .await?;
             out.flush()?;
             Ok(())
         }
