@@ -2032,18 +2032,7 @@ fn extended_attributes_round_trip_through_the_mount() {
         b"replaced"
     );
     // An ACL set through the mount is the server file's ACL (its mask shows in the mode).
-    let mut acl = 2u32.to_le_bytes().to_vec();
-    for (tag, perm, id) in [
-        (0x01u16, 6u16, u32::MAX),
-        (0x02, 4, 65534),
-        (0x04, 0, u32::MAX),
-        (0x10, 4, u32::MAX),
-        (0x20, 0, u32::MAX),
-    ] {
-        acl.extend_from_slice(&tag.to_le_bytes());
-        acl.extend_from_slice(&perm.to_le_bytes());
-        acl.extend_from_slice(&id.to_le_bytes());
-    }
+    let acl = acl_with_a_named_user();
     setxattr(&f, "system.posix_acl_access", &acl, X::empty()).unwrap();
     assert_eq!(
         getxattr(&on_disk, "system.posix_acl_access", 1000).unwrap(),

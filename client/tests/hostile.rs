@@ -499,30 +499,9 @@ struct Mounted {
     pid: u32,
 }
 
-impl Mounted {
-    fn alive(&self) -> bool {
-        !fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .unwrap_or_else(|_| ") Z ".into())
-            .contains(") Z ")
-    }
-}
-
 impl Drop for Mounted {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("fusermount3")
-            .args(["-u", "-z", "--"])
-            .arg(&self.dir)
-            .output();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.alive() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if self.alive() {
-            let _ = rustix::process::kill_process(
-                rustix::process::Pid::from_raw(self.pid as i32).unwrap(),
-                rustix::process::Signal::KILL,
-            );
-        }
+        unmount(&self.dir, self.pid);
     }
 }
 

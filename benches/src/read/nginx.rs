@@ -345,42 +345,80 @@ pub fn run_wrk(
 ) -> anyhow::Result<WrkRun> {
     let script = nginx.dir().join("done.lua");
     std::fs::write(&script, DONE_SCRIPT)?;
-    let seconds = seconds.ceil().max(1.0) as u64;
-    let mut child = Command::new("taskset")
-        .args(["-c", &cpu_list(cpus), WRK])
-        .args(["-t", &threads.to_string(), "-c", &connections.to_string()])
-        .args(["-d", &format!("{seconds}s"), "--timeout", "120s", "-s"])
-        .arg(&script)
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting wrk")?;
-    // wrk's report is a few hundred bytes: it fits the pipe, so waiting before reading is safe.
-    let deadline = Instant::now() + Duration::from_secs(seconds + 60);
-    while !crate::procs::exited(child.id()) {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("wrk did not finish within {}s", seconds + 60);
+    let load = WrkLoad {
+        cpus,
+        threads,
+        connections,
+        seconds,
+        request_timeout: "120s",
+        script: &script,
+        url,
+    };
+    load.run()
+}
+
+/// One wrk run: pinned to `cpus`, `threads` threads over `connections` keep-alive
+/// connections for `seconds`, with the Lua `script` (which prints the summary line
+/// [`parse_wrk`] reads) against `url`.
+pub(crate) struct WrkLoad<'a> {
+    pub cpus: &'a [usize],
+    pub threads: usize,
+    pub connections: usize,
+    pub seconds: f64,
+    /// wrk's `--timeout`: how long one request may take before wrk counts it as failed.
+    pub request_timeout: &'a str,
+    pub script: &'a Path,
+    pub url: &'a str,
+}
+
+impl WrkLoad<'_> {
+    /// Runs wrk to its end (killed a minute past its duration) and reads its summary and CPU.
+    pub(crate) fn run(&self) -> anyhow::Result<WrkRun> {
+        let seconds = self.seconds.ceil().max(1.0) as u64;
+        let mut child = Command::new("taskset")
+            .args(["-c", &cpu_list(self.cpus), WRK])
+            .args(["-t", &self.threads.to_string()])
+            .args(["-c", &self.connections.to_string()])
+            .args([
+                "-d",
+                &format!("{seconds}s"),
+                "--timeout",
+                self.request_timeout,
+            ])
+            .arg("-s")
+            .arg(self.script)
+            .arg(self.url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting wrk (install it: scripts/bench-peers.sh)")?;
+        // wrk's report is a few hundred bytes: it fits the pipe, so waiting before reading is
+        // safe.
+        let deadline = Instant::now() + Duration::from_secs(seconds + 60);
+        while !crate::procs::exited(child.id()) {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("wrk did not finish within {}s", seconds + 60);
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(10));
+        let cpu = crate::procs::cpu_time(child.id()).unwrap_or_default();
+        let status = child.wait()?;
+        let (mut out, mut err) = (String::new(), String::new());
+        if let Some(mut s) = child.stdout.take() {
+            s.read_to_string(&mut out)?;
+        }
+        if let Some(mut s) = child.stderr.take() {
+            s.read_to_string(&mut err)?;
+        }
+        if !status.success() {
+            bail!("wrk failed ({status}): {}{}", out.trim(), err.trim());
+        }
+        let summary = parse_wrk(&out).with_context(|| format!("wrk printed: {out}{err}"))?;
+        Ok(WrkRun { summary, cpu })
     }
-    let cpu = crate::procs::cpu_time(child.id()).unwrap_or_default();
-    let status = child.wait()?;
-    let (mut out, mut err) = (String::new(), String::new());
-    if let Some(mut s) = child.stdout.take() {
-        s.read_to_string(&mut out)?;
-    }
-    if let Some(mut s) = child.stderr.take() {
-        s.read_to_string(&mut err)?;
-    }
-    if !status.success() {
-        bail!("wrk failed ({status}): {}{}", out.trim(), err.trim());
-    }
-    let summary = parse_wrk(&out).with_context(|| format!("wrk printed: {out}{err}"))?;
-    Ok(WrkRun { summary, cpu })
 }
 
 #[cfg(test)]

@@ -12,15 +12,11 @@
 
 mod servers;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::read::nginx::parse_wrk;
 use crate::report::{median, write_json_lines};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -151,43 +147,16 @@ fn run_wrk(
     connections: usize,
     seconds: f64,
 ) -> anyhow::Result<crate::read::nginx::WrkSummary> {
-    let list: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
-    let threads = ctx.args.threads.clamp(1, connections.max(1));
-    let seconds = seconds.ceil().max(1.0) as u64;
-    let child = Command::new("taskset")
-        .args(["-c", &list.join(","), "wrk"])
-        .args(["-t", &threads.to_string(), "-c", &connections.to_string()])
-        .args(["-d", &format!("{seconds}s"), "--timeout", "10s", "-s"])
-        .arg(&ctx.script)
-        .arg(format!("http://127.0.0.1:{port}/"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting wrk (install it: scripts/bench-peers.sh)")?;
-    let deadline = Instant::now() + Duration::from_secs(seconds + 30);
-    let mut child = child;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            let (mut out, mut err) = (String::new(), String::new());
-            if let Some(mut s) = child.stdout.take() {
-                s.read_to_string(&mut out)?;
-            }
-            if let Some(mut s) = child.stderr.take() {
-                s.read_to_string(&mut err)?;
-            }
-            if !status.success() {
-                bail!("wrk failed ({status}): {out}{err}");
-            }
-            return parse_wrk(&out).with_context(|| format!("wrk printed: {out}{err}"));
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("wrk did not finish");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let load = crate::read::nginx::WrkLoad {
+        cpus,
+        threads: ctx.args.threads.clamp(1, connections.max(1)),
+        connections,
+        seconds,
+        request_timeout: "10s",
+        script: &ctx.script,
+        url: &format!("http://127.0.0.1:{port}/"),
+    };
+    Ok(load.run()?.summary)
 }
 
 fn measure(

@@ -245,10 +245,7 @@ pub struct Mount {
 
 impl Mount {
     pub fn alive(&self) -> bool {
-        Path::new(&format!("/proc/{}", self.pid)).exists()
-            && !std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-                .unwrap_or_default()
-                .contains(") Z ")
+        process_alive(self.pid)
     }
 
     pub fn log(&self) -> String {
@@ -258,19 +255,30 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let _ = Command::new("fusermount3")
-            .args(["-u", "-z", "--"])
-            .arg(&self.dir)
-            .output();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.alive() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if self.alive() {
-            let _ = Command::new("kill")
-                .args(["-9", &self.pid.to_string()])
-                .output();
-        }
+        unmount(&self.dir, self.pid);
+    }
+}
+
+/// Whether process `pid` still runs (exists and is not a zombie).
+pub fn process_alive(pid: u32) -> bool {
+    !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|_| ") Z ".into())
+        .contains(") Z ")
+}
+
+/// Lazily unmounts `dir` and waits up to 5 s for its mount process `pid` to end, killing it
+/// after that.
+pub fn unmount(dir: &Path, pid: u32) {
+    let _ = Command::new("fusermount3")
+        .args(["-u", "-z", "--"])
+        .arg(dir)
+        .output();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if process_alive(pid) {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).output();
     }
 }
 
