@@ -1270,6 +1270,29 @@ async fn a_fetch_reply_with_bytes_for_a_directory_is_refused() {
     assert!(matches!(e, SessionError::Protocol { .. }), "{e:?}");
 }
 
+/// A FETCH reply with more bytes than one READ of the connection may carry is refused
+/// before any of it reaches the caller.
+#[tokio::test]
+async fn a_fetch_reply_longer_than_a_read_is_refused() {
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![5],
+        Box::new(|_, req| match req.op {
+            RequestOp::Session { .. } => vec![new_session(req.id)],
+            RequestOp::Fetch { .. } => {
+                let too_long = protocol::max_io_size(protocol::record::DEFAULT_MAX_PAYLOAD) + 100;
+                vec![fetched(req.id, &vec![7; too_long as usize])]
+            }
+            ref other => panic!("unexpected {other:?}"),
+        }),
+    )
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let e = c.fetch("/f").await.unwrap_err();
+    assert!(matches!(e, SessionError::Protocol { .. }), "{e:?}");
+}
+
 /// Once the server's key is known, a new connection sends its first handshake message at
 /// once instead of waiting a round trip for the server's key message.
 #[tokio::test]

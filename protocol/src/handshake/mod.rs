@@ -387,6 +387,20 @@ mod tests {
     }
 
     #[test]
+    fn a_key_message_that_is_not_the_remembered_key_ends_the_handshake_at_once() {
+        let kp = ServerKeypair::generate();
+        let other = ServerKeypair::generate();
+        let name = kp.server_name(Location::new("localhost", 4004).unwrap());
+        let mut c =
+            ClientHandshake::with_known_key(&name, HandshakeConfig::default(), *kp.public_key())
+                .unwrap();
+        let mut s0 = Vec::new();
+        wire::push_frame(&mut s0, &wire::server_key_body(other.public_key()));
+        let err = c.receive(&s0).unwrap_err();
+        assert!(matches!(err, HandshakeError::ServerKeyChanged), "{err:?}");
+    }
+
+    #[test]
     fn a_server_whose_key_message_differs_from_the_remembered_key_is_refused() {
         // The name certifies `kp`'s key, but `impostor` answers at its location.
         let kp = ServerKeypair::generate();
