@@ -371,9 +371,35 @@ impl Shared {
 
     async fn getattr(&self, c: &Client, ino: INodeNo) -> Result<(Duration, FileAttr), Errno> {
         let fh = self.fh(ino)?;
+        if let Some(a) = self.listed_attr(c, ino, &fh) {
+            return Ok((ttl(&a), fattr(ino.0, &a)));
+        }
         // The kernel asks only when its own copy expired or was invalidated: go to the server.
         let a = c.getattr_fresh(&fh).await.map_err(errno)?;
         Ok((ttl(&a), fattr(ino.0, &a)))
+    }
+
+    /// The attributes of directory `ino` (handle `fh`) that came with a listing of it still
+    /// open, if nothing changed the directory since that listing was asked for.
+    ///
+    /// The kernel forgets a directory's atime after every READDIR (fs/fuse/readdir.c,
+    /// `fuse_invalidate_atime`) and glibc's `opendir` `fstat`s the directory it opened, so
+    /// each listing after the first would send a GETATTR to the server right after the
+    /// READDIRPLUS this opendir made: a second round trip per directory of every walk (`ls
+    /// -lR`, `find`). The listing's attributes are the server's as of this very open, as fresh
+    /// as that GETATTR's answer would be.
+    fn listed_attr(&self, c: &Client, ino: INodeNo, fh: &FileHandle) -> Option<Attr> {
+        let since = self
+            .table()
+            .listings
+            .values()
+            .filter(|l| l.entries.first().is_some_and(|dot| dot.ino == ino.0))
+            .map(|l| l.since)
+            .max()?;
+        if c.cache().changed_since(fh, since) {
+            return None;
+        }
+        c.cache().get(fh)
     }
 
     async fn setattr(

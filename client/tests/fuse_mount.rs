@@ -701,6 +701,46 @@ fn requests(m: &Mount, proc_: &str) -> usize {
         .count()
 }
 
+/// A listing of a directory costs one request, however often it is listed: the GETATTR the
+/// kernel sends right after opening it again (it forgets a directory's atime after each
+/// READDIR, and glibc's `opendir` `fstat`s what it opened) is answered from the attributes of
+/// the READDIRPLUS that open made. Listings still come from the server: a name a program adds
+/// on the server's disk shows in the next one, and the directory's mtime with it.
+#[test]
+fn listing_a_directory_again_costs_one_request() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let d = m.dir.join("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..5 {
+        fs::write(d.join(format!("f{i}")), b"x").unwrap();
+    }
+    assert_eq!(fs::read_dir(&d).unwrap().count(), 5);
+    let counts = |m: &Mount| (requests(m, "GetAttr"), requests(m, "ReadDirPlus"));
+    let (getattrs, listings) = counts(&m);
+    for _ in 0..5 {
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 5);
+    }
+    assert_eq!(
+        counts(&m),
+        (getattrs, listings + 5),
+        "(GETATTR, READDIRPLUS) requests for 5 listings; log:\n{}",
+        m.log()
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(s.export.join("d/new"), b"n").unwrap();
+    let names: Vec<_> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(names.iter().any(|n| n == "new"), "{names:?}");
+    assert_eq!(
+        fs::metadata(&d).unwrap().mtime_nsec(),
+        fs::metadata(s.export.join("d")).unwrap().mtime_nsec()
+    );
+}
+
 /// What creating a file costs through the mount, as `tar x` and `cp -r` create them: in a
 /// directory this mount made, no LOOKUP reaches the server (the directory is fresh: every name
 /// in it is one of ours), neither does the kernel's `security.capability` probe before the

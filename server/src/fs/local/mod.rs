@@ -35,6 +35,7 @@ mod open;
 mod readdir;
 mod remove;
 mod resolve;
+mod stat_at;
 mod xattr;
 
 use std::ffi::OsStr;

@@ -8,9 +8,10 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
-use protocol::{DirEntry, DirEntryPlus, DirPage, FileHandle, NfsStatus, ReplyBody};
+use protocol::{Attr, DirEntry, DirEntryPlus, DirPage, FileHandle, NfsStatus, ReplyBody};
 
 use super::resolve::{Obj, open_dir_stream};
+use super::stat_at::{mount_id, stat_at};
 use super::{LocalFs, MAX_DIR_REPLY, errno};
 use crate::fs::{OpCtx, Outcome};
 
@@ -99,6 +100,11 @@ impl LocalFs {
         let budget = budget.min(MAX_DIR_REPLY);
         let dir_budget = dir_budget.min(MAX_DIR_REPLY);
         let mut stream = open_dir_stream(d.fd.as_fd())?;
+        let dir_mnt = if plus {
+            mount_id(d.fd.as_fd()).ok()
+        } else {
+            None
+        };
         if cookie != 0 {
             let at = i64::try_from(cookie).map_err(|_| NfsStatus::BadCookie)?;
             stream.seek(at).map_err(|_| NfsStatus::BadCookie)?;
@@ -125,8 +131,8 @@ impl LocalFs {
             let (attr, fh, fileid) = if plus {
                 // Under the caller's credentials: without search permission on the directory
                 // the kernel refuses and the entry carries no handle.
-                match self.child(&d, OsStr::from_bytes(name)) {
-                    Ok(o) => (Some(o.attr(ctx.lease_ms)), Some(self.fh(&o)), o.key.1),
+                match self.described(&d, dir_mnt, OsStr::from_bytes(name), ctx.lease_ms) {
+                    Ok((attr, fh, fileid)) => (Some(attr), Some(fh), fileid),
                     Err(_) => (None, None, e.ino()),
                 }
             } else {
@@ -148,5 +154,24 @@ impl LocalFs {
             entries,
             eof,
         })
+    }
+
+    /// Entry `name` of `d` as READDIRPLUS gives it: attributes, handle, file id. Described
+    /// by one `statx` beside the directory ([`stat_at`]); opened as an object only where the
+    /// kernel reports no mount ids (`dir_mnt` is `None`).
+    fn described(
+        &self,
+        d: &Obj,
+        dir_mnt: Option<u64>,
+        name: &OsStr,
+        lease_ms: u32,
+    ) -> Result<(Attr, FileHandle, u64), NfsStatus> {
+        let Some(mnt) = dir_mnt else {
+            let o = self.child(d, name)?;
+            return Ok((o.attr(lease_ms), self.fh(&o), o.key.1));
+        };
+        let s = stat_at(d.fd.as_fd(), mnt, name, lease_ms)?;
+        self.remember(s.key, d.key, name);
+        Ok((s.attr, self.handle(s.key, s.generation), s.key.1))
     }
 }

@@ -182,7 +182,8 @@ pub(super) fn open_dir_stream(dir: BorrowedFd<'_>) -> Result<rustix::fs::Dir, Nf
 }
 
 impl LocalFs {
-    fn handle(&self, key: ObjKey, generation: u64) -> FileHandle {
+    /// The handle of object `key` born at `generation`.
+    pub(super) fn handle(&self, key: ObjKey, generation: u64) -> FileHandle {
         self.key.seal(&HandleData {
             export_id: EXPORT_ID,
             device: key.0,
