@@ -741,6 +741,64 @@ fn listing_a_directory_again_costs_one_request() {
     );
 }
 
+/// `ls -l` of a directory costs one request, not one or two per file: the listing (LISTDIR)
+/// says which entries have no extended attributes, so the `security.selinux` and
+/// `system.posix_acl_access` questions `ls` asks of every file are answered by the mount.
+/// Files that have some are still asked about: an ACL and a `user.` attribute set on the
+/// server's disk show through the mount (`+` in `ls -l`, `getfattr`).
+#[test]
+fn ls_l_asks_nothing_of_files_without_extended_attributes() {
+    need_fuse!();
+    let s = setup();
+    let dir = s.export.join("d");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..30 {
+        fs::write(dir.join(format!("f{i:02}")), b"x").unwrap();
+    }
+    let acl = acl_with_a_named_user();
+    let flags = rustix::fs::XattrFlags::empty();
+    rustix::fs::setxattr(dir.join("f03"), "system.posix_acl_access", &acl, flags).unwrap();
+    rustix::fs::setxattr(dir.join("f07"), "user.tag", b"seven", flags).unwrap();
+    let m = s.mount("mnt");
+    let asked = |m: &Mount| requests(m, "GetXattr") + requests(m, "ListXattr");
+    let before = asked(&m);
+    let out = Command::new("ls")
+        .arg("-l")
+        .arg(m.dir.join("d"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for line in text.lines().skip(1) {
+        let mode = line.split(' ').next().unwrap();
+        let want = if line.ends_with(" f03") {
+            "-rw-r-----+"
+        } else {
+            "-rw-r--r--"
+        };
+        assert_eq!(mode, want, "{line}");
+    }
+    assert_eq!(text.lines().count(), 31, "{text}");
+    let asked_for = asked(&m) - before;
+    // The directory's own three (`ls` asks of the directory it lists), two for each file
+    // with attributes; without LISTDIR's answer, two for each of the 30.
+    assert!(
+        asked_for <= 3 + 2 * 2,
+        "{asked_for} GETXATTR/LISTXATTR requests for ls -l of 30 files, 2 with attributes; \
+         log:\n{}",
+        m.log()
+    );
+    assert_eq!(
+        getxattr(&m.dir.join("d/f07"), "user.tag", 100),
+        Ok(b"seven".to_vec())
+    );
+    assert_eq!(
+        getxattr(&m.dir.join("d/f08"), "user.tag", 100),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(listxattr(&m.dir.join("d/f07")), vec!["user.tag"]);
+}
+
 /// What creating a file costs through the mount, as `tar x` and `cp -r` create them: in a
 /// directory this mount made, no LOOKUP reaches the server (the directory is fresh: every name
 /// in it is one of ours), neither does the kernel's `security.capability` probe before the

@@ -284,6 +284,14 @@ pub enum ReplyBody {
     ReadDir(DirPage<DirEntry>),
     /// READDIRPLUS.
     ReadDirPlus(DirPage<DirEntryPlus>),
+    /// LISTDIR: READDIRPLUS's page, and for each of its entries (same order, same count)
+    /// whether it had no extended attributes the caller may list when the page was read.
+    ListDir {
+        /// The page.
+        page: DirPage<DirEntryPlus>,
+        /// `bare[i]`: entry `i` had none (false: it had some, or the server did not look).
+        bare: Vec<bool>,
+    },
     /// FSSTAT.
     FsStat(FsStat),
     /// FSINFO.
@@ -365,6 +373,33 @@ fn encode_page<E>(buf: &mut Vec<u8>, p: &DirPage<E>, entry: impl Fn(&mut Vec<u8>
     xdr::put_bool(buf, p.eof);
 }
 
+fn encode_entry_plus(b: &mut Vec<u8>, e: &DirEntryPlus) {
+    xdr::put_u64(b, e.fileid);
+    xdr::put_opaque(b, &e.name);
+    xdr::put_u64(b, e.cookie);
+    encode_opt_attr(b, e.attr.as_ref());
+    xdr::put_option(b, e.fh.as_ref(), put_fh);
+}
+
+fn decode_entry_plus(r: &mut Reader<'_>) -> Result<DirEntryPlus, DecodeError> {
+    Ok(DirEntryPlus {
+        fileid: r.u64("fileid")?,
+        name: get_name(r)?,
+        cookie: r.u64("cookie")?,
+        attr: decode_opt_attr(r)?,
+        fh: r.option("handle follows", get_fh)?,
+    })
+}
+
+/// LISTDIR's bits, entry `i` in bit `i % 8` of byte `i / 8`.
+fn bare_bitmap(bare: &[bool]) -> Vec<u8> {
+    let mut bits = vec![0u8; bare.len().div_ceil(8)];
+    for (i, _) in bare.iter().enumerate().filter(|(_, b)| **b) {
+        bits[i / 8] |= 1 << (i % 8);
+    }
+    bits
+}
+
 fn decode_page<E>(
     r: &mut Reader<'_>,
     min_entry: usize,
@@ -414,6 +449,7 @@ impl ReplyBody {
             ReplyBody::Link { .. } => Proc::Link,
             ReplyBody::ReadDir(_) => Proc::ReadDir,
             ReplyBody::ReadDirPlus(_) => Proc::ReadDirPlus,
+            ReplyBody::ListDir { .. } => Proc::ListDir,
             ReplyBody::FsStat(_) => Proc::FsStat,
             ReplyBody::FsInfo(_) => Proc::FsInfo,
             ReplyBody::PathConf(_) => Proc::PathConf,
@@ -485,7 +521,7 @@ impl ReplyBody {
                 out.extend(to_dir_attr.as_mut());
             }
             ReplyBody::ReadDir(page) => out.extend(page.dir_attr.as_mut()),
-            ReplyBody::ReadDirPlus(page) => {
+            ReplyBody::ReadDirPlus(page) | ReplyBody::ListDir { page, .. } => {
                 out.extend(page.dir_attr.as_mut());
                 out.extend(page.entries.iter_mut().filter_map(|e| e.attr.as_mut()));
             }
@@ -599,13 +635,11 @@ impl ReplyBody {
                 xdr::put_opaque(b, &e.name);
                 xdr::put_u64(b, e.cookie);
             }),
-            ReplyBody::ReadDirPlus(p) => encode_page(buf, p, |b, e| {
-                xdr::put_u64(b, e.fileid);
-                xdr::put_opaque(b, &e.name);
-                xdr::put_u64(b, e.cookie);
-                encode_opt_attr(b, e.attr.as_ref());
-                xdr::put_option(b, e.fh.as_ref(), put_fh);
-            }),
+            ReplyBody::ReadDirPlus(p) => encode_page(buf, p, encode_entry_plus),
+            ReplyBody::ListDir { page, bare } => {
+                encode_page(buf, page, encode_entry_plus);
+                xdr::put_opaque(buf, &bare_bitmap(bare));
+            }
             ReplyBody::FsStat(s) => {
                 encode_opt_attr(buf, s.attr.as_ref());
                 for v in [s.tbytes, s.fbytes, s.abytes, s.tfiles, s.ffiles, s.afiles] {
@@ -762,15 +796,24 @@ impl ReplyBody {
                     cookie: r.u64("cookie")?,
                 })
             })?),
-            Proc::ReadDirPlus => ReplyBody::ReadDirPlus(decode_page(r, MIN_ENTRY_PLUS_LEN, |r| {
-                Ok(DirEntryPlus {
-                    fileid: r.u64("fileid")?,
-                    name: get_name(r)?,
-                    cookie: r.u64("cookie")?,
-                    attr: decode_opt_attr(r)?,
-                    fh: r.option("handle follows", get_fh)?,
-                })
-            })?),
+            Proc::ReadDirPlus => {
+                ReplyBody::ReadDirPlus(decode_page(r, MIN_ENTRY_PLUS_LEN, decode_entry_plus)?)
+            }
+            Proc::ListDir => {
+                let page = decode_page(r, MIN_ENTRY_PLUS_LEN, decode_entry_plus)?;
+                let n = page.entries.len();
+                let bits = r.opaque(n.div_ceil(8), "bare entries")?;
+                if bits.len() != n.div_ceil(8) {
+                    // One bit per entry, no more and no fewer bytes.
+                    return Err(DecodeError::UnexpectedEnd {
+                        what: "bare entries",
+                        needed: n.div_ceil(8),
+                        remaining: bits.len(),
+                    });
+                }
+                let bare = (0..n).map(|i| bits[i / 8] & (1 << (i % 8)) != 0).collect();
+                ReplyBody::ListDir { page, bare }
+            }
             Proc::FsStat => ReplyBody::FsStat(FsStat {
                 attr: decode_opt_attr(r)?,
                 tbytes: r.u64("tbytes")?,

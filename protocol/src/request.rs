@@ -109,6 +109,10 @@ pub enum Proc {
     /// root, and a regular file's first bytes: a whole small file, or the start of a large
     /// one, in the first round trip after the handshake ([`RequestOp::Fetch`]).
     Fetch = 116,
+    /// SFS extension: READDIRPLUS that also says which entries have no extended attributes
+    /// the caller may list ([`RequestOp::ListDir`], versions 7 and 8), so `ls -l` of a
+    /// directory needs no LISTXATTR or GETXATTR per entry.
+    ListDir = 117,
 }
 
 /// Most supplementary groups a NARROW may name; a request with more does not decode (before
@@ -157,6 +161,7 @@ impl Proc {
         Proc::Unlock,
         Proc::TestLock,
         Proc::Fetch,
+        Proc::ListDir,
     ];
 
     /// The wire number.
@@ -566,6 +571,20 @@ pub enum RequestOp {
         /// Maximum reply size in bytes.
         maxcount: u32,
     },
+    /// READDIRPLUS's page with, for each entry, whether it has no extended attributes the
+    /// caller may list (versions 7 and 8; the arguments are READDIRPLUS's).
+    ListDir {
+        /// Directory.
+        dir: FileHandle,
+        /// Where to continue (0 = start).
+        cookie: u64,
+        /// Verifier returned with `cookie` (zeros at start).
+        verifier: [u8; 8],
+        /// Maximum bytes of names and cookies.
+        dircount: u32,
+        /// Maximum reply size in bytes.
+        maxcount: u32,
+    },
     /// File system statistics.
     FsStat {
         /// Any object of the file system.
@@ -673,6 +692,7 @@ impl RequestOp {
             RequestOp::Link { .. } => Proc::Link,
             RequestOp::ReadDir { .. } => Proc::ReadDir,
             RequestOp::ReadDirPlus { .. } => Proc::ReadDirPlus,
+            RequestOp::ListDir { .. } => Proc::ListDir,
             RequestOp::FsStat { .. } => Proc::FsStat,
             RequestOp::FsInfo { .. } => Proc::FsInfo,
             RequestOp::PathConf { .. } => Proc::PathConf,
@@ -866,6 +886,13 @@ impl RequestOp {
                 xdr::put_u32(buf, *count);
             }
             RequestOp::ReadDirPlus {
+                dir,
+                cookie,
+                verifier,
+                dircount,
+                maxcount,
+            }
+            | RequestOp::ListDir {
                 dir,
                 cookie,
                 verifier,
@@ -1106,6 +1133,13 @@ impl RequestOp {
                 count: r.u32("count")?,
             },
             Proc::ReadDirPlus => RequestOp::ReadDirPlus {
+                dir: get_fh(r)?,
+                cookie: r.u64("cookie")?,
+                verifier: r.fixed::<8>("cookie verifier")?,
+                dircount: r.u32("dircount")?,
+                maxcount: r.u32("maxcount")?,
+            },
+            Proc::ListDir => RequestOp::ListDir {
                 dir: get_fh(r)?,
                 cookie: r.u64("cookie")?,
                 verifier: r.fixed::<8>("cookie verifier")?,

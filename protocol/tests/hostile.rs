@@ -1002,3 +1002,48 @@ fn sequence_carries_only_changes_and_never_nests() {
         })
     );
 }
+
+/// A LISTDIR reply carries exactly one bit per entry: a bitmap a byte short or a byte long
+/// (a hostile server's way to say something of entries it did not list) does not decode.
+#[test]
+fn a_listdir_reply_has_one_bit_per_entry() {
+    use protocol::{DirEntryPlus, DirPage, Reply, ReplyBody};
+    let entries = (0..9u64)
+        .map(|i| DirEntryPlus {
+            fileid: i,
+            name: format!("f{i}").into_bytes(),
+            cookie: i + 1,
+            attr: None,
+            fh: None,
+        })
+        .collect::<Vec<_>>();
+    let reply = |bare: Vec<bool>| {
+        ServerMessage::Reply(Reply {
+            id: 7,
+            result: Ok(ReplyBody::ListDir {
+                page: DirPage {
+                    dir_attr: None,
+                    verifier: [0; 8],
+                    entries: entries.clone(),
+                    eof: true,
+                },
+                bare,
+            }),
+        })
+    };
+    let mut bare = vec![false; 9];
+    bare[0] = true;
+    bare[8] = true;
+    let good = reply(bare.clone());
+    assert_eq!(ServerMessage::decode(&good.encode()).unwrap(), good);
+    // 9 entries take 2 bytes of bits; say 1 (the last entry's bit missing), then 3.
+    let encoded = good.encode();
+    let bits_at = encoded.len() - 8; // length word, 2 bytes, 2 of padding
+    assert_eq!(&encoded[bits_at..bits_at + 4], &2u32.to_be_bytes());
+    for len in [1u32, 3] {
+        let mut b = encoded[..bits_at].to_vec();
+        b.extend_from_slice(&len.to_be_bytes());
+        b.extend_from_slice(&[0xff; 4]);
+        assert!(ServerMessage::decode(&b).is_err(), "{len} bytes of bits");
+    }
+}

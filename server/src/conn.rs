@@ -127,6 +127,8 @@ fn reply_reservation(op: &RequestOp, read_count: usize) -> usize {
         RequestOp::ReadDir { .. } | RequestOp::ReadDirPlus { .. } => {
             crate::fs::local::MAX_DIR_REPLY + 512
         }
+        // A bit per entry more: an entry takes at least 24 bytes of the page.
+        RequestOp::ListDir { .. } => crate::fs::local::MAX_DIR_REPLY * 33 / 32 + 512,
         // The value waits for a storage thread, as a WRITE's data does.
         RequestOp::SetXattr { value, .. } => value.len() + SMALL_REPLY,
         RequestOp::GetXattr { .. } => protocol::xattr::MAX_VALUE_LEN + SMALL_REPLY,

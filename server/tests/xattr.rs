@@ -310,3 +310,80 @@ fn an_acl_set_by_the_owner_grants_another_user_access() {
     remove(&mut c, alice, f, "system.posix_acl_access").unwrap();
     assert_eq!(c.read(bob, f, 0, 10), Err(NfsStatus::Acces));
 }
+
+/// LISTDIR's page, and the names of the entries it says have no extended attributes.
+fn listdir(
+    c: &mut Client,
+    a: u32,
+    dir: FileHandle,
+) -> Result<(Vec<String>, Vec<String>), NfsStatus> {
+    let op = RequestOp::ListDir {
+        dir,
+        cookie: 0,
+        verifier: [0; 8],
+        dircount: 64 * 1024,
+        maxcount: 256 * 1024,
+    };
+    match c.call(a, op)? {
+        ReplyBody::ListDir { page, bare } => {
+            assert_eq!(bare.len(), page.entries.len());
+            assert!(page.eof);
+            let name = |e: &DirEntryPlus| String::from_utf8(e.name.clone()).unwrap();
+            let mut all: Vec<String> = page.entries.iter().map(name).collect();
+            let mut none: Vec<String> = page
+                .entries
+                .iter()
+                .zip(&bare)
+                .filter(|(e, b)| **b && e.fh.is_some())
+                .map(|(e, _)| name(e))
+                .collect();
+            all.sort();
+            none.sort();
+            Ok((all, none))
+        }
+        o => panic!("{o:?}"),
+    }
+}
+
+/// LISTDIR says which entries have no extended attributes the caller may list, as the kernel
+/// answers LISTXATTR for that caller: a `user.` attribute is anyone's to list, a `trusted.`
+/// one only root's; an entry with none is "bare" for everyone (a symlink never: it is left to
+/// LISTXATTR). The NFS backend answers
+/// NOTSUPP (the client lists with READDIRPLUS).
+#[test]
+fn listdir_says_which_entries_have_no_extended_attributes() {
+    let (area, s, mut c, [alice, bob, root], f) = setup();
+    let dir = c.mount(alice);
+    if s.backend.is_some() {
+        assert_eq!(listdir(&mut c, alice, dir), Err(NfsStatus::NotSupp));
+        return;
+    }
+    let ex = area.export();
+    for name in ["plain", "tagged", "trusted"] {
+        std::fs::write(ex.join(name), b"x").unwrap();
+        own(&ex.join(name), 1000, 1000, 0o644);
+    }
+    std::fs::create_dir(ex.join("sub")).unwrap();
+    own(&ex.join("sub"), 1000, 1000, 0o755);
+    // A symlink is left to LISTXATTR of its own handle.
+    std::os::unix::fs::symlink("plain", ex.join("link")).unwrap();
+    let tagged = c.lookup(alice, dir, "tagged").unwrap();
+    set(&mut c, alice, tagged, "user.k", b"v", 0).unwrap();
+    let trusted = c.lookup(alice, dir, "trusted").unwrap();
+    set(&mut c, root, trusted, "trusted.t", b"v", 0).unwrap();
+    let _ = f;
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let all = names(&["f", "link", "plain", "sub", "tagged", "trusted"]);
+    assert_eq!(
+        listdir(&mut c, alice, dir).unwrap(),
+        (all.clone(), names(&["f", "plain", "sub", "trusted"]))
+    );
+    assert_eq!(
+        listdir(&mut c, bob, dir).unwrap(),
+        (all.clone(), names(&["f", "plain", "sub", "trusted"]))
+    );
+    assert_eq!(
+        listdir(&mut c, root, dir).unwrap(),
+        (all, names(&["f", "plain", "sub"]))
+    );
+}

@@ -51,6 +51,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::cache::XattrAnswer;
 use crate::session::Client;
+use crate::session::absent_unless_listed;
 
 /// Entries read ahead of the one asked for.
 pub(crate) const AHEAD: usize = 64;
@@ -332,17 +333,6 @@ impl XattrAhead {
 /// A name for the log (`None`: the list).
 fn asked_name(name: Option<&[u8]>) -> Option<std::borrow::Cow<'_, str>> {
     name.map(String::from_utf8_lossy)
-}
-
-/// Whether a name absent from a file's LISTXATTR answer is absent (GETXATTR `NoXattr`) for
-/// the same user: true of `security.` and `system.posix_acl_` names, which Linux lets anyone
-/// read and lists whenever they are there (the security module checks reading and listing
-/// alike). Not of `user.` names, which need read permission to get (`EACCES`) but not to
-/// list, nor of `trusted.` ones, which a server hides from users not mapped to root. `ls -l`
-/// asks for two such names per file: with the list one request per file reads both ahead
-/// (and a third, `ls` of newer coreutils asks LISTXATTR itself).
-fn absent_unless_listed(name: &[u8]) -> bool {
-    name.starts_with(b"security.") || name.starts_with(b"system.posix_acl_")
 }
 
 /// One read-ahead request, holding its place among those in flight.

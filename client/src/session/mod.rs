@@ -57,6 +57,7 @@ use crate::caller_groups::Groups;
 use crate::identity::Identity;
 use conn::Conn;
 pub use fetch::Fetched;
+pub(crate) use xattr::absent_unless_listed;
 
 pub use error::SessionError;
 
@@ -149,6 +150,9 @@ struct Inner {
     /// The server's key, once known (from disk or a handshake): the next handshake sends its
     /// first message without waiting for the server's ([`known_keys`]).
     server_key: Mutex<Option<known_keys::ServerKey>>,
+    /// The server answered LISTDIR with NOTSUPP (its backend cannot say which entries have
+    /// extended attributes): listings use READDIRPLUS.
+    no_listdir: std::sync::atomic::AtomicBool,
 }
 
 /// Large buffers kept for reuse: a bulk write's window needs two per request in flight (the
@@ -234,6 +238,7 @@ impl Client {
                 buffers: Mutex::new(Vec::new()),
                 slots: slots::Slots::new(),
                 server_key: Mutex::new(None),
+                no_listdir: Default::default(),
             }),
             who: None,
             caller: None,

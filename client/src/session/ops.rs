@@ -7,12 +7,13 @@ use protocol::{
 };
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 
 use super::Client;
 use super::conn::Outgoing;
 use super::error::{ProtocolError, SessionError};
 use super::limits::{MAX_DIR_ENTRIES, MAX_DIR_NAME_BYTES, MAX_DIR_PAGES};
-use crate::cache::Stamp;
+use crate::cache::{Stamp, XattrAnswer};
 
 /// Binds the fields of the reply an operation expects (`let`-else on `pattern = reply`); any
 /// other kind of reply returns [`Client::unexpected`] from the calling operation.
@@ -276,6 +277,15 @@ impl Client {
         let mut asked = HashSet::new();
         let mut name_bytes = 0usize;
         let endless = |why: String| self.protocol_error(ProtocolError::EndlessListing(why));
+        // LISTDIR where the server speaks it: the answer says which entries have no extended
+        // attributes, so `ls -l` asks no LISTXATTR or GETXATTR of them.
+        let conn = self.connection().await?;
+        let mut xattrs_by = match protocol::handshake::has_listdir(conn.version)
+            && !self.inner.no_listdir.load(Ordering::Relaxed)
+        {
+            true => Some(self.authno_on(&conn).await?),
+            false => None,
+        };
         loop {
             if asked.len() >= MAX_DIR_PAGES {
                 return Err(endless(format!("more than {MAX_DIR_PAGES} pages")));
@@ -283,15 +293,37 @@ impl Client {
             if !asked.insert(cookie) {
                 return Err(endless(format!("cookie {cookie} came back")));
             }
-            let op = RequestOp::ReadDirPlus {
-                dir: *dir,
-                cookie,
-                verifier,
-                dircount: 64 * 1024,
-                maxcount: 256 * 1024,
+            let (dircount, maxcount) = (64 * 1024, 256 * 1024);
+            let op = match xattrs_by {
+                Some(_) => RequestOp::ListDir {
+                    dir: *dir,
+                    cookie,
+                    verifier,
+                    dircount,
+                    maxcount,
+                },
+                None => RequestOp::ReadDirPlus {
+                    dir: *dir,
+                    cookie,
+                    verifier,
+                    dircount,
+                    maxcount,
+                },
             };
             let since = self.inner.cache.stamp();
-            let_reply!(self, ReplyBody::ReadDirPlus(page) = self.call(op).await?);
+            let (page, bare) = match self.call(op).await {
+                Ok(ReplyBody::ReadDirPlus(page)) if xattrs_by.is_none() => (page, Vec::new()),
+                Ok(ReplyBody::ListDir { page, bare }) if xattrs_by.is_some() => (page, bare),
+                // A backend without it (NFS): READDIRPLUS from now on.
+                Err(SessionError::Nfs(NfsStatus::NotSupp)) if xattrs_by.is_some() => {
+                    self.inner.no_listdir.store(true, Ordering::Relaxed);
+                    xattrs_by = None;
+                    asked.remove(&cookie);
+                    continue;
+                }
+                Ok(other) => return Err(self.unexpected(&other)),
+                Err(e) => return Err(e),
+            };
             if let Some(a) = page.dir_attr {
                 self.inner.cache.put(*dir, a, since);
             }
@@ -306,13 +338,20 @@ impl Client {
                     "more than {MAX_DIR_NAME_BYTES} bytes of names"
                 )));
             }
-            for e in page.entries {
+            for (i, e) in page.entries.into_iter().enumerate() {
                 cookie = e.cookie;
                 // A name the server lists is no longer known absent (one a program on the
                 // server's disk made: no INVALIDATE tells us of it).
                 self.inner.cache.naming(dir, &e.name);
                 if let (Some(fh), Some(a)) = (&e.fh, &e.attr) {
                     self.inner.cache.put(*fh, *a, since);
+                    // What LISTXATTR would have answered this user: no names (kept, as its
+                    // answer would be, only with the attributes just cached).
+                    if let (Some(authno), true) = (xattrs_by, bare.get(i) == Some(&true)) {
+                        let key = (authno, None);
+                        let none = XattrAnswer::Names(Vec::new());
+                        self.inner.cache.put_xattr(*fh, key, none, since);
+                    }
                 }
                 out.push(e);
             }

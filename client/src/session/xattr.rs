@@ -18,7 +18,11 @@ impl Client {
         if self.known_without(fh, name) {
             return Err(SessionError::Nfs(NfsStatus::NoXattr));
         }
-        let key = (self.authno().await?, Some(name.to_vec()));
+        let authno = self.authno().await?;
+        if self.listed_without(fh, authno, name) {
+            return Err(SessionError::Nfs(NfsStatus::NoXattr));
+        }
+        let key = (authno, Some(name.to_vec()));
         match self.inner.cache.get_xattr(fh, &key) {
             Some(XattrAnswer::Value(v)) => return Ok(v),
             Some(XattrAnswer::Missing) => return Err(SessionError::Nfs(NfsStatus::NoXattr)),
@@ -51,7 +55,7 @@ impl Client {
         name: &[u8],
     ) -> Option<(u32, Result<Vec<u8>, SessionError>)> {
         let authno = self.authno_now()?;
-        if self.known_without(fh, name) {
+        if self.known_without(fh, name) || self.listed_without(fh, authno, name) {
             return Some((authno, Err(SessionError::Nfs(NfsStatus::NoXattr))));
         }
         let answer = match self
@@ -70,6 +74,16 @@ impl Client {
     /// one gave one since ([`crate::cache::AttrCache::known_without_caps`]).
     fn known_without(&self, fh: &FileHandle, name: &[u8]) -> bool {
         name == b"security.capability" && self.inner.cache.known_without_caps(fh)
+    }
+
+    /// Whether the cached list of `fh`'s names for user `authno` (LISTXATTR's answer, or
+    /// LISTDIR's "none") shows `name` absent, where that is exact ([`absent_unless_listed`]).
+    fn listed_without(&self, fh: &FileHandle, authno: u32, name: &[u8]) -> bool {
+        absent_unless_listed(name)
+            && matches!(
+                self.inner.cache.get_xattr(fh, &(authno, None)),
+                Some(XattrAnswer::Names(names)) if !names.iter().any(|n| n == name)
+            )
     }
 
     /// LISTXATTR's answer from the cache alone, as [`Client::getxattr_cached`].
@@ -140,4 +154,16 @@ impl Client {
             other => Err(self.unexpected(&other)),
         }
     }
+}
+
+/// Whether a name absent from a file's LISTXATTR answer is absent (GETXATTR `NoXattr`) for
+/// the same user: true of `security.` and `system.posix_acl_` names, which Linux lets anyone
+/// read and lists whenever they are there (the security module checks reading and listing
+/// alike). Not of `user.` names, which need read permission to get (`EACCES`) but not to
+/// list, nor of `trusted.` ones, which a server hides from users not mapped to root. `ls -l`
+/// asks for two such names per file: with the list one request per file reads both ahead
+/// (and a third, `ls` of newer coreutils asks LISTXATTR itself), and with LISTDIR's answer
+/// none.
+pub(crate) fn absent_unless_listed(name: &[u8]) -> bool {
+    name.starts_with(b"security.") || name.starts_with(b"system.posix_acl_")
 }

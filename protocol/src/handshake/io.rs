@@ -107,12 +107,12 @@ mod tests {
         let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
         let server = std::thread::spawn(move || complete(ServerHandshake::new(&kp), &mut b));
         let config = crate::handshake::HandshakeConfig {
-            versions: vec![7],
+            versions: vec![70],
             ..Default::default()
         };
         let err = complete(ClientHandshake::with_config(&name, config), &mut a).unwrap_err();
         let refused = HandshakeError::VersionRefused {
-            client: vec![7],
+            client: vec![70],
             server: crate::handshake::versions_here(),
         };
         // The client learns why (the refusal was sent although the server's side failed).

@@ -57,8 +57,8 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements (with ChaCha20-Poly1305 records; see
-/// [`FETCH_AES_VERSION`] for the same with AES-256-GCM).
-pub const PROTOCOL_VERSION: u32 = FETCH_VERSION;
+/// [`LISTDIR_AES_VERSION`] for the same with AES-256-GCM).
+pub const PROTOCOL_VERSION: u32 = LISTDIR_VERSION;
 /// The first version with SESSION and SEQUENCE ([`crate::sequence`]) and APPEND: a client
 /// sends them only on connections that chose it or a later one, so it still works with a
 /// server of version 2, without exactly-once changes or atomic appends.
@@ -73,25 +73,39 @@ pub const AES_VERSION: u32 = 4;
 pub const FETCH_VERSION: u32 = 5;
 /// Version 5 with AES-256-GCM records, offered only with AES instructions as 4 is.
 pub const FETCH_AES_VERSION: u32 = 6;
+/// Version 5 with LISTDIR ([`crate::RequestOp::ListDir`]), ChaCha20-Poly1305 records.
+pub const LISTDIR_VERSION: u32 = 7;
+/// Version 7 with AES-256-GCM records, offered only with AES instructions as 4 is.
+pub const LISTDIR_AES_VERSION: u32 = 8;
 /// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
-/// SEQUENCE, so a peer of either version can be served; 5 is 3 with FETCH; 4 and 6 are 3 and
-/// 5 with AES-256-GCM records.
+/// SEQUENCE, so a peer of either version can be served; 5 is 3 with FETCH; 7 is 5 with
+/// LISTDIR; 4, 6 and 8 are 3, 5 and 7 with AES-256-GCM records.
 pub const SUPPORTED_VERSIONS: &[u32] = &[
     2,
     SESSIONS_VERSION,
     AES_VERSION,
     FETCH_VERSION,
     FETCH_AES_VERSION,
+    LISTDIR_VERSION,
+    LISTDIR_AES_VERSION,
 ];
 
 /// Whether records of `version` are sealed with AES-256-GCM (else ChaCha20-Poly1305).
 pub fn uses_aes(version: u32) -> bool {
-    version == AES_VERSION || version == FETCH_AES_VERSION
+    matches!(
+        version,
+        AES_VERSION | FETCH_AES_VERSION | LISTDIR_AES_VERSION
+    )
 }
 
 /// Whether a connection of `version` may carry FETCH.
 pub fn has_fetch(version: u32) -> bool {
     version >= FETCH_VERSION
+}
+
+/// Whether a connection of `version` may carry LISTDIR.
+pub fn has_listdir(version: u32) -> bool {
+    version >= LISTDIR_VERSION
 }
 
 /// The versions this machine offers: all it speaks, but those with AES records only with AES
@@ -441,6 +455,14 @@ mod tests {
             versions: vec![2, 3, 5],
             ..HandshakeConfig::default()
         };
+        let v6 = HandshakeConfig {
+            versions: vec![2, 3, 4, 5, 6],
+            ..HandshakeConfig::default()
+        };
+        let chacha7 = HandshakeConfig {
+            versions: vec![2, 3, 5, 7],
+            ..HandshakeConfig::default()
+        };
         for (client, server, chosen) in [
             (v2.clone(), HandshakeConfig::default(), 2),
             (HandshakeConfig::default(), v2, 2),
@@ -452,7 +474,12 @@ mod tests {
             // FETCH with ChaCha20 records where one end has no AES instructions.
             (chacha.clone(), all.clone(), 5),
             (all.clone(), chacha, 5),
-            (all.clone(), all, 6),
+            (v6.clone(), all.clone(), 6),
+            (all.clone(), v6, 6),
+            // LISTDIR, with ChaCha20 records where one end has no AES instructions.
+            (chacha7.clone(), all.clone(), 7),
+            (all.clone(), chacha7, 7),
+            (all.clone(), all, 8),
         ] {
             let (mut c, mut s) = pair(client, server);
             pump(&mut c, &mut s).unwrap();
@@ -467,9 +494,10 @@ mod tests {
             let cipher = crate::record::Cipher::for_version(chosen);
             assert_eq!(
                 cipher == crate::record::Cipher::Aes256Gcm,
-                chosen == 4 || chosen == 6
+                chosen == 4 || chosen == 6 || chosen == 8
             );
             assert_eq!(has_fetch(chosen), chosen >= 5);
+            assert_eq!(has_listdir(chosen), chosen >= 7);
         }
     }
 
@@ -477,14 +505,14 @@ mod tests {
     fn version_refusal_is_reported_on_both_sides() {
         let (mut c, mut s) = pair(
             HandshakeConfig {
-                versions: vec![7, 8],
+                versions: vec![70, 80],
                 ..HandshakeConfig::default()
             },
             HandshakeConfig::default(),
         );
         let err = pump(&mut c, &mut s).unwrap_err();
         let expect = HandshakeError::VersionRefused {
-            client: vec![7, 8],
+            client: vec![70, 80],
             server: versions_here(),
         };
         assert_eq!(err, expect);

@@ -359,6 +359,17 @@ fn plain_request_op() -> impl Strategy<Value = RequestOp> {
                 },
             )
             .boxed(),
+        (fh(), any::<u64>(), verifier(), any::<u32>(), any::<u32>())
+            .prop_map(
+                |(dir, cookie, verifier, dircount, maxcount)| RequestOp::ListDir {
+                    dir,
+                    cookie,
+                    verifier,
+                    dircount,
+                    maxcount,
+                },
+            )
+            .boxed(),
         fh().prop_map(|fh| RequestOp::FsStat { fh }).boxed(),
         fh().prop_map(|fh| RequestOp::FsInfo { fh }).boxed(),
         fh().prop_map(|fh| RequestOp::PathConf { fh }).boxed(),
@@ -525,6 +536,14 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
         page(dir_entry()).prop_map(ReplyBody::ReadDir).boxed(),
         page(dir_entry_plus())
             .prop_map(ReplyBody::ReadDirPlus)
+            .boxed(),
+        (page(dir_entry_plus()), any::<u64>())
+            .prop_map(|(page, bits)| {
+                let bare = (0..page.entries.len())
+                    .map(|i| bits >> (i % 64) & 1 == 1)
+                    .collect();
+                ReplyBody::ListDir { page, bare }
+            })
             .boxed(),
         (opt_attr(), any::<[u64; 6]>(), any::<u32>())
             .prop_map(|(attr, v, invarsec)| {

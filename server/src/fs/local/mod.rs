@@ -271,7 +271,14 @@ impl LocalFs {
                 dircount,
                 maxcount,
                 ..
-            } => self.readdirplus(ctx, dir, cookie, dircount, maxcount, out),
+            } => self.readdirplus(ctx, dir, cookie, (dircount, maxcount), out),
+            Op::ListDir {
+                dir,
+                cookie,
+                dircount,
+                maxcount,
+                ..
+            } => self.listdir(ctx, dir, cookie, (dircount, maxcount), out),
             Op::Open { fh } => self.open_state(ctx, fh, out),
             Op::Close { fh } => self.close_state(ctx, fh),
             Op::GetXattr { fh, name } => self.getxattr(ctx, fh, &name),

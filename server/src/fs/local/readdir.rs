@@ -8,18 +8,33 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
-use protocol::{Attr, DirEntry, DirEntryPlus, DirPage, FileHandle, NfsStatus, ReplyBody};
+use protocol::{Attr, DirEntry, DirEntryPlus, DirPage, FileHandle, FileType, NfsStatus, ReplyBody};
 
 use super::resolve::{Obj, open_dir_stream};
 use super::stat_at::{mount_id, stat_at};
+use super::xattr::lists_any_xattr;
 use super::{LocalFs, MAX_DIR_REPLY, errno};
 use crate::fs::{OpCtx, Outcome};
+use crate::users::Creds;
 
 /// One page of a directory: the directory, its entries, and whether the page ends it.
 struct Page {
     dir: Obj,
     entries: Vec<DirEntryPlus>,
+    /// For LISTDIR, entry by entry: no extended attributes the caller may list.
+    bare: Vec<bool>,
     eof: bool,
+}
+
+/// What a page tells of each entry beyond its name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    /// READDIR: the name and file id.
+    Names,
+    /// READDIRPLUS: attributes and handle too.
+    Plus,
+    /// LISTDIR: READDIRPLUS's, and whether it has extended attributes.
+    PlusXattrs,
 }
 
 impl LocalFs {
@@ -32,7 +47,7 @@ impl LocalFs {
         count: u32,
         out: &mut Outcome,
     ) -> Result<ReplyBody, NfsStatus> {
-        let page = self.list(ctx, &dir, cookie, count as usize, 0, false)?;
+        let page = self.list(ctx, &dir, cookie, count as usize, 0, Detail::Names)?;
         out.leased.push((page.dir.key, dir));
         Ok(ReplyBody::ReadDir(DirPage {
             dir_attr: Some(page.dir.attr(ctx.lease_ms)),
@@ -57,17 +72,52 @@ impl LocalFs {
         ctx: &OpCtx,
         dir: FileHandle,
         cookie: u64,
-        dircount: u32,
-        maxcount: u32,
+        (dircount, maxcount): (u32, u32),
         out: &mut Outcome,
     ) -> Result<ReplyBody, NfsStatus> {
+        let (page, _) =
+            self.page_plus(ctx, dir, cookie, (dircount, maxcount), Detail::Plus, out)?;
+        Ok(ReplyBody::ReadDirPlus(page))
+    }
+
+    /// LISTDIR: READDIRPLUS's page, and which entries have no extended attributes the
+    /// caller may list (asked with `llistxattr` beside the directory, as the caller).
+    pub(super) fn listdir(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        cookie: u64,
+        (dircount, maxcount): (u32, u32),
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        let (page, bare) = self.page_plus(
+            ctx,
+            dir,
+            cookie,
+            (dircount, maxcount),
+            Detail::PlusXattrs,
+            out,
+        )?;
+        Ok(ReplyBody::ListDir { page, bare })
+    }
+
+    /// A READDIRPLUS or LISTDIR page, its entries' handles leased to the caller.
+    fn page_plus(
+        &self,
+        ctx: &OpCtx,
+        dir: FileHandle,
+        cookie: u64,
+        (dircount, maxcount): (u32, u32),
+        detail: Detail,
+        out: &mut Outcome,
+    ) -> Result<(DirPage<DirEntryPlus>, Vec<bool>), NfsStatus> {
         let page = self.list(
             ctx,
             &dir,
             cookie,
             maxcount as usize,
             dircount as usize,
-            true,
+            detail,
         )?;
         out.leased.push((page.dir.key, dir));
         for e in &page.entries {
@@ -77,12 +127,13 @@ impl LocalFs {
                 out.leased.push(((h.device, h.inode), fh));
             }
         }
-        Ok(ReplyBody::ReadDirPlus(DirPage {
+        let listed = DirPage {
             dir_attr: Some(page.dir.attr(ctx.lease_ms)),
             verifier: [0; 8],
             entries: page.entries,
             eof: page.eof,
-        }))
+        };
+        Ok((listed, page.bare))
     }
 
     /// One page of a directory from the cursor `cookie`, within the client's budget and the
@@ -94,8 +145,9 @@ impl LocalFs {
         cookie: u64,
         budget: usize,
         dir_budget: usize,
-        plus: bool,
+        detail: Detail,
     ) -> Result<Page, NfsStatus> {
+        let plus = detail != Detail::Names;
         let d = self.dir(dir, &ctx.creds)?;
         let budget = budget.min(MAX_DIR_REPLY);
         let dir_budget = dir_budget.min(MAX_DIR_REPLY);
@@ -113,6 +165,7 @@ impl LocalFs {
         let mut used = 200usize;
         let mut dir_used = 0usize;
         let mut entries = Vec::new();
+        let mut bare = Vec::new();
         let mut eof = true;
         for e in stream {
             let e = e.map_err(errno)?;
@@ -138,6 +191,12 @@ impl LocalFs {
             } else {
                 (None, None, e.ino())
             };
+            if detail == Detail::PlusXattrs {
+                // Symlinks are left to LISTXATTR (which answers for the link through its
+                // handle), as are entries without a handle.
+                let plain = attr.is_some_and(|a| a.ftype != FileType::Symlink);
+                bare.push(plain && !has_xattrs(&d, OsStr::from_bytes(name), &ctx.creds));
+            }
             entries.push(DirEntryPlus {
                 fileid,
                 name: name.to_vec(),
@@ -152,6 +211,7 @@ impl LocalFs {
         Ok(Page {
             dir: d,
             entries,
+            bare,
             eof,
         })
     }
@@ -174,4 +234,14 @@ impl LocalFs {
         self.remember(s.key, d.key, name);
         Ok((s.attr, self.handle(s.key, s.generation), s.key.1))
     }
+}
+
+/// Whether entry `name` of `d` has extended attributes LISTXATTR would show the caller
+/// ([`super::xattr::lists_any_xattr`]), looked up through the directory's descriptor: no name
+/// is resolved from the export's root.
+fn has_xattrs(d: &Obj, name: &OsStr, creds: &Creds) -> bool {
+    let mut path = d.proc_path().into_bytes();
+    path.push(b'/');
+    path.extend_from_slice(name.as_bytes());
+    lists_any_xattr(OsStr::from_bytes(&path), creds)
 }

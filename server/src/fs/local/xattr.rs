@@ -95,6 +95,31 @@ fn may_read(creds: &Creds, name: &[u8]) -> Result<(), NfsStatus> {
     }
 }
 
+/// Of a `listxattr` buffer, the names LISTXATTR answers `creds`: those the kernel would list
+/// for them, in the namespaces the protocol serves.
+fn listed<'a>(list: &'a [u8], creds: &'a Creds) -> impl Iterator<Item = &'a [u8]> + 'a {
+    list.split(|&b| b == 0).filter(|n| {
+        protocol::xattr::name_is_valid(n) && name_is_served(n) && may_read(creds, n).is_ok()
+    })
+}
+
+/// Whether LISTXATTR of the object at `path` (not followed if it is a symlink) would answer
+/// the calling thread's `creds` any name (for LISTDIR). Most objects have none, which one
+/// `llistxattr` of size 0 tells; an error counts as "some", so the client asks itself.
+pub(super) fn lists_any_xattr(path: &OsStr, creds: &Creds) -> bool {
+    match rustix::fs::llistxattr_query(path) {
+        Ok(0) => false,
+        Ok(_) => {
+            let mut list = Vec::with_capacity(MAX_LIST_LEN);
+            match rustix::fs::llistxattr(path, spare_capacity(&mut list)) {
+                Ok(_) => listed(&list, creds).next().is_some(),
+                Err(_) => true,
+            }
+        }
+        Err(_) => true,
+    }
+}
+
 /// Refuses a change of `name` the kernel would refuse an unprivileged caller.
 fn may_change(creds: &Creds, name: &[u8]) -> Result<(), NfsStatus> {
     match Privileged::of(name) {
@@ -147,15 +172,7 @@ impl LocalFs {
         let o = self.obj(&fh, &ctx.creds)?;
         let mut list = Vec::with_capacity(MAX_LIST_LEN);
         rustix::fs::listxattr(o.proc_path(), spare_capacity(&mut list)).map_err(xattr_errno)?;
-        let names = list
-            .split(|&b| b == 0)
-            .filter(|n| {
-                protocol::xattr::name_is_valid(n)
-                    && name_is_served(n)
-                    && may_read(&ctx.creds, n).is_ok()
-            })
-            .map(<[u8]>::to_vec)
-            .collect();
+        let names = listed(&list, &ctx.creds).map(<[u8]>::to_vec).collect();
         Ok(ReplyBody::ListXattr { names })
     }
 

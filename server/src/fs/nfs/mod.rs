@@ -598,6 +598,9 @@ impl Inner {
             // Not built for this backend yet: a client then finds the object with MOUNT and
             // LOOKUP and reads it with READ, a round trip or two more.
             RequestOp::Fetch { .. } => fail(done, NfsStatus::NotSupp),
+            // Its point is to answer extended-attribute questions, which this backend answers
+            // NOTSUPP: the client lists with READDIRPLUS instead.
+            RequestOp::ListDir { .. } => fail(done, NfsStatus::NotSupp),
             // NFSv3 has no extended attributes (nor does it carry ACLs): answered as a local
             // file system without them answers.
             RequestOp::GetXattr { .. }
