@@ -301,18 +301,18 @@ impl Inner {
         let c = &ctx.creds;
         match op {
             RequestOp::Mount { path } => {
-                let Ok(text) = std::str::from_utf8(&path) else {
-                    return fail(done, NfsStatus::Inval);
+                let comps = match path_components(&path) {
+                    Ok(comps) => comps,
+                    Err(s) => return fail(done, s),
                 };
-                let mut comps = VecDeque::new();
-                for comp in text.split('/').filter(|s| !s.is_empty() && *s != ".") {
-                    if comp == ".." {
-                        return fail(done, NfsStatus::Acces);
-                    }
-                    check!(component(comp.as_bytes()));
-                    comps.push_back(comp.as_bytes().to_vec());
-                }
                 self.mount_step(ctx, self.root, comps, done);
+            }
+            RequestOp::Fetch { path, count } => {
+                let comps = match path_components(&path) {
+                    Ok(comps) => comps,
+                    Err(s) => return fail(done, s),
+                };
+                self.fetch_step(ctx, (self.root, None), comps, count, done);
             }
             RequestOp::GetAttr { fh } => {
                 let o = obj!(fh);
@@ -595,9 +595,6 @@ impl Inner {
             // Not passed on yet (NFSv3 MKNOD would carry it): FIFOs, sockets and devices
             // cannot be made through this backend.
             RequestOp::Mknod { .. } => fail(done, NfsStatus::NotSupp),
-            // Not built for this backend yet: a client then finds the object with MOUNT and
-            // LOOKUP and reads it with READ, a round trip or two more.
-            RequestOp::Fetch { .. } => fail(done, NfsStatus::NotSupp),
             // Its point is to answer extended-attribute questions, which this backend answers
             // NOTSUPP: the client lists with READDIRPLUS instead.
             RequestOp::ListDir { .. } => fail(done, NfsStatus::NotSupp),
@@ -896,6 +893,105 @@ impl Inner {
         });
     }
 
+    /// FETCH: LOOKUP one component at a time from the export's root (as MOUNT, but the last
+    /// may be of any type), then a regular file's first `count` bytes with one READ, the
+    /// backend checking each step as the caller. `at` is where the walk stands and its
+    /// attributes, when the LOOKUP that found it gave them.
+    fn fetch_step(
+        self: &Arc<Self>,
+        ctx: OpCtx,
+        at: (BackendFh, Option<Attr>),
+        mut rest: VecDeque<Vec<u8>>,
+        count: u32,
+        done: Done<Outcome>,
+    ) {
+        let c = ctx.creds.clone();
+        let (at, attr) = at;
+        let Some(name) = rest.pop_front() else {
+            return match attr {
+                Some(a) => self.fetch_data(ctx, at, a, count, done),
+                None => {
+                    let args = ops::pack(&nfs3_types::nfs3::GETATTR3args {
+                        object: ops::fh3(at.as_slice()),
+                    });
+                    self.call(&c, Proc::GetAttr, args, move |me, res| {
+                        match results(res, ops::fattr) {
+                            Ok(a) => me.fetch_data(ctx, at, a, count, done),
+                            Err(s) => done(Outcome::err(s)),
+                        }
+                    })
+                }
+            };
+        };
+        if attr.is_some_and(|a| a.ftype != FileType::Directory) {
+            return done(Outcome::err(NfsStatus::NotDir));
+        }
+        let args = ops::pack(&nfs3_types::nfs3::LOOKUP3args {
+            what: ops::dirop(at.as_slice(), &name),
+        });
+        self.call(&c, Proc::Lookup, args, move |me, res| {
+            let r = results(res, |r| {
+                let fh = ops::fh(r)?.to_vec();
+                Ok((fh, ops::post_op_attr(r)?))
+            });
+            match r.and_then(|(b, a)| Ok((BackendFh::new(&b).map_err(|_| NfsStatus::Io)?, a))) {
+                Ok(next) => me.fetch_step(ctx, next, rest, count, done),
+                Err(s) => done(Outcome::err(s)),
+            }
+        });
+    }
+
+    /// FETCH's answer for the object found: a regular file's first `count` bytes (one READ,
+    /// whose attributes are then the reply's: never older than its data), else none.
+    fn fetch_data(
+        self: &Arc<Self>,
+        ctx: OpCtx,
+        at: BackendFh,
+        attr: Attr,
+        count: u32,
+        done: Done<Outcome>,
+    ) {
+        let lease = ctx.lease_ms;
+        let answer = move |me: &Arc<Self>, attr: Attr, eof: bool, data: Vec<u8>| {
+            outcome(alive(Some(&attr)).map(|()| attr), |a, out| {
+                let fh = me.wrap(at.as_slice(), Some(&a))?;
+                out.leased.push((key(&a), fh));
+                Ok(ReplyBody::Fetch {
+                    fh,
+                    attr: Attr {
+                        lease_ms: lease,
+                        ..a
+                    },
+                    eof,
+                    data: data.into(),
+                })
+            })
+        };
+        if attr.ftype != FileType::Regular || count == 0 {
+            let eof = attr.ftype != FileType::Regular || attr.size == 0;
+            return done(answer(self, attr, eof, Vec::new()));
+        }
+        let count = count.min(self.max_io);
+        let args = ops::pack(&nfs3_types::nfs3::READ3args {
+            file: ops::fh3(at.as_slice()),
+            offset: 0,
+            count,
+        });
+        self.call(&ctx.creds, Proc::Read, args, move |me, res| {
+            let r = results(res, |r| {
+                let after = ops::post_op_attr(r)?;
+                let _count = r.u32("count")?;
+                let eof = r.bool("eof")?;
+                let data = r.opaque(count as usize, "data")?.to_vec();
+                Ok((after, eof, data))
+            });
+            match r {
+                Ok((after, eof, data)) => done(answer(me, after.unwrap_or(attr), eof, data)),
+                Err(s) => done(Outcome::err(s)),
+            }
+        });
+    }
+
     /// LINK, after the check the local kernel makes with `protected_hardlinks` (an NFS server
     /// such as Ganesha links as root or without that check): a user may link only a file it
     /// owns, or a regular, non-setuid, non-setgid-executable file it may both read and write.
@@ -1167,6 +1263,21 @@ impl Inner {
             })
         });
     }
+}
+
+/// MOUNT's and FETCH's path: its components from the export's root (empty and `.` skipped,
+/// `..` refused).
+fn path_components(path: &[u8]) -> Result<VecDeque<Vec<u8>>, NfsStatus> {
+    let text = std::str::from_utf8(path).map_err(|_| NfsStatus::Inval)?;
+    let mut comps = VecDeque::new();
+    for comp in text.split('/').filter(|s| !s.is_empty() && *s != ".") {
+        if comp == ".." {
+            return Err(NfsStatus::Acces);
+        }
+        component(comp.as_bytes())?;
+        comps.push_back(comp.as_bytes().to_vec());
+    }
+    Ok(comps)
 }
 
 /// Builds an [`Outcome`] from decoded results; on any error it carries no lease and changes
