@@ -347,7 +347,7 @@ pub enum RequestOp {
         path: Vec<u8>,
     },
     /// The handle and attributes of the object at `path` (from the export's root; any type),
-    /// and if it is a regular file, its first `count` bytes (versions 5 and 6).
+    /// and if it is a regular file, its first `count` bytes (versions 5 to 8).
     Fetch {
         /// Path below the export's root, components separated by `/` (`..` is refused).
         path: Vec<u8>,
