@@ -348,27 +348,33 @@ fn plain_request_op() -> impl Strategy<Value = RequestOp> {
                 count,
             })
             .boxed(),
-        (fh(), any::<u64>(), verifier(), any::<u32>(), any::<u32>())
-            .prop_map(
-                |(dir, cookie, verifier, dircount, maxcount)| RequestOp::ReadDirPlus {
-                    dir,
-                    cookie,
-                    verifier,
-                    dircount,
-                    maxcount,
-                },
-            )
-            .boxed(),
-        (fh(), any::<u64>(), verifier(), any::<u32>(), any::<u32>())
-            .prop_map(
-                |(dir, cookie, verifier, dircount, maxcount)| RequestOp::ListDir {
-                    dir,
-                    cookie,
-                    verifier,
-                    dircount,
-                    maxcount,
-                },
-            )
+        (
+            fh(),
+            any::<u64>(),
+            verifier(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<bool>(),
+        )
+            .prop_map(|(dir, cookie, verifier, dircount, maxcount, listdir)| {
+                if listdir {
+                    RequestOp::ListDir {
+                        dir,
+                        cookie,
+                        verifier,
+                        dircount,
+                        maxcount,
+                    }
+                } else {
+                    RequestOp::ReadDirPlus {
+                        dir,
+                        cookie,
+                        verifier,
+                        dircount,
+                        maxcount,
+                    }
+                }
+            })
             .boxed(),
         fh().prop_map(|fh| RequestOp::FsStat { fh }).boxed(),
         fh().prop_map(|fh| RequestOp::FsInfo { fh }).boxed(),

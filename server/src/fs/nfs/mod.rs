@@ -873,23 +873,36 @@ impl Inner {
                 }))
             });
         };
-        let args = ops::pack(&nfs3_types::nfs3::LOOKUP3args {
-            what: ops::dirop(at.as_slice(), &name),
-        });
-        self.call(&c, Proc::Lookup, args, move |me, res| {
-            let r = results(res, |r| {
-                let fh = ops::fh(r)?.to_vec();
-                Ok((fh, ops::post_op_attr(r)?))
-            });
-            match r.and_then(|(b, a)| {
-                if a.is_some_and(|a| a.ftype != FileType::Directory) {
-                    return Err(NfsStatus::NotDir);
-                }
-                BackendFh::new(&b).map_err(|_| NfsStatus::Io)
+        self.lookup_in(&c, at, &name, move |me, r| {
+            match r.and_then(|(b, a)| match a {
+                Some(a) if a.ftype != FileType::Directory => Err(NfsStatus::NotDir),
+                _ => Ok(b),
             }) {
                 Ok(next) => me.mount_step(ctx, next, rest, done),
                 Err(s) => done(Outcome::err(s)),
             }
+        });
+    }
+
+    /// One LOOKUP of `name` in `at` as `c`: the object's backend handle and, if the server
+    /// sent them, its attributes.
+    fn lookup_in(
+        self: &Arc<Self>,
+        c: &Creds,
+        at: BackendFh,
+        name: &[u8],
+        then: impl FnOnce(&Arc<Self>, Result<(BackendFh, Option<Attr>), NfsStatus>) + Send + 'static,
+    ) {
+        let args = ops::pack(&nfs3_types::nfs3::LOOKUP3args {
+            what: ops::dirop(at.as_slice(), name),
+        });
+        self.call(c, Proc::Lookup, args, move |me, res| {
+            let r = results(res, |r| {
+                let fh = ops::fh(r)?.to_vec();
+                Ok((fh, ops::post_op_attr(r)?))
+            })
+            .and_then(|(b, a)| Ok((BackendFh::new(&b).map_err(|_| NfsStatus::Io)?, a)));
+            then(me, r)
         });
     }
 
@@ -926,18 +939,9 @@ impl Inner {
         if attr.is_some_and(|a| a.ftype != FileType::Directory) {
             return done(Outcome::err(NfsStatus::NotDir));
         }
-        let args = ops::pack(&nfs3_types::nfs3::LOOKUP3args {
-            what: ops::dirop(at.as_slice(), &name),
-        });
-        self.call(&c, Proc::Lookup, args, move |me, res| {
-            let r = results(res, |r| {
-                let fh = ops::fh(r)?.to_vec();
-                Ok((fh, ops::post_op_attr(r)?))
-            });
-            match r.and_then(|(b, a)| Ok((BackendFh::new(&b).map_err(|_| NfsStatus::Io)?, a))) {
-                Ok(next) => me.fetch_step(ctx, next, rest, count, done),
-                Err(s) => done(Outcome::err(s)),
-            }
+        self.lookup_in(&c, at, &name, move |me, r| match r {
+            Ok(next) => me.fetch_step(ctx, next, rest, count, done),
+            Err(s) => done(Outcome::err(s)),
         });
     }
 
