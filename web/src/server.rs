@@ -90,6 +90,9 @@ pub fn run(cfg: Config, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
     }
     let rt = b.build()?;
     let h = rt.handle();
+    // First, so that a SIGTERM during start-up (opening the root, binding) already stops the
+    // server cleanly (status 0) instead of killing it.
+    h.stop_on_termination_signals()?;
     let root =
         Root::open(&cfg.root).with_context(|| format!("opening --root {}", cfg.root.display()))?;
     let std_listener = listen(cfg.listen, cfg.reuseport)?;
@@ -113,7 +116,6 @@ pub fn run(cfg: Config, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
         accept_all(&s2, &mut listener, &mut next)
     });
     *holder.lock() = Some(reg);
-    h.stop_on_termination_signals()?;
     ready(addr);
     rt.run()?;
     Ok(())
