@@ -39,6 +39,8 @@ pub struct Config {
     pub reuseport: bool,
     /// Pin worker i to CPU `pin[i]`.
     pub pin: Vec<usize>,
+    /// Let idle workers steal queued colors from busy ones (libcolor's default).
+    pub stealing: bool,
 }
 
 impl Config {
@@ -77,13 +79,14 @@ fn listen(addr: SocketAddr, reuseport: bool) -> anyhow::Result<std::net::TcpList
     Ok(l)
 }
 
-/// Runs the server until SIGINT/SIGTERM; `ready` is told the bound address first.
-pub fn run(cfg: Config, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+/// Runs the server until SIGINT/SIGTERM; `ready` is told the bound address first. Returns
+/// libcolor's statistics of the whole run.
+pub fn run(cfg: Config, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<libcolor::Stats> {
     let mut b = Runtime::builder().helpers(1);
     b = if cfg.uni {
         b.uniprocessor()
     } else {
-        b.workers(cfg.cpus)
+        b.workers(cfg.cpus).stealing(cfg.stealing)
     };
     if !cfg.pin.is_empty() {
         b = b.pin_to(cfg.pin.clone());
@@ -117,8 +120,7 @@ pub fn run(cfg: Config, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
     });
     *holder.lock() = Some(reg);
     ready(addr);
-    rt.run()?;
-    Ok(())
+    Ok(rt.run()?)
 }
 
 /// Color 0, readable: accepts every pending connection, refusing those over the limit.

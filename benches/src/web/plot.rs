@@ -70,6 +70,9 @@ fn cpu_counts(samples: &[Sample]) -> Vec<usize> {
 
 type Drawn = Result<(), Box<dyn std::error::Error>>;
 
+/// A line of a figure: its color, legend and points.
+type Line = (RGBColor, &'static str, Vec<(f64, f64)>);
+
 fn finish(path: &Path, drawn: Drawn) -> anyhow::Result<()> {
     drawn
         .map_err(|e| anyhow::anyhow!("{e}"))
@@ -245,7 +248,7 @@ fn clients(path: &Path, samples: &[Sample]) -> anyhow::Result<()> {
         conns.first().copied().unwrap_or(1).max(1) as f64,
         conns.last().copied().unwrap_or(1).max(2) as f64,
     );
-    let mut lines: Vec<(RGBColor, &str, Vec<(f64, f64)>)> = Vec::new();
+    let mut lines: Vec<Line> = Vec::new();
     for (mode, color, label) in MODES {
         let pts: Vec<(f64, f64)> = conns
             .iter()
