@@ -57,6 +57,35 @@ struct Cli {
     /// Pin worker i to the i-th CPU of this comma-separated list.
     #[arg(long, value_delimiter = ',')]
     pin: Vec<usize>,
+    /// Never move a color (a connection) to another worker: each stays on the worker
+    /// `color mod --cpus`, so its socket's state stays in one CPU's cache, at the price of
+    /// idle workers not helping busy ones.
+    #[arg(long)]
+    no_stealing: bool,
+    /// At exit, print libcolor's per-worker statistics on stderr (callbacks, steals, polls,
+    /// idle, CPU and awake time): where a multi-worker run's time went.
+    #[arg(long)]
+    stats: bool,
+}
+
+/// One line per worker of the runtime's counters, for `--stats`.
+fn print_stats(stats: &libcolor::Stats) {
+    let mut err = std::io::stderr().lock();
+    for (i, w) in stats.workers.iter().enumerate() {
+        let _ = writeln!(
+            err,
+            "colorweb worker {i}: callbacks {} steals {} stolen-colors {} polls {} idle {:.3}s \
+             poll-busy {:.3}s cpu {:.3}s awake {:.3}s",
+            w.callbacks,
+            w.steals,
+            w.stolen_callbacks,
+            w.polls,
+            w.idle.as_secs_f64(),
+            w.poll_busy.as_secs_f64(),
+            w.cpu.as_secs_f64(),
+            w.awake.as_secs_f64(),
+        );
+    }
 }
 
 fn seconds(s: f64, what: &str) -> anyhow::Result<Duration> {
@@ -78,10 +107,15 @@ fn main() -> anyhow::Result<()> {
         idle_timeout: seconds(cli.idle_timeout, "idle-timeout")?,
         reuseport: cli.reuseport,
         pin: cli.pin,
+        stealing: !cli.no_stealing,
     };
-    server::run(cfg, |addr| {
+    let stats = server::run(cfg, |addr| {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "colorweb listening on {addr}");
         let _ = out.flush();
-    })
+    })?;
+    if cli.stats {
+        print_stats(&stats);
+    }
+    Ok(())
 }

@@ -39,6 +39,8 @@ pub struct Config {
     pub reuseport: bool,
     /// Pin worker i to CPU `pin[i]`.
     pub pin: Vec<usize>,
+    /// Let idle workers steal queued colors from busy ones (libcolor's default).
+    pub stealing: bool,
 }
 
 impl Config {
@@ -77,19 +79,23 @@ fn listen(addr: SocketAddr, reuseport: bool) -> anyhow::Result<std::net::TcpList
     Ok(l)
 }
 
-/// Runs the server until SIGINT/SIGTERM; `ready` is told the bound address first.
-pub fn run(cfg: Config, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
+/// Runs the server until SIGINT/SIGTERM; `ready` is told the bound address first. Returns
+/// libcolor's statistics of the whole run.
+pub fn run(cfg: Config, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<libcolor::Stats> {
     let mut b = Runtime::builder().helpers(1);
     b = if cfg.uni {
         b.uniprocessor()
     } else {
-        b.workers(cfg.cpus)
+        b.workers(cfg.cpus).stealing(cfg.stealing)
     };
     if !cfg.pin.is_empty() {
         b = b.pin_to(cfg.pin.clone());
     }
     let rt = b.build()?;
     let h = rt.handle();
+    // First, so that a SIGTERM during start-up (opening the root, binding) already stops the
+    // server cleanly (status 0) instead of killing it.
+    h.stop_on_termination_signals()?;
     let root =
         Root::open(&cfg.root).with_context(|| format!("opening --root {}", cfg.root.display()))?;
     let std_listener = listen(cfg.listen, cfg.reuseport)?;
@@ -113,10 +119,8 @@ pub fn run(cfg: Config, ready: impl FnOnce(SocketAddr)) -> anyhow::Result<()> {
         accept_all(&s2, &mut listener, &mut next)
     });
     *holder.lock() = Some(reg);
-    h.stop_on_termination_signals()?;
     ready(addr);
-    rt.run()?;
-    Ok(())
+    Ok(rt.run()?)
 }
 
 /// Color 0, readable: accepts every pending connection, refusing those over the limit.

@@ -10,16 +10,17 @@
 //! `cpu-us/req` and `req/cpu-s` count every thread and process of the server, kernel time
 //! included (on loopback that includes TCP's receive path of the server's sends).
 
+mod plot;
 mod servers;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::report::{median, write_json_lines};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Mp,
@@ -78,13 +79,20 @@ pub struct WebArgs {
     /// Write one JSON object per measurement and line to FILE
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Draw the paper's Figures 7-9 (and the CPU cost per request) as SVG files into DIR
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Measure nothing: read the samples a previous run wrote with --json from FILE, then
+    /// print the tables and draw the plots (--plot) from them
+    #[arg(long, value_name = "FILE")]
+    from_json: Option<PathBuf>,
     /// The colorweb binary [default: next to sfs-bench]
     #[arg(long)]
     colorweb: Option<PathBuf>,
 }
 
 /// One measured window.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Sample {
     pub mode: Mode,
     pub cpus: usize,
@@ -228,7 +236,53 @@ fn colorweb_binary(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
+/// Reads the JSON lines `--json` wrote.
+fn read_samples(path: &Path) -> anyhow::Result<Vec<Sample>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| format!("{}: line {}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+/// Prints the tables of `samples` (and draws them with --plot) without measuring.
+fn replay(path: &Path, plot_dir: Option<&Path>) -> anyhow::Result<()> {
+    let samples = read_samples(path)?;
+    let mut cpus: Vec<usize> = samples
+        .iter()
+        .filter(|s| !s.sweep)
+        .map(|s| s.cpus)
+        .collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    let mut sweep: Vec<usize> = samples
+        .iter()
+        .filter(|s| s.sweep)
+        .map(|s| s.connections)
+        .collect();
+    sweep.sort_unstable();
+    sweep.dedup();
+    print_tables(&samples, &cpus, &sweep);
+    draw(plot_dir, &samples)
+}
+
+fn draw(plot_dir: Option<&Path>, samples: &[Sample]) -> anyhow::Result<()> {
+    if let Some(dir) = plot_dir {
+        for f in plot::all(dir, samples)? {
+            eprintln!("wrote {}", f.display());
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: WebArgs) -> anyhow::Result<()> {
+    if let Some(path) = &args.from_json {
+        return replay(path, args.plot.as_deref());
+    }
     let bin = colorweb_binary(args.colorweb.clone())?;
     let machine_cpus = libcolor::available_cpus();
     let work = tempfile::tempdir()?;
@@ -312,7 +366,7 @@ pub fn run(args: WebArgs) -> anyhow::Result<()> {
     if let Some(path) = &ctx.args.json {
         write_json_lines(path, &samples)?;
     }
-    Ok(())
+    draw(ctx.args.plot.as_deref(), &samples)
 }
 
 /// Median of a field over the repetitions of one configuration.

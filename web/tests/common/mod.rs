@@ -49,6 +49,31 @@ impl Web {
         s
     }
 
+    /// Sends `signal` (a name `kill` knows: TERM, INT) to the server process.
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("running kill")
+            .success();
+        assert!(ok, "kill -{signal} failed");
+    }
+
+    /// Waits up to `limit` for the process to exit; its status, or None if it still runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Whether the process is still running (it must never exit on hostile input).
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
