@@ -113,7 +113,12 @@ hosts_add() {
     grep -qF "$HOSTS_TAG" /etc/hosts && return
     {
         echo "127.0.0.1 $GLUSTER_HOST $HOSTS_TAG"
-        for a in "${ADDRS[@]}"; do echo "$a $NAME $HOSTS_TAG"; done
+        local i=0
+        for a in "${ADDRS[@]}"; do
+            i=$((i + 1))
+            # The common name, and one per instance (for spreading clients by hand).
+            echo "$a $NAME $NAME-$i $HOSTS_TAG"
+        done
     } >>/etc/hosts
 }
 
@@ -263,7 +268,13 @@ exec ganesha.nfsd -F -f '$SCALE_DIR/ganesha.conf' -L '$LOGS/ganesha.log' -p /run
         grep -q '^sfsd: serving' "$LOGS/sfsd-$i.log" || die "sfsd $i did not start"
         say "sfsd $i on $a:$SFSD_PORT, peers on $a:$PEER_PORT"
     done
-    say "up: mount $(grep -h '^sfsd: serving' "$LOGS/sfsd-1.log" | awk '{print $3}')"
+    grep -h '^sfsd: serving' "$LOGS/sfsd-1.log" | awk '{print "all", $3}' >"$SCALE_DIR/names"
+    for i in $(seq 1 ${#ADDRS[@]}); do
+        echo "$i $("$SFSD" name --state "$SCALE_DIR/state" --location "$NAME-$i%$SFSD_PORT")" \
+            >>"$SCALE_DIR/names"
+    done
+    say "up: mount $(awk '$1 == "all" {print $2}' "$SCALE_DIR/names") (every instance; one" \
+        "instance alone: $SCALE_DIR/names)"
 }
 
 down() {
@@ -324,6 +335,7 @@ status() {
     done
     command -v gluster >/dev/null && gluster volume status "$VOLUME" 2>/dev/null || true
     [ -e "$LOGS/sfsd-1.log" ] && grep -h '^sfsd: serving' "$LOGS"/sfsd-*.log || true
+    [ -e "$SCALE_DIR/names" ] && sed 's/^/names: /' "$SCALE_DIR/names" || true
 }
 
 case ${1:-} in
