@@ -3,7 +3,10 @@
 //! other as an INVALIDATE within a bounded delay, and datagrams that are not from an instance
 //! holding the state directory's secret (forged, garbled, replayed) change nothing.
 //!
-//! Local backend only: with `SFSD_TEST_BACKEND=nfs` each instance would start its own Ganesha.
+//! The cross-instance test runs on the local backend and, where NFS-Ganesha can run (root,
+//! the packages), again with both instances in front of one Ganesha (the keys the instances
+//! exchange are then the NFS server's fsid and fileid). With `SFSD_TEST_BACKEND=nfs` the
+//! tests skip: each instance would start its own Ganesha.
 
 mod common;
 
@@ -38,6 +41,11 @@ fn free_udp() -> SocketAddr {
 }
 
 fn start(area: &Area, listen: SocketAddr, peers: &[SocketAddr]) -> Sfsd {
+    start_on(area, listen, peers, None)
+}
+
+/// [`start`], in front of the NFS server at `backend` if given.
+fn start_on(area: &Area, listen: SocketAddr, peers: &[SocketAddr], backend: Option<&str>) -> Sfsd {
     let users = area.users(USERS);
     let listen = listen.to_string();
     let peers: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
@@ -56,6 +64,9 @@ fn start(area: &Area, listen: SocketAddr, peers: &[SocketAddr]) -> Sfsd {
     if !peers.is_empty() {
         args.extend(["--peer", &peers]);
     }
+    if let Some(b) = backend {
+        args.extend(["--backend", b]);
+    }
     area.start(&args)
 }
 
@@ -65,11 +76,31 @@ fn invalidate_reaches_the_clients_of_another_instance() {
         return;
     }
     let area = Area::new();
+    across_instances(&area, None);
+}
+
+#[test]
+fn invalidate_reaches_the_clients_of_another_instance_over_nfs() {
+    if skip_on_nfs() {
+        return;
+    }
+    if let Some(why) = common::ganesha::unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let area = Area::new();
+    let ganesha = common::ganesha::Ganesha::start(area.path(), &area.export());
+    across_instances(&area, Some(&ganesha.url()));
+}
+
+/// Two instances on one export (or one NFS server): changes through either reach the lease
+/// holders of the other.
+fn across_instances(area: &Area, backend: Option<&str>) {
     std::fs::write(area.export().join("f"), b"v1").unwrap();
     let (pa, pb) = (free_udp(), free_udp());
     // Both instances get the same list; each skips its own address.
-    let a = start(&area, pa, &[pa, pb]);
-    let b = start(&area, pb, &[pa, pb]);
+    let a = start_on(area, pa, &[pa, pb], backend);
+    let b = start_on(area, pb, &[pa, pb], backend);
     assert_eq!(a.name, b.name, "one state directory, one name");
 
     let mut ca = a.connect();
