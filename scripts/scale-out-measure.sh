@@ -39,7 +39,18 @@ import glob, os, resource, subprocess, sys, time
 sfs, m, size_mb, files = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 scale = os.path.join(m, "stack")
 names = dict(l.split() for l in open(os.path.join(scale, "names")))
+name = names["name"]
+host = name[1:].split(",")[0].split("%")[0]
 tick = os.sysconf("SC_CLK_TCK")
+
+def at(i, *args):
+    """`sfs ARGS` sent to instance i: the one name resolved to that instance's address alone,
+    in a private /etc/hosts (LOGIN signs the name's HOSTID, so there is no other name)."""
+    hosts = os.path.join(m, f"hosts-{i}")
+    with open(hosts, "w") as f:
+        f.write(f"127.0.0.1 localhost\n{names[str(i)]} {host}\n")
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            f"mount --bind {hosts} /etc/hosts && exec \"$@\"", "sh", sfs, *args]
 
 def pid_file(p):
     try:
@@ -98,19 +109,19 @@ def row(label, secs, cpu, amount, unit, per):
           + " ".join(f"{cpu[c] * scale / amount:8.3f}" for c in cols))
     return rate
 
-secs, cpu = run_all([[sfs, "put", big, f"{names['1']}/big1"]])
+secs, cpu = run_all([at(1, "put", big, f"{name}/big1")])
 row(f"put {size_mb} MiB, instance 1", secs, cpu, gb, "GB/s", "s/GB")
-run_all([[sfs, "put", big, f"{names['2']}/big2"]])
+run_all([at(2, "put", big, f"{name}/big2")])
 out = lambda i: os.path.join(m, f"out{i}")
 # Once to warm every cache on the way, then measured.
-run_all([[sfs, "get", f"{names['1']}/big1", out(1)], [sfs, "get", f"{names['2']}/big2", out(2)]])
-secs, cpu = run_all([[sfs, "get", f"{names['1']}/big1", out(1)]])
+run_all([at(1, "get", f"{name}/big1", out(1)), at(2, "get", f"{name}/big2", out(2))])
+secs, cpu = run_all([at(1, "get", f"{name}/big1", out(1))])
 one = row("get, 1 client, instance 1", secs, cpu, gb, "GB/s", "s/GB")
-secs, cpu = run_all([[sfs, "get", f"{names['1']}/big1", out(1)],
-                     [sfs, "get", f"{names['1']}/big2", out(2)]])
+secs, cpu = run_all([at(1, "get", f"{name}/big1", out(1)),
+                     at(1, "get", f"{name}/big2", out(2))])
 same = row("get, 2 clients, both instance 1", secs, cpu, 2 * gb, "GB/s", "s/GB")
-secs, cpu = run_all([[sfs, "get", f"{names['1']}/big1", out(1)],
-                     [sfs, "get", f"{names['2']}/big2", out(2)]])
+secs, cpu = run_all([at(1, "get", f"{name}/big1", out(1)),
+                     at(2, "get", f"{name}/big2", out(2))])
 two = row("get, 2 clients, instances 1 and 2", secs, cpu, 2 * gb, "GB/s", "s/GB")
 
 for d in ("m1", "m2"):
@@ -119,16 +130,19 @@ for d in ("m1", "m2"):
         with open(os.path.join(m, d, f"f{i}"), "wb") as f:
             f.write(b"x" * 1024)
 src = lambda d: os.path.join(m, d)
-secs, cpu = run_all([[sfs, "put", "-r", src("m1"), f"{names['1']}/m1"],
-                     [sfs, "put", "-r", src("m2"), f"{names['1']}/m2"]])
+secs, cpu = run_all([at(1, "put", "-r", src("m1"), f"{name}/m1"),
+                     at(1, "put", "-r", src("m2"), f"{name}/m2")])
 mone = row(f"put -r {files} x 1 KiB, instance 1", secs, cpu, files, "f/s", "ms/f")
-run_all([[sfs, "rm", "-r", f"{names['1']}/m1"], [sfs, "rm", "-r", f"{names['1']}/m2"]])
-secs, cpu = run_all([[sfs, "put", "-r", src("m1"), f"{names['1']}/m1"],
-                     [sfs, "put", "-r", src("m2"), f"{names['2']}/m2"]])
+run_all([at(1, "rm", "-r", f"{name}/m1"), at(1, "rm", "-r", f"{name}/m2")])
+secs, cpu = run_all([at(1, "put", "-r", src("m1"), f"{name}/m1"),
+                     at(2, "put", "-r", src("m2"), f"{name}/m2")])
 mtwo = row(f"put -r {files} x 1 KiB, instances 1+2", secs, cpu, files, "f/s", "ms/f")
-secs, cpu = run_all([[sfs, "rm", "-r", f"{names['1']}/m1"], [sfs, "rm", "-r", f"{names['2']}/m2"]])
+secs, cpu = run_all([at(1, "rm", "-r", f"{name}/m1"), at(2, "rm", "-r", f"{name}/m2")])
 row(f"rm -r {files} files, instances 1+2", secs, cpu, files, "f/s", "ms/f")
 print(f"two instances / one, 2 clients reading: {two / same:.2f}x"
       f" (one client on one instance: {one:.2f} GB/s)")
 print(f"two instances / one, 2 clients creating files: {mtwo / mone:.2f}x")
+opened = [open(os.path.join(scale, f"logs/sfsd-{i}.log")).read().count("connection opened")
+          for i in (1, 2)]
+print(f"connections served: instance 1 {opened[0]}, instance 2 {opened[1]}")
 EOF

@@ -113,12 +113,7 @@ hosts_add() {
     grep -qF "$HOSTS_TAG" /etc/hosts && return
     {
         echo "127.0.0.1 $GLUSTER_HOST $HOSTS_TAG"
-        local i=0
-        for a in "${ADDRS[@]}"; do
-            i=$((i + 1))
-            # The common name, and one per instance (for spreading clients by hand).
-            echo "$a $NAME $NAME-$i $HOSTS_TAG"
-        done
+        for a in "${ADDRS[@]}"; do echo "$a $NAME $HOSTS_TAG"; done
     } >>/etc/hosts
 }
 
@@ -268,13 +263,15 @@ exec ganesha.nfsd -F -f '$SCALE_DIR/ganesha.conf' -L '$LOGS/ganesha.log' -p /run
         grep -q '^sfsd: serving' "$LOGS/sfsd-$i.log" || die "sfsd $i did not start"
         say "sfsd $i on $a:$SFSD_PORT, peers on $a:$PEER_PORT"
     done
-    grep -h '^sfsd: serving' "$LOGS/sfsd-1.log" | awk '{print "all", $3}' >"$SCALE_DIR/names"
-    for i in $(seq 1 ${#ADDRS[@]}); do
-        echo "$i $("$SFSD" name --state "$SCALE_DIR/state" --location "$NAME-$i%$SFSD_PORT")" \
-            >>"$SCALE_DIR/names"
+    # The name, then each instance's address (one name: LOGIN signs its HOSTID, so a client
+    # is sent to one instance by resolving the name there, not by another name).
+    grep -h '^sfsd: serving' "$LOGS/sfsd-1.log" | awk '{print "name", $3}' >"$SCALE_DIR/names"
+    i=0
+    for a in "${ADDRS[@]}"; do
+        i=$((i + 1))
+        echo "$i $a" >>"$SCALE_DIR/names"
     done
-    say "up: mount $(awk '$1 == "all" {print $2}' "$SCALE_DIR/names") (every instance; one" \
-        "instance alone: $SCALE_DIR/names)"
+    say "up: mount $(awk '$1 == "name" {print $2}' "$SCALE_DIR/names")"
 }
 
 down() {

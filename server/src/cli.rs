@@ -30,17 +30,6 @@ pub enum Command {
         #[arg(long, default_value = "localhost")]
         location: String,
     },
-    /// Print the self-certifying name an existing state directory has at another location
-    /// (the HOSTID hashes the location): for giving each of several instances sharing one
-    /// state directory a name of its own besides the common one.
-    Name {
-        /// State directory (created by `sfsd init`).
-        #[arg(long)]
-        state: PathBuf,
-        /// Location in the name: `HOST` or `HOST%PORT`.
-        #[arg(long)]
-        location: String,
-    },
     /// Serve a directory. Initialises the state directory first if it does not exist.
     ///
     /// Prints `sfsd: serving @LOCATION,HOSTID on ADDR` on stdout once listening; with

@@ -51,7 +51,6 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Init { state, location } => init(&state, &location),
-        Command::Name { state, location } => name(&state, &location),
         Command::Serve(args) => serve(*args),
     };
     if let Err(e) = result {
@@ -64,12 +63,6 @@ fn init(dir: &std::path::Path, location: &str) -> Result<()> {
     let location = state::parse_location(location)?;
     let st = state::init(dir, &location)?;
     println!("{}", st.name());
-    Ok(())
-}
-
-fn name(dir: &std::path::Path, location: &str) -> Result<()> {
-    let location = state::parse_location(location)?;
-    println!("{}", state::load(dir, Some(&location))?.name());
     Ok(())
 }
 

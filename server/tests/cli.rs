@@ -36,22 +36,6 @@ fn init_prints_the_name_and_keeps_secrets_private() {
         .permissions()
         .mode();
     assert_eq!(dir_mode & 0o077, 0);
-    // `name` gives the same key's name at another location; at its own, the same name.
-    let named = |location: &str| {
-        let out = sfsd()
-            .args(["name", "--state"])
-            .arg(area.state())
-            .args(["--location", location])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let text = String::from_utf8(out.stdout).unwrap();
-        text.trim().parse::<protocol::ServerName>().unwrap()
-    };
-    assert_eq!(named("files.example.org%4010"), name);
-    let other = named("files-2.example.org%4010");
-    assert_eq!(other.host(), "files-2.example.org");
-    assert_ne!(other, name, "the HOSTID hashes the location");
     // A second init refuses to overwrite the key.
     let again = sfsd()
         .args(["init", "--state"])
