@@ -52,6 +52,23 @@ LOGS=$SCALE_DIR/logs
 # Paths Gluster writes whatever its configuration says: removed by `down` if `up` made them.
 GLUSTER_PATHS=(/var/lib/glusterd /run/gluster /var/log/glusterfs)
 
+# Runs argv[1:] and reaps every process that ends up its child (PR_SET_CHILD_SUBREAPER), until
+# none is left.
+REAPER='
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+    except InterruptedError:
+        pass
+'
+
 say() { echo "scale-out: $*"; }
 die() {
     echo "scale-out: $*" >&2
@@ -70,6 +87,7 @@ install_missing() {
         ls /usr/lib/*/ganesha/libfsalgluster.so >/dev/null 2>&1 || missing+=(nfs-ganesha-gluster)
     command -v rpcbind >/dev/null 2>&1 || missing+=(rpcbind)
     command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+    command -v python3 >/dev/null 2>&1 || missing+=(python3)
     [ ${#missing[@]} -eq 0 ] && return
     command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get"
     say "installing ${missing[*]}"
@@ -218,8 +236,11 @@ up() {
 
     say "glusterd on 127.0.0.1:24007"
     write_glusterd_vol
-    start_group glusterd glusterd -N -f "$SCALE_DIR/glusterd.vol" -p "$RUN/glusterd.self" \
-        --log-file="$LOGS/glusterd.log"
+    # Under a reaper that is a child subreaper: the bricks glusterd starts daemonise, and a
+    # brick that dies must be reaped, or glusterd sees its pid alive (a zombie) and
+    # `volume start force` skips it; pid 1 in a container may never reap it.
+    start_group glusterd python3 -c "$REAPER" glusterd -N -f "$SCALE_DIR/glusterd.vol" \
+        -p "$RUN/glusterd.self" --log-file="$LOGS/glusterd.log"
     wait_port 127.0.0.1 24007 20 || die "glusterd did not start ($LOGS/glusterd.log)"
     local bricks=()
     for i in 1 2 3; do

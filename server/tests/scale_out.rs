@@ -173,6 +173,9 @@ fn scale_out_stack() {
     // Cross-instance INVALIDATE over the real backend.
     let mut delays = Vec::new();
     for round in 0..5u8 {
+        // Nothing earlier pending (the first datagram instance 2 heard from instance 1 showed
+        // a gap, the heartbeats sent before it listened, and invalidated everything).
+        while c2.next_message_timeout(Duration::from_millis(50)).is_some() {}
         c2.getattr(a2, f).unwrap();
         c1.write(a1, f, 0, &[round]).unwrap();
         let t = Instant::now();
@@ -201,9 +204,30 @@ fn scale_out_stack() {
         retry(|| c1.write(a1, g, (i * (256 << 10)) as u64, chunk));
     }
     eprintln!("brick {killed:?} killed during a 16 MiB write; all writes answered");
-    gluster(&["volume", "start", VOLUME, "force"]);
-    gluster(&["volume", "heal", VOLUME]);
     assert_eq!(retry(|| c2.read_all(a2, g)), big, "after a brick was lost");
+    // The brick comes back with `start force` and is healed: every brick directory then holds
+    // the whole file.
+    gluster(&["volume", "start", VOLUME, "force"]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let bricks: Vec<PathBuf> = (1..=3)
+        .map(|i| stack.scale_dir().join(format!("bricks/b{i}/g")))
+        .collect();
+    loop {
+        gluster(&["volume", "heal", VOLUME]);
+        let healed = bricks
+            .iter()
+            .all(|b| std::fs::read(b).is_ok_and(|d| d == big));
+        if healed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not healed after 120 s: {}",
+            gluster(&["volume", "heal", VOLUME, "info"])
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!("healed: all three bricks hold the file");
 
     // An instance lost during a read: the same handle carries on at the other.
     let (mut c1b, a1b, _) = stack.connect(1);
