@@ -335,7 +335,12 @@ down() {
         done
     fi
     hosts_remove
-    rm -rf "$SCALE_DIR"
+    # Only a directory `up` made (it holds run/up): never whatever SCALE_DIR names by mistake.
+    if [ -e "$RUN/up" ]; then
+        rm -rf "$SCALE_DIR"
+    elif [ -e "$SCALE_DIR" ]; then
+        say "$SCALE_DIR was not made by up: left alone"
+    fi
     say "down: nothing left in $SCALE_DIR, /etc/hosts, or Gluster's paths this run created"
 }
 
@@ -361,7 +366,7 @@ up) up ;;
 down) down ;;
 status) status ;;
 *)
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
