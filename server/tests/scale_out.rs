@@ -143,11 +143,24 @@ fn scale_out_stack() {
         dir: tempfile::tempdir_in("/var/tmp").unwrap(),
     };
     let k = UserKeypair::from_seed([1; 32]).public_key();
-    std::fs::write(
-        stack.dir.path().join("users"),
-        format!("alice {k} 1001 1001\n"),
-    )
-    .unwrap();
+    let mut users = format!("alice {k} 1001 1001\n");
+    // The real client too, where it is built (`cargo build -p sfs`): it must find the
+    // surviving instance behind the one name.
+    let sfs = sfs_client();
+    let identity = stack.dir.path().join("identity");
+    if let Some(sfs) = &sfs {
+        let out = Command::new(sfs)
+            .args(["keygen", "--out"])
+            .arg(&identity)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let key = text.lines().last().unwrap_or_default().trim().to_string();
+        users.push_str(&format!("bob {key} 1001 1001\n"));
+    } else {
+        eprintln!("the sfs client is not built: its part is skipped");
+    }
+    std::fs::write(stack.dir.path().join("users"), users).unwrap();
     let started = Instant::now();
     let out = stack.script("up");
     assert!(
@@ -250,4 +263,46 @@ fn scale_out_stack() {
         }
     }
     assert_eq!(got, big, "read continued on instance 2");
+
+    // With instance 1 gone, `sfs get` of the one name (resolving to both addresses, the dead
+    // one first) reaches instance 2.
+    if let Some(sfs) = &sfs {
+        let (name, _) = stack.instance(2);
+        let hosts = stack.dir.path().join("hosts");
+        std::fs::write(
+            &hosts,
+            format!("127.0.0.1 localhost\n127.0.0.2 {NAME}\n127.0.0.3 {NAME}\n"),
+        )
+        .unwrap();
+        let dest = stack.dir.path().join("g.out");
+        let out = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount --bind {} /etc/hosts && exec \"$@\"",
+                hosts.display()
+            ))
+            .arg("sh")
+            .arg(sfs)
+            .args(["--identity"])
+            .arg(&identity)
+            .args(["--user", "bob", "--timeout", "5", "get"])
+            .arg(format!("{name}/g"))
+            .arg(&dest)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "sfs get with instance 1 down: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(std::fs::read(&dest).unwrap(), big);
+        eprintln!("sfs get of the one name reached the surviving instance");
+    }
+}
+
+/// The `sfs` client binary next to this test's `sfsd`, if it is built.
+fn sfs_client() -> Option<PathBuf> {
+    let sfsd = Path::new(env!("CARGO_BIN_EXE_sfsd"));
+    let sfs = sfsd.with_file_name("sfs");
+    sfs.is_file().then_some(sfs)
 }
