@@ -81,6 +81,14 @@ impl Changes {
         self.slot(key).fetch_max(n, Ordering::AcqRel);
     }
 
+    /// Color 0: any object may have changed (another instance's changes were lost).
+    pub fn note_all(&self) {
+        let n = self.counter.fetch_add(1, Ordering::AcqRel) + 1;
+        for slot in self.buckets.iter() {
+            slot.fetch_max(n, Ordering::AcqRel);
+        }
+    }
+
     /// An operation that may change access rights completed (any thread, as soon as it did).
     pub fn note_access(&self) {
         let n = self.counter.fetch_add(1, Ordering::AcqRel) + 1;

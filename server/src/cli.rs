@@ -143,4 +143,16 @@ pub struct ServeArgs {
     /// Print libcolor statistics as `sfsd-stats: {json}` on stdout at shutdown.
     #[arg(long)]
     pub stats: bool,
+    /// UDP address (`IP:PORT`) this instance hears the other instances sharing its state
+    /// directory on. Several sfsd instances in front of one backend (one name, one state
+    /// directory) tell each other which objects changed, so a change made through one reaches
+    /// the lease holders of all as an INVALIDATE within milliseconds, not at the end of their
+    /// lease. The datagrams are authenticated with a key derived from the state directory's
+    /// handle secret; keep this address on the network between the instances.
+    #[arg(long)]
+    pub peer_listen: Option<String>,
+    /// The other instances' `--peer-listen` addresses (`IP:PORT`, repeatable or
+    /// comma-separated; this instance's own address is skipped, so all may share one list).
+    #[arg(long = "peer", value_delimiter = ',')]
+    pub peers: Option<Vec<String>>,
 }

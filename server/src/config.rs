@@ -40,6 +40,8 @@ pub struct FileConfig {
     pub handshake_timeout_secs: Option<u64>,
     pub idle_timeout_secs: Option<u64>,
     pub stats: Option<bool>,
+    pub peer_listen: Option<String>,
+    pub peers: Option<Vec<String>>,
 }
 
 /// Reads and parses the config file (unknown keys are an error).
@@ -83,7 +85,9 @@ pub fn merge(mut a: ServeArgs, f: FileConfig) -> ServeArgs {
         max_in_flight,
         max_output,
         max_record,
-        handshake_timeout_secs
+        handshake_timeout_secs,
+        peer_listen,
+        peers
     );
     flag!(uniprocessor, pin, read_only, anonymous_read, stats);
     a
@@ -115,6 +119,14 @@ mod tests {
         assert_eq!(m.backend.as_deref(), Some("nfs://nas/export"));
         assert_eq!(m.backend_connections, Some(4));
         assert_eq!(m.backend_wait_secs, Some(0));
+        std::fs::write(
+            &p,
+            "export = \"/srv\"\npeer-listen = \"10.0.0.1:4005\"\npeers = [\"10.0.0.2:4005\"]\n",
+        )
+        .unwrap();
+        let m = merge(ServeArgs::default(), load(&p).unwrap());
+        assert_eq!(m.peer_listen.as_deref(), Some("10.0.0.1:4005"));
+        assert_eq!(m.peers, Some(vec!["10.0.0.2:4005".to_string()]));
         std::fs::write(&p, "bogus = 1\n").unwrap();
         assert!(load(&p).is_err());
     }

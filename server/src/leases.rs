@@ -261,6 +261,20 @@ impl Leases {
         (notify, Some(fh))
     }
 
+    /// Every object may have changed: every lease ends. Returns the live holders and the
+    /// handles to name in their INVALIDATEs.
+    pub fn changed_all(&mut self) -> Vec<(ConnId, FileHandle)> {
+        let keys: Vec<ObjKey> = self.objects.keys().copied().collect();
+        let mut ended = Vec::new();
+        for key in keys {
+            // Connection 0 is never a holder (connections count from 1).
+            if let (who, Some(fh)) = self.changed(key, 0) {
+                ended.extend(who.into_iter().map(|c| (c, fh)));
+            }
+        }
+        ended
+    }
+
     /// Drops everything a closed connection held (only its own entries are visited) and
     /// forgets it.
     pub fn drop_conn(&mut self, conn: ConnId) {

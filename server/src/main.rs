@@ -17,6 +17,7 @@ mod lock_ops;
 mod locks;
 mod narrow;
 mod output;
+mod peers;
 mod read;
 mod replies;
 mod server;
@@ -179,6 +180,16 @@ fn serve(args: ServeArgs) -> Result<()> {
         }
         (None, None) => unreachable!("a local export unless a backend is given"),
     };
+    let peers = match &settings.peers {
+        Some(p) => {
+            let peers =
+                peers::Peers::bind(&h, st.handle_key.to_text().as_bytes(), p.listen, &p.peers)
+                    .with_context(|| format!("listening for peers on {}", p.listen))?;
+            println!("sfsd: peers on {}", peers.local_addr());
+            Some(peers)
+        }
+        None => None,
+    };
     let srv = Arc::new(server::Server::new(
         h.clone(),
         st,
@@ -186,7 +197,9 @@ fn serve(args: ServeArgs) -> Result<()> {
         fs_pool,
         users,
         &settings,
+        peers,
     ));
+    peers::start(&srv);
     listener::start(
         &srv,
         libcolor::mio::net::TcpListener::from_std(std_listener),

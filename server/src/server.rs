@@ -101,6 +101,8 @@ pub struct Server {
     pub doomed: AtomicUsize,
     /// Byte-range and `flock` locks (see [`crate::locks`] for why a mutex, not color 0).
     pub locks: parking_lot::Mutex<crate::locks::LockTable>,
+    /// The other instances sharing this state directory, told of every change (`--peer`).
+    pub peers: Option<crate::peers::Peers>,
 }
 
 impl Server {
@@ -112,6 +114,7 @@ impl Server {
         fs_pool: FsPool,
         users: Users,
         settings: &Settings,
+        peers: Option<crate::peers::Peers>,
     ) -> Server {
         let mut limits = settings.limits.clone();
         limits.max_startups =
@@ -169,6 +172,7 @@ impl Server {
             ),
             file_budget: FileBudget::new(crate::limits::CACHED_FILES),
             limits,
+            peers,
             h,
         }
     }
@@ -342,6 +346,11 @@ impl Server {
             self.publish_share(c0, id);
             self.publish_table(c0);
         });
+        if let Some(peers) = &self.peers {
+            for (key, _, _) in &outcome.changed {
+                peers.changed(self, *key);
+            }
+        }
         for (other, target, fh, attr) in invalidations {
             let attr = attr.map(|a| Attr { lease_ms: 0, ..a });
             let srv = self.clone();
@@ -359,6 +368,48 @@ impl Server {
         self.h.cpucb(Color(id), move || {
             conn::complete(&srv, &conn, reserved, reply, buffer)
         });
+    }
+
+    /// Color 0: another instance sharing the state directory changed `keys` (or, with
+    /// `everything`, may have changed anything: its datagrams were lost). The leases this
+    /// instance granted on them end, and their holders get INVALIDATE, as for a local change
+    /// (without attributes: this instance has not seen them).
+    pub fn peer_changed(self: &Arc<Self>, keys: &[ObjKey], everything: bool) {
+        let mut invalidations = Vec::new();
+        self.color0.with(|c0| {
+            let mut ended = Vec::new();
+            if everything {
+                // Cached descriptors too: access may have changed.
+                self.changes.note_access();
+                self.changes.note_all();
+                ended = c0.leases.changed_all();
+            } else {
+                for key in keys {
+                    self.changes.note(*key);
+                    // Connection 0 holds nothing (connections count from 1): every holder.
+                    if let (who, Some(fh)) = c0.leases.changed(*key, 0) {
+                        ended.extend(who.into_iter().map(|c| (c, fh)));
+                    }
+                }
+            }
+            for (other, fh) in ended {
+                self.publish_share(c0, other);
+                if let Some(target) = c0.conns.get(&other).and_then(|r| r.conn.upgrade()) {
+                    invalidations.push((other, target, fh));
+                }
+            }
+            self.publish_table(c0);
+        });
+        for (other, target, fh) in invalidations {
+            let srv = self.clone();
+            self.h.cpucb(Color(other), move || {
+                conn::send_unsolicited(
+                    &srv,
+                    &target,
+                    &ServerMessage::Invalidate(Invalidate { fh, attr: None }),
+                )
+            });
+        }
     }
 
     /// Color 0: tells every color the lease granted now, and whether anonymous requests may

@@ -73,6 +73,15 @@ pub struct BackendSettings {
     pub start_wait: Duration,
 }
 
+/// The channel to the other instances sharing the state directory (see [`crate::peers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerSettings {
+    /// Where this instance hears them.
+    pub listen: SocketAddr,
+    /// Where it tells them.
+    pub peers: Vec<SocketAddr>,
+}
+
 /// How the runtime runs its workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Workers {
@@ -122,6 +131,8 @@ pub struct Settings {
     pub limits: Limits,
     /// Print the runtime's statistics at shutdown.
     pub stats: bool,
+    /// The other instances sharing the state directory, if any.
+    pub peers: Option<PeerSettings>,
 }
 
 impl Settings {
@@ -189,6 +200,21 @@ impl Settings {
             handshake_timeout: secs(a.handshake_timeout_secs, defaults::HANDSHAKE_TIMEOUT),
             idle_timeout: secs(a.idle_timeout_secs, defaults::IDLE_TIMEOUT),
         };
+        let peers = match (a.peer_listen, a.peers) {
+            (None, None) => None,
+            (None, Some(_)) => bail!("--peer needs --peer-listen (where the peers send to)"),
+            (Some(listen), peers) => Some(PeerSettings {
+                listen: listen.parse().context("--peer-listen wants IP:PORT")?,
+                peers: peers
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|p| {
+                        p.parse()
+                            .with_context(|| format!("--peer wants IP:PORT, not {p:?}"))
+                    })
+                    .collect::<Result<_>>()?,
+            }),
+        };
         let pinning = match (a.cpus, a.pin) {
             (Some(cpus), _) => Pinning::Cpus(cpus),
             (None, true) => Pinning::InOrder,
@@ -221,6 +247,7 @@ impl Settings {
                 .unwrap_or(defaults::MAX_LEASES_PER_CONN),
             limits,
             stats: a.stats,
+            peers,
         })
     }
 
@@ -296,6 +323,43 @@ mod tests {
         assert_eq!(s.worker_count(8), 1);
         assert_eq!(s.pinning, Pinning::Cpus(vec![2, 3]));
         assert_eq!(s.storage_threads(1), 1);
+    }
+
+    #[test]
+    fn peers_parse_and_need_a_listening_address() {
+        let s = Settings::resolve(required(), None).unwrap();
+        assert_eq!(s.peers, None);
+        let s = Settings::resolve(
+            ServeArgs {
+                peer_listen: Some("127.0.0.2:4005".into()),
+                peers: Some(vec!["127.0.0.3:4005".into(), "127.0.0.2:4005".into()]),
+                ..required()
+            },
+            None,
+        )
+        .unwrap();
+        let p = s.peers.unwrap();
+        assert_eq!(p.listen, "127.0.0.2:4005".parse().unwrap());
+        assert_eq!(p.peers.len(), 2);
+        let e = Settings::resolve(
+            ServeArgs {
+                peers: Some(vec!["127.0.0.3:4005".into()]),
+                ..required()
+            },
+            None,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--peer-listen"), "{e}");
+        let e = Settings::resolve(
+            ServeArgs {
+                peer_listen: Some("127.0.0.2:4005".into()),
+                peers: Some(vec!["nohost".into()]),
+                ..required()
+            },
+            None,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("nohost"), "{e}");
     }
 
     #[test]
