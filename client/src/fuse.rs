@@ -75,6 +75,7 @@ use crate::session::{Client, Invalidation, SessionError};
 
 mod append;
 mod locks;
+mod write_behind;
 mod xattr;
 mod xattr_ahead;
 pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
@@ -195,6 +196,9 @@ pub struct Shared {
     locks: Mutex<locks::Held>,
     /// Extended attributes asked along a listing are read ahead ([`xattr_ahead`]).
     xattr_ahead: xattr_ahead::XattrAhead,
+    /// WRITEs answered before the server's answer, and what waits for them
+    /// ([`write_behind`]).
+    behind: Arc<write_behind::WriteBehind>,
 }
 
 impl Shared {
@@ -239,6 +243,7 @@ impl Shared {
             root: base,
             locks: Mutex::default(),
             xattr_ahead: xattr_ahead::XattrAhead::default(),
+            behind: Arc::default(),
         })
     }
 
@@ -365,12 +370,19 @@ impl Shared {
 
     async fn lookup(&self, c: &Client, parent: INodeNo, name: &[u8]) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
-        let (fh, a) = c.lookup(&dir, name).await.map_err(errno)?;
+        let (fh, mut a) = c.lookup(&dir, name).await.map_err(errno)?;
+        // A file with writes under way: its attributes once they are on the server.
+        let known = self.table().by_fh.get(&fh).copied();
+        if let Some(ino) = known.filter(|&ino| self.behind.busy(ino)) {
+            self.behind.settle(ino).await;
+            a = c.getattr_fresh(&fh).await.map_err(errno)?;
+        }
         Ok(self.entry(parent, name, fh, &a))
     }
 
     async fn getattr(&self, c: &Client, ino: INodeNo) -> Result<(Duration, FileAttr), Errno> {
         let fh = self.fh(ino)?;
+        self.behind.settle(ino.0).await;
         if let Some(a) = self.listed_attr(c, ino, &fh) {
             return Ok((ttl(&a), fattr(ino.0, &a)));
         }
@@ -409,6 +421,7 @@ impl Shared {
         s: SetAttr,
     ) -> Result<(Duration, FileAttr), Errno> {
         let fh = self.fh(ino)?;
+        self.behind.settle(ino.0).await;
         let a = c.setattr(&fh, s).await.map_err(errno)?;
         Ok((ttl(&a), fattr(ino.0, &a)))
     }
@@ -446,6 +459,7 @@ impl Shared {
         size: u32,
     ) -> Result<Vec<u8>, Errno> {
         let fh = self.fh(ino)?;
+        self.behind.settle(ino.0).await;
         let (rmax, _) = c.io_sizes().await.map_err(errno)?;
         let mut out = Vec::with_capacity(size.min(rmax.max(1) * 4) as usize);
         loop {
@@ -510,6 +524,7 @@ impl Shared {
     /// may have lost some of its unstable writes (the verifier changed since they were
     /// answered, or a loss is pending: see [`Table::lost`], which this clears).
     async fn commit(&self, c: &Client, ino: INodeNo) -> Result<(), Errno> {
+        self.behind.settle_and_report(ino.0).await?;
         let (dirty, lost) = {
             let mut t = self.table();
             (t.dirty.remove(&ino.0), t.lost.remove(&ino.0))
@@ -945,6 +960,15 @@ impl Shared {
                     let a = match known.take() {
                         Some(Some(a)) => a,
                         Some(None) => continue,
+                        // Writes under way: its attributes once they are on the server.
+                        None if self.behind.busy(e.ino) => {
+                            return Some(NeedAttr {
+                                at: i,
+                                fh: *h,
+                                reply,
+                                added,
+                            });
+                        }
                         None if cache.changed_since(h, l.since) => match cache.get(h) {
                             Some(a) => a,
                             None => {
@@ -1537,6 +1561,7 @@ impl Filesystem for SfsFuse {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let uid = req.uid();
         self.spawn(req, move |sh, c| async move {
+            sh.behind.settle(ino.0).await;
             match sh.check_access(&c, ino, open_bits(flags)).await {
                 // No FOPEN_KEEP_CACHE: the kernel drops cached pages at open, so each open
                 // sees what the server has (close-to-open consistency, as with NFS).
@@ -1608,12 +1633,26 @@ impl Filesystem for SfsFuse {
             None
         };
         let data = data.to_vec();
+        if let Some(c) = as_opener {
+            return self.spawn_as(req, c, |sh, c| async move {
+                match sh.write(&c, ino, offset, &data).await {
+                    Ok(n) => reply.written(n),
+                    Err(e) => reply.error(e),
+                }
+            });
+        }
+        // Written behind (fuse/write_behind.rs): answered once registered; the WRITE itself
+        // runs to its end whatever happens to the writer.
         self.spawn(req, |sh, c| async move {
-            let c = as_opener.unwrap_or(c);
-            match sh.write(&c, ino, offset, &data).await {
-                Ok(n) => reply.written(n),
-                Err(e) => reply.error(e),
-            }
+            let ticket = match sh.behind.begin(ino.0, offset, data.len()).await {
+                Ok(t) => t,
+                Err(e) => return reply.error(e),
+            };
+            reply.written(data.len() as u32);
+            tokio::spawn(async move {
+                let r = sh.write(&c, ino, offset, &data).await;
+                ticket.end(r.map(|_| ()));
+            });
         });
     }
 
@@ -1630,11 +1669,20 @@ impl Filesystem for SfsFuse {
         if let Some(uid) = self.sh.posix_owner_closing(ino, lock_owner) {
             let c = self.sh.client_for_caller(req);
             return self.spawn_to_end(c, |sh, _| async move {
+                // Another process takes the lock once it is let go: the data first.
+                let behind = sh.behind.settle_and_report(ino.0).await;
                 sh.unlock_all(ino, lock_owner.0, false, uid).await;
-                reply_empty(sh.flushed(ino), reply)
+                reply_empty(behind.and_then(|()| sh.flushed(ino)), reply)
             });
         }
-        // close(2): the data is on the server already; report a loss it may have had.
+        // close(2): once the writes under way are on the server, report a loss it may have
+        // had.
+        if self.sh.behind.busy(ino.0) || self.sh.behind.failed(ino.0) {
+            return self.spawn(req, |sh, _| async move {
+                let behind = sh.behind.settle_and_report(ino.0).await;
+                reply_empty(behind.and_then(|()| sh.flushed(ino)), reply)
+            });
+        }
         reply_empty(self.sh.flushed(ino), reply)
     }
 
@@ -1651,6 +1699,7 @@ impl Filesystem for SfsFuse {
         reply: ReplyLock,
     ) {
         self.spawn(req, |sh, c| async move {
+            sh.behind.settle(ino.0).await;
             sh.getlk(&c, ino, lock_owner, start, end, typ, reply).await
         });
     }
@@ -1680,7 +1729,11 @@ impl Filesystem for SfsFuse {
             tid: req.pid(),
             uid: req.uid(),
         };
-        self.spawn(req, |sh, c| async move { sh.setlk(&c, r, reply).await });
+        self.spawn(req, |sh, c| async move {
+            // A lock let go or taken orders the file's data: the writes under way first.
+            sh.behind.settle(ino.0).await;
+            sh.setlk(&c, r, reply).await
+        });
     }
 
     fn flock(
@@ -1706,7 +1759,11 @@ impl Filesystem for SfsFuse {
             tid: req.pid(),
             uid: req.uid(),
         };
-        self.spawn(req, |sh, c| async move { sh.setlk(&c, r, reply).await });
+        self.spawn(req, |sh, c| async move {
+            // A lock let go or taken orders the file's data: the writes under way first.
+            sh.behind.settle(ino.0).await;
+            sh.setlk(&c, r, reply).await
+        });
     }
 
     fn release(
@@ -1806,6 +1863,11 @@ impl Filesystem for SfsFuse {
         let c = self.sh.client_for_caller(req);
         self.spawn_to_end(c, move |sh, c| async move {
             loop {
+                let entry_ino = sh.table().by_fh.get(&need.fh).copied();
+                if let Some(busy) = entry_ino.filter(|&i| sh.behind.busy(i)) {
+                    sh.behind.settle(busy).await;
+                    c.cache().invalidate(&need.fh);
+                }
                 let known = match c.getattr(&need.fh).await {
                     Ok(a) => Some(a),
                     Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale)) => None,
@@ -1904,6 +1966,8 @@ impl Filesystem for SfsFuse {
     ) {
         let (name, value) = (name.as_bytes().to_vec(), value.to_vec());
         self.spawn(req, |sh, c| async move {
+            // A WRITE clears `security.capability`: one under way must not clear this.
+            sh.behind.settle(ino.0).await;
             reply_empty(sh.setxattr(&c, ino, &name, &value, flags).await, reply)
         });
     }
@@ -1911,6 +1975,7 @@ impl Filesystem for SfsFuse {
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.as_bytes().to_vec();
         self.spawn(req, |sh, c| async move {
+            sh.behind.settle(ino.0).await;
             reply_empty(sh.removexattr(&c, ino, &name).await, reply)
         });
     }

@@ -1,0 +1,278 @@
+//! Writing behind: a WRITE is answered to the kernel once it is on its way to the server, and
+//! whatever depends on it waits for it.
+//!
+//! The kernel sends each `write(2)` as its own WRITE and the writer waits for the answer, so a
+//! program writing a file in pieces (`tar` writes 10 KiB records) paid a round trip to the
+//! server per piece. Here a piece is answered as soon as it is registered (its bytes copied,
+//! its share of the memory budget taken), and the WRITE goes to the server in the background,
+//! beside the next ones. What the program can observe waits for the file's writes under way:
+//!
+//! - `close` (FLUSH) and `fsync` wait for them and report the first one that failed (as NFS
+//!   clients do: a failed background write is an error of the next `write`, `close` or
+//!   `fsync` of the file); close-to-open therefore holds as before: when `close` returns,
+//!   every byte written is on the server.
+//! - GETATTR, SETATTR (a `utimensat` or `chmod` after the last write must not be overtaken
+//!   by it: the server would move the mtime again, or clear a setuid bit), READ, OPEN,
+//!   LOOKUP and listings of the file, lock requests and extended-attribute changes (a WRITE
+//!   clears `security.capability`) wait for them, so none sees the file as it was before a
+//!   write that returned.
+//! - A write overlapping one under way waits for it, so the server cannot apply them out of
+//!   order; writes of disjoint ranges may land in any order, which leaves the same bytes.
+//!
+//! Bounds: [`BUDGET`] bytes under way in the whole mount (a writer past it waits, as for a
+//! full socket). Appends and the kernel's write-back of shared mappings are not written
+//! behind (the former need the server's answer, the latter come from the kernel's own cache).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use fuser::Errno;
+use parking_lot::Mutex;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+/// Bytes of written-behind data under way at once, over the whole mount.
+pub(crate) const BUDGET: usize = 32 << 20;
+/// The budget's unit: permits are counted in these.
+const UNIT: usize = 4096;
+
+/// One file's writes under way.
+#[derive(Default)]
+struct Under {
+    /// Byte ranges under way, with the id of each.
+    ranges: Vec<(u64, u64, u64)>,
+    /// The first failure not yet reported.
+    failed: Option<Errno>,
+    /// Woken whenever one of them ends.
+    ended: Arc<Notify>,
+}
+
+/// The writes under way in one mount, by inode.
+pub(crate) struct WriteBehind {
+    files: Mutex<HashMap<u64, Under>>,
+    budget: Arc<Semaphore>,
+    next_id: Mutex<u64>,
+}
+
+impl Default for WriteBehind {
+    fn default() -> WriteBehind {
+        WriteBehind {
+            files: Mutex::new(HashMap::new()),
+            budget: Arc::new(Semaphore::new(BUDGET / UNIT)),
+            next_id: Mutex::new(0),
+        }
+    }
+}
+
+/// A write registered as under way; ended (and its range freed) by [`Ticket::end`], or as a
+/// failure if dropped first.
+pub(crate) struct Ticket {
+    behind: Arc<WriteBehind>,
+    ino: u64,
+    id: u64,
+    _permit: OwnedSemaphorePermit,
+    ended: bool,
+}
+
+impl WriteBehind {
+    /// Registers a write of `len` bytes at `offset` of `ino`: waits for any write under way
+    /// that overlaps it and for room in the budget. A failure of an earlier write of the file
+    /// not yet reported is reported instead (and forgotten).
+    pub(crate) async fn begin(
+        self: &Arc<Self>,
+        ino: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Ticket, Errno> {
+        let units = len.div_ceil(UNIT).clamp(1, BUDGET / UNIT) as u32;
+        let permit = self
+            .budget
+            .clone()
+            .acquire_many_owned(units)
+            .await
+            .map_err(|_| Errno::EIO)?;
+        let end = offset.saturating_add(len as u64);
+        loop {
+            let ended = {
+                let mut files = self.files.lock();
+                let under = files.entry(ino).or_default();
+                if let Some(e) = under.failed.take() {
+                    return Err(e);
+                }
+                if !under.ranges.iter().any(|&(s, e, _)| s < end && offset < e) {
+                    let id = {
+                        let mut n = self.next_id.lock();
+                        *n += 1;
+                        *n
+                    };
+                    under.ranges.push((offset, end, id));
+                    return Ok(Ticket {
+                        behind: self.clone(),
+                        ino,
+                        id,
+                        _permit: permit,
+                        ended: false,
+                    });
+                }
+                under.ended.clone()
+            };
+            // Registered before the lock is let go, so an end in between is not missed.
+            let notified = ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.overlaps(ino, offset, end) {
+                continue;
+            }
+            notified.await;
+        }
+    }
+
+    fn overlaps(&self, ino: u64, offset: u64, end: u64) -> bool {
+        self.files
+            .lock()
+            .get(&ino)
+            .is_some_and(|u| u.ranges.iter().any(|&(s, e, _)| s < end && offset < e))
+    }
+
+    /// Whether `ino` has writes under way.
+    pub(crate) fn busy(&self, ino: u64) -> bool {
+        self.files
+            .lock()
+            .get(&ino)
+            .is_some_and(|u| !u.ranges.is_empty())
+    }
+
+    /// Waits until `ino` has no write under way (those begun meanwhile included).
+    pub(crate) async fn settle(&self, ino: u64) {
+        loop {
+            let ended = match self.files.lock().get(&ino) {
+                Some(u) if !u.ranges.is_empty() => u.ended.clone(),
+                _ => return,
+            };
+            let notified = ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.busy(ino) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// [`WriteBehind::settle`], then the first failure of the file's writes not yet reported
+    /// (forgotten once reported), for `close` and `fsync`.
+    pub(crate) async fn settle_and_report(&self, ino: u64) -> Result<(), Errno> {
+        self.settle(ino).await;
+        let mut files = self.files.lock();
+        let failed = files.get_mut(&ino).and_then(|u| u.failed.take());
+        if files.get(&ino).is_some_and(|u| u.ranges.is_empty()) {
+            files.remove(&ino);
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Whether `ino` has a failure to report (so `close` must look).
+    pub(crate) fn failed(&self, ino: u64) -> bool {
+        self.files
+            .lock()
+            .get(&ino)
+            .is_some_and(|u| u.failed.is_some())
+    }
+
+    fn end(&self, ino: u64, id: u64, result: Result<(), Errno>) {
+        let mut files = self.files.lock();
+        let Some(under) = files.get_mut(&ino) else {
+            return;
+        };
+        under.ranges.retain(|&(_, _, i)| i != id);
+        if let Err(e) = result {
+            under.failed.get_or_insert(e);
+        }
+        under.ended.notify_waiters();
+        if under.ranges.is_empty() && under.failed.is_none() {
+            files.remove(&ino);
+        }
+    }
+}
+
+impl Ticket {
+    /// The write is answered: its range is free and a failure is kept for the file's next
+    /// `write`, `close` or `fsync`.
+    pub(crate) fn end(mut self, result: Result<(), Errno>) {
+        self.ended = true;
+        self.behind.end(self.ino, self.id, result);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.ended {
+            // Dropped unanswered (the runtime shutting down): the bytes may not have arrived.
+            self.behind.end(self.ino, self.id, Err(Errno::EIO));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn overlapping_writes_wait_disjoint_ones_do_not() {
+        let wb = Arc::new(WriteBehind::default());
+        let a = wb.begin(1, 0, 100).await.unwrap();
+        // Disjoint: at once.
+        let b = wb.begin(1, 100, 100).await.unwrap();
+        // Another file: at once.
+        let c = wb.begin(2, 0, 100).await.unwrap();
+        // Overlapping `a`: waits until `a` ends.
+        let wb2 = wb.clone();
+        let overlapping = tokio::spawn(async move { wb2.begin(1, 50, 10).await.map(|_| ()) });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!overlapping.is_finished(), "an overlapping write waited");
+        a.end(Ok(()));
+        overlapping.await.unwrap().unwrap();
+        b.end(Ok(()));
+        c.end(Ok(()));
+        assert!(!wb.busy(1) && !wb.busy(2));
+    }
+
+    #[tokio::test]
+    async fn settling_waits_for_every_write_and_reports_the_first_failure_once() {
+        let wb = Arc::new(WriteBehind::default());
+        let a = wb.begin(1, 0, 10).await.unwrap();
+        let b = wb.begin(1, 10, 10).await.unwrap();
+        let wb2 = wb.clone();
+        let closing = tokio::spawn(async move { wb2.settle_and_report(1).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!closing.is_finished());
+        a.end(Err(Errno::ENOSPC));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!closing.is_finished(), "b is still under way");
+        b.end(Err(Errno::EIO));
+        assert_eq!(closing.await.unwrap(), Err(Errno::ENOSPC));
+        assert_eq!(wb.settle_and_report(1).await, Ok(()), "reported once");
+    }
+
+    #[tokio::test]
+    async fn a_failure_is_the_next_writes_error_and_a_dropped_ticket_fails() {
+        let wb = Arc::new(WriteBehind::default());
+        drop(wb.begin(1, 0, 10).await.unwrap());
+        assert!(wb.failed(1));
+        assert_eq!(wb.begin(1, 100, 10).await.err(), Some(Errno::EIO));
+        assert!(wb.begin(1, 100, 10).await.is_ok(), "reported once");
+    }
+
+    #[tokio::test]
+    async fn the_budget_bounds_the_bytes_under_way() {
+        let wb = Arc::new(WriteBehind::default());
+        let big = wb.begin(1, 0, BUDGET).await.unwrap();
+        let wb2 = wb.clone();
+        let next = tokio::spawn(async move { wb2.begin(2, 0, 1).await.map(|_| ()) });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!next.is_finished(), "no room until the first ends");
+        big.end(Ok(()));
+        next.await.unwrap().unwrap();
+    }
+}
