@@ -9,6 +9,7 @@ mod procs;
 mod read;
 mod report;
 mod stream;
+mod svg;
 mod tasks;
 mod wan;
 mod web;

@@ -98,12 +98,7 @@ pub fn figure10(path: &Path, bars: &[Bar]) -> anyhow::Result<()> {
                 PathElement::new(vec![(mid, b.lo), (mid, b.hi)], BLACK.stroke_width(2))
             }))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        crate::svg::legend(&mut chart)?;
         root.present()?;
         Ok(())
     };

@@ -10,6 +10,7 @@ use plotters::prelude::*;
 
 use super::{Mode, Sample};
 use crate::report::{median, spread};
+use crate::svg;
 
 const MODES: [(Mode, RGBColor, &str); 4] = [
     (
@@ -136,22 +137,9 @@ fn speedup(path: &Path, samples: &[Sample]) -> anyhow::Result<()> {
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.4)));
         for (mode, pts) in &lines {
             let (_, color, label) = MODES.iter().find(|(m, _, _)| m == mode).copied().unwrap();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
-                .label(label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-            chart.draw_series(
-                pts.iter()
-                    .map(|&p| Circle::new(p, 4, color.filled()))
-                    .collect::<Vec<_>>(),
-            )?;
+            svg::dotted_line(&mut chart, pts, color, label)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        svg::legend(&mut chart)?;
         root.present()?;
         Ok(())
     })();
@@ -225,12 +213,7 @@ fn bars(
                 PathElement::new(vec![(mid, lo), (mid, hi)], BLACK.stroke_width(2))
             }))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        svg::legend(&mut chart)?;
         root.present()?;
         Ok(())
     })();
@@ -289,23 +272,9 @@ fn clients(path: &Path, samples: &[Sample]) -> anyhow::Result<()> {
             .y_desc("requests/s (one repetition per point)")
             .draw()?;
         for (color, label, pts) in &lines {
-            let color = *color;
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
-                .label(*label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-            chart.draw_series(
-                pts.iter()
-                    .map(|&p| Circle::new(p, 4, color.filled()))
-                    .collect::<Vec<_>>(),
-            )?;
+            svg::dotted_line(&mut chart, pts, *color, label)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        svg::legend(&mut chart)?;
         root.present()?;
         Ok(())
     })();
