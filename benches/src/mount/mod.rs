@@ -295,13 +295,18 @@ fn measure(b: &Bench, system: System) -> anyhow::Result<Vec<Sample>> {
             client_cpu: m.cpu_time().saturating_sub(c0),
         })
     };
+    // One workload alone on a fresh mount (a cold client).
+    let fresh = |f: &dyn Fn(&Path) -> anyhow::Result<Outcome>| {
+        let m = mount()?;
+        let sample = timed(&m, f)?;
+        m.unmount();
+        Ok::<_, anyhow::Error>(sample)
+    };
     clean(&b.export)?;
     let mut out = Vec::new();
-    let m = mount()?;
-    out.push(timed(&m, &|d| {
+    out.push(fresh(&|d| {
         workloads::seq_write(&d.join(BIG_FILE), b.file_size)
     })?);
-    m.unmount();
     let m = mount()?;
     out.push(timed(&m, &|d| {
         workloads::seq_read(&d.join(BIG_FILE), b.file_size)
@@ -325,8 +330,7 @@ fn measure(b: &Bench, system: System) -> anyhow::Result<Vec<Sample>> {
         })?);
     }
     m.unmount();
-    let m = mount()?;
-    out.push(timed(&m, &|d| {
+    out.push(fresh(&|d| {
         let r = roots(d);
         let o = workloads::find_names(&[&r[0], &r[1]])?;
         if o.amount != entries {
@@ -337,21 +341,16 @@ fn measure(b: &Bench, system: System) -> anyhow::Result<Vec<Sample>> {
         }
         Ok(o)
     })?);
-    m.unmount();
-    let m = mount()?;
-    out.push(timed(&m, &|d| {
+    out.push(fresh(&|d| {
         let r = roots(d);
         let mut o = workloads::find_stat(&r[0])?;
         o.amount += workloads::find_stat(&r[1])?.amount;
         Ok(o)
     })?);
-    m.unmount();
-    let m = mount()?;
-    out.push(timed(&m, &|d| {
+    out.push(fresh(&|d| {
         let r = roots(d);
         workloads::rm_r(&[&r[0], &r[1]], entries)
     })?);
-    m.unmount();
     clean(&b.export)?;
     Ok(out)
 }

@@ -369,15 +369,16 @@ pub fn run(args: WebArgs) -> anyhow::Result<()> {
     draw(ctx.args.plot.as_deref(), &samples)
 }
 
-/// Median of a field over the repetitions of one configuration.
-fn med(
+/// A field over the repetitions of one configuration (`sweep`: the sweep's point of that
+/// many connections, else the CPU-count runs).
+fn values(
     samples: &[Sample],
     mode: Mode,
     cpus: usize,
     sweep: Option<usize>,
     f: fn(&Sample) -> f64,
-) -> Option<f64> {
-    let v: Vec<f64> = samples
+) -> Vec<f64> {
+    samples
         .iter()
         .filter(|s| {
             s.mode == mode
@@ -388,7 +389,18 @@ fn med(
                 }
         })
         .map(f)
-        .collect();
+        .collect()
+}
+
+/// Median of a field over the repetitions of one configuration.
+fn med(
+    samples: &[Sample],
+    mode: Mode,
+    cpus: usize,
+    sweep: Option<usize>,
+    f: fn(&Sample) -> f64,
+) -> Option<f64> {
+    let v = values(samples, mode, cpus, sweep, f);
     (!v.is_empty()).then(|| median(&v))
 }
 

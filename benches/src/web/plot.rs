@@ -39,18 +39,7 @@ fn stat(
     sweep: Option<usize>,
     f: fn(&Sample) -> f64,
 ) -> Option<(f64, f64, f64)> {
-    let v: Vec<f64> = samples
-        .iter()
-        .filter(|s| {
-            s.mode == mode
-                && s.cpus == cpus
-                && match sweep {
-                    Some(c) => s.sweep && s.connections == c,
-                    None => !s.sweep,
-                }
-        })
-        .map(f)
-        .collect();
+    let v = super::values(samples, mode, cpus, sweep, f);
     if v.is_empty() {
         return None;
     }
