@@ -25,6 +25,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use fuser::Errno;
 use parking_lot::Mutex;
@@ -46,11 +47,17 @@ struct Under {
     ended: Arc<Notify>,
 }
 
+impl Under {
+    fn overlaps(&self, offset: u64, end: u64) -> bool {
+        self.ranges.iter().any(|&(s, e, _)| s < end && offset < e)
+    }
+}
+
 /// The writes under way in one mount, by inode.
 pub(crate) struct WriteBehind {
     files: Mutex<HashMap<u64, Under>>,
     budget: Arc<Semaphore>,
-    next_id: Mutex<u64>,
+    next_id: AtomicU64,
 }
 
 impl Default for WriteBehind {
@@ -58,7 +65,7 @@ impl Default for WriteBehind {
         WriteBehind {
             files: Mutex::new(HashMap::new()),
             budget: Arc::new(Semaphore::new(BUDGET / UNIT)),
-            next_id: Mutex::new(0),
+            next_id: AtomicU64::new(0),
         }
     }
 }
@@ -98,12 +105,8 @@ impl WriteBehind {
                 if let Some(e) = under.failed.take() {
                     return Err(e);
                 }
-                if !under.ranges.iter().any(|&(s, e, _)| s < end && offset < e) {
-                    let id = {
-                        let mut n = self.next_id.lock();
-                        *n += 1;
-                        *n
-                    };
+                if !under.overlaps(offset, end) {
+                    let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                     under.ranges.push((offset, end, id));
                     return Ok(Ticket {
                         behind: self.clone(),
@@ -119,18 +122,16 @@ impl WriteBehind {
             let notified = ended.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !self.overlaps(ino, offset, end) {
+            let still = self
+                .files
+                .lock()
+                .get(&ino)
+                .is_some_and(|u| u.overlaps(offset, end));
+            if !still {
                 continue;
             }
             notified.await;
         }
-    }
-
-    fn overlaps(&self, ino: u64, offset: u64, end: u64) -> bool {
-        self.files
-            .lock()
-            .get(&ino)
-            .is_some_and(|u| u.ranges.iter().any(|&(s, e, _)| s < end && offset < e))
     }
 
     /// Whether `ino` has writes under way.

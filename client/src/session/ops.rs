@@ -280,11 +280,12 @@ impl Client {
         // LISTDIR where the server speaks it: the answer says which entries have no extended
         // attributes, so `ls -l` asks no LISTXATTR or GETXATTR of them.
         let conn = self.connection().await?;
-        let mut xattrs_by = match protocol::handshake::has_listdir(conn.version)
-            && !self.inner.no_listdir.load(Ordering::Relaxed)
-        {
-            true => Some(self.authno_on(&conn).await?),
-            false => None,
+        let listdir = protocol::handshake::has_listdir(conn.version)
+            && !self.inner.no_listdir.load(Ordering::Relaxed);
+        let mut xattrs_by = if listdir {
+            Some(self.authno_on(&conn).await?)
+        } else {
+            None
         };
         loop {
             if asked.len() >= MAX_DIR_PAGES {

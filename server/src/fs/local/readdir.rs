@@ -157,6 +157,8 @@ impl LocalFs {
         } else {
             None
         };
+        // `/proc/self/fd/N/` of the directory: each entry's xattrs are asked beside it.
+        let dir_path = format!("{}/", d.proc_path());
         if cookie != 0 {
             let at = i64::try_from(cookie).map_err(|_| NfsStatus::BadCookie)?;
             stream.seek(at).map_err(|_| NfsStatus::BadCookie)?;
@@ -195,7 +197,7 @@ impl LocalFs {
                 // Symlinks are left to LISTXATTR (which answers for the link through its
                 // handle), as are entries without a handle.
                 let plain = attr.is_some_and(|a| a.ftype != FileType::Symlink);
-                bare.push(plain && !has_xattrs(&d, OsStr::from_bytes(name), &ctx.creds));
+                bare.push(plain && !has_xattrs(&dir_path, name, &ctx.creds));
             }
             entries.push(DirEntryPlus {
                 fileid,
@@ -236,12 +238,12 @@ impl LocalFs {
     }
 }
 
-/// Whether entry `name` of `d` has extended attributes LISTXATTR would show the caller
-/// ([`super::xattr::lists_any_xattr`]), looked up through the directory's descriptor: no name
-/// is resolved from the export's root.
-fn has_xattrs(d: &Obj, name: &OsStr, creds: &Creds) -> bool {
-    let mut path = d.proc_path().into_bytes();
-    path.push(b'/');
-    path.extend_from_slice(name.as_bytes());
+/// Whether the entry `name` of the directory at `dir_path` (`/proc/self/fd/N/`) has extended
+/// attributes LISTXATTR would show the caller ([`super::xattr::lists_any_xattr`]): looked up
+/// through the directory's descriptor, no name is resolved from the export's root.
+fn has_xattrs(dir_path: &str, name: &[u8], creds: &Creds) -> bool {
+    let mut path = Vec::with_capacity(dir_path.len() + name.len());
+    path.extend_from_slice(dir_path.as_bytes());
+    path.extend_from_slice(name);
     lists_any_xattr(OsStr::from_bytes(&path), creds)
 }
