@@ -288,6 +288,15 @@ impl AttrCache {
         }
     }
 
+    /// Until when the cached attributes of `fh` hold (their lease), if any are cached.
+    pub fn expiry(&self, fh: &FileHandle) -> Option<Instant> {
+        let g = self.inner.lock();
+        g.attrs
+            .get(fh)
+            .map(|(_, until)| *until)
+            .filter(|until| *until > Instant::now())
+    }
+
     /// Drops everything known about `fh` (it changed), so replies to requests sent before
     /// are not installed either.
     pub fn invalidate(&self, fh: &FileHandle) {

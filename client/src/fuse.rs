@@ -20,7 +20,8 @@
 //! have cached (`FUSE_NOTIFY_INVAL_ENTRY`). After a reconnect everything is invalidated, since
 //! INVALIDATEs may have been missed. Negative lookups are not cached at all.
 //!
-//! **Listings** are read whole at `opendir` and paged by `readdirplus`; the kernel installs an
+//! **Listings** are read whole at `opendir` (and kept for the next opens while the directory's
+//! lease lasts, [`kept_listings`]) and paged by `readdirplus`; the kernel installs an
 //! entry's attributes as of its READDIRPLUS request, so an entry changed since the listing was
 //! read is sent with newer attributes (the session cache's, else a GETATTR's), never the
 //! listing's: those would take a just-written file's size back.
@@ -57,7 +58,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, Errno, FileAttr, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
@@ -74,6 +75,7 @@ use crate::caller_groups::Groups;
 use crate::session::{Client, Invalidation, SessionError};
 
 mod append;
+mod kept_listings;
 mod locks;
 mod write_behind;
 mod xattr;
@@ -133,6 +135,9 @@ struct Listing {
     entries: Vec<Listed>,
     /// Taken before the listing was asked for: its attributes are from no earlier.
     since: Stamp,
+    /// When its answer arrived: the entries' leases run from here (a listing may be kept
+    /// and handed out again, [`kept_listings`]).
+    received: Instant,
 }
 
 struct Listed {
@@ -199,6 +204,8 @@ pub struct Shared {
     /// WRITEs answered before the server's answer, and what waits for them
     /// ([`write_behind`]).
     behind: Arc<write_behind::WriteBehind>,
+    /// Listings kept between opens while their directory's lease lasts ([`kept_listings`]).
+    kept: kept_listings::KeptListings,
 }
 
 impl Shared {
@@ -244,6 +251,7 @@ impl Shared {
             locks: Mutex::default(),
             xattr_ahead: xattr_ahead::XattrAhead::default(),
             behind: Arc::default(),
+            kept: kept_listings::KeptListings::default(),
         })
     }
 
@@ -254,6 +262,12 @@ impl Shared {
         } else {
             self.client.clone()
         }
+    }
+
+    /// The local user whose identity acts for local uid `uid`: itself in a multi-user
+    /// mount, the owner otherwise.
+    fn acting_uid(&self, uid: u32) -> u32 {
+        if self.multi_user { uid } else { self.owner }
     }
 
     /// The session acting for the process behind `req`. In a multi-user mount its requests
@@ -852,10 +866,40 @@ impl Shared {
         c.readlink(&fh).await.map_err(errno)
     }
 
-    /// Reads the whole directory now (READDIRPLUS); `readdir`/`readdirplus` page through
-    /// this snapshot.
-    async fn opendir(&self, c: &Client, ino: INodeNo) -> Result<u64, Errno> {
+    /// Reads the whole directory now (LISTDIR or READDIRPLUS), or takes the listing kept
+    /// from an earlier open by local user `uid` while it holds ([`kept_listings`]);
+    /// `readdir`/`readdirplus` page through this snapshot.
+    async fn opendir(&self, c: &Client, uid: u32, ino: INodeNo) -> Result<u64, Errno> {
         let dir = self.fh(ino)?;
+        let uid = self.acting_uid(uid);
+        let listing = match self.kept.get(ino.0, uid, &dir, c.cache()) {
+            Some(kept) => kept,
+            None => {
+                let read = Arc::new(self.read_listing(c, ino, &dir).await?);
+                self.kept.keep(ino.0, uid, &dir, &read, c.cache());
+                read
+            }
+        };
+        let order = listing
+            .entries
+            .iter()
+            .filter_map(|e| e.node.map(|(fh, _)| fh));
+        self.xattr_ahead.remember(dir, order.collect());
+        let mut t = self.table();
+        let h = t.next_listing;
+        t.next_listing += 1;
+        t.listings.insert(h, listing);
+        Ok(h)
+    }
+
+    /// Reads directory `dir` (node `ino`) whole from the server.
+    async fn read_listing(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        dir: &FileHandle,
+    ) -> Result<Listing, Errno> {
+        let dir = *dir;
         let since = c.cache().stamp();
         let all = c.readdir_all(&dir).await.map_err(errno)?;
         let mut entries = Vec::with_capacity(all.len() + 2);
@@ -893,13 +937,11 @@ impl Shared {
                 node: Some((fh, attr)),
             });
         }
-        let order = entries.iter().filter_map(|e| e.node.map(|(fh, _)| fh));
-        self.xattr_ahead.remember(dir, order.collect());
-        let mut t = self.table();
-        let h = t.next_listing;
-        t.next_listing += 1;
-        t.listings.insert(h, Arc::new(Listing { entries, since }));
-        Ok(h)
+        Ok(Listing {
+            entries,
+            since,
+            received: Instant::now(),
+        })
     }
 
     /// The node id for `fh`, made (uncounted) if new; [`Shared::counted`] counts the lookup
@@ -980,7 +1022,10 @@ impl Shared {
                                 });
                             }
                         },
-                        None => *listed,
+                        None => Attr {
+                            lease_ms: lease_left(listed, l.received),
+                            ..*listed
+                        },
                     };
                     // Every entry sent here is a lookup the kernel will FORGET later.
                     let node = self.node_for(*h);
@@ -1094,6 +1139,12 @@ pub fn placeholder_dir() -> Attr {
 }
 
 /// The kernel cache timeout for attributes carrying this lease.
+/// What is left at this moment of the lease of `a`, received at `received`, in milliseconds.
+fn lease_left(a: &Attr, received: Instant) -> u32 {
+    let left = ttl(a).saturating_sub(received.elapsed());
+    u32::try_from(left.as_millis()).unwrap_or(u32::MAX)
+}
+
 pub fn ttl(a: &Attr) -> Duration {
     Duration::from_millis(u64::from(a.lease_ms))
 }
@@ -1806,8 +1857,9 @@ impl Filesystem for SfsFuse {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.spawn(req, |sh, c| async move {
-            match sh.opendir(&c, ino).await {
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
+            match sh.opendir(&c, uid, ino).await {
                 Ok(h) => reply.opened(fuser::FileHandle(h), FopenFlags::empty()),
                 Err(e) => reply.error(e),
             }
@@ -1827,10 +1879,17 @@ impl Filesystem for SfsFuse {
             return;
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let t = self.sh.table();
         for (i, e) in l.entries.iter().enumerate().skip(start) {
+            // Our node id when the entry has one by now (the listing may have been kept from
+            // an earlier open, before it was looked up), so `d_ino` agrees with `st_ino`.
+            let ino = e
+                .node
+                .and_then(|(fh, _)| t.by_fh.get(&fh).copied())
+                .unwrap_or(e.ino);
             // The offset of an entry is where to continue after it.
             if reply.add(
-                INodeNo(e.ino),
+                INodeNo(ino),
                 i as u64 + 1,
                 e.kind,
                 OsStr::from_bytes(&e.name),
@@ -1838,6 +1897,7 @@ impl Filesystem for SfsFuse {
                 break;
             }
         }
+        drop(t);
         reply.ok();
     }
 

@@ -70,6 +70,11 @@ fn setup_owned(alice: Option<u32>, extra: &[(&str, u32)]) -> Setup {
 
 /// [`setup_owned`] with users `(name, uid, gids)`: `gids` as the users file writes them.
 fn setup_grouped(alice: Option<u32>, extra: &[(&str, u32, String)]) -> Setup {
+    setup_serving(alice, extra, &[])
+}
+
+/// [`setup_grouped`] with extra `sfsd serve` flags.
+fn setup_serving(alice: Option<u32>, extra: &[(&str, u32, String)], flags: &[&str]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let export = dir.path().join("export");
@@ -88,7 +93,9 @@ fn setup_grouped(alice: Option<u32>, extra: &[(&str, u32, String)]) -> Setup {
         lines.push_str(&format!("{name} {public} {uid} {gids}\n"));
     }
     fs::write(&users, lines).unwrap();
-    let server = Server::start(&state, &export, 0, &["--users", users.to_str().unwrap()]);
+    let mut args = vec!["--users", users.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    let server = Server::start(&state, &export, 0, &args);
     Setup {
         dir,
         home,
@@ -701,47 +708,81 @@ fn requests(m: &Mount, proc_: &str) -> usize {
         .count()
 }
 
-/// A listing of a directory costs one request, however often it is listed: the GETATTR the
-/// kernel sends right after opening it again (it forgets a directory's atime after each
-/// READDIR, and glibc's `opendir` `fstat`s what it opened) is answered from the attributes of
-/// the READDIRPLUS that open made. Listings still come from the server: a name a program adds
-/// on the server's disk shows in the next one, and the directory's mtime with it.
+/// Listing a directory again asks the server nothing while the directory's lease lasts: no
+/// LISTDIR (the listing is kept) and no GETATTR (the kernel sends one right after each
+/// re-opening, since it forgets a directory's atime after each READDIR and glibc's `opendir`
+/// `fstat`s what it opened; it is answered from the listing's attributes). Changes still show
+/// at once: ours, and another client's (its INVALIDATE of the directory), with the
+/// directory's mtime.
 #[test]
-fn listing_a_directory_again_costs_one_request() {
+fn listing_a_directory_again_asks_the_server_nothing_while_its_lease_lasts() {
     need_fuse!();
     let s = setup();
     let m = s.mount("mnt");
+    let other = s.mount("other");
     let d = m.dir.join("d");
     fs::create_dir(&d).unwrap();
     for i in 0..5 {
         fs::write(d.join(format!("f{i}")), b"x").unwrap();
     }
-    assert_eq!(fs::read_dir(&d).unwrap().count(), 5);
+    let names = |d: &Path| {
+        let mut v: Vec<String> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&d), ["f0", "f1", "f2", "f3", "f4"]);
     let counts = |m: &Mount| {
         let listings = requests(m, "ListDir") + requests(m, "ReadDirPlus");
         (requests(m, "GetAttr"), listings)
     };
-    let (getattrs, listings) = counts(&m);
+    let before = counts(&m);
     for _ in 0..5 {
-        assert_eq!(fs::read_dir(&d).unwrap().count(), 5);
+        assert_eq!(names(&d).len(), 5);
     }
     assert_eq!(
         counts(&m),
-        (getattrs, listings + 5),
+        before,
         "(GETATTR, LISTDIR or READDIRPLUS) requests for 5 listings; log:\n{}",
         m.log()
     );
-    std::thread::sleep(Duration::from_millis(20));
-    fs::write(s.export.join("d/new"), b"n").unwrap();
-    let names: Vec<_> = fs::read_dir(&d)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert!(names.iter().any(|n| n == "new"), "{names:?}");
+    // Our own change shows at once; so does another client's (its INVALIDATE).
+    fs::remove_file(d.join("f0")).unwrap();
+    assert_eq!(names(&d), ["f1", "f2", "f3", "f4"]);
+    fs::write(other.dir.join("d/g"), b"g").unwrap();
+    soon("the listing after another mount's create", 5, || {
+        names(&d).len()
+    });
+    assert!(names(&d).contains(&"g".to_string()));
+    fs::rename(other.dir.join("d/g"), other.dir.join("d/h")).unwrap();
+    soon("the listing after another mount's rename", true, || {
+        names(&d).contains(&"h".to_string())
+    });
+    assert!(!names(&d).contains(&"g".to_string()));
     assert_eq!(
         fs::metadata(&d).unwrap().mtime_nsec(),
         fs::metadata(s.export.join("d")).unwrap().mtime_nsec()
     );
+}
+
+/// A name a program makes on the server's disk (behind sfsd's back, so no INVALIDATE) shows
+/// in a listing once the directory's lease ends: a kept listing lasts no longer.
+#[test]
+fn a_name_made_on_the_servers_disk_shows_when_the_directory_lease_ends() {
+    need_fuse!();
+    let s = setup_serving(None, &[], &["--lease-secs", "1"]);
+    let m = s.mount("mnt");
+    let d = m.dir.join("d");
+    fs::create_dir(&d).unwrap();
+    assert_eq!(fs::read_dir(&d).unwrap().count(), 0);
+    fs::write(s.export.join("d/new"), b"n").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fs::read_dir(&d).unwrap().count() == 0 {
+        assert!(Instant::now() < deadline, "the new name never showed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `ls -l` of a directory costs one request, not one or two per file: the listing (LISTDIR)
@@ -1109,14 +1150,30 @@ fn large_directory_listing_and_inode_numbers() {
             e.file_name()
         );
     }
-    // Entries the server adds or removes behind our back show up in the next listing.
-    fs::remove_file(s.export.join("many/f000")).unwrap();
-    fs::write(s.export.join("many/new"), b"n").unwrap();
-    let names: Vec<_> = fs::read_dir(&d)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    assert!(names.contains(&"new".to_owned()) && !names.contains(&"f000".to_owned()));
+    // Entries another client adds or removes show up in the next listing (its INVALIDATE
+    // ends the listing kept here).
+    let other = s.mount("other");
+    fs::remove_file(other.dir.join("many/f000")).unwrap();
+    fs::write(other.dir.join("many/new"), b"n").unwrap();
+    soon(
+        "the listing after another mount's changes",
+        (true, false),
+        || {
+            let names: Vec<_> = fs::read_dir(&d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            (
+                names.contains(&"new".to_owned()),
+                names.contains(&"f000".to_owned()),
+            )
+        },
+    );
+    for e in fs::read_dir(&d).unwrap() {
+        let e = e.unwrap();
+        use std::os::unix::fs::DirEntryExt;
+        assert_eq!(e.ino(), fs::metadata(e.path()).unwrap().ino());
+    }
     assert_eq!(fs::read(d.join("new")).unwrap(), b"n");
     assert_eq!(fs::read(d.join("f399")).unwrap(), b"399");
 }

@@ -1,0 +1,211 @@
+//! Listings kept between opens of a directory, for as long as the directory's lease lasts.
+//!
+//! Without them every `opendir` reads the directory from the server again: a second `ls -lR`
+//! or `find` pays one round trip per directory, and `rm -r` (which opens each directory twice)
+//! two. A listing read with the directory's attributes under a lease is still what the server
+//! would answer while that lease lasts and nothing changed the directory since: a change made
+//! through any sfsd client (this one or another) either went through this session, which the
+//! attribute cache records as a change of the directory, or reaches us as an INVALIDATE of the
+//! directory (we hold its lease), which the cache records too. Only a name a program makes on
+//! the server's own disk, behind sfsd's back, shows when the lease ends (at most the lease,
+//! 60 s by default), exactly as an attribute changed there does.
+//!
+//! A kept listing is handed only to the local user it was read for: another user may not be
+//! allowed to read the directory, and the server is who decides. The keeping is bounded:
+//! at most [`MAX_KEPT`] listings of at most [`MAX_KEPT_ENTRIES`] entries each.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use protocol::FileHandle;
+
+use super::Listing;
+use crate::cache::AttrCache;
+
+/// How many listings are kept at most (the soonest to expire goes first when full).
+const MAX_KEPT: usize = 1024;
+/// Larger listings are not kept: a walk's directories are small, and one huge directory
+/// must not hold megabytes of names for a minute.
+const MAX_KEPT_ENTRIES: usize = 4096;
+
+/// Listings by (directory node, local user acting).
+#[derive(Default)]
+pub(super) struct KeptListings {
+    kept: Mutex<HashMap<(u64, u32), Kept>>,
+}
+
+struct Kept {
+    dir: FileHandle,
+    listing: Arc<Listing>,
+    /// The end of the directory's lease.
+    until: Instant,
+}
+
+impl KeptListings {
+    /// The listing of directory `dir` (node `ino`) kept for `uid`, if it is still what the
+    /// server would answer: the directory's lease has not ended and `cache` saw no change of
+    /// it since the listing was asked for.
+    pub(super) fn get(
+        &self,
+        ino: u64,
+        uid: u32,
+        dir: &FileHandle,
+        cache: &AttrCache,
+    ) -> Option<Arc<Listing>> {
+        let mut kept = self.kept.lock();
+        let k = kept.get(&(ino, uid))?;
+        if k.dir == *dir && Instant::now() < k.until && !cache.changed_since(dir, k.listing.since) {
+            return Some(k.listing.clone());
+        }
+        kept.remove(&(ino, uid));
+        None
+    }
+
+    /// Keeps `listing` of `dir` (node `ino`), read for `uid`, until the directory's cached
+    /// attributes expire in `cache`; not at all when none are cached (no lease was granted,
+    /// or a change overlapped the listing) or it is too large.
+    pub(super) fn keep(
+        &self,
+        ino: u64,
+        uid: u32,
+        dir: &FileHandle,
+        listing: &Arc<Listing>,
+        cache: &AttrCache,
+    ) {
+        let Some(until) = cache.expiry(dir) else {
+            return;
+        };
+        if listing.entries.len() > MAX_KEPT_ENTRIES || cache.changed_since(dir, listing.since) {
+            return;
+        }
+        let mut kept = self.kept.lock();
+        if kept.len() >= MAX_KEPT && !kept.contains_key(&(ino, uid)) {
+            let now = Instant::now();
+            kept.retain(|_, k| k.until > now);
+            if kept.len() >= MAX_KEPT
+                && let Some(soonest) = kept
+                    .iter()
+                    .min_by_key(|(_, k)| k.until)
+                    .map(|(key, _)| *key)
+            {
+                kept.remove(&soonest);
+            }
+        }
+        kept.insert(
+            (ino, uid),
+            Kept {
+                dir: *dir,
+                listing: listing.clone(),
+                until,
+            },
+        );
+    }
+
+    /// How many listings are kept.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.kept.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use protocol::Attr;
+
+    use super::*;
+
+    const DIR: FileHandle = FileHandle::from_bytes([3; 48]);
+
+    fn listing(cache: &AttrCache, entries: usize) -> Arc<Listing> {
+        let since = cache.stamp();
+        let entries = (0..entries)
+            .map(|i| super::super::Listed {
+                ino: i as u64 + 2,
+                kind: fuser::FileType::RegularFile,
+                name: format!("f{i}").into_bytes(),
+                node: None,
+            })
+            .collect();
+        Arc::new(Listing {
+            entries,
+            since,
+            received: Instant::now(),
+        })
+    }
+
+    /// The directory's attributes arrived with the listing, under a lease of `lease_ms`.
+    fn leased(cache: &AttrCache, l: &Listing, lease_ms: u32) {
+        cache.put(DIR, Attr::test_file(0, lease_ms), l.since);
+    }
+
+    #[test]
+    fn a_kept_listing_is_handed_only_to_its_user_and_only_while_unchanged() {
+        let cache = AttrCache::default();
+        let kept = KeptListings::default();
+        let l = listing(&cache, 3);
+        leased(&cache, &l, 60_000);
+        kept.keep(7, 1000, &DIR, &l, &cache);
+        assert!(kept.get(7, 1000, &DIR, &cache).is_some());
+        assert!(kept.get(7, 1001, &DIR, &cache).is_none(), "another user");
+        assert!(kept.get(8, 1000, &DIR, &cache).is_none(), "another node");
+        let other = FileHandle::from_bytes([4; 48]);
+        assert!(
+            kept.get(7, 1000, &other, &cache).is_none(),
+            "another handle"
+        );
+        // A change of the directory (ours, or an INVALIDATE) ends it.
+        cache.invalidate(&DIR);
+        assert!(kept.get(7, 1000, &DIR, &cache).is_none());
+        assert_eq!(kept.len(), 0);
+    }
+
+    #[test]
+    fn a_listing_is_kept_no_longer_than_the_directory_lease() {
+        let cache = AttrCache::default();
+        let kept = KeptListings::default();
+        let l = listing(&cache, 1);
+        leased(&cache, &l, 40);
+        kept.keep(7, 0, &DIR, &l, &cache);
+        assert!(kept.get(7, 0, &DIR, &cache).is_some());
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(kept.get(7, 0, &DIR, &cache).is_none());
+        // No lease at all (lease 0, or the attributes were refused): not kept.
+        let l = listing(&cache, 1);
+        leased(&cache, &l, 0);
+        kept.keep(7, 0, &DIR, &l, &cache);
+        assert_eq!(kept.len(), 0);
+    }
+
+    #[test]
+    fn a_listing_a_change_overlapped_is_not_kept() {
+        let cache = AttrCache::default();
+        let kept = KeptListings::default();
+        let l = listing(&cache, 1);
+        leased(&cache, &l, 60_000);
+        // A CREATE in the directory was answered after the listing was asked for.
+        cache.begin(&DIR).end(None);
+        cache.put(DIR, Attr::test_file(0, 60_000), cache.stamp());
+        kept.keep(7, 0, &DIR, &l, &cache);
+        assert_eq!(kept.len(), 0);
+    }
+
+    #[test]
+    fn keeping_is_bounded() {
+        let cache = AttrCache::default();
+        let kept = KeptListings::default();
+        let big = listing(&cache, MAX_KEPT_ENTRIES + 1);
+        leased(&cache, &big, 60_000);
+        kept.keep(7, 0, &DIR, &big, &cache);
+        assert_eq!(kept.len(), 0, "too many entries");
+        let l = listing(&cache, 1);
+        leased(&cache, &l, 60_000);
+        for ino in 0..MAX_KEPT as u64 + 10 {
+            kept.keep(ino, 0, &DIR, &l, &cache);
+        }
+        assert_eq!(kept.len(), MAX_KEPT);
+    }
+}
