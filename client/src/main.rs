@@ -159,8 +159,18 @@ fn run(cli: Cli) -> Result<(), CmdError> {
         return commands::mount::daemonize(dir, log.as_deref(), cli.verbose);
     }
     let id = identity::load(cli.identity.as_deref(), cli.user.as_deref())?;
+    // A mount answers many small requests, each waiting on the server: with one worker its
+    // task, the stream's writer and its reader run on one thread, which halves the thread
+    // wake-ups per request (8-10 to 4 context switches measured for a `chmod`, and the
+    // round trip 1.5-2x shorter on a busy 2-CPU machine) for about a tenth less sequential
+    // write throughput. The transfer commands keep two, to seal and open records in parallel.
+    let workers = if matches!(cli.command, Command::Mount { .. }) {
+        1
+    } else {
+        2
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()?;
     rt.block_on(async move {
