@@ -8,6 +8,8 @@
 //! others: c: decode, auth, submit to the storage threads --storage thread, as the user: the
 //!           file operation--> color 0: record leases, send INVALIDATEs to other holders
 //!           --cpucb--> c: seal, write
+//!         (short metadata operations of the local backend: c: decode, auth, the operation as
+//!           the user --cpucb--> color 0 ... as above; see `fs/local/inline.rs`)
 //! ```
 //! Only the short bookkeeping (lease table, connection registry) runs in color 0; sealing,
 //! opening and copying file data run in connection colors or on storage threads
@@ -250,9 +252,10 @@ impl Server {
         }
     }
 
-    /// Connection color: any other storage operation goes to a storage thread; its completion
-    /// runs in color 0, which owns the lease table, then the reply goes back to the
-    /// connection's color.
+    /// Connection color: any other storage operation runs here if it is short (see
+    /// [`crate::fs::Storage::execute_inline`]) or goes to a storage thread; its completion runs
+    /// in color 0, which owns the lease table, then the reply goes back to the connection's
+    /// color.
     pub fn dispatch(self: &Arc<Self>, d: Dispatch, op: RequestOp) {
         let mut op = match crate::lock_ops::take(op) {
             crate::lock_ops::Split::Lock(lock) => return self.dispatch_lock(d, lock),
@@ -285,8 +288,7 @@ impl Server {
         let srv = self.clone();
         let conn2 = conn.clone();
         let access = changes_access(&op);
-        let submitted = self.fs_pool.submit(id, move || {
-            let outcome = storage.execute(&ctx, op);
+        let completed = move |srv: Arc<Server>, outcome: crate::fs::Outcome| {
             if access && !outcome.changed.is_empty() {
                 // As soon as it is done, so no cached descriptor serves after this reply.
                 srv.changes.note_access();
@@ -295,6 +297,15 @@ impl Server {
             srv.h.cpucb(Color::DEFAULT, move || {
                 srv2.finish(conn2, holder, req_id, reserved, lease_ms, outcome)
             });
+        };
+        // A short metadata operation runs here, in the connection's color, saving the two
+        // thread hops of a storage thread (see `fs/local/inline.rs`).
+        if let Some(outcome) = storage.execute_inline(&ctx, &op) {
+            return completed(srv, outcome);
+        }
+        let submitted = self.fs_pool.submit(id, move || {
+            let outcome = storage.execute(&ctx, op);
+            completed(srv, outcome)
         });
         if submitted.is_err() {
             self.answer_busy(conn, id, req_id, reserved);

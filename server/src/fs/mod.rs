@@ -61,11 +61,18 @@ impl Outcome {
     }
 }
 
-/// A storage backend. Methods may block (disk I/O): the server calls them on libcolor's helper
-/// pool, never on a worker.
+/// A storage backend. Methods may block (disk I/O): the server calls them on the storage
+/// threads ([`pool`]), never on a worker, except [`Storage::execute_inline`].
 pub trait Storage: Send + Sync + 'static {
     /// Runs any request except NULL, LOGIN and READ.
     fn execute(&self, ctx: &OpCtx, op: RequestOp) -> Outcome;
+    /// Runs `op` on the calling worker if it is one the backend answers without waiting
+    /// long (no data, no truncation, no walk of the export: `fs/local/inline.rs`), else None: the
+    /// caller hands it to a storage thread. Nothing was changed when it returns None.
+    fn execute_inline(&self, ctx: &OpCtx, op: &RequestOp) -> Option<Outcome> {
+        let _ = (ctx, op);
+        None
+    }
     /// Opens `fh` for READ after checking the caller may read it (the READ path caches the
     /// descriptor for this caller: see [`crate::read`]).
     fn open_read(&self, ctx: &OpCtx, fh: &HandleData) -> Result<std::fs::File, NfsStatus>;

@@ -101,64 +101,11 @@ fn append_all(mut f: &File, data: &[u8]) -> std::io::Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-    use std::sync::Arc;
-
-    use protocol::{HandleKey, RequestOp};
+    use protocol::RequestOp;
 
     use super::*;
     use crate::fs::Storage;
-    use crate::fs::creds::{Mode, Switcher};
-    use crate::users::Creds;
-
-    fn ctx() -> OpCtx {
-        let uid = rustix::process::geteuid().as_raw();
-        let gid = rustix::process::getegid().as_raw();
-        OpCtx {
-            creds: Creds {
-                name: "tester".into(),
-                uid,
-                gids: vec![gid],
-                anonymous: false,
-            },
-            conn: 1,
-            lease_ms: 1000,
-        }
-    }
-
-    /// A backend on `export` running as the test's own user, and the handle of `name` in it.
-    fn backend(export: &Path, name: &str) -> (Arc<LocalFs>, FileHandle) {
-        let fs = LocalFs::open(
-            export,
-            HandleKey::new([3; 32]),
-            1 << 20,
-            false,
-            Switcher::new(Mode::ServerUser),
-        )
-        .unwrap();
-        let c = ctx();
-        let root = match fs
-            .execute(
-                &c,
-                RequestOp::Mount {
-                    path: b"/".to_vec(),
-                },
-            )
-            .result
-        {
-            Ok(ReplyBody::Mount { fh, .. }) => fh,
-            other => panic!("{other:?}"),
-        };
-        let lookup = RequestOp::Lookup {
-            dir: root,
-            name: name.as_bytes().to_vec(),
-        };
-        let fh = match fs.execute(&c, lookup).result {
-            Ok(ReplyBody::Lookup { fh, .. }) => fh,
-            other => panic!("{other:?}"),
-        };
-        (Arc::new(fs), fh)
-    }
+    use crate::fs::local::testing::{backend, ctx};
 
     fn append(fs: &LocalFs, fh: FileHandle, data: &[u8]) -> (u64, Option<Attr>, usize) {
         let op = RequestOp::Append {

@@ -30,12 +30,15 @@ mod append;
 mod attrs;
 mod create;
 mod data;
+mod inline;
 mod lookup;
 mod open;
 mod readdir;
 mod remove;
 mod resolve;
 mod stat_at;
+#[cfg(test)]
+mod testing;
 mod xattr;
 
 use std::ffi::OsStr;
@@ -307,6 +310,13 @@ impl LocalFs {
 }
 
 impl Storage for LocalFs {
+    fn execute_inline(&self, ctx: &OpCtx, op: &RequestOp) -> Option<Outcome> {
+        if !inline::runs_inline(op) {
+            return None;
+        }
+        inline::without_walks(|| self.execute(ctx, op.clone()))
+    }
+
     fn execute(&self, ctx: &OpCtx, op: RequestOp) -> Outcome {
         let mut out = Outcome::err(NfsStatus::ServerFault);
         out.result = match self

@@ -280,7 +280,11 @@ impl LocalFs {
                 return Ok(o);
             }
         }
-        // Unknown (restart) or moved outside the server: walk the export, rate-limited.
+        // Unknown (restart) or moved outside the server: walk the export, rate-limited; never
+        // inline on a worker, nor wait there for another request's walk.
+        if super::inline::refuse_walk() {
+            return Err(NfsStatus::Jukebox);
+        }
         let found = {
             let mut gate = self.walks.lock();
             let known = self.index.lock().paths(key);
