@@ -11,20 +11,25 @@
 //! as on a storage thread.
 //!
 //! What may take long stays on the storage threads: data (READ from disk, WRITE, COMMIT's
-//! `fsync`), truncation (SETATTR of the size frees blocks), REMOVE, RMDIR and RENAME (the last
-//! name of a large file frees its blocks), listings, extended attributes, and every handle the
-//! inode index does not know: resolving that walks the export, which an inline operation is
-//! never allowed to start ([`without_walks`]); it is then run again on a storage thread.
+//! `fsync`), truncation (SETATTR of the size frees blocks), RENAME (it may replace a large
+//! file), listings and extended attributes. Two things an inline operation finds out only
+//! once it runs, and then refuses before changing anything ([`refused`]), so that it runs
+//! again on a storage thread: a handle the inode index does not know (resolving it walks the
+//! export), and a REMOVE of the last name of a file over [`FREED_INLINE_MAX`] (the kernel
+//! frees its blocks in the `unlink`).
 
 use std::cell::Cell;
 
 use protocol::RequestOp;
 
+/// The largest file whose last name a worker removes itself: freeing its blocks is quick.
+pub(super) const FREED_INLINE_MAX: u64 = 1 << 20;
+
 thread_local! {
-    /// Set while an operation runs inline: resolving a handle must not walk the export.
-    static NO_WALKS: Cell<bool> = const { Cell::new(false) };
-    /// Set when a walk was refused because of [`NO_WALKS`].
-    static WALK_REFUSED: Cell<bool> = const { Cell::new(false) };
+    /// Set while an operation runs inline: it must not start long work.
+    static INLINE: Cell<bool> = const { Cell::new(false) };
+    /// Set when long work was refused because of [`INLINE`].
+    static REFUSED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether `op` is one a worker may run itself (see the module's doc).
@@ -36,38 +41,41 @@ pub(super) fn runs_inline(op: &RequestOp) -> bool {
         | RequestOp::ReadLink { .. }
         | RequestOp::Create { .. }
         | RequestOp::Mkdir { .. }
-        | RequestOp::Symlink { .. } => true,
+        | RequestOp::Symlink { .. }
+        | RequestOp::Remove { .. }
+        | RequestOp::Rmdir { .. } => true,
         RequestOp::SetAttr { attr, .. } => attr.size.is_none(),
         _ => false,
     }
 }
 
-/// Runs `f` with walks of the export refused: None if `f` needed one (its result, an error
-/// it returned before changing anything, is dropped: the caller runs the operation again
-/// where it may walk).
-pub(super) fn without_walks<T>(f: impl FnOnce() -> T) -> Option<T> {
+/// Runs `f` inline, long work refused: None if `f` refused some (its result, an error it
+/// returned before changing anything, is dropped: the caller runs the operation again on a
+/// storage thread).
+pub(super) fn only_short<T>(f: impl FnOnce() -> T) -> Option<T> {
     struct Reset;
     impl Drop for Reset {
         fn drop(&mut self) {
-            NO_WALKS.with(|w| w.set(false));
+            INLINE.with(|w| w.set(false));
         }
     }
-    NO_WALKS.with(|w| w.set(true));
-    WALK_REFUSED.with(|r| r.set(false));
+    INLINE.with(|w| w.set(true));
+    REFUSED.with(|r| r.set(false));
     let _reset = Reset;
     let out = f();
-    if WALK_REFUSED.with(|r| r.replace(false)) {
+    if REFUSED.with(|r| r.replace(false)) {
         None
     } else {
         Some(out)
     }
 }
 
-/// Called where resolving a handle would walk the export: true (and the refusal noted) when
-/// the operation runs inline and must not.
-pub(super) fn refuse_walk() -> bool {
-    if NO_WALKS.with(Cell::get) {
-        WALK_REFUSED.with(|r| r.set(true));
+/// Called where an operation is about to start long work, before it changes anything: true
+/// (and the refusal noted) when it runs inline and must not; it then returns at once with
+/// any error.
+pub(super) fn refused() -> bool {
+    if INLINE.with(Cell::get) {
+        REFUSED.with(|r| r.set(true));
         true
     } else {
         false
@@ -137,9 +145,11 @@ mod tests {
                 offset: 0,
                 count: 0,
             },
-            RequestOp::Remove {
-                dir: fh,
-                name: b"f".to_vec(),
+            RequestOp::Rename {
+                from_dir: fh,
+                from_name: b"f".to_vec(),
+                to_dir: fh,
+                to_name: b"g".to_vec(),
             },
         ];
         for op in never_inline {
@@ -150,6 +160,35 @@ mod tests {
             b"12345",
             "untouched"
         );
+    }
+
+    /// Removing the last name of a small file runs inline; of a large one (the kernel frees
+    /// its blocks in the unlink) it gives up before removing anything, and the storage
+    /// thread's run removes it.
+    #[test]
+    fn only_small_files_are_removed_inline() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::fs::write(dir.path().join("d/small"), b"x").unwrap();
+        let big = std::fs::File::create(dir.path().join("d/big")).unwrap();
+        big.set_len(FREED_INLINE_MAX + 1).unwrap();
+        let (fs, d) = backend(dir.path(), "d");
+        let remove = |name: &str| RequestOp::Remove {
+            dir: d,
+            name: name.as_bytes().to_vec(),
+        };
+        let out = fs.execute_inline(&ctx(), &remove("small")).expect("inline");
+        assert!(
+            matches!(out.result, Ok(ReplyBody::Remove { .. })),
+            "{:?}",
+            out.result
+        );
+        assert!(!dir.path().join("d/small").exists());
+        assert!(fs.execute_inline(&ctx(), &remove("big")).is_none());
+        assert!(dir.path().join("d/big").exists(), "nothing removed inline");
+        let out = fs.execute(&ctx(), remove("big"));
+        assert!(out.result.is_ok(), "{:?}", out.result);
+        assert!(!dir.path().join("d/big").exists());
     }
 
     /// A handle the index does not know (here: a server restarted on the same export) needs a

@@ -314,7 +314,7 @@ impl Storage for LocalFs {
         if !inline::runs_inline(op) {
             return None;
         }
-        inline::without_walks(|| self.execute(ctx, op.clone()))
+        inline::only_short(|| self.execute(ctx, op.clone()))
     }
 
     fn execute(&self, ctx: &OpCtx, op: RequestOp) -> Outcome {

@@ -62,6 +62,14 @@ impl LocalFs {
         if !rmdir && is_dir {
             return Err(NfsStatus::IsDir);
         }
+        // The last name of a large file: the kernel frees its blocks now, not on a worker.
+        if !is_dir
+            && victim.meta.nlink() <= 1
+            && victim.meta.size() > super::inline::FREED_INLINE_MAX
+            && super::inline::refused()
+        {
+            return Err(NfsStatus::Jukebox);
+        }
         let flags = if rmdir {
             AtFlags::REMOVEDIR
         } else {

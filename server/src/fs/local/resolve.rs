@@ -282,7 +282,7 @@ impl LocalFs {
         }
         // Unknown (restart) or moved outside the server: walk the export, rate-limited; never
         // inline on a worker, nor wait there for another request's walk.
-        if super::inline::refuse_walk() {
+        if super::inline::refused() {
             return Err(NfsStatus::Jukebox);
         }
         let found = {
