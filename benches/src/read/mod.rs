@@ -1101,7 +1101,7 @@ mod tests {
         );
         assert_eq!(
             row_note(&rows[0]),
-            "clients share the server's CPUs; cpu-s/GB more: ganesha 2.00, gluster 5.00"
+            "cpu-s/GB more: ganesha 2.00, gluster 5.00"
         );
         assert_eq!(
             parse_watch("ganesha=42"),
