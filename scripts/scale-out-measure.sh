@@ -1,25 +1,36 @@
 #!/usr/bin/env bash
-# Measures the scale-out stack (scripts/scale-out.sh) through one sfsd instance and through
-# two side by side in one run: bulk reads (`sfs get` of SIZE_MB files) and a metadata workload
-# (`sfs put -r` and `sfs rm -r` of FILES small files), with the CPU each layer spent (sfsd,
-# NFS-Ganesha, the Gluster daemons: bricks, self-heal, glusterd; and the sfs clients) per GB
-# or per file. Brings the stack up in a private SCALE_DIR and takes it down at the end.
+# Measures the scale-out stack (scripts/scale-out.sh: a GlusterFS volume replicated over three
+# bricks, NFS-Ganesha's Gluster FSAL, sfsd in front) through one sfsd instance and through two,
+# side by side in one run, with the CPU each layer spends (sfsd, NFS-Ganesha, the Gluster
+# daemons: glusterd, three bricks, self-heal) per byte or per file:
 #
-#   cargo build --release -p sfsd -p sfs
-#   sudo scripts/scale-out-measure.sh          # SIZE_MB (256), FILES (300) from the environment
+#  - Figure 10's read workload: `sfs-bench read --backend-url` against the stack's Ganesha
+#    export: `uni` and `mp` (one sfsd instance) and `ncopy` (two sfsd instances, one CPU each,
+#    the clients split across them) in front of the one volume, with `--watch` reporting
+#    Ganesha's and Gluster's CPU per GB beside sfsd's;
+#  - a metadata workload through the stack's own two instances (one state directory, the peer
+#    channel): two `sfs` clients each creating FILES/2 small files (`put -r`), asking each
+#    file's attributes (`sfs stat` of every file: a LOOKUP and a GETATTR each) and removing
+#    them (`rm -r`), both at instance 1 or one at each instance, alternating, REPS times;
+#    medians.
+#
+#   cargo build --release -p sfsd -p sfs -p sfs-bench
+#   sudo scripts/scale-out-measure.sh    # READ_MB (128), FILES (300), REPS (3)
 #
 # Everything runs on this one machine: clients, both instances, Ganesha and all three bricks
-# share its CPUs, so the two-instance figures show what a second instance costs and whether
-# it adds anything here, not what two machines would give.
+# share its CPUs, so the two-instance figures show what a second instance costs and whether it
+# adds anything here, not what two machines would give.
 set -euo pipefail
 
-SIZE_MB=${SIZE_MB:-256}
+READ_MB=${READ_MB:-128}
 FILES=${FILES:-300}
+REPS=${REPS:-3}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SFS=${SFS:-$REPO/target/release/sfs}
+BENCH=${BENCH:-$REPO/target/release/sfs-bench}
 export SFSD=${SFSD:-$REPO/target/release/sfsd}
-[ -x "$SFS" ] && [ -x "$SFSD" ] || {
-    echo "measure: build first: cargo build --release -p sfsd -p sfs" >&2
+[ -x "$SFS" ] && [ -x "$SFSD" ] && [ -x "$BENCH" ] || {
+    echo "measure: build first: cargo build --release -p sfsd -p sfs -p sfs-bench" >&2
     exit 1
 }
 [ "$(id -u)" = 0 ] || {
@@ -28,15 +39,29 @@ export SFSD=${SFSD:-$REPO/target/release/sfsd}
 }
 M=$(mktemp -d /var/tmp/sfs-measure.XXXXXX)
 export SCALE_DIR=$M/stack
+export NFS_PORT=${NFS_PORT:-20490} MNT_PORT=${MNT_PORT:-20491} VOLUME=${VOLUME:-sfsvol}
 trap '"$REPO/scripts/scale-out.sh" down >/dev/null || true; rm -rf "$M"' EXIT
 "$SFS" keygen --out "$M/id" >"$M/keygen.out" 2>&1
 echo "bench $(tail -1 "$M/keygen.out") 1001 1001" >"$M/users"
 USERS=$M/users "$REPO/scripts/scale-out.sh" up
+echo "load before: $(uptime)"
 
-SFS_IDENTITY=$M/id SFS_USER=bench python3 - "$SFS" "$M" "$SIZE_MB" "$FILES" <<'EOF'
-import glob, os, resource, subprocess, sys, time
+echo
+echo "== Figure 10's read workload in front of the volume (sfs-bench read --backend-url)"
+"$BENCH" read --backend-url "nfs://127.0.0.1:$NFS_PORT/$VOLUME?mountport=$MNT_PORT" \
+    --sfsd "$SFSD" --workdir "$M/read" --modes uni,mp,ncopy --cpus 1,2 --clients 4 \
+    --reps "$REPS" --warmup 2 --duration 5 --file-size "${READ_MB}MiB" \
+    --watch "ganesha=$(cat "$SCALE_DIR/run/ganesha.pid")" \
+    --watch "gluster=$(cat "$SCALE_DIR/run/glusterd.pid")" --json "$M/read.json"
+echo "load after the read workload: $(uptime)"
 
-sfs, m, size_mb, files = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+echo
+echo "== metadata workload through the stack's instances (sfs put -r, stat, rm -r)"
+SFS_IDENTITY=$M/id SFS_USER=bench python3 - "$SFS" "$M" "$FILES" "$REPS" <<'EOF'
+import glob, os, resource, statistics, subprocess, sys, time
+
+sfs, m = sys.argv[1], sys.argv[2]
+files, reps = int(sys.argv[3]), int(sys.argv[4])
 scale = os.path.join(m, "stack")
 names = dict(l.split() for l in open(os.path.join(scale, "names")))
 name = names["name"]
@@ -58,22 +83,37 @@ def pid_file(p):
     except (OSError, ValueError):
         return None
 
+def tree(root):
+    """root and its descendants now (the bricks and self-heal daemon are the glusterd
+    reaper's; Ganesha and its rpcbind are the ganesha group leader's)."""
+    children = {}
+    for d in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            ppid = int(open(d).read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d.split("/")[2]))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
 def layers():
     """pid lists of each layer (read anew: a brick's pid may change)."""
-    gluster = [pid_file(os.path.join(scale, "run/glusterd.pid"))]
-    gluster += [pid_file(p) for p in glob.glob("/run/gluster/**/*.pid", recursive=True)]
-    gluster += [pid_file(p) for p in glob.glob("/var/lib/glusterd/vols/*/run/*.pid")]
+    run = lambda f: pid_file(os.path.join(scale, "run", f))
     return {
         "sfsd": [pid_file(p) for p in glob.glob(os.path.join(scale, "run/sfsd-*.pid"))],
-        "ganesha": [pid_file(os.path.join(scale, "run/ganesha.pid"))],
-        "gluster": sorted({p for p in gluster if p}),
+        "ganesha": tree(run("ganesha.pid")),
+        "gluster": tree(run("glusterd.pid")),
     }
 
 def cpu_of(pid):
     try:
         f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
         return (int(f[11]) + int(f[12])) / tick
-    except (OSError, IndexError):
+    except (OSError, IndexError, TypeError):
         return 0.0
 
 def snapshot():
@@ -94,55 +134,49 @@ def run_all(cmds):
     after = snapshot()
     return secs, {k: after[k] - before[k] for k in after}
 
-big = os.path.join(m, "big")
-with open(big, "wb") as f:
-    for _ in range(size_mb):
-        f.write(os.urandom(1 << 20))
-gb = size_mb / 1024
-cols = ["sfsd", "ganesha", "gluster", "client"]
-print(f"\n{'workload':34} {'s':>7} {'rate':>12}   CPU " + " ".join(f"{c:>8}" for c in cols))
-
-def row(label, secs, cpu, amount, unit, per):
-    rate = amount / secs
-    scale = 1000 if per == "ms/f" else 1
-    print(f"{label:34} {secs:7.2f} {rate:8.2f} {unit:4}  {per:4} "
-          + " ".join(f"{cpu[c] * scale / amount:8.3f}" for c in cols))
-    return rate
-
-secs, cpu = run_all([at(1, "put", big, f"{name}/big1")])
-row(f"put {size_mb} MiB, instance 1", secs, cpu, gb, "GB/s", "s/GB")
-run_all([at(2, "put", big, f"{name}/big2")])
-out = lambda i: os.path.join(m, f"out{i}")
-# Once to warm every cache on the way, then measured.
-run_all([at(1, "get", f"{name}/big1", out(1)), at(2, "get", f"{name}/big2", out(2))])
-secs, cpu = run_all([at(1, "get", f"{name}/big1", out(1))])
-one = row("get, 1 client, instance 1", secs, cpu, gb, "GB/s", "s/GB")
-secs, cpu = run_all([at(1, "get", f"{name}/big1", out(1)),
-                     at(1, "get", f"{name}/big2", out(2))])
-same = row("get, 2 clients, both instance 1", secs, cpu, 2 * gb, "GB/s", "s/GB")
-secs, cpu = run_all([at(1, "get", f"{name}/big1", out(1)),
-                     at(2, "get", f"{name}/big2", out(2))])
-two = row("get, 2 clients, instances 1 and 2", secs, cpu, 2 * gb, "GB/s", "s/GB")
-
 for d in ("m1", "m2"):
     os.makedirs(os.path.join(m, d))
     for i in range(files // 2):
         with open(os.path.join(m, d, f"f{i}"), "wb") as f:
             f.write(b"x" * 1024)
 src = lambda d: os.path.join(m, d)
-secs, cpu = run_all([at(1, "put", "-r", src("m1"), f"{name}/m1"),
-                     at(1, "put", "-r", src("m2"), f"{name}/m2")])
-mone = row(f"put -r {files} x 1 KiB, instance 1", secs, cpu, files, "f/s", "ms/f")
-run_all([at(1, "rm", "-r", f"{name}/m1"), at(1, "rm", "-r", f"{name}/m2")])
-secs, cpu = run_all([at(1, "put", "-r", src("m1"), f"{name}/m1"),
-                     at(2, "put", "-r", src("m2"), f"{name}/m2")])
-mtwo = row(f"put -r {files} x 1 KiB, instances 1+2", secs, cpu, files, "f/s", "ms/f")
-secs, cpu = run_all([at(1, "rm", "-r", f"{name}/m1"), at(2, "rm", "-r", f"{name}/m2")])
-row(f"rm -r {files} files, instances 1+2", secs, cpu, files, "f/s", "ms/f")
-print(f"two instances / one, 2 clients reading: {two / same:.2f}x"
-      f" (one client on one instance: {one:.2f} GB/s)")
-print(f"two instances / one, 2 clients creating files: {mtwo / mone:.2f}x")
+cols = ["sfsd", "ganesha", "gluster", "client"]
+# (phase, arrangement) -> [(seconds, {layer: CPU-s})]
+results = {}
+arrangements = {"one": (1, 1), "two": (1, 2)}
+
+def phase(label, arrangement, make):
+    i, j = arrangements[arrangement]
+    secs, cpu = run_all([at(i, *make("m1")), at(j, *make("m2"))])
+    results.setdefault((label, arrangement), []).append((secs, cpu))
+
+# One untimed round first: the volume's first metadata work is slower than the rest.
+run_all([at(1, "put", "-r", src("m1"), f"{name}/m1"), at(2, "put", "-r", src("m2"), f"{name}/m2")])
+run_all([at(1, "rm", "-r", f"{name}/m1"), at(2, "rm", "-r", f"{name}/m2")])
+for rep in range(reps):
+    for arrangement in ("one", "two") if rep % 2 == 0 else ("two", "one"):
+        phase("put -r", arrangement, lambda d: ["put", "-r", src(d), f"{name}/{d}"])
+        phase("stat", arrangement,
+              lambda d: ["stat", *(f"{name}/{d}/f{i}" for i in range(files // 2))])
+        phase("rm -r", arrangement, lambda d: ["rm", "-r", f"{name}/{d}"])
+
+print(f"\n{files} files of 1 KiB, two clients (each half), {reps} reps, medians; "
+      f"CPU in ms per file of each layer")
+print(f"{'workload':12} {'instances':>9} {'s':>7} {'files/s':>9}  "
+      + " ".join(f"{c:>8}" for c in cols))
+rates = {}
+for (label, arrangement), runs in results.items():
+    secs = statistics.median(r[0] for r in runs)
+    rate = files / secs
+    rates[(label, arrangement)] = rate
+    cpu = {c: statistics.median(r[1][c] for r in runs) * 1000 / files for c in cols}
+    where = "1 (both)" if arrangement == "one" else "1 and 2"
+    print(f"{label:12} {where:>9} {secs:7.2f} {rate:9.1f}  "
+          + " ".join(f"{cpu[c]:8.3f}" for c in cols))
+for label in ("put -r", "stat", "rm -r"):
+    print(f"{label}: two instances / one: {rates[(label, 'two')] / rates[(label, 'one')]:.2f}x")
 opened = [open(os.path.join(scale, f"logs/sfsd-{i}.log")).read().count("connection opened")
           for i in (1, 2)]
 print(f"connections served: instance 1 {opened[0]}, instance 2 {opened[1]}")
 EOF
+echo "load after: $(uptime)"

@@ -297,6 +297,12 @@ exec ganesha.nfsd -F -f '$SCALE_DIR/ganesha.conf' -L '$LOGS/ganesha.log' -p /run
 
 down() {
     need_root
+    # Nothing of ours without run/up (touched before anything is started): the pid files
+    # below are Gluster's, and would name another glusterd's daemons.
+    if [ ! -e "$RUN/up" ]; then
+        say "down: nothing was brought up in $SCALE_DIR"
+        return 0
+    fi
     local i
     for f in "$RUN"/sfsd-*.pid; do
         [ -e "$f" ] || continue
@@ -335,12 +341,9 @@ down() {
         done
     fi
     hosts_remove
-    # Only a directory `up` made (it holds run/up): never whatever SCALE_DIR names by mistake.
-    if [ -e "$RUN/up" ]; then
-        rm -rf "$SCALE_DIR"
-    elif [ -e "$SCALE_DIR" ]; then
-        say "$SCALE_DIR was not made by up: left alone"
-    fi
+    # Only a directory `up` made (it holds run/up, checked above): never whatever SCALE_DIR
+    # names by mistake.
+    rm -rf "$SCALE_DIR"
     say "down: nothing left in $SCALE_DIR, /etc/hosts, or Gluster's paths this run created"
 }
 

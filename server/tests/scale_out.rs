@@ -4,10 +4,12 @@
 //! cross-instance INVALIDATE delay over the real backend, a brick lost during a write, and an
 //! instance lost during a read (the same handle carries on at the other).
 //!
-//! Long and intrusive (it installs glusterfs-server and nfs-ganesha-gluster where missing, runs
-//! glusterd, writes /etc/hosts and Gluster's fixed paths, all removed at the end), so it runs
-//! only as root with `SFS_SCALE_OUT_TEST=1` and skips, saying so, otherwise; CI tests the peer
-//! channel alone (`tests/peers.rs`). Run it with
+//! Intrusive (it runs glusterd as root, writes /etc/hosts and Gluster's fixed paths, all
+//! removed at the end, on failure too), so it runs only as root with `SFS_SCALE_OUT_TEST=1`,
+//! and skips, saying so, where the packages (`glusterfs-server nfs-ganesha-gluster rpcbind`)
+//! are missing or another glusterd runs. `.ci/run` installs the packages where it can and runs
+//! it (about 30 s); the longer measurements are `scripts/scale-out-measure.sh` and
+//! `scripts/invalidate-delay.sh`. Run it with
 //! `SFS_SCALE_OUT_TEST=1 cargo test -p sfsd --test scale_out -- --nocapture`.
 
 mod common;
@@ -21,9 +23,79 @@ use protocol::*;
 
 const VOLUME: &str = "sfstest";
 const NAME: &str = "sfs-scale-test";
+/// The stack's directory: fixed, so a run killed before its cleanup (SIGKILL, a CI timeout)
+/// is cleaned up by the next one, under [`LOCK`].
+const SCALE_DIR: &str = "/var/tmp/sfs-scale-out-test";
+/// Held for the whole test: two runs at once (two worktrees' CI) would share glusterd and the
+/// ports; the second waits for the first.
+const LOCK: &str = "/var/tmp/sfs-scale-out-test.lock";
+
+/// Why the stack cannot run here, if it cannot: a skip, not a failure (the packages are
+/// optional; `.ci/run` installs them where it can).
+fn unavailable() -> Option<String> {
+    if !rustix::process::geteuid().is_root() {
+        return Some("the scale-out stack needs root".into());
+    }
+    let on_path = |bin: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+    };
+    let packages = "apt-get install glusterfs-server nfs-ganesha nfs-ganesha-gluster rpcbind";
+    for bin in [
+        "glusterd",
+        "gluster",
+        "ganesha.nfsd",
+        "rpcbind",
+        "unshare",
+        "python3",
+        "setsid",
+    ] {
+        if !on_path(bin) {
+            return Some(format!("{bin} not found on PATH ({packages})"));
+        }
+    }
+    let fsal = std::fs::read_dir("/usr/lib").ok().and_then(|dirs| {
+        dirs.flatten()
+            .map(|d| d.path().join("ganesha/libfsalgluster.so"))
+            .find(|p| p.is_file())
+    });
+    if fsal.is_none() {
+        return Some(format!("no Gluster FSAL for NFS-Ganesha ({packages})"));
+    }
+    None
+}
+
+/// Whether a glusterd runs (not ours: ours are gone once a leftover stack is down).
+fn glusterd_running() -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == "glusterd").then_some(pid)
+    })
+}
+
+/// Takes [`LOCK`], waiting up to five minutes for another run to end.
+fn lock() -> Option<std::fs::File> {
+    let file = std::fs::File::create(LOCK).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Some(file),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(500))
+            }
+            Err(e) => {
+                eprintln!("{LOCK}: {e}");
+                return None;
+            }
+        }
+    }
+}
 
 struct Stack {
+    /// Files of the test's own (users, the client's identity, a hosts file).
     dir: tempfile::TempDir,
+    _lock: std::fs::File,
 }
 
 impl Stack {
@@ -32,7 +104,7 @@ impl Stack {
         Command::new("bash")
             .arg(repo.join("scripts/scale-out.sh"))
             .arg(verb)
-            .env("SCALE_DIR", self.scale_dir())
+            .env("SCALE_DIR", SCALE_DIR)
             .env("VOLUME", VOLUME)
             .env("NAME", NAME)
             .env("GLUSTER_HOST", "sfs-gluster-test")
@@ -48,7 +120,7 @@ impl Stack {
     }
 
     fn scale_dir(&self) -> PathBuf {
-        self.dir.path().join("stack")
+        PathBuf::from(SCALE_DIR)
     }
 
     /// (name, address) of instance `i` (1-based), from its log.
@@ -131,17 +203,33 @@ fn scale_out_stack() {
     if std::env::var("SFS_SCALE_OUT_TEST").as_deref() != Ok("1") {
         eprintln!(
             "skipped: the Gluster + Ganesha + two sfsd stack runs only with SFS_SCALE_OUT_TEST=1 \
-             (as root; it installs packages and runs glusterd)"
+             (as root: it runs glusterd and edits /etc/hosts; .ci/run sets it)"
         );
         return;
     }
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: the scale-out stack needs root");
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
         return;
     }
+    let Some(lock) = lock() else {
+        eprintln!("skipped: another run of this test held {LOCK} for five minutes");
+        return;
+    };
     let stack = Stack {
         dir: tempfile::tempdir_in("/var/tmp").unwrap(),
+        _lock: lock,
     };
+    if Path::new(SCALE_DIR).join("run/up").exists() {
+        eprintln!("{SCALE_DIR}: left by a run that did not end; taking it down first");
+        stack.script("down");
+    }
+    if let Some(pid) = glusterd_running() {
+        eprintln!(
+            "skipped: a glusterd (pid {pid}) not started by this test runs here; \
+             the stack needs its own"
+        );
+        return;
+    }
     let k = UserKeypair::from_seed([1; 32]).public_key();
     let mut users = format!("alice {k} 1001 1001\n");
     // The real client too, where it is built (`cargo build -p sfs`): it must find the

@@ -135,6 +135,20 @@ impl Conn {
 }
 
 fn connect(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHandle, u32)> {
+    let (mut conn, root, max_io) = session(target, config)?;
+    let file = match conn.call(RequestOp::Lookup {
+        dir: root,
+        name: target.file.as_bytes().to_vec(),
+    })? {
+        ReplyBody::Lookup { fh, .. } => fh,
+        other => bail!("unexpected LOOKUP reply {other:?}"),
+    };
+    Ok((conn, file, max_io))
+}
+
+/// A logged-in connection to `target`'s server: the connection, the export's root handle and
+/// the largest READ or WRITE its records carry.
+fn session(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHandle, u32)> {
     let addr = target.name.location().socket_addr_string();
     let mut stream = TcpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
     stream.set_nodelay(true)?;
@@ -171,14 +185,58 @@ fn connect(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHa
         ReplyBody::Mount { fh, .. } => fh,
         other => bail!("unexpected MOUNT reply {other:?}"),
     };
-    let file = match conn.call(RequestOp::Lookup {
+    Ok((conn, root, max_io))
+}
+
+/// Makes sure `target.file` holds `target.file_size` bytes of [`pattern_byte`], writing it
+/// through the server if it does not (a backend the bench cannot write to directly, such as
+/// an NFS export of a Gluster volume). Returns whether it wrote. A file of the right size is
+/// taken as it is (`--verify` would catch other contents).
+pub fn ensure_file(target: &Target, config: &LoadConfig) -> anyhow::Result<bool> {
+    let (mut conn, root, max_io) = session(target, config)?;
+    let name = target.file.as_bytes().to_vec();
+    if let Ok(ReplyBody::Lookup {
+        attr: Some(attr), ..
+    }) = conn.call(RequestOp::Lookup {
         dir: root,
-        name: target.file.as_bytes().to_vec(),
+        name: name.clone(),
+    }) && attr.size == target.file_size
+    {
+        return Ok(false);
+    }
+    let fh = match conn.call(RequestOp::Create {
+        dir: root,
+        name,
+        how: protocol::CreateHow::Unchecked(protocol::SetAttr {
+            mode: Some(0o644),
+            size: Some(0),
+            ..protocol::SetAttr::default()
+        }),
     })? {
-        ReplyBody::Lookup { fh, .. } => fh,
-        other => bail!("unexpected LOOKUP reply {other:?}"),
+        ReplyBody::Create(protocol::NewObject { fh: Some(fh), .. }) => fh,
+        other => bail!("unexpected CREATE reply {other:?}"),
     };
-    Ok((conn, file, max_io))
+    let chunk = u64::from(max_io.min(1 << 20));
+    let mut offset = 0;
+    while offset < target.file_size {
+        let n = chunk.min(target.file_size - offset);
+        let data: Vec<u8> = (offset..offset + n).map(pattern_byte).collect();
+        match conn.call(RequestOp::Write {
+            fh,
+            offset,
+            stable: protocol::StableHow::Unstable,
+            data: data.into(),
+        })? {
+            ReplyBody::Write { count, .. } if u64::from(count) == n => offset += n,
+            other => bail!("unexpected WRITE reply at {offset}: {other:?}"),
+        }
+    }
+    conn.call(RequestOp::Commit {
+        fh,
+        offset: 0,
+        count: 0,
+    })?;
+    Ok(true)
 }
 
 /// An authenticated connection (handshake, LOGIN, MOUNT, LOOKUP done) left idle: what

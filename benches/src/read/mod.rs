@@ -86,6 +86,42 @@ pub struct ReadArgs {
     /// 127.0.0.1 exporting it, sfsd in front: the paper's setup; needs root and nfs-ganesha)
     #[arg(long, default_value = "local")]
     backend: Backend,
+    /// Serve this NFS export instead (`nfs://HOST[:PORT]/EXPORT[?mountport=P]`), one the
+    /// bench does not start, e.g. `scripts/scale-out.sh`'s Ganesha over Gluster: every sfsd of
+    /// every mode reads the same file there (`ncopy`: C instances in front of one volume, the
+    /// clients split across them). The file is written through an sfsd first unless it is
+    /// there with `--file-size` bytes
+    #[arg(long)]
+    backend_url: Option<String>,
+    /// Also report the CPU per byte of another process and its descendants, as NAME=PID
+    /// (repeatable): e.g. the NFS server and storage daemons behind `--backend-url`
+    #[arg(long, value_parser = parse_watch)]
+    watch: Vec<Watch>,
+}
+
+/// A process (with its descendants) whose CPU per byte the table reports beside sfsd's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watch {
+    name: String,
+    pid: u32,
+}
+
+/// Parses `NAME=PID`.
+fn parse_watch(text: &str) -> Result<Watch, String> {
+    let (name, pid) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not NAME=PID"))?;
+    let pid = pid
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{pid}` in `{text}` is not a process id"))?;
+    if name.is_empty() {
+        return Err(format!("`{text}` has no name before ="));
+    }
+    Ok(Watch {
+        name: name.to_string(),
+        pid,
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -178,6 +214,8 @@ struct Sample {
     server_system_share: Option<f64>,
     /// NFS-Ganesha's CPU per byte, with `--backend nfs` (not in `server_cpu_s_per_gb`).
     backend_cpu_s_per_gb: Option<f64>,
+    /// Each `--watch` process tree's CPU per byte, in their order.
+    watched_cpu_s_per_gb: Vec<f64>,
     client_cpu_s_per_gb: f64,
     serial_fraction: Option<f64>,
 }
@@ -204,6 +242,8 @@ struct Row {
     server_system_share: Option<f64>,
     /// With `--backend nfs`: NFS-Ganesha's CPU per byte, besides sfsd's.
     backend_cpu_s_per_gb: Option<f64>,
+    /// Each `--watch` process tree's CPU per byte, besides sfsd's: (name, cpu-s/GB).
+    watched_cpu_s_per_gb: Vec<(String, f64)>,
     /// The load clients' CPU per byte (they frame replies without opening them unless
     /// `--verify`; sftp clients decrypt everything).
     client_cpu_s_per_gb: f64,
@@ -248,6 +288,9 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
 pub fn run(args: ReadArgs) -> anyhow::Result<()> {
     if args.clients == 0 || args.reps == 0 || args.window == 0 {
         bail!("--clients, --reps and --window must be at least 1");
+    }
+    if args.backend_url.is_some() && args.backend == Backend::Nfs {
+        bail!("--backend nfs starts its own NFS server; --backend-url names another: pick one");
     }
     let sfsd = servers::locate_sfsd(args.sfsd.as_deref())?;
     let machine_cpus = libcolor::available_cpus();
@@ -319,7 +362,18 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         args.duration,
         args.warmup
     );
-    let exports = prepare_exports(&workdir, copies, DATA_FILE, args.file_size)?;
+    let exports = if args.backend_url.is_some() {
+        // The data is on the NFS server: the directories only stand for it (the users file
+        // maps the bench user to their owner).
+        (0..copies)
+            .map(|i| {
+                let dir = workdir.join(format!("export-{i}"));
+                std::fs::create_dir_all(&dir).map(|()| dir)
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        prepare_exports(&workdir, copies, DATA_FILE, args.file_size)?
+    };
     if sftp {
         prepare_exports(&workdir, 1, sftp::SFTP_FILE, sftp::SFTP_FILE_SIZE)?;
     }
@@ -344,6 +398,8 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
     };
     let ctx = Bench {
         ganesha,
+        backend_url: args.backend_url.clone(),
+        watch: args.watch.clone(),
         sfsd,
         workdir: workdir.clone(),
         exports,
@@ -356,6 +412,9 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         duration: Duration::from_secs_f64(args.duration),
     };
 
+    if let Some(url) = &ctx.backend_url {
+        seed_backend(&ctx, url)?;
+    }
     let cipher = crate::cipher::measure(
         args.cipher.cipher(),
         args.chunk as usize,
@@ -388,6 +447,7 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
         &samples,
         (ctx.clients, ctx.machine_cpus),
         (args.cipher.cipher(), cipher.seal_cpu_s_per_gb),
+        &args.watch,
     );
     print_table(&rows);
     if let Some(path) = &args.json {
@@ -403,6 +463,9 @@ pub fn run(args: ReadArgs) -> anyhow::Result<()> {
 /// Everything a measurement needs.
 struct Bench {
     ganesha: Option<ganesha::Ganesha>,
+    /// `--backend-url`: the NFS export every sfsd serves.
+    backend_url: Option<String>,
+    watch: Vec<Watch>,
     sfsd: PathBuf,
     workdir: PathBuf,
     exports: Vec<PathBuf>,
@@ -413,6 +476,39 @@ struct Bench {
     file_size: u64,
     warmup: Duration,
     duration: Duration,
+}
+
+/// Makes sure the NFS export behind `--backend-url` holds the data file, writing it through
+/// an sfsd if it does not.
+fn seed_backend(ctx: &Bench, url: &str) -> anyhow::Result<()> {
+    let all: Vec<usize> = (0..ctx.machine_cpus).collect();
+    let state = ctx.workdir.join("state-0");
+    let server = Server::start(
+        &ctx.sfsd,
+        &all,
+        &[],
+        &state,
+        &ctx.exports[0],
+        Some(url),
+        &ctx.users,
+    )?;
+    let target = Target {
+        name: server.name.clone(),
+        file: DATA_FILE.to_string(),
+        file_size: ctx.file_size,
+    };
+    let started = Instant::now();
+    let wrote = load::ensure_file(&target, &ctx.load)
+        .with_context(|| format!("writing {DATA_FILE} to {url}"))?;
+    server.stop();
+    if wrote {
+        eprintln!(
+            "read: wrote {} to {url} in {:.1}s",
+            human_bytes(ctx.file_size),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 /// Creates `copies` export directories, each with its own copy of the data file, and reads
@@ -499,6 +595,7 @@ fn measure_sftp(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sam
         server_cpu_s_per_gb: server.total().as_secs_f64() / (moved / 1e9),
         server_system_share: server.system_share(),
         backend_cpu_s_per_gb: None,
+        watched_cpu_s_per_gb: Vec::new(),
         client_cpu_s_per_gb: k1.saturating_sub(k0).as_secs_f64() / (moved / 1e9),
         serial_fraction: None,
     })
@@ -536,6 +633,7 @@ fn measure_nginx(ctx: &Bench, config: Config, cipher: &str) -> anyhow::Result<Sa
         server_cpu_s_per_gb: used.total().as_secs_f64() / (moved / 1e9),
         server_system_share: used.system_share(),
         backend_cpu_s_per_gb: None,
+        watched_cpu_s_per_gb: Vec::new(),
         client_cpu_s_per_gb: run.cpu.as_secs_f64() / (moved / 1e9),
         serial_fraction: None,
     })
@@ -571,7 +669,11 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
             &flags,
             &state,
             &ctx.exports[p],
-            ctx.ganesha.as_ref().map(|g| g.url(p)).as_deref(),
+            ctx.ganesha
+                .as_ref()
+                .map(|g| g.url(p))
+                .or_else(|| ctx.backend_url.clone())
+                .as_deref(),
             &ctx.users,
         )?);
     }
@@ -605,20 +707,28 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
     };
     let mine = crate::cputime::process_cpu_time;
     let backend = || ctx.ganesha.as_ref().map(ganesha::Ganesha::cpu_times);
-    let (b0, t0, c0, k0, g0) = (
+    let watched = || -> Vec<crate::procs::CpuTimes> {
+        ctx.watch
+            .iter()
+            .map(|w| sftp::process_tree_cpu_times(w.pid))
+            .collect()
+    };
+    let (b0, t0, c0, k0, g0, w0) = (
         progress.bytes.load(Relaxed),
         Instant::now(),
         cpu(&servers),
         mine(),
         backend(),
+        watched(),
     );
     std::thread::sleep(ctx.duration);
-    let (b1, t1, c1, k1, g1) = (
+    let (b1, t1, c1, k1, g1, w1) = (
         progress.bytes.load(Relaxed),
         Instant::now(),
         cpu(&servers),
         mine(),
         backend(),
+        watched(),
     );
     progress.stop.store(true, Relaxed);
     let mut failure = None;
@@ -643,6 +753,11 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
         backend_cpu_s_per_gb: g0
             .zip(g1)
             .map(|(g0, g1)| g1.since(g0).total().as_secs_f64() / (bytes / 1e9).max(1e-9)),
+        watched_cpu_s_per_gb: w0
+            .iter()
+            .zip(&w1)
+            .map(|(w0, w1)| w1.since(*w0).total().as_secs_f64() / (bytes / 1e9).max(1e-9))
+            .collect(),
         client_cpu_s_per_gb: k1.saturating_sub(k0).as_secs_f64() / (bytes / 1e9).max(1e-9),
         serial_fraction: (!fractions.is_empty())
             .then(|| fractions.iter().sum::<f64>() / fractions.len() as f64),
@@ -651,12 +766,14 @@ fn measure(ctx: &Bench, config: Config) -> anyhow::Result<Sample> {
 
 /// One row per configuration: medians over its samples and the ratios between rows.
 /// `(clients, machine_cpus)`: the load's shape, for the notes; `(sfs_cipher, cipher)`: the
-/// cipher sfsd sealed with in this run and its seal cost alone in cpu-s/GB.
+/// cipher sfsd sealed with in this run and its seal cost alone in cpu-s/GB; `watch`: the
+/// processes whose CPU per byte the samples hold, in order.
 fn summarise(
     configs: &[Config],
     samples: &[Vec<Sample>],
     (clients, machine_cpus): (usize, usize),
     (sfs_cipher, cipher): (Cipher, f64),
+    watch: &[Watch],
 ) -> Vec<Row> {
     let med = |i: usize| median(&samples[i].iter().map(|s| s.mb_per_s).collect::<Vec<_>>());
     let med_cpu = |i: usize| {
@@ -710,6 +827,18 @@ fn summarise(
                 server_cpu_s_per_gb: server_cpu,
                 server_system_share: median_of(|s| s.server_system_share),
                 backend_cpu_s_per_gb: median_of(|s| s.backend_cpu_s_per_gb),
+                watched_cpu_s_per_gb: watch
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, w)| {
+                        let per_gb = median_of_present(
+                            samples[i]
+                                .iter()
+                                .map(|s| s.watched_cpu_s_per_gb.get(k).copied()),
+                        )?;
+                        Some((w.name.clone(), per_gb))
+                    })
+                    .collect(),
                 client_cpu_s_per_gb: per_gb(|s| s.client_cpu_s_per_gb),
                 cipher_seal_cpu_s_per_gb: cipher,
                 server_over_cipher: server_cpu / cipher,
@@ -793,6 +922,14 @@ fn row_note(r: &Row) -> String {
     if let Some(g) = r.backend_cpu_s_per_gb {
         notes.push(format!("NFS-Ganesha: {g:.2} cpu-s/GB more"));
     }
+    if !r.watched_cpu_s_per_gb.is_empty() {
+        let each: Vec<String> = r
+            .watched_cpu_s_per_gb
+            .iter()
+            .map(|(name, g)| format!("{name} {g:.2}"))
+            .collect();
+        notes.push(format!("cpu-s/GB more: {}", each.join(", ")));
+    }
     notes.join("; ")
 }
 
@@ -814,6 +951,7 @@ mod tests {
             server_cpu_s_per_gb,
             server_system_share: system,
             backend_cpu_s_per_gb: system.map(|s| s * 10.0),
+            watched_cpu_s_per_gb: Vec::new(),
             client_cpu_s_per_gb: 0.1,
             serial_fraction: system.map(|s| s / 2.0),
         }
@@ -849,7 +987,13 @@ mod tests {
             vec![sample(200.0, 0.8, None)],
             vec![sample(60.0, 4.0, None)],
         ];
-        let rows = summarise(&configs, &samples, (4, 2), (Cipher::ChaCha20Poly1305, 0.4));
+        let rows = summarise(
+            &configs,
+            &samples,
+            (4, 2),
+            (Cipher::ChaCha20Poly1305, 0.4),
+            &[],
+        );
         let uni = &rows[0];
         assert_eq!(
             (uni.mb_per_s, uni.mb_per_s_min, uni.mb_per_s_max),
@@ -913,7 +1057,7 @@ mod tests {
             vec![sample(500.0, 2.0, None)],
             vec![sample(800.0, 1.0, None)],
         ];
-        let rows = summarise(&configs, &samples, (4, 2), (Cipher::Aes256Gcm, 0.3));
+        let rows = summarise(&configs, &samples, (4, 2), (Cipher::Aes256Gcm, 0.3), &[]);
         assert_eq!(rows[1].mp_cpu_over_this, None, "ChaCha20 against AES");
         assert_eq!(rows[2].mp_cpu_over_this, Some(0.6));
         assert_eq!(rows[2].mp_over_this, Some(1.25));
@@ -923,10 +1067,52 @@ mod tests {
                 "sfsd mp cpu-s/GB / nginx-aes256-gcm cpu-s/GB on 1 CPU(s): 0.60 (aim: at most 0.50, not met)"
             ]
         );
-        let rows = summarise(&configs, &samples, (4, 2), (Cipher::ChaCha20Poly1305, 0.3));
+        let rows = summarise(
+            &configs,
+            &samples,
+            (4, 2),
+            (Cipher::ChaCha20Poly1305, 0.3),
+            &[],
+        );
         assert_eq!(rows[1].mp_cpu_over_this, Some(0.3));
         assert_eq!(rows[2].mp_cpu_over_this, None);
         assert!(aim_lines(&rows)[0].ends_with("0.30 (aim: at most 0.50, met)"));
+    }
+
+    #[test]
+    fn watched_processes_get_a_median_per_byte_each_in_the_note() {
+        let configs = [Config {
+            mode: Mode::Mp,
+            cpus: 1,
+        }];
+        let with = |g: f64, b: f64| Sample {
+            watched_cpu_s_per_gb: vec![g, b],
+            ..sample(100.0, 1.0, None)
+        };
+        let samples = vec![vec![with(1.0, 4.0), with(3.0, 5.0), with(2.0, 9.0)]];
+        let watch = [
+            parse_watch("ganesha=10").unwrap(),
+            parse_watch("gluster=11").unwrap(),
+        ];
+        let rows = summarise(&configs, &samples, (4, 2), (Cipher::Aes256Gcm, 0.3), &watch);
+        assert_eq!(
+            rows[0].watched_cpu_s_per_gb,
+            [("ganesha".to_string(), 2.0), ("gluster".to_string(), 5.0)]
+        );
+        assert_eq!(
+            row_note(&rows[0]),
+            "cpu-s/GB more: ganesha 2.00, gluster 5.00"
+        );
+        assert_eq!(
+            parse_watch("ganesha=42"),
+            Ok(Watch {
+                name: "ganesha".into(),
+                pid: 42
+            })
+        );
+        assert!(parse_watch("ganesha").is_err());
+        assert!(parse_watch("=42").is_err());
+        assert!(parse_watch("ganesha=x").is_err());
     }
 
     #[test]
