@@ -1138,13 +1138,13 @@ pub fn placeholder_dir() -> Attr {
     }
 }
 
-/// The kernel cache timeout for attributes carrying this lease.
 /// What is left at this moment of the lease of `a`, received at `received`, in milliseconds.
 fn lease_left(a: &Attr, received: Instant) -> u32 {
     let left = ttl(a).saturating_sub(received.elapsed());
     u32::try_from(left.as_millis()).unwrap_or(u32::MAX)
 }
 
+/// The kernel cache timeout for attributes carrying this lease.
 pub fn ttl(a: &Attr) -> Duration {
     Duration::from_millis(u64::from(a.lease_ms))
 }

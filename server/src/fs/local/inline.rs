@@ -84,13 +84,11 @@ pub(super) fn refused() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use protocol::{HandleKey, ReplyBody, SetAttr, StableHow};
+    use protocol::{ReplyBody, SetAttr, StableHow};
 
     use super::*;
     use crate::fs::Storage;
-    use crate::fs::creds::{Mode, Switcher};
-    use crate::fs::local::LocalFs;
-    use crate::fs::local::testing::{backend, ctx};
+    use crate::fs::local::testing::{backend, ctx, open};
 
     fn set(mode: Option<u32>, size: Option<u64>) -> SetAttr {
         SetAttr {
@@ -211,14 +209,7 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        let restarted = LocalFs::open(
-            dir.path(),
-            HandleKey::new([3; 32]),
-            1 << 20,
-            false,
-            Switcher::new(Mode::ServerUser),
-        )
-        .unwrap();
+        let restarted = open(dir.path());
         let getattr = RequestOp::GetAttr { fh };
         for _ in 0..2 {
             assert!(restarted.execute_inline(&ctx(), &getattr).is_none());

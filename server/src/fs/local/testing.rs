@@ -26,16 +26,22 @@ pub(crate) fn ctx() -> OpCtx {
     }
 }
 
-/// A backend on `export` running as the test's own user, and the handle of `name` in it.
-pub(crate) fn backend(export: &Path, name: &str) -> (Arc<LocalFs>, FileHandle) {
-    let fs = LocalFs::open(
+/// A backend on `export` running as the test's own user; opened again on the same export,
+/// it is that server restarted (same handle key, an empty inode index).
+pub(crate) fn open(export: &Path) -> LocalFs {
+    LocalFs::open(
         export,
         HandleKey::new([3; 32]),
         1 << 20,
         false,
         Switcher::new(Mode::ServerUser),
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// [`open`], and the handle of `name` in it.
+pub(crate) fn backend(export: &Path, name: &str) -> (Arc<LocalFs>, FileHandle) {
+    let fs = open(export);
     let c = ctx();
     let root = match fs
         .execute(
