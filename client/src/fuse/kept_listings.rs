@@ -12,7 +12,9 @@
 //!
 //! A kept listing is handed only to the local user it was read for: another user may not be
 //! allowed to read the directory, and the server is who decides. The keeping is bounded:
-//! at most [`MAX_KEPT`] listings of at most [`MAX_KEPT_ENTRIES`] entries each.
+//! at most [`MAX_KEPT`] listings of at most [`MAX_KEPT_ENTRIES`] entries each and
+//! [`MAX_KEPT_TOTAL`] entries in all (each up to a 255-byte name, a handle and attributes:
+//! about 30 MiB at most, whatever a server answers).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,11 +31,28 @@ const MAX_KEPT: usize = 1024;
 /// Larger listings are not kept: a walk's directories are small, and one huge directory
 /// must not hold megabytes of names for a minute.
 const MAX_KEPT_ENTRIES: usize = 4096;
+/// Entries of all kept listings together.
+const MAX_KEPT_TOTAL: usize = 65536;
 
 /// Listings by (directory node, local user acting).
 #[derive(Default)]
 pub(super) struct KeptListings {
-    kept: Mutex<HashMap<(u64, u32), Kept>>,
+    kept: Mutex<KeptSet>,
+}
+
+/// The listings, and how many entries they hold together.
+#[derive(Default)]
+struct KeptSet {
+    by_dir: HashMap<(u64, u32), Kept>,
+    entries: usize,
+}
+
+impl KeptSet {
+    fn remove(&mut self, key: &(u64, u32)) {
+        if let Some(k) = self.by_dir.remove(key) {
+            self.entries -= k.listing.entries.len();
+        }
+    }
 }
 
 struct Kept {
@@ -55,7 +74,7 @@ impl KeptListings {
         cache: &AttrCache,
     ) -> Option<Arc<Listing>> {
         let mut kept = self.kept.lock();
-        let k = kept.get(&(ino, uid))?;
+        let k = kept.by_dir.get(&(ino, uid))?;
         if k.dir == *dir && Instant::now() < k.until && !cache.changed_since(dir, k.listing.since) {
             return Some(k.listing.clone());
         }
@@ -80,20 +99,35 @@ impl KeptListings {
         if listing.entries.len() > MAX_KEPT_ENTRIES || cache.changed_since(dir, listing.since) {
             return;
         }
+        let n = listing.entries.len();
         let mut kept = self.kept.lock();
-        if kept.len() >= MAX_KEPT && !kept.contains_key(&(ino, uid)) {
+        kept.remove(&(ino, uid));
+        let full = |k: &KeptSet| k.by_dir.len() >= MAX_KEPT || k.entries + n > MAX_KEPT_TOTAL;
+        if full(&kept) {
             let now = Instant::now();
-            kept.retain(|_, k| k.until > now);
-            if kept.len() >= MAX_KEPT
-                && let Some(soonest) = kept
-                    .iter()
-                    .min_by_key(|(_, k)| k.until)
-                    .map(|(key, _)| *key)
-            {
-                kept.remove(&soonest);
+            let expired: Vec<_> = kept
+                .by_dir
+                .iter()
+                .filter(|(_, k)| k.until <= now)
+                .map(|(key, _)| *key)
+                .collect();
+            for key in &expired {
+                kept.remove(key);
             }
         }
-        kept.insert(
+        while full(&kept) {
+            let Some(soonest) = kept
+                .by_dir
+                .iter()
+                .min_by_key(|(_, k)| k.until)
+                .map(|(key, _)| *key)
+            else {
+                break;
+            };
+            kept.remove(&soonest);
+        }
+        kept.entries += n;
+        kept.by_dir.insert(
             (ino, uid),
             Kept {
                 dir: *dir,
@@ -106,7 +140,7 @@ impl KeptListings {
     /// How many listings are kept.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.kept.lock().len()
+        self.kept.lock().by_dir.len()
     }
 }
 
@@ -207,5 +241,17 @@ mod tests {
             kept.keep(ino, 0, &DIR, &l, &cache);
         }
         assert_eq!(kept.len(), MAX_KEPT);
+        // Entries in all: listings of 4096 entries, at most MAX_KEPT_TOTAL of them together.
+        let kept = KeptListings::default();
+        let large = listing(&cache, MAX_KEPT_ENTRIES);
+        leased(&cache, &large, 60_000);
+        for ino in 0..40 {
+            kept.keep(ino, 0, &DIR, &large, &cache);
+        }
+        assert_eq!(kept.len(), MAX_KEPT_TOTAL / MAX_KEPT_ENTRIES);
+        assert_eq!(kept.kept.lock().entries, MAX_KEPT_TOTAL);
+        // Kept again under the same key: counted once.
+        kept.keep(39, 0, &DIR, &large, &cache);
+        assert_eq!(kept.kept.lock().entries, MAX_KEPT_TOTAL);
     }
 }
