@@ -20,8 +20,9 @@
 //! have cached (`FUSE_NOTIFY_INVAL_ENTRY`). After a reconnect everything is invalidated, since
 //! INVALIDATEs may have been missed. Negative lookups are not cached at all.
 //!
-//! **Listings** are read whole at `opendir` (and kept for the next opens while the directory's
-//! lease lasts, [`kept_listings`]) and paged by `readdirplus`; the kernel installs an
+//! **Listings** are read whole at `opendir` (kept for the next opens while the directory's
+//! lease lasts, [`kept_listings`], and read ahead along a walk, [`listing_ahead`]) and paged
+//! by `readdirplus`; the kernel installs an
 //! entry's attributes as of its READDIRPLUS request, so an entry changed since the listing was
 //! read is sent with newer attributes (the session cache's, else a GETATTR's), never the
 //! listing's: those would take a just-written file's size back.
@@ -76,6 +77,7 @@ use crate::session::{Client, Invalidation, SessionError};
 
 mod append;
 mod kept_listings;
+mod listing_ahead;
 mod locks;
 mod write_behind;
 mod xattr;
@@ -149,6 +151,18 @@ struct Listed {
     node: Option<(FileHandle, Attr)>,
 }
 
+impl Listed {
+    /// The inode number to list for this entry of directory node `dir`: `.` is the node the
+    /// directory was opened as (a listing is kept, or read ahead, by handle, not by node).
+    fn ino_in(&self, dir: INodeNo) -> u64 {
+        if self.node.is_none() && self.name == b"." {
+            dir.0
+        } else {
+            self.ino
+        }
+    }
+}
+
 #[derive(Default)]
 struct Table {
     nodes: HashMap<u64, Node>,
@@ -157,7 +171,8 @@ struct Table {
     /// reply and not since invalidated).
     names: HashMap<u64, HashSet<Vec<u8>>>,
     next: u64,
-    listings: HashMap<u64, Arc<Listing>>,
+    /// Open listings by FUSE file handle, with the directory node they were opened on.
+    listings: HashMap<u64, (u64, Arc<Listing>)>,
     next_listing: u64,
     dirty: HashMap<u64, Dirty>,
     /// Open files per node (open/create minus release).
@@ -206,6 +221,8 @@ pub struct Shared {
     behind: Arc<write_behind::WriteBehind>,
     /// Listings kept between opens while their directory's lease lasts ([`kept_listings`]).
     kept: kept_listings::KeptListings,
+    /// Listings read ahead along a walk of the tree ([`listing_ahead`]).
+    listing_ahead: listing_ahead::ListingAhead,
 }
 
 impl Shared {
@@ -252,6 +269,7 @@ impl Shared {
             xattr_ahead: xattr_ahead::XattrAhead::default(),
             behind: Arc::default(),
             kept: kept_listings::KeptListings::default(),
+            listing_ahead: listing_ahead::ListingAhead::default(),
         })
     }
 
@@ -419,8 +437,8 @@ impl Shared {
             .table()
             .listings
             .values()
-            .filter(|l| l.entries.first().is_some_and(|dot| dot.ino == ino.0))
-            .map(|l| l.since)
+            .filter(|(dir, _)| *dir == ino.0)
+            .map(|(_, l)| l.since)
             .max()?;
         if c.cache().changed_since(fh, since) {
             return None;
@@ -867,19 +885,26 @@ impl Shared {
     }
 
     /// Reads the whole directory now (LISTDIR or READDIRPLUS), or takes the listing kept
-    /// from an earlier open by local user `uid` while it holds ([`kept_listings`]);
-    /// `readdir`/`readdirplus` page through this snapshot.
-    async fn opendir(&self, c: &Client, uid: u32, ino: INodeNo) -> Result<u64, Errno> {
+    /// from an earlier open by local user `uid` while it holds ([`kept_listings`]), or read
+    /// ahead for it ([`listing_ahead`]); `readdir`/`readdirplus` page through this snapshot.
+    async fn opendir(self: &Arc<Self>, c: &Client, uid: u32, ino: INodeNo) -> Result<u64, Errno> {
         let dir = self.fh(ino)?;
         let uid = self.acting_uid(uid);
-        let listing = match self.kept.get(ino.0, uid, &dir, c.cache()) {
+        if let Some(mut reading) = self.listing_ahead.reading(&dir, uid) {
+            // Ends (Err) when the read ahead does, kept or not.
+            let _ = reading.changed().await;
+        }
+        let listing = match self.kept.get(&dir, uid, c.cache()) {
             Some(kept) => kept,
             None => {
-                let read = Arc::new(self.read_listing(c, ino, &dir).await?);
-                self.kept.keep(ino.0, uid, &dir, &read, c.cache());
+                let read = Arc::new(self.read_listing(c, &dir).await?);
+                self.kept.keep(&dir, uid, &read, c.cache());
                 read
             }
         };
+        if let Some(parent) = self.listing_ahead.opened(&dir, uid, &listing) {
+            self.read_ahead(c, uid, &dir, &listing, &parent);
+        }
         let order = listing
             .entries
             .iter()
@@ -888,24 +913,64 @@ impl Shared {
         let mut t = self.table();
         let h = t.next_listing;
         t.next_listing += 1;
-        t.listings.insert(h, listing);
+        t.listings.insert(h, (ino.0, listing));
         Ok(h)
     }
 
-    /// Reads directory `dir` (node `ino`) whole from the server.
-    async fn read_listing(
-        &self,
+    /// A step down a walk: `uid` opened `dir`, a subdirectory of `parent`. Reads ahead the
+    /// listings of `dir`'s subdirectories (the walk's next steps) and of its siblings, each
+    /// directory's once, those not kept already ([`listing_ahead`]).
+    fn read_ahead(
+        self: &Arc<Self>,
         c: &Client,
-        ino: INodeNo,
+        uid: u32,
         dir: &FileHandle,
-    ) -> Result<Listing, Errno> {
+        listing: &Listing,
+        parent: &FileHandle,
+    ) {
+        let ahead = &self.listing_ahead;
+        let mut dirs: Vec<FileHandle> = Vec::new();
+        if ahead.expand(dir, uid) {
+            dirs.extend(listing_ahead::subdirectories(listing));
+        }
+        if ahead.expand(parent, uid)
+            && let Some(siblings) = self.kept.get(parent, uid, c.cache())
+        {
+            dirs.extend(listing_ahead::subdirectories(&siblings).filter(|d| d != dir));
+        }
+        dirs.retain(|d| self.kept.get(d, uid, c.cache()).is_none());
+        dirs.truncate(listing_ahead::MAX_PER_STEP);
+        if dirs.is_empty() {
+            return;
+        }
+        let (sh, c) = (self.clone(), c.clone());
+        tokio::spawn(async move {
+            for d in dirs {
+                let Some(reading) = sh.listing_ahead.start(d, uid).await else {
+                    continue;
+                };
+                let (sh, c) = (sh.clone(), c.clone());
+                tokio::spawn(async move {
+                    // A failure is left for the walker's own `opendir` to meet and report.
+                    if let Ok(l) = sh.read_listing(&c, &d).await {
+                        sh.kept.keep(&d, uid, &Arc::new(l), c.cache());
+                    }
+                    drop(reading);
+                });
+            }
+        });
+    }
+
+    /// Reads directory `dir` whole from the server.
+    async fn read_listing(&self, c: &Client, dir: &FileHandle) -> Result<Listing, Errno> {
         let dir = *dir;
         let since = c.cache().stamp();
         let all = c.readdir_all(&dir).await.map_err(errno)?;
         let mut entries = Vec::with_capacity(all.len() + 2);
         for name in [&b"."[..], b".."] {
             entries.push(Listed {
-                ino: if name == b"." { ino.0 } else { ROOT },
+                // `.`'s is the node of whoever opens the directory ([`Listed::ino_in`]).
+                ino: ROOT,
                 kind: fuser::FileType::Directory,
                 name: name.to_vec(),
                 node: None,
@@ -971,7 +1036,7 @@ impl Shared {
     }
 
     fn listing(&self, h: u64) -> Option<Arc<Listing>> {
-        self.table().listings.get(&h).cloned()
+        self.table().listings.get(&h).map(|(_, l)| l.clone())
     }
 
     /// Answers a READDIRPLUS from listing `l` at `start` (`added`: the reply has entries
@@ -1043,12 +1108,13 @@ impl Shared {
                 }
                 None => {
                     // `.` and `..`: the kernel uses neither the attributes nor a lookup.
+                    let ino = e.ino_in(dir);
                     let attr = FileAttr {
-                        ino: INodeNo(e.ino),
-                        ..fattr(e.ino, &placeholder_dir())
+                        ino: INodeNo(ino),
+                        ..fattr(ino, &placeholder_dir())
                     };
                     if reply.add(
-                        INodeNo(e.ino),
+                        INodeNo(ino),
                         off,
                         name,
                         &Duration::ZERO,
@@ -1869,7 +1935,7 @@ impl Filesystem for SfsFuse {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        dir: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
@@ -1886,7 +1952,7 @@ impl Filesystem for SfsFuse {
             let ino = e
                 .node
                 .and_then(|(fh, _)| t.by_fh.get(&fh).copied())
-                .unwrap_or(e.ino);
+                .unwrap_or_else(|| e.ino_in(dir));
             // The offset of an entry is where to continue after it.
             if reply.add(
                 INodeNo(ino),

@@ -767,6 +767,43 @@ fn listing_a_directory_again_asks_the_server_nothing_while_its_lease_lasts() {
     );
 }
 
+/// A walk down the tree (a directory opened, then one of its subdirectories) reads the
+/// listings of the subdirectory's subdirectories and of its siblings ahead, so the walk's next
+/// `opendir`s ask the server nothing; opening one directory alone reads nothing ahead.
+#[test]
+fn a_walk_reads_the_next_listings_ahead() {
+    need_fuse!();
+    let s = setup();
+    for d in ["top/a/deep", "top/b", "top/c", "alone/x", "alone/y"] {
+        fs::create_dir_all(s.export.join(d)).unwrap();
+    }
+    fs::write(s.export.join("top/b/file"), b"b").unwrap();
+    let m = s.mount("mnt");
+    let names = |d: &str| {
+        let mut v: Vec<String> = fs::read_dir(m.dir.join(d))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let listdirs = |m: &Mount| requests(m, "ListDir") + requests(m, "ReadDirPlus");
+    // One directory alone: its listing only, nothing ahead.
+    let before = listdirs(&m);
+    assert_eq!(names("alone"), ["x", "y"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(listdirs(&m), before + 1, "log:\n{}", m.log());
+    // A walk: top, then top/a; then a/deep, b and c are read ahead.
+    let before = listdirs(&m);
+    assert_eq!(names("top"), ["a", "b", "c"]);
+    assert_eq!(names("top/a"), ["deep"]);
+    soon("listings read ahead", before + 5, || listdirs(&m));
+    assert_eq!(names("top/a/deep"), Vec::<String>::new());
+    assert_eq!(names("top/b"), ["file"]);
+    assert_eq!(names("top/c"), Vec::<String>::new());
+    assert_eq!(listdirs(&m), before + 5, "log:\n{}", m.log());
+}
+
 /// A name a program makes on the server's disk (behind sfsd's back, so no INVALIDATE) shows
 /// in a listing once the directory's lease ends: a kept listing lasts no longer.
 #[test]

@@ -34,7 +34,7 @@ const MAX_KEPT_ENTRIES: usize = 4096;
 /// Entries of all kept listings together.
 const MAX_KEPT_TOTAL: usize = 65536;
 
-/// Listings by (directory node, local user acting).
+/// Listings by (directory, local user acting).
 #[derive(Default)]
 pub(super) struct KeptListings {
     kept: Mutex<KeptSet>,
@@ -43,12 +43,12 @@ pub(super) struct KeptListings {
 /// The listings, and how many entries they hold together.
 #[derive(Default)]
 struct KeptSet {
-    by_dir: HashMap<(u64, u32), Kept>,
+    by_dir: HashMap<(FileHandle, u32), Kept>,
     entries: usize,
 }
 
 impl KeptSet {
-    fn remove(&mut self, key: &(u64, u32)) {
+    fn remove(&mut self, key: &(FileHandle, u32)) {
         if let Some(k) = self.by_dir.remove(key) {
             self.entries -= k.listing.entries.len();
         }
@@ -56,40 +56,37 @@ impl KeptSet {
 }
 
 struct Kept {
-    dir: FileHandle,
     listing: Arc<Listing>,
     /// The end of the directory's lease.
     until: Instant,
 }
 
 impl KeptListings {
-    /// The listing of directory `dir` (node `ino`) kept for `uid`, if it is still what the
-    /// server would answer: the directory's lease has not ended and `cache` saw no change of
-    /// it since the listing was asked for.
+    /// The listing of directory `dir` kept for `uid`, if it is still what the server would
+    /// answer: the directory's lease has not ended and `cache` saw no change of it since the
+    /// listing was asked for.
     pub(super) fn get(
         &self,
-        ino: u64,
-        uid: u32,
         dir: &FileHandle,
+        uid: u32,
         cache: &AttrCache,
     ) -> Option<Arc<Listing>> {
         let mut kept = self.kept.lock();
-        let k = kept.by_dir.get(&(ino, uid))?;
-        if k.dir == *dir && Instant::now() < k.until && !cache.changed_since(dir, k.listing.since) {
+        let k = kept.by_dir.get(&(*dir, uid))?;
+        if Instant::now() < k.until && !cache.changed_since(dir, k.listing.since) {
             return Some(k.listing.clone());
         }
-        kept.remove(&(ino, uid));
+        kept.remove(&(*dir, uid));
         None
     }
 
-    /// Keeps `listing` of `dir` (node `ino`), read for `uid`, until the directory's cached
-    /// attributes expire in `cache`; not at all when none are cached (no lease was granted,
-    /// or a change overlapped the listing) or it is too large.
+    /// Keeps `listing` of `dir`, read for `uid`, until the directory's cached attributes
+    /// expire in `cache`; not at all when none are cached (no lease was granted, or a change
+    /// overlapped the listing) or it is too large.
     pub(super) fn keep(
         &self,
-        ino: u64,
-        uid: u32,
         dir: &FileHandle,
+        uid: u32,
         listing: &Arc<Listing>,
         cache: &AttrCache,
     ) {
@@ -101,7 +98,7 @@ impl KeptListings {
         }
         let n = listing.entries.len();
         let mut kept = self.kept.lock();
-        kept.remove(&(ino, uid));
+        kept.remove(&(*dir, uid));
         let full = |k: &KeptSet| k.by_dir.len() >= MAX_KEPT || k.entries + n > MAX_KEPT_TOTAL;
         if full(&kept) {
             let now = Instant::now();
@@ -128,9 +125,8 @@ impl KeptListings {
         }
         kept.entries += n;
         kept.by_dir.insert(
-            (ino, uid),
+            (*dir, uid),
             Kept {
-                dir: *dir,
                 listing: listing.clone(),
                 until,
             },
@@ -173,7 +169,19 @@ mod tests {
 
     /// The directory's attributes arrived with the listing, under a lease of `lease_ms`.
     fn leased(cache: &AttrCache, l: &Listing, lease_ms: u32) {
-        cache.put(DIR, Attr::test_file(0, lease_ms), l.since);
+        leased_dir(cache, DIR, l, lease_ms);
+    }
+
+    fn leased_dir(cache: &AttrCache, dir: FileHandle, l: &Listing, lease_ms: u32) {
+        cache.put(dir, Attr::test_file(0, lease_ms), l.since);
+    }
+
+    /// Directory number `n`'s handle.
+    fn dir(n: u64) -> FileHandle {
+        let mut b = [0; 48];
+        b[..8].copy_from_slice(&n.to_le_bytes());
+        b[8] = 1;
+        FileHandle::from_bytes(b)
     }
 
     #[test]
@@ -182,18 +190,18 @@ mod tests {
         let kept = KeptListings::default();
         let l = listing(&cache, 3);
         leased(&cache, &l, 60_000);
-        kept.keep(7, 1000, &DIR, &l, &cache);
-        assert!(kept.get(7, 1000, &DIR, &cache).is_some());
-        assert!(kept.get(7, 1001, &DIR, &cache).is_none(), "another user");
-        assert!(kept.get(8, 1000, &DIR, &cache).is_none(), "another node");
+        kept.keep(&DIR, 1000, &l, &cache);
+        assert!(kept.get(&DIR, 1000, &cache).is_some());
+        assert!(kept.get(&DIR, 1001, &cache).is_none(), "another user");
         let other = FileHandle::from_bytes([4; 48]);
+        leased_dir(&cache, other, &l, 60_000);
         assert!(
-            kept.get(7, 1000, &other, &cache).is_none(),
-            "another handle"
+            kept.get(&other, 1000, &cache).is_none(),
+            "another directory"
         );
         // A change of the directory (ours, or an INVALIDATE) ends it.
         cache.invalidate(&DIR);
-        assert!(kept.get(7, 1000, &DIR, &cache).is_none());
+        assert!(kept.get(&DIR, 1000, &cache).is_none());
         assert_eq!(kept.len(), 0);
     }
 
@@ -203,14 +211,14 @@ mod tests {
         let kept = KeptListings::default();
         let l = listing(&cache, 1);
         leased(&cache, &l, 40);
-        kept.keep(7, 0, &DIR, &l, &cache);
-        assert!(kept.get(7, 0, &DIR, &cache).is_some());
+        kept.keep(&DIR, 0, &l, &cache);
+        assert!(kept.get(&DIR, 0, &cache).is_some());
         std::thread::sleep(Duration::from_millis(60));
-        assert!(kept.get(7, 0, &DIR, &cache).is_none());
+        assert!(kept.get(&DIR, 0, &cache).is_none());
         // No lease at all (lease 0, or the attributes were refused): not kept.
         let l = listing(&cache, 1);
         leased(&cache, &l, 0);
-        kept.keep(7, 0, &DIR, &l, &cache);
+        kept.keep(&DIR, 0, &l, &cache);
         assert_eq!(kept.len(), 0);
     }
 
@@ -223,7 +231,7 @@ mod tests {
         // A CREATE in the directory was answered after the listing was asked for.
         cache.begin(&DIR).end(None);
         cache.put(DIR, Attr::test_file(0, 60_000), cache.stamp());
-        kept.keep(7, 0, &DIR, &l, &cache);
+        kept.keep(&DIR, 0, &l, &cache);
         assert_eq!(kept.len(), 0);
     }
 
@@ -233,25 +241,25 @@ mod tests {
         let kept = KeptListings::default();
         let big = listing(&cache, MAX_KEPT_ENTRIES + 1);
         leased(&cache, &big, 60_000);
-        kept.keep(7, 0, &DIR, &big, &cache);
+        kept.keep(&DIR, 0, &big, &cache);
         assert_eq!(kept.len(), 0, "too many entries");
         let l = listing(&cache, 1);
-        leased(&cache, &l, 60_000);
-        for ino in 0..MAX_KEPT as u64 + 10 {
-            kept.keep(ino, 0, &DIR, &l, &cache);
+        for n in 0..MAX_KEPT as u64 + 10 {
+            leased_dir(&cache, dir(n), &l, 60_000);
+            kept.keep(&dir(n), 0, &l, &cache);
         }
         assert_eq!(kept.len(), MAX_KEPT);
         // Entries in all: listings of 4096 entries, at most MAX_KEPT_TOTAL of them together.
         let kept = KeptListings::default();
         let large = listing(&cache, MAX_KEPT_ENTRIES);
-        leased(&cache, &large, 60_000);
-        for ino in 0..40 {
-            kept.keep(ino, 0, &DIR, &large, &cache);
+        for n in 0..40 {
+            leased_dir(&cache, dir(n), &large, 60_000);
+            kept.keep(&dir(n), 0, &large, &cache);
         }
         assert_eq!(kept.len(), MAX_KEPT_TOTAL / MAX_KEPT_ENTRIES);
         assert_eq!(kept.kept.lock().entries, MAX_KEPT_TOTAL);
         // Kept again under the same key: counted once.
-        kept.keep(39, 0, &DIR, &large, &cache);
+        kept.keep(&dir(39), 0, &large, &cache);
         assert_eq!(kept.kept.lock().entries, MAX_KEPT_TOTAL);
     }
 }

@@ -1,0 +1,300 @@
+//! Listings read ahead along a walk of the tree.
+//!
+//! `find`, `ls -R`, `du`, `rm -r` and `git status` open every directory below where they start,
+//! one after the other, and on a fresh mount each `opendir` waits for the server's LISTDIR:
+//! one round trip per directory, during which the walker and the stream sit idle. The mount
+//! can see such a walk coming: a directory opened while it is a subdirectory in a listing the
+//! same user opened before is a step down a walk. At such a step the listings of that
+//! directory's subdirectories and of its siblings (the subdirectories of its parent) are read
+//! ahead, side by side on the one stream, into the kept listings ([`super::kept_listings`]),
+//! where the walker's next `opendir`s find them.
+//!
+//! - **Only along a walk.** Opening one directory (`ls dir`, a shell completing a name) reads
+//!   nothing ahead: what starts it is a second open, one level down, by the same user. Each
+//!   directory's subdirectories are read ahead once per walk ([`ListingAhead::expand`]).
+//! - **As whom.** A listing read ahead is asked for as the user whose step started it (the
+//!   same session, with its groups) and kept for that user only, the kept listings' rule.
+//! - **Never staler than a read at `opendir`.** It is kept by the same rule: under the
+//!   directory's lease, and only if nothing changed the directory since it was asked for.
+//! - **No double reads.** An `opendir` of a directory whose listing is being read ahead for
+//!   the same user waits for that read, then takes the kept listing (or reads the directory
+//!   itself if the listing was not kept).
+//! - **Bounds.** At most [`MAX_PER_STEP`] directories are read ahead per step and
+//!   [`MAX_IN_FLIGHT`] listings are being read ahead at once in the whole mount; the walk's
+//!   memory holds at most [`MAX_REMEMBERED`] subdirectories and [`MAX_EXPANDED`] expanded
+//!   directories (the newest). Listings themselves are bounded by the kept listings' limits.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use protocol::{FileHandle, FileType};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+
+use super::Listing;
+
+/// Directories whose listings are read ahead at one step of a walk (its subdirectories
+/// first, then its siblings).
+pub(super) const MAX_PER_STEP: usize = 64;
+/// Listings being read ahead at once in the whole mount.
+pub(super) const MAX_IN_FLIGHT: usize = 16;
+/// Subdirectories of opened listings remembered, to recognise the next step of a walk.
+const MAX_REMEMBERED: usize = 16384;
+/// Directories remembered as expanded (their subdirectories read ahead already).
+const MAX_EXPANDED: usize = 4096;
+
+/// A directory as one local user sees it.
+type Key = (FileHandle, u32);
+
+/// What a walk has shown so far, and which listings are being read ahead.
+pub(super) struct ListingAhead {
+    state: Arc<Mutex<State>>,
+    permits: Arc<Semaphore>,
+}
+
+impl Default for ListingAhead {
+    fn default() -> Self {
+        ListingAhead {
+            state: Arc::default(),
+            permits: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Subdirectories of the listings opened lately: the directory they were listed in.
+    parent_of: Bounded<Key, FileHandle>,
+    /// Directories whose subdirectories were read ahead already.
+    expanded: Bounded<Key, ()>,
+    /// Listings being read ahead: the receiver sees its sender dropped when the read ends.
+    reading: HashMap<Key, watch::Receiver<()>>,
+}
+
+/// A map that forgets its oldest entries past a number of them.
+struct Bounded<K, V> {
+    map: HashMap<K, V>,
+    order: VecDeque<K>,
+    max: usize,
+}
+
+impl<K: Hash + Eq + Copy, V> Bounded<K, V> {
+    fn with_max(max: usize) -> Self {
+        Bounded {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            max,
+        }
+    }
+
+    /// Inserts `k` (true) unless it is there already (false).
+    fn insert(&mut self, k: K, v: V) -> bool {
+        if self.map.contains_key(&k) {
+            return false;
+        }
+        while self.order.len() >= self.max {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+        self.map.insert(k, v);
+        self.order.push_back(k);
+        true
+    }
+}
+
+impl Default for Bounded<Key, FileHandle> {
+    fn default() -> Self {
+        Bounded::with_max(MAX_REMEMBERED)
+    }
+}
+
+impl Default for Bounded<Key, ()> {
+    fn default() -> Self {
+        Bounded::with_max(MAX_EXPANDED)
+    }
+}
+
+/// A listing read ahead, from its start to its end: dropping it ends the read for whoever
+/// waits on it, and frees its place among [`MAX_IN_FLIGHT`].
+pub(super) struct Reading {
+    state: Arc<Mutex<State>>,
+    key: Key,
+    _done: watch::Sender<()>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.state.lock().reading.remove(&self.key);
+    }
+}
+
+/// The subdirectories of `listing`, in its order.
+pub(super) fn subdirectories(listing: &Listing) -> impl Iterator<Item = FileHandle> + '_ {
+    listing.entries.iter().filter_map(|e| {
+        e.node
+            .filter(|(_, a)| a.ftype == FileType::Directory)
+            .map(|(fh, _)| fh)
+    })
+}
+
+impl ListingAhead {
+    /// The end of the read ahead of `dir`'s listing for `uid`, if one is under way.
+    pub(super) fn reading(&self, dir: &FileHandle, uid: u32) -> Option<watch::Receiver<()>> {
+        self.state.lock().reading.get(&(*dir, uid)).cloned()
+    }
+
+    /// Local user `uid` opened directory `dir` and got `listing`: its subdirectories are
+    /// remembered as the next steps of a walk. If `dir` was itself one (a subdirectory of a
+    /// listing `uid` opened before), returns the directory it was listed in: a walk is under
+    /// way.
+    pub(super) fn opened(
+        &self,
+        dir: &FileHandle,
+        uid: u32,
+        listing: &Listing,
+    ) -> Option<FileHandle> {
+        let mut s = self.state.lock();
+        for sub in subdirectories(listing) {
+            s.parent_of.insert((sub, uid), *dir);
+        }
+        s.parent_of.map.get(&(*dir, uid)).copied()
+    }
+
+    /// Whether `dir`'s subdirectories are still to be read ahead for `uid` (true once).
+    pub(super) fn expand(&self, dir: &FileHandle, uid: u32) -> bool {
+        self.state.lock().expanded.insert((*dir, uid), ())
+    }
+
+    /// Waits for a place among [`MAX_IN_FLIGHT`] reads, then starts reading `dir` ahead for
+    /// `uid`; None if that read is already under way.
+    pub(super) async fn start(&self, dir: FileHandle, uid: u32) -> Option<Reading> {
+        let permit = self.permits.clone().acquire_owned().await.ok()?;
+        let mut s = self.state.lock();
+        if s.reading.contains_key(&(dir, uid)) {
+            return None;
+        }
+        let (done, rx) = watch::channel(());
+        s.reading.insert((dir, uid), rx);
+        Some(Reading {
+            state: self.state.clone(),
+            key: (dir, uid),
+            _done: done,
+            _permit: permit,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use protocol::Attr;
+
+    use super::super::Listed;
+    use super::*;
+
+    fn fh(n: u8) -> FileHandle {
+        FileHandle::from_bytes([n; protocol::handle::HANDLE_LEN])
+    }
+
+    /// A listing of `dirs` (subdirectories) and one regular file.
+    fn listing(dirs: &[u8]) -> Listing {
+        let entry = |n: u8, ftype| {
+            let mut attr = Attr::test_file(0, 60_000);
+            attr.ftype = ftype;
+            Listed {
+                ino: 0,
+                kind: fuser::FileType::Directory,
+                name: format!("e{n}").into_bytes(),
+                node: Some((fh(n), attr)),
+            }
+        };
+        let mut entries: Vec<Listed> = dirs
+            .iter()
+            .map(|&d| entry(d, FileType::Directory))
+            .collect();
+        entries.push(entry(200, FileType::Regular));
+        Listing {
+            entries,
+            since: crate::cache::AttrCache::default().stamp(),
+            received: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn a_walk_is_a_subdirectory_opened_after_its_parent_by_the_same_user() {
+        let ahead = ListingAhead::default();
+        // Opening a directory alone is no walk.
+        assert_eq!(ahead.opened(&fh(1), 1000, &listing(&[2, 3])), None);
+        // Its subdirectory, by the same user: a step down a walk from 1.
+        assert_eq!(ahead.opened(&fh(2), 1000, &listing(&[4])), Some(fh(1)));
+        assert_eq!(ahead.opened(&fh(4), 1000, &listing(&[])), Some(fh(2)));
+        // The same subdirectory by another user, a regular file, an unrelated directory: no.
+        assert_eq!(ahead.opened(&fh(3), 1001, &listing(&[])), None);
+        assert_eq!(ahead.opened(&fh(200), 1000, &listing(&[])), None);
+        assert_eq!(ahead.opened(&fh(9), 1000, &listing(&[])), None);
+    }
+
+    #[test]
+    fn each_directory_is_expanded_once_per_user() {
+        let ahead = ListingAhead::default();
+        assert!(ahead.expand(&fh(1), 1000));
+        assert!(!ahead.expand(&fh(1), 1000));
+        assert!(ahead.expand(&fh(1), 1001));
+    }
+
+    #[test]
+    fn the_walk_memory_is_bounded_and_keeps_the_newest() {
+        let ahead = ListingAhead::default();
+        let parent = fh(1);
+        let mut s = ahead.state.lock();
+        for i in 0..MAX_REMEMBERED as u32 + 100 {
+            s.parent_of.insert((parent, i), parent);
+        }
+        assert_eq!(s.parent_of.map.len(), MAX_REMEMBERED);
+        assert_eq!(s.parent_of.order.len(), MAX_REMEMBERED);
+        assert!(
+            s.parent_of
+                .map
+                .contains_key(&(parent, MAX_REMEMBERED as u32 + 99))
+        );
+        assert!(!s.parent_of.map.contains_key(&(parent, 0)));
+        for i in 0..MAX_EXPANDED as u32 + 1 {
+            s.expanded.insert((parent, i), ());
+        }
+        assert_eq!(s.expanded.map.len(), MAX_EXPANDED);
+    }
+
+    #[tokio::test]
+    async fn a_read_under_way_is_started_once_and_its_end_is_seen_by_waiters() {
+        let ahead = ListingAhead::default();
+        let reading = ahead.start(fh(1), 0).await.expect("first start");
+        assert!(ahead.start(fh(1), 0).await.is_none(), "already under way");
+        let mut waiter = ahead.reading(&fh(1), 0).expect("under way");
+        assert!(ahead.reading(&fh(1), 1).is_none(), "not for another user");
+        drop(reading);
+        // The waiter sees the end (its sender gone), and the read is no longer listed.
+        assert!(waiter.changed().await.is_err());
+        assert!(ahead.reading(&fh(1), 0).is_none());
+        assert!(ahead.start(fh(1), 0).await.is_some(), "may start again");
+    }
+
+    #[tokio::test]
+    async fn reads_under_way_are_bounded() {
+        let ahead = ListingAhead::default();
+        let mut held = Vec::new();
+        for i in 0..MAX_IN_FLIGHT as u8 {
+            held.push(ahead.start(fh(i), 0).await.expect("a place"));
+        }
+        let next = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            ahead.start(fh(100), 0),
+        );
+        assert!(next.await.is_err(), "waits for a place");
+        held.pop();
+        assert!(ahead.start(fh(100), 0).await.is_some());
+    }
+}
