@@ -45,6 +45,22 @@ pub fn write_json_lines<T: serde::Serialize>(
     Ok(())
 }
 
+/// Reads back what [`write_json_lines`] wrote: one object per non-empty line.
+pub fn read_json_lines<T: serde::de::DeserializeOwned>(
+    path: &std::path::Path,
+) -> anyhow::Result<Vec<T>> {
+    use anyhow::Context;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| format!("{}: line {}", path.display(), i + 1))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

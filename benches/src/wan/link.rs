@@ -293,7 +293,9 @@ fn create_tun(name: &str, gso: bool) -> anyhow::Result<File> {
 }
 
 /// TCP buffer limits in both namespaces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Buffers {
     /// What a new namespace starts with: the root namespace's tcp_rmem and tcp_wmem (the

@@ -85,6 +85,10 @@ pub struct WanArgs {
     /// The sfs binary [default: next to sfs-bench]
     #[arg(long)]
     sfs: Option<PathBuf>,
+    /// Measure nothing: print the tables of the measurements a previous run wrote with
+    /// --json to FILE
+    #[arg(long, value_name = "FILE")]
+    from_json: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -153,6 +157,9 @@ struct Bench {
 }
 
 pub fn run(args: WanArgs) -> anyhow::Result<()> {
+    if let Some(path) = &args.from_json {
+        return report::replay(path);
+    }
     if !rustix::process::geteuid().is_root() {
         bail!("sfs-bench wan needs root (network namespaces and TUN devices)");
     }
@@ -373,8 +380,8 @@ fn measure_setting(
         };
         let last = samples.last().expect("at least one sample");
         Row {
-            kind,
-            tool: tool.name(),
+            kind: kind.into(),
+            tool: tool.name().into(),
             rtt_ms: rtt,
             rate_bps: rate,
             buffers,

@@ -21,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The largest packet read: a TUN MTU of up to 65535 plus a virtio-net header.
 const MAX_PACKET: usize = 65536 + 64;
@@ -62,7 +62,7 @@ pub struct DirectionStats {
 }
 
 /// A snapshot of [`DirectionStats`].
-#[derive(Debug, Default, Clone, Copy, Serialize)]
+#[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
 pub struct Counts {
     pub packets: u64,
     pub bytes: u64,

@@ -1,18 +1,18 @@
 //! What `sfs-bench wan` prints and writes: one row per tool and link setting (bulk transfers
 //! and first-byte times), the ratios between tools from the same run, and JSON lines.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::link::Buffers;
 use super::relay::Counts;
 
 /// One measurement (medians over its repetitions).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     /// `bulk` (the large file) or `first-byte` (a 1-byte file).
-    pub kind: &'static str,
+    pub kind: String,
     /// `https`, `sfs-get`, `sfs-put` or `sftp`.
-    pub tool: &'static str,
+    pub tool: String,
     pub rtt_ms: f64,
     pub rate_bps: u64,
     pub buffers: Buffers,
@@ -44,6 +44,23 @@ fn rtts(seconds: f64, rtt_ms: f64) -> String {
 
 fn opt(v: Option<f64>, scale: f64, digits: usize) -> String {
     v.map_or("-".into(), |v| format!("{:.*}", digits, v * scale))
+}
+
+/// The tables of the rows a previous run wrote with `--json` to `path`, measuring nothing.
+pub fn replay(path: &std::path::Path) -> anyhow::Result<()> {
+    let rows: Vec<Row> = crate::report::read_json_lines(path)?;
+    let Some(first) = rows.first() else {
+        anyhow::bail!("{}: no measurements", path.display());
+    };
+    let size = rows.iter().map(|r| r.bytes).max().unwrap_or(0);
+    println!(
+        "wan (from {}): {} Mbit/s link, {} MiB file, one run (ratios are within it)",
+        path.display(),
+        first.rate_bps as f64 / 1e6,
+        size >> 20,
+    );
+    print(&rows);
+    Ok(())
 }
 
 /// The tables: bulk rows, ratios per link setting, first-byte rows.
@@ -151,5 +168,18 @@ mod tests {
         assert_eq!(rtts(0.3, 100.0), "3.0");
         assert_eq!(rtts(0.125, 50.0), "2.5");
         assert_eq!(rtts(0.1, 0.0), "-");
+    }
+
+    /// The committed results read back whole: every tool's bulk rows at each setting, so
+    /// `--from-json` can print the tables a run's text output lost.
+    #[test]
+    fn committed_results_read_back() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/wan.json");
+        let rows: Vec<Row> = crate::report::read_json_lines(&path).unwrap();
+        for tool in ["https", "sfs-get", "sfs-put", "sftp"] {
+            let bulk = rows.iter().filter(|r| r.kind == "bulk" && r.tool == tool);
+            assert_eq!(bulk.count(), 4, "{tool}: 2 RTTs x 2 buffer settings");
+        }
+        assert!(rows.iter().any(|r| r.buffers == Buffers::Large));
     }
 }

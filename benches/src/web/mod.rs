@@ -238,15 +238,7 @@ fn colorweb_binary(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 
 /// Reads the JSON lines `--json` wrote.
 fn read_samples(path: &Path) -> anyhow::Result<Vec<Sample>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .enumerate()
-        .map(|(i, l)| {
-            serde_json::from_str(l).with_context(|| format!("{}: line {}", path.display(), i + 1))
-        })
-        .collect()
+    crate::report::read_json_lines(path)
 }
 
 /// Prints the tables of `samples` (and draws them with --plot) without measuring.
