@@ -222,8 +222,8 @@ roles_down() { # role...
             continue
         fi
         "${r}_down"
-        roles_end "$r"
         say "down: role $r stopped and removed"
+        roles_end "$r"
     done
 }
 
