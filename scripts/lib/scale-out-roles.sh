@@ -76,8 +76,9 @@ brick_up() {
     port_open "$addr" 24007 && die "something already listens on $addr:24007 (another glusterd?)"
     install_missing gluster
     roles_begin brick
-    local brick
-    brick=$(brick_of "$(printf '%s\n' "${hosts[@]}" | grep -m1 -E "^$me(:|$)" || echo "$me")")
+    local brick h
+    brick=$(brick_of "$me")
+    for h in "${hosts[@]}"; do [ "${h%%:*}" = "$me" ] && brick=$(brick_of "$h") && break; done
     brick_dir_make "${brick#*:}"
     say "glusterd on $addr:24007, brick $brick"
     start_glusterd "$addr"
