@@ -184,6 +184,8 @@ sfsd_up() {
     require STATE "the state directory made once (scale-out.sh state-init DIR) and copied here"
     need_sfsd
     [ -e "$STATE/host.key" ] || die "$STATE holds no state directory (no host.key)"
+    [ "$(realpath "$STATE")" = "$(realpath -m "$SCALE_DIR/state")" ] &&
+        die "STATE is $SCALE_DIR/state, the copy this role makes (and down removes): name the original"
     local mine all
     read -r -a all <<<"${SFSD_ADDRS//,/ }"
     read -r -a mine <<<"${SFSD_ADDR:-$(local_entries "$SFSD_ADDRS" | xargs)}"

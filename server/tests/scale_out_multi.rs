@@ -502,6 +502,22 @@ fn scale_out_on_three_machines() {
     assert_eq!(instance(2).1.to_string(), format!("{}:{SFSD_PORT}", ip(2)));
     assert_eq!(instance(3).1.to_string(), format!("{}:{SFSD_PORT}", ip(3)));
 
+    // Each machine's status names what runs there.
+    for (m, roles, running) in [
+        (1, "brick,gateway", &["glusterd", "ganesha"][..]),
+        (2, "brick,sfsd", &["glusterd", "sfsd-1"][..]),
+        (3, "brick,sfsd", &["glusterd", "sfsd-1"][..]),
+    ] {
+        let status = must("status", script(m, &["status", "--role", roles], &[]));
+        for what in running {
+            assert!(
+                status.contains(&format!("{what}: running")),
+                "m{m}: {what} not running:\n{status}"
+            );
+        }
+        assert!(!status.contains("NOT running"), "m{m}:\n{status}");
+    }
+
     // Every daemon listens on its machine's address, none on a wildcard one.
     for m in MACHINES {
         let ss = String::from_utf8_lossy(&on(m, &["ss", "-ltnuH"]).output().unwrap().stdout)
