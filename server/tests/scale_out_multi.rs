@@ -6,7 +6,9 @@
 //! volume, replicated over one brick per machine, without `force`), the gateway (Ganesha) on
 //! the first, sfsd on the second and third from one state directory made by `state-init`.
 //!
-//! Checks: the volume is `1 x 3` over the three hosts; no daemon listens on a wildcard address;
+//! Checks: the volume is `1 x 3` over the three hosts; each machine's `status --role` shows its
+//! daemons running; no daemon listens on a wildcard address; Ganesha refuses the MOUNT of an
+//! sfsd not among the sfsd hosts (one in the root namespace);
 //! `sfs put` through each instance and `sfs get` through the other (the one name resolved to
 //! one instance each time) give back the data, which every machine's brick holds; a write
 //! through one instance reaches the other's lease holder as an INVALIDATE (the peer channel);
@@ -532,6 +534,21 @@ fn scale_out_on_three_machines() {
             );
         }
     }
+
+    // Ganesha's export admits the sfsd hosts only: an sfsd in the root namespace
+    // (10.88.0.254) is refused its MOUNT.
+    let backend = format!("nfs://{}:{NFS_PORT}/{VOLUME}?mountport={MNT_PORT}", ip(1));
+    let out = run(Command::new("timeout")
+        .args(["30", env!("CARGO_BIN_EXE_sfsd"), "serve", "--state"])
+        .arg(&state)
+        .args(["--backend", &backend, "--backend-wait-secs", "5"])
+        .args(["--listen", "127.0.0.1:0"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("refused"),
+        "an sfsd not among SFSD_HOSTS was not refused by Ganesha ({}):\n{stderr}",
+        out.status
+    );
 
     // sfs put through each instance, get through the other: one backend behind both.
     let name = instance(2).0.to_string();
