@@ -1759,7 +1759,21 @@ impl Filesystem for SfsFuse {
             });
         }
         // Written behind (fuse/write_behind.rs): answered once registered; the WRITE itself
-        // runs to its end whatever happens to the writer.
+        // runs to its end whatever happens to the writer. Registered here when that needs no
+        // wait, else on the runtime.
+        if let Some(now) = self.sh.behind.begin_now(ino.0, offset, data.len()) {
+            let ticket = match now {
+                Ok(t) => t,
+                Err(e) => return reply.error(e),
+            };
+            reply.written(data.len() as u32);
+            let (sh, c) = (self.sh.clone(), self.sh.client_for_caller(req));
+            self.rt.spawn(async move {
+                let r = sh.write(&c, ino, offset, &data).await;
+                ticket.end(r.map(|_| ()));
+            });
+            return;
+        }
         self.spawn(req, |sh, c| async move {
             let ticket = match sh.behind.begin(ino.0, offset, data.len()).await {
                 Ok(t) => t,
