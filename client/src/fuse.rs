@@ -22,7 +22,8 @@
 //!
 //! **Listings** are read whole at `opendir` (kept for the next opens while the directory's
 //! lease lasts, [`kept_listings`], and read ahead along a walk, [`listing_ahead`]) and paged
-//! by `readdirplus`; the kernel installs an
+//! by `readdirplus`; the kernel keeps its own copy and serves it again while that is still
+//! the listing an open would get ([`kernel_listings`]); the kernel installs an
 //! entry's attributes as of its READDIRPLUS request, so an entry changed since the listing was
 //! read is sent with newer attributes (the session cache's, else a GETATTR's), never the
 //! listing's: those would take a just-written file's size back.
@@ -77,6 +78,7 @@ use crate::session::{Client, Invalidation, SessionError};
 
 mod append;
 mod kept_listings;
+mod kernel_listings;
 mod listing_ahead;
 mod locks;
 mod write_behind;
@@ -174,6 +176,8 @@ struct Table {
     /// Open listings by FUSE file handle, with the directory node they were opened on.
     listings: HashMap<u64, (u64, Arc<Listing>)>,
     next_listing: u64,
+    /// What the kernel's own copy of each directory's listing was filled from.
+    kernel_listings: kernel_listings::KernelListings<Listing>,
     dirty: HashMap<u64, Dirty>,
     /// Open files per node (open/create minus release).
     open: HashMap<u64, u32>,
@@ -378,6 +382,7 @@ impl Shared {
             None => None,
         };
         if let Some(fh) = gone {
+            t.kernel_listings.forgotten(ino);
             t.nodes.remove(&ino);
             t.by_fh.remove(&fh);
             t.names.remove(&ino);
@@ -887,7 +892,14 @@ impl Shared {
     /// Reads the whole directory now (LISTDIR or READDIRPLUS), or takes the listing kept
     /// from an earlier open by local user `uid` while it holds ([`kept_listings`]), or read
     /// ahead for it ([`listing_ahead`]); `readdir`/`readdirplus` page through this snapshot.
-    async fn opendir(self: &Arc<Self>, c: &Client, uid: u32, ino: INodeNo) -> Result<u64, Errno> {
+    /// Opens a listing of `ino` for local user `uid`: its FUSE handle, and whether the
+    /// kernel's own copy of the listing may be served instead ([`kernel_listings`]).
+    async fn opendir(
+        self: &Arc<Self>,
+        c: &Client,
+        uid: u32,
+        ino: INodeNo,
+    ) -> Result<(u64, bool), Errno> {
         let dir = self.fh(ino)?;
         let uid = self.acting_uid(uid);
         if let Some(mut reading) = self.listing_ahead.reading(&dir, uid) {
@@ -911,10 +923,11 @@ impl Shared {
             .filter_map(|e| e.node.map(|(fh, _)| fh));
         self.xattr_ahead.remember(dir, order.collect());
         let mut t = self.table();
+        let keep = t.kernel_listings.may_keep(ino.0, &listing);
         let h = t.next_listing;
         t.next_listing += 1;
         t.listings.insert(h, (ino.0, listing));
-        Ok(h)
+        Ok((h, keep))
     }
 
     /// A step down a walk: `uid` opened `dir`, a subdirectory of `parent`. Reads ahead the
@@ -1940,7 +1953,13 @@ impl Filesystem for SfsFuse {
         let uid = req.uid();
         self.spawn(req, move |sh, c| async move {
             match sh.opendir(&c, uid, ino).await {
-                Ok(h) => reply.opened(fuser::FileHandle(h), FopenFlags::empty()),
+                Ok((h, keep)) => {
+                    let mut flags = FopenFlags::FOPEN_CACHE_DIR;
+                    if keep {
+                        flags |= FopenFlags::FOPEN_KEEP_CACHE;
+                    }
+                    reply.opened(fuser::FileHandle(h), flags)
+                }
                 Err(e) => reply.error(e),
             }
         });
@@ -1959,7 +1978,10 @@ impl Filesystem for SfsFuse {
             return;
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        let t = self.sh.table();
+        let mut t = self.sh.table();
+        if start == 0 {
+            t.kernel_listings.filling(dir.0, &l);
+        }
         for (i, e) in l.entries.iter().enumerate().skip(start) {
             // Our node id when the entry has one by now (the listing may have been kept from
             // an earlier open, before it was looked up), so `d_ino` agrees with `st_ino`.
@@ -1994,6 +2016,9 @@ impl Filesystem for SfsFuse {
             return;
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        if start == 0 {
+            self.sh.table().kernel_listings.filling(ino.0, &l);
+        }
         let Some(mut need) = self.sh.list_plus(&l, ino, start, None, reply, false) else {
             return;
         };

@@ -767,6 +767,86 @@ fn listing_a_directory_again_asks_the_server_nothing_while_its_lease_lasts() {
     );
 }
 
+/// FUSE requests of opcode `op` (READDIRPLUS, OPENDIR, ...) the kernel sent the mount so far:
+/// fuser logs each at debug level.
+fn kernel_requests(m: &Mount, op: &str) -> usize {
+    let want = format!(" {op} ");
+    m.log()
+        .lines()
+        .filter(|l| l.contains("fuser::request") && l.contains(&want))
+        .count()
+}
+
+/// A directory listed again is read from the kernel's own copy of its listing
+/// (`FOPEN_CACHE_DIR`, fuse/kernel_listings.rs): no READDIRPLUS reaches the mount. A change
+/// ends that copy: ours at once, another mount's with its INVALIDATE, and a node the kernel
+/// forgot (its next lookup gets a new node id, which the copy's `d_ino` would not be).
+#[test]
+fn a_directory_listed_again_is_the_kernels_own_copy_until_it_changes() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let other = s.mount("other");
+    let d = m.dir.join("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..20 {
+        fs::write(d.join(format!("f{i:02}")), b"x").unwrap();
+    }
+    // Each entry's d_ino against its st_ino, and the names.
+    let list = |d: &Path| {
+        use std::os::unix::fs::DirEntryExt;
+        let mut names = Vec::new();
+        for e in fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let ino = fs::symlink_metadata(e.path()).unwrap().ino();
+            assert_eq!(e.ino(), ino, "d_ino of {:?}", e.file_name());
+            names.push(e.file_name().into_string().unwrap());
+        }
+        names.sort();
+        names
+    };
+    assert_eq!(list(&d).len(), 20);
+    let before = kernel_requests(&m, "READDIRPLUS") + kernel_requests(&m, "READDIR");
+    for _ in 0..5 {
+        assert_eq!(list(&d).len(), 20);
+    }
+    assert_eq!(
+        kernel_requests(&m, "READDIRPLUS") + kernel_requests(&m, "READDIR"),
+        before,
+        "listings read again from the mount; log:\n{}",
+        m.log()
+    );
+    fs::write(d.join("ours"), b"o").unwrap();
+    assert!(list(&d).contains(&"ours".to_owned()), "our own create");
+    fs::write(other.dir.join("d/theirs"), b"t").unwrap();
+    soon("another mount's create", true, || {
+        list(&d).contains(&"theirs".to_owned())
+    });
+    fs::remove_file(other.dir.join("d/f00")).unwrap();
+    soon("another mount's removal", false, || {
+        list(&d).contains(&"f00".to_owned())
+    });
+    // The kernel forgets the entries' inodes (the directory's own stays: it is open), so
+    // their next lookups get new node ids: the listing must give those, not the old ones.
+    if rustix::process::geteuid().is_root() {
+        let held = fs::File::open(&d).unwrap();
+        let forgets = || kernel_requests(&m, "FORGET") + kernel_requests(&m, "BATCHFORGET");
+        let forgotten = forgets();
+        let before = kernel_requests(&m, "READDIRPLUS") + kernel_requests(&m, "READDIR");
+        fs::write("/proc/sys/vm/drop_caches", b"2").unwrap();
+        if forgets() > forgotten {
+            assert_eq!(list(&d).len(), 21);
+            assert!(
+                kernel_requests(&m, "READDIRPLUS") + kernel_requests(&m, "READDIR") > before,
+                "a copy filled before a forget was served again"
+            );
+        } else {
+            eprintln!("drop_caches forgot no node here: the forget case is not checked");
+        }
+        drop(held);
+    }
+}
+
 /// A walk down the tree (a directory opened, then one of its subdirectories) reads the
 /// listings of the subdirectory's subdirectories and of its siblings ahead, so the walk's next
 /// `opendir`s ask the server nothing; opening one directory alone reads nothing ahead.
