@@ -122,6 +122,34 @@ impl Slot {
         self.cpu.is_empty() && self.io.is_empty()
     }
 
+    /// The owner's next callback: from the I/O lane first if `io_first`, else from the `cpucb`
+    /// lane first.
+    ///
+    /// A lane is looked at (`is_empty`: two loads) before it is popped, because
+    /// `SegQueue::pop` pays a `SeqCst` fence even to find a lane empty, and a turn looks at an
+    /// empty lane two or three times (a connection's color usually holds one I/O callback and
+    /// no `cpucb`). With the owner the only consumer, `is_empty` cannot report a lane empty
+    /// that held a callback when the owner looked; a push it misses is one whose `notify` the
+    /// owner's `try_idle` will see, so it looks again (`tests/stress.rs` and the loom model's
+    /// emptiness check before `try_idle`).
+    fn pop(&self, io_first: bool) -> Option<Task> {
+        let (first, second) = if io_first {
+            (&self.io, &self.cpu)
+        } else {
+            (&self.cpu, &self.io)
+        };
+        if !first.is_empty()
+            && let Some(task) = first.pop()
+        {
+            return Some(task);
+        }
+        if second.is_empty() {
+            None
+        } else {
+            second.pop()
+        }
+    }
+
     fn drain(&self) -> usize {
         let mut n = 0;
         while self.cpu.pop().or_else(|| self.io.pop()).is_some() {
@@ -292,11 +320,12 @@ impl Mp {
     fn worker_loop(&self, index: usize, deque: &Worker<usize>, parker: &Parker) {
         let mut clock = WorkerClock::new(self.common.stats.worker(index));
         let mut tick: u32 = 0;
-        let mut last_poll = clock.now;
+        // A deadline, not an interval: this is checked between every two turns.
+        let mut next_poll = clock.now + POLL_INTERVAL;
         while !self.common.is_stopping() {
             tick = tick.wrapping_add(1);
-            if clock.now.saturating_duration_since(last_poll) >= POLL_INTERVAL {
-                last_poll = clock.now;
+            if clock.now >= next_poll {
+                next_poll = clock.now + POLL_INTERVAL;
                 self.poll_while_busy(&mut clock);
             }
             clock.maybe_flush();
@@ -304,7 +333,7 @@ impl Mp {
                 Some(slot) => self.run_slot(index, slot, deque, &mut clock),
                 None => {
                     self.idle(index, deque, parker, &mut clock);
-                    last_poll = clock.now;
+                    next_poll = clock.now + POLL_INTERVAL;
                 }
             }
         }
@@ -375,17 +404,17 @@ impl Mp {
             self.table[s].store(index, Relaxed);
         }
         clock.counters().saw_depth(slot.len());
-        let turn_start = clock.now;
+        let turn_end = clock.now + TURN_TIME;
         let mut ran = 0u32;
         let mut unclocked = 0u32;
-        let mut io_first = slot.io_first.swap(false, Relaxed);
+        // Only the owner reads or writes `io_first` (ordered by the state's acquire-release
+        // transitions): a load and, rarely, a store, not a read-modify-write every turn.
+        let mut io_first = slot.io_first.load(Relaxed);
+        if io_first {
+            slot.io_first.store(false, Relaxed);
+        }
         loop {
-            let task = if io_first {
-                io_first = false;
-                slot.io.pop().or_else(|| slot.cpu.pop())
-            } else {
-                slot.cpu.pop().or_else(|| slot.io.pop())
-            };
+            let task = slot.pop(std::mem::take(&mut io_first));
             let Some(task) = task else {
                 if unclocked > 0 {
                     clock.ran(s, unclocked, Instant::now());
@@ -407,7 +436,7 @@ impl Mp {
                 clock.ran(s, unclocked, Instant::now());
                 unclocked = 0;
             }
-            if ran >= BUDGET || clock.now.saturating_duration_since(turn_start) >= TURN_TIME {
+            if ran >= BUDGET || clock.now >= turn_end {
                 if unclocked > 0 {
                     clock.ran(s, unclocked, Instant::now());
                     unclocked = 0;

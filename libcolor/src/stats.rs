@@ -145,6 +145,10 @@ pub(crate) struct WorkerClock<'a> {
     /// The end of the last callback (or the start of the current activity).
     pub(crate) now: Instant,
     interval_wall: Instant,
+    /// `interval_wall + FLUSH_EVERY`: checked between turns, so kept as a deadline (one
+    /// comparison) rather than recomputed as a duration (a subtraction with its overflow
+    /// checks) every time.
+    flush_at: Instant,
     interval_cpu: Duration,
 }
 
@@ -157,6 +161,7 @@ impl<'a> WorkerClock<'a> {
             touched: Vec::new(),
             now,
             interval_wall: now,
+            flush_at: now + FLUSH_EVERY,
             interval_cpu: thread_cpu_time(),
         }
     }
@@ -183,7 +188,7 @@ impl<'a> WorkerClock<'a> {
     /// Flushes if the current interval has run long enough.
     #[inline]
     pub(crate) fn maybe_flush(&mut self) {
-        if self.now.saturating_duration_since(self.interval_wall) >= FLUSH_EVERY {
+        if self.now >= self.flush_at {
             self.flush();
         }
     }
@@ -208,6 +213,7 @@ impl<'a> WorkerClock<'a> {
             bump(&c.slot_ns[slot], (ns as f64 * factor) as u64);
         }
         self.interval_wall = now;
+        self.flush_at = now + FLUSH_EVERY;
         self.interval_cpu = cpu;
         self.now = now;
     }
@@ -230,6 +236,7 @@ impl<'a> WorkerClock<'a> {
         self.counters
             .idled(nanos(now.saturating_duration_since(self.now)));
         self.interval_wall = now;
+        self.flush_at = now + FLUSH_EVERY;
         self.now = now;
     }
 
