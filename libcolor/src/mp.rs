@@ -736,3 +736,104 @@ impl Core for Mp {
         self.workers.len()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A task that records `tag` in `log` when run.
+    fn task(lane: Lane, tag: u32, log: &Arc<Mutex<Vec<u32>>>) -> Task {
+        let log = log.clone();
+        Task::call(
+            Color(1),
+            lane,
+            Box::new(move || log.lock().unwrap().push(tag)),
+        )
+    }
+
+    fn run(task: Task) {
+        match task.work {
+            crate::task::Work::Call(f) => f(),
+            crate::task::Work::Io(..) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_turn_pops_cpucb_before_io_and_io_first_when_asked_skipping_empty_lanes() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let slot = Slot::new();
+        assert!(slot.pop(false).is_none() && slot.pop(true).is_none());
+        slot.io.push(task(Lane::Io, 1, &log));
+        slot.io.push(task(Lane::Io, 2, &log));
+        slot.cpu.push(task(Lane::Cpu, 10, &log));
+        run(slot.pop(true).unwrap()); // I/O first: 1
+        run(slot.pop(false).unwrap()); // then cpucb: 10
+        run(slot.pop(false).unwrap()); // the cpucb lane is empty: 2
+        assert!(slot.pop(false).is_none() && slot.pop(true).is_none());
+        slot.cpu.push(task(Lane::Cpu, 11, &log));
+        run(slot.pop(true).unwrap()); // the I/O lane is empty: 11
+        assert_eq!(*log.lock().unwrap(), vec![1, 10, 2, 11]);
+    }
+
+    /// The owner's side of a turn (`pop` until empty, then `try_idle`) racing a poster on
+    /// both lanes (push, then `notify`), over the real state machine: every callback runs,
+    /// each lane in order, and the slot is queued again (`notify` true) exactly when the
+    /// owner let it go idle. A `pop` that reported a non-empty lane empty, or the lanes
+    /// looked at out of order, loses or reorders callbacks here.
+    #[test]
+    fn a_poster_racing_the_owner_loses_no_callback_and_keeps_each_lane_in_order() {
+        const N: u32 = 20_000;
+        let slot = Arc::new(Slot::new());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let poster = {
+            let (slot, log, queued) = (slot.clone(), log.clone(), queued.clone());
+            std::thread::spawn(move || {
+                for i in 0..N {
+                    let lane = if i % 3 == 0 { Lane::Cpu } else { Lane::Io };
+                    let t = task(lane, i, &log);
+                    match lane {
+                        Lane::Cpu => slot.cpu.push(t),
+                        Lane::Io => slot.io.push(t),
+                    }
+                    if slot.state.notify() {
+                        queued.fetch_add(1, SeqCst);
+                    }
+                }
+            })
+        };
+        let mut turns = 0;
+        let mut io_first = false;
+        while !(poster.is_finished() && queued.load(SeqCst) == 0) {
+            if queued.load(SeqCst) == 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            queued.fetch_sub(1, SeqCst);
+            slot.state.start();
+            turns += 1;
+            loop {
+                if let Some(t) = slot.pop(std::mem::take(&mut io_first)) {
+                    run(t);
+                    io_first = turns % 2 == 0;
+                    continue;
+                }
+                if slot.state.try_idle() {
+                    break;
+                }
+            }
+        }
+        poster.join().unwrap();
+        let log = log.lock().unwrap();
+        assert_eq!(log.len() as u32, N, "callbacks were lost");
+        let cpu: Vec<u32> = log.iter().copied().filter(|&i| i % 3 == 0).collect();
+        let io: Vec<u32> = log.iter().copied().filter(|&i| i % 3 != 0).collect();
+        assert!(
+            cpu.windows(2).all(|w| w[0] < w[1]),
+            "cpucb lane out of order"
+        );
+        assert!(io.windows(2).all(|w| w[0] < w[1]), "I/O lane out of order");
+        assert!(slot.is_empty());
+    }
+}
