@@ -128,10 +128,11 @@ impl Slot {
     /// A lane is looked at (`is_empty`: two loads) before it is popped, because
     /// `SegQueue::pop` pays a `SeqCst` fence even to find a lane empty, and a turn looks at an
     /// empty lane two or three times (a connection's color usually holds one I/O callback and
-    /// no `cpucb`). With the owner the only consumer, `is_empty` cannot report a lane empty
-    /// that held a callback when the owner looked; a push it misses is one whose `notify` the
-    /// owner's `try_idle` will see, so it looks again (`tests/stress.rs` and the loom model's
-    /// emptiness check before `try_idle`).
+    /// no `cpucb`). With the owner the only consumer (the only thread that moves a lane's
+    /// head), `is_empty` cannot call a lane empty that held a callback when the owner looked;
+    /// a push it misses is one whose `notify` the owner's `try_idle` will see, so the owner
+    /// looks again (the tests below, `tests/stress.rs`, and the loom model's emptiness check
+    /// before `try_idle`).
     fn pop(&self, io_first: bool) -> Option<Task> {
         let (first, second) = if io_first {
             (&self.io, &self.cpu)
