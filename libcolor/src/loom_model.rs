@@ -4,7 +4,9 @@
 //! mutexes around `VecDeque`s (crossbeam's deques are not loom-instrumented; their
 //! linearizability is crossbeam's to prove): what is checked is the protocol on top of them —
 //! exclusion (no two workers run the slot), per-color FIFO order, no lost callback and no lost
-//! wakeup (loom reports a deadlock if a worker sleeps forever with work queued).
+//! wakeup (loom reports a deadlock if a worker sleeps forever with work queued). A turn's
+//! look at a lane before popping it (`Slot::pop`: `is_empty`, then `pop`) is, with the owner
+//! the lane's only consumer, the modelled `pop_front` that finds the FIFO empty.
 //!
 //! The same file models the uniprocessor inbox and shows the defect of issue 10: clearing the
 //! inbox flag after releasing the lock loses a wakeup (loom finds the deadlock).

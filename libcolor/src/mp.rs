@@ -122,6 +122,35 @@ impl Slot {
         self.cpu.is_empty() && self.io.is_empty()
     }
 
+    /// The owner's next callback: from the I/O lane first if `io_first`, else from the `cpucb`
+    /// lane first.
+    ///
+    /// A lane is looked at (`is_empty`: two loads) before it is popped, because
+    /// `SegQueue::pop` pays a `SeqCst` fence even to find a lane empty, and a turn looks at an
+    /// empty lane two or three times (a connection's color usually holds one I/O callback and
+    /// no `cpucb`). With the owner the only consumer (the only thread that moves a lane's
+    /// head), `is_empty` cannot call a lane empty that held a callback when the owner looked;
+    /// a push it misses is one whose `notify` the owner's `try_idle` will see, so the owner
+    /// looks again (the tests below, `tests/stress.rs`, and the loom model's emptiness check
+    /// before `try_idle`).
+    fn pop(&self, io_first: bool) -> Option<Task> {
+        let (first, second) = if io_first {
+            (&self.io, &self.cpu)
+        } else {
+            (&self.cpu, &self.io)
+        };
+        if !first.is_empty()
+            && let Some(task) = first.pop()
+        {
+            return Some(task);
+        }
+        if second.is_empty() {
+            None
+        } else {
+            second.pop()
+        }
+    }
+
     fn drain(&self) -> usize {
         let mut n = 0;
         while self.cpu.pop().or_else(|| self.io.pop()).is_some() {
@@ -292,11 +321,12 @@ impl Mp {
     fn worker_loop(&self, index: usize, deque: &Worker<usize>, parker: &Parker) {
         let mut clock = WorkerClock::new(self.common.stats.worker(index));
         let mut tick: u32 = 0;
-        let mut last_poll = clock.now;
+        // A deadline, not an interval: this is checked between every two turns.
+        let mut next_poll = clock.now + POLL_INTERVAL;
         while !self.common.is_stopping() {
             tick = tick.wrapping_add(1);
-            if clock.now.saturating_duration_since(last_poll) >= POLL_INTERVAL {
-                last_poll = clock.now;
+            if clock.now >= next_poll {
+                next_poll = clock.now + POLL_INTERVAL;
                 self.poll_while_busy(&mut clock);
             }
             clock.maybe_flush();
@@ -304,7 +334,7 @@ impl Mp {
                 Some(slot) => self.run_slot(index, slot, deque, &mut clock),
                 None => {
                     self.idle(index, deque, parker, &mut clock);
-                    last_poll = clock.now;
+                    next_poll = clock.now + POLL_INTERVAL;
                 }
             }
         }
@@ -375,17 +405,17 @@ impl Mp {
             self.table[s].store(index, Relaxed);
         }
         clock.counters().saw_depth(slot.len());
-        let turn_start = clock.now;
+        let turn_end = clock.now + TURN_TIME;
         let mut ran = 0u32;
         let mut unclocked = 0u32;
-        let mut io_first = slot.io_first.swap(false, Relaxed);
+        // Only the owner reads or writes `io_first` (ordered by the state's acquire-release
+        // transitions): a load and, rarely, a store, not a read-modify-write every turn.
+        let mut io_first = slot.io_first.load(Relaxed);
+        if io_first {
+            slot.io_first.store(false, Relaxed);
+        }
         loop {
-            let task = if io_first {
-                io_first = false;
-                slot.io.pop().or_else(|| slot.cpu.pop())
-            } else {
-                slot.cpu.pop().or_else(|| slot.io.pop())
-            };
+            let task = slot.pop(std::mem::take(&mut io_first));
             let Some(task) = task else {
                 if unclocked > 0 {
                     clock.ran(s, unclocked, Instant::now());
@@ -407,7 +437,7 @@ impl Mp {
                 clock.ran(s, unclocked, Instant::now());
                 unclocked = 0;
             }
-            if ran >= BUDGET || clock.now.saturating_duration_since(turn_start) >= TURN_TIME {
+            if ran >= BUDGET || clock.now >= turn_end {
                 if unclocked > 0 {
                     clock.ran(s, unclocked, Instant::now());
                     unclocked = 0;
@@ -705,5 +735,106 @@ impl Core for Mp {
 
     fn workers(&self) -> usize {
         self.workers.len()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A task that records `tag` in `log` when run.
+    fn task(lane: Lane, tag: u32, log: &Arc<Mutex<Vec<u32>>>) -> Task {
+        let log = log.clone();
+        Task::call(
+            Color(1),
+            lane,
+            Box::new(move || log.lock().unwrap().push(tag)),
+        )
+    }
+
+    fn run(task: Task) {
+        match task.work {
+            crate::task::Work::Call(f) => f(),
+            crate::task::Work::Io(..) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_turn_pops_cpucb_before_io_and_io_first_when_asked_skipping_empty_lanes() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let slot = Slot::new();
+        assert!(slot.pop(false).is_none() && slot.pop(true).is_none());
+        slot.io.push(task(Lane::Io, 1, &log));
+        slot.io.push(task(Lane::Io, 2, &log));
+        slot.cpu.push(task(Lane::Cpu, 10, &log));
+        run(slot.pop(true).unwrap()); // I/O first: 1
+        run(slot.pop(false).unwrap()); // then cpucb: 10
+        run(slot.pop(false).unwrap()); // the cpucb lane is empty: 2
+        assert!(slot.pop(false).is_none() && slot.pop(true).is_none());
+        slot.cpu.push(task(Lane::Cpu, 11, &log));
+        run(slot.pop(true).unwrap()); // the I/O lane is empty: 11
+        assert_eq!(*log.lock().unwrap(), vec![1, 10, 2, 11]);
+    }
+
+    /// The owner's side of a turn (`pop` until empty, then `try_idle`) racing a poster on
+    /// both lanes (push, then `notify`), over the real state machine: every callback runs,
+    /// each lane in order, and the slot is queued again (`notify` true) exactly when the
+    /// owner let it go idle. A `pop` that reported a non-empty lane empty, or the lanes
+    /// looked at out of order, loses or reorders callbacks here.
+    #[test]
+    fn a_poster_racing_the_owner_loses_no_callback_and_keeps_each_lane_in_order() {
+        const N: u32 = 20_000;
+        let slot = Arc::new(Slot::new());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let poster = {
+            let (slot, log, queued) = (slot.clone(), log.clone(), queued.clone());
+            std::thread::spawn(move || {
+                for i in 0..N {
+                    let lane = if i % 3 == 0 { Lane::Cpu } else { Lane::Io };
+                    let t = task(lane, i, &log);
+                    match lane {
+                        Lane::Cpu => slot.cpu.push(t),
+                        Lane::Io => slot.io.push(t),
+                    }
+                    if slot.state.notify() {
+                        queued.fetch_add(1, SeqCst);
+                    }
+                }
+            })
+        };
+        let mut turns = 0;
+        let mut io_first = false;
+        while !(poster.is_finished() && queued.load(SeqCst) == 0) {
+            if queued.load(SeqCst) == 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            queued.fetch_sub(1, SeqCst);
+            slot.state.start();
+            turns += 1;
+            loop {
+                if let Some(t) = slot.pop(std::mem::take(&mut io_first)) {
+                    run(t);
+                    io_first = turns % 2 == 0;
+                    continue;
+                }
+                if slot.state.try_idle() {
+                    break;
+                }
+            }
+        }
+        poster.join().unwrap();
+        let log = log.lock().unwrap();
+        assert_eq!(log.len() as u32, N, "callbacks were lost");
+        let cpu: Vec<u32> = log.iter().copied().filter(|&i| i % 3 == 0).collect();
+        let io: Vec<u32> = log.iter().copied().filter(|&i| i % 3 != 0).collect();
+        assert!(
+            cpu.windows(2).all(|w| w[0] < w[1]),
+            "cpucb lane out of order"
+        );
+        assert!(io.windows(2).all(|w| w[0] < w[1]), "I/O lane out of order");
+        assert!(slot.is_empty());
     }
 }

@@ -145,7 +145,7 @@ impl Uni {
 
     /// One turn of `slot`; false if the runtime is stopping.
     fn turn(&self, slot: usize, clock: &mut WorkerClock<'_>) -> bool {
-        let turn_start = clock.now;
+        let turn_end = clock.now + TURN_TIME;
         let mut io_first = self.with_queue(|q| {
             clock.counters().saw_depth(q.slot_len(slot));
             q.take_io_first(slot)
@@ -171,7 +171,7 @@ impl Uni {
                 clock.ran(slot, unclocked, Instant::now());
                 unclocked = 0;
             }
-            if ran >= BUDGET || clock.now.saturating_duration_since(turn_start) >= TURN_TIME {
+            if ran >= BUDGET || clock.now >= turn_end {
                 if unclocked > 0 {
                     clock.ran(slot, unclocked, Instant::now());
                 }
