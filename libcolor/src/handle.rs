@@ -245,6 +245,8 @@ impl Handle {
         self.core.wake_all();
     }
 
+    /// Whether [`Handle::stop`] was called (or a callback panicked): long callbacks may
+    /// check it to end early.
     pub fn is_stopping(&self) -> bool {
         self.core.common().is_stopping()
     }
@@ -294,6 +296,7 @@ impl std::fmt::Debug for IoRegistration {
 }
 
 impl IoRegistration {
+    /// The token the source was registered with (unique among live registrations).
     pub fn token(&self) -> mio::Token {
         self.entry.token()
     }
@@ -308,10 +311,13 @@ impl IoRegistration {
         self.arm(Direction::Write, color.into(), Box::new(callback));
     }
 
+    /// Disarms the readable callback (dropped without running); readiness is remembered
+    /// for the next one armed.
     pub fn clear_readable(&self) {
         drop(self.entry.disarm(Direction::Read));
     }
 
+    /// Disarms the writable callback, as [`IoRegistration::clear_readable`].
     pub fn clear_writable(&self) {
         drop(self.entry.disarm(Direction::Write));
     }

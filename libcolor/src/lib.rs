@@ -52,6 +52,7 @@
 //! }
 //! rt.run().unwrap();
 //! ```
+#![warn(missing_docs)]
 
 mod cell;
 mod color;

@@ -39,6 +39,8 @@ impl Default for Builder {
 }
 
 impl Builder {
+    /// The defaults: the multiprocessor flavour, one worker per CPU this process may use,
+    /// unpinned, per-worker queues with stealing, 4 blocking helpers, no overload shedding.
     pub fn new() -> Builder {
         Builder {
             workers: None,
@@ -119,6 +121,8 @@ impl Builder {
         self
     }
 
+    /// Makes the runtime: its poller and, for the multiprocessor flavour, its worker
+    /// threads, idle until [`Runtime::run`].
     pub fn build(self) -> Result<Runtime, Error> {
         let workers = if self.uniprocessor {
             1
@@ -188,10 +192,12 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
+    /// A [`Builder`] with the defaults ([`Builder::new`]).
     pub fn builder() -> Builder {
         Builder::new()
     }
 
+    /// A handle for scheduling callbacks, registering I/O and stopping, from any thread.
     pub fn handle(&self) -> Handle {
         match &self.flavor {
             Flavor::Uni(uni) => Handle { core: uni.clone() },

@@ -319,6 +319,7 @@ pub struct WorkerStats {
 /// A snapshot of the runtime's statistics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Per worker, by index.
     pub workers: Vec<WorkerStats>,
     /// Busy time per color slot (index = `color % COLOR_SLOTS`), summed over workers and
     /// corrected for preemption (see the module docs).
@@ -326,22 +327,27 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Callbacks run, over all workers.
     pub fn callbacks(&self) -> u64 {
         self.workers.iter().map(|w| w.callbacks).sum()
     }
 
+    /// Successful steals, over all workers.
     pub fn steals(&self) -> u64 {
         self.workers.iter().map(|w| w.steals).sum()
     }
 
+    /// Wall time in color 0's slot's callbacks, over all workers.
     pub fn color0_busy(&self) -> Duration {
         self.workers.iter().map(|w| w.color0_busy).sum()
     }
 
+    /// Wall time in every other color's callbacks, over all workers.
     pub fn other_busy(&self) -> Duration {
         self.workers.iter().map(|w| w.other_busy).sum()
     }
 
+    /// Wall time in non-blocking polls and their dispatch, over all workers.
     pub fn poll_busy(&self) -> Duration {
         self.workers.iter().map(|w| w.poll_busy).sum()
     }

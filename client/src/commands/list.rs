@@ -303,8 +303,10 @@ mod tests {
 
     fn utc(t: i64) -> Option<libc::tm> {
         let t = libc::time_t::try_from(t).ok()?;
-        // SAFETY: as in local_tm, with gmtime_r.
+        // SAFETY: libc::tm is plain integers (and, on glibc, a pointer that may be null):
+        // all zeros is a valid value.
         let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+        // SAFETY: as in local_tm, with gmtime_r: both pointers are to live locals.
         let r = unsafe { libc::gmtime_r(&t, &mut tm) };
         (!r.is_null()).then_some(tm)
     }
