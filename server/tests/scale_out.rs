@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::stack::{LOCK, lock, retry, sfs_client, unavailable};
 use common::*;
 use protocol::*;
 
@@ -26,44 +27,6 @@ const NAME: &str = "sfs-scale-test";
 /// The stack's directory: fixed, so a run killed before its cleanup (SIGKILL, a CI timeout)
 /// is cleaned up by the next one, under [`LOCK`].
 const SCALE_DIR: &str = "/var/tmp/sfs-scale-out-test";
-/// Held for the whole test: two runs at once (two worktrees' CI) would share glusterd and the
-/// ports; the second waits for the first.
-const LOCK: &str = "/var/tmp/sfs-scale-out-test.lock";
-
-/// Why the stack cannot run here, if it cannot: a skip, not a failure (the packages are
-/// optional; `.ci/run` installs them where it can).
-fn unavailable() -> Option<String> {
-    if !rustix::process::geteuid().is_root() {
-        return Some("the scale-out stack needs root".into());
-    }
-    let on_path = |bin: &str| {
-        std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
-    };
-    let packages = "apt-get install glusterfs-server nfs-ganesha nfs-ganesha-gluster rpcbind";
-    for bin in [
-        "glusterd",
-        "gluster",
-        "ganesha.nfsd",
-        "rpcbind",
-        "unshare",
-        "python3",
-        "setsid",
-    ] {
-        if !on_path(bin) {
-            return Some(format!("{bin} not found on PATH ({packages})"));
-        }
-    }
-    let fsal = std::fs::read_dir("/usr/lib").ok().and_then(|dirs| {
-        dirs.flatten()
-            .map(|d| d.path().join("ganesha/libfsalgluster.so"))
-            .find(|p| p.is_file())
-    });
-    if fsal.is_none() {
-        return Some(format!("no Gluster FSAL for NFS-Ganesha ({packages})"));
-    }
-    None
-}
 
 /// Whether a glusterd runs (not ours: ours are gone once a leftover stack is down).
 fn glusterd_running() -> Option<u32> {
@@ -72,24 +35,6 @@ fn glusterd_running() -> Option<u32> {
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
         (comm.trim() == "glusterd").then_some(pid)
     })
-}
-
-/// Takes [`LOCK`], waiting up to five minutes for another run to end.
-fn lock() -> Option<std::fs::File> {
-    let file = std::fs::File::create(LOCK).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Some(file),
-            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(500))
-            }
-            Err(e) => {
-                eprintln!("{LOCK}: {e}");
-                return None;
-            }
-        }
-    }
 }
 
 struct Stack {
@@ -163,20 +108,6 @@ impl Drop for Stack {
     }
 }
 
-/// Retries a call the server answers JUKEBOX ("try later": a backend connection is down).
-fn retry<T>(mut f: impl FnMut() -> Result<T, NfsStatus>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match f() {
-            Ok(t) => return t,
-            Err(NfsStatus::Jukebox) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            Err(e) => panic!("{e:?}"),
-        }
-    }
-}
-
 fn gluster(args: &[&str]) -> String {
     let out = Command::new("gluster")
         .arg("--mode=script")
@@ -207,7 +138,7 @@ fn scale_out_stack() {
         );
         return;
     }
-    if let Some(why) = unavailable() {
+    if let Some(why) = unavailable(&[]) {
         eprintln!("skipped: {why}");
         return;
     }
@@ -386,11 +317,4 @@ fn scale_out_stack() {
         assert_eq!(std::fs::read(&dest).unwrap(), big);
         eprintln!("sfs get of the one name reached the surviving instance");
     }
-}
-
-/// The `sfs` client binary next to this test's `sfsd`, if it is built.
-fn sfs_client() -> Option<PathBuf> {
-    let sfsd = Path::new(env!("CARGO_BIN_EXE_sfsd"));
-    let sfs = sfsd.with_file_name("sfs");
-    sfs.is_file().then_some(sfs)
 }

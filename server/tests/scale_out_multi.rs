@@ -29,15 +29,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::stack::{LOCK, lock, retry, sfs_client, unavailable};
 use common::*;
 use protocol::*;
 
 /// Everything of the test's: fixed, so a run killed before its cleanup is cleaned up by the
 /// next one, under [`LOCK`].
 const BASE: &str = "/var/tmp/sfs-scale-multi-test";
-/// The lock of `scale_out.rs` too: both run glusterd on port 24007 (this one's in
-/// namespaces, but the other refuses to start beside any glusterd).
-const LOCK: &str = "/var/tmp/sfs-scale-out-test.lock";
 const BRIDGE: &str = "sfsmtbr";
 const VOLUME: &str = "sfsmulti";
 const NAME: &str = "sfs-multi-test";
@@ -67,68 +65,6 @@ fn brick(m: usize) -> PathBuf {
 
 fn scale_dir(m: usize) -> PathBuf {
     machine_dir(m).join("scale")
-}
-
-/// Why the test cannot run here, if it cannot.
-fn unavailable() -> Option<String> {
-    if !rustix::process::geteuid().is_root() {
-        return Some("the scale-out stack needs root".into());
-    }
-    let on_path = |bin: &str| {
-        std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
-    };
-    let packages = "apt-get install glusterfs-server nfs-ganesha nfs-ganesha-gluster rpcbind";
-    for bin in [
-        "glusterd",
-        "gluster",
-        "ganesha.nfsd",
-        "rpcbind",
-        "unshare",
-        "python3",
-        "setsid",
-        "ip",
-        "ss",
-        "timeout",
-    ] {
-        if !on_path(bin) {
-            return Some(format!("{bin} not found on PATH ({packages} iproute2)"));
-        }
-    }
-    let fsal = std::fs::read_dir("/usr/lib").ok().and_then(|dirs| {
-        dirs.flatten()
-            .map(|d| d.path().join("ganesha/libfsalgluster.so"))
-            .find(|p| p.is_file())
-    });
-    if fsal.is_none() {
-        return Some(format!("no Gluster FSAL for NFS-Ganesha ({packages})"));
-    }
-    if sfs_client().is_none() {
-        return Some("the sfs client is not built next to sfsd (cargo build -p sfs)".into());
-    }
-    None
-}
-
-fn lock() -> Option<std::fs::File> {
-    let file = std::fs::File::create(LOCK).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Some(file),
-            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(500))
-            }
-            Err(e) => {
-                eprintln!("{LOCK}: {e}");
-                return None;
-            }
-        }
-    }
-}
-
-fn sfs_client() -> Option<PathBuf> {
-    let sfs = Path::new(env!("CARGO_BIN_EXE_sfsd")).with_file_name("sfs");
-    sfs.is_file().then_some(sfs)
 }
 
 fn script_path() -> PathBuf {
@@ -391,20 +327,6 @@ fn instance(m: usize) -> (ServerName, std::net::SocketAddr) {
     (name, addr)
 }
 
-/// Retries a call the server answers JUKEBOX (the backend not reached yet).
-fn retry<T>(mut f: impl FnMut() -> Result<T, NfsStatus>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match f() {
-            Ok(t) => return t,
-            Err(NfsStatus::Jukebox) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            Err(e) => panic!("{e:?}"),
-        }
-    }
-}
-
 #[test]
 fn scale_out_on_three_machines() {
     if std::env::var("SFS_SCALE_OUT_TEST").as_deref() != Ok("1") {
@@ -414,8 +336,12 @@ fn scale_out_on_three_machines() {
         );
         return;
     }
-    if let Some(why) = unavailable() {
+    if let Some(why) = unavailable(&["ip", "ss", "timeout"]) {
         eprintln!("skipped: {why}");
+        return;
+    }
+    if sfs_client().is_none() {
+        eprintln!("skipped: the sfs client is not built next to sfsd (cargo build -p sfs)");
         return;
     }
     let Some(lock) = lock() else {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use protocol::*;
 
 pub mod ganesha;
+pub mod stack;
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
