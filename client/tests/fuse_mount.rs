@@ -1162,6 +1162,11 @@ fn server_restart_under_a_reader_and_a_lost_server() {
         .open(m.dir.join("f"))
         .unwrap();
     f.write_all(b"before").unwrap();
+    // Answered by the server about to die: the write is answered once registered and goes
+    // out behind (fuse/write_behind.rs), and a WRITE still under way when the server dies is
+    // sent again to the new one, which loses nothing (fsync then rightly succeeds). A
+    // GETATTR waits for the file's writes under way, and `write` left the kernel's size stale.
+    f.metadata().unwrap();
     s.server.kill();
     fs::write(&gate, b"").unwrap();
     f.write_all(b"after").unwrap(); // waits for the new server
