@@ -865,6 +865,10 @@ fn a_commit_behind_writes_of_its_file_waits_for_them() {
     let data = std::fs::read(area.export().join("ordered")).unwrap();
     assert_eq!(data.len(), 8 << 20);
     for k in 0..8usize {
-        assert!(data[k << 20..(k + 1) << 20].iter().all(|&b| b == k as u8 + 1));
+        assert!(
+            data[k << 20..(k + 1) << 20]
+                .iter()
+                .all(|&b| b == k as u8 + 1)
+        );
     }
 }
