@@ -414,6 +414,59 @@ fn put_gives_the_local_mode_less_the_umask() {
     set(&tree, 0o755);
 }
 
+/// The requests one `sfs` run sent, in order, from its `sfs::requests` debug lines (the only
+/// ones `SFS_LOG=sfs::requests=debug` lets through).
+fn requests_of(out: &std::process::Output) -> Vec<String> {
+    ok(out);
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| l.split("proc=").nth(1))
+        .map(|p| p.split_whitespace().next().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// `sfs put` of a new file finds its directory with one FETCH (riding with the LOGIN) and
+/// CREATEs at once: no MOUNT, no LOOKUP, two round trips after the handshake before the
+/// first WRITE. A name that is an existing directory still receives the file under its own
+/// name, and an existing file is overwritten, as `cp` does.
+#[test]
+fn put_finds_its_directory_with_one_fetch() {
+    let s = setup(&[]);
+    fs::create_dir(s.export.join("d")).unwrap();
+    let local = s.home.join("f.txt");
+    fs::write(&local, b"first").unwrap();
+    let put = |remote: &str| {
+        let mut c = sfs_cmd(&s.home);
+        c.env("SFS_LOG", "sfs::requests=debug")
+            .arg("--identity")
+            .arg(&s.identity)
+            .args(["put", local.to_str().unwrap(), &s.path(remote)]);
+        requests_of(&run(c, LIMIT))
+    };
+    // The FETCH goes out with the LOGIN, not as a request of its own.
+    let new = put("/d/new.txt");
+    assert_eq!(new, ["Create", "Write", "Commit"], "{new:?}");
+    assert_eq!(fs::read(s.export.join("d/new.txt")).unwrap(), b"first");
+    fs::write(&local, b"second").unwrap();
+    let over = put("/d/new.txt");
+    assert_eq!(over[..3], ["Create", "Lookup", "Create"], "{over:?}");
+    assert_eq!(fs::read(s.export.join("d/new.txt")).unwrap(), b"second");
+    let into = put("/d");
+    assert_eq!(into[..3], ["Create", "Lookup", "Create"], "{into:?}");
+    assert_eq!(fs::read(s.export.join("d/f.txt")).unwrap(), b"second");
+    let missing = {
+        let mut c = sfs_cmd(&s.home);
+        c.arg("--identity").arg(&s.identity).args([
+            "put",
+            local.to_str().unwrap(),
+            &s.path("/nowhere/x"),
+        ]);
+        run(c, LIMIT)
+    };
+    assert!(!missing.status.success());
+    assert!(!s.export.join("nowhere").exists());
+}
+
 /// `sfs ls -l` prints times as GNU `ls -l` does, in the local time zone (`TZ`); `--json`
 /// keeps the exact seconds and nanoseconds.
 #[test]

@@ -110,7 +110,7 @@ pub enum Proc {
     /// one, in the first round trip after the handshake ([`RequestOp::Fetch`]).
     Fetch = 116,
     /// SFS extension: READDIRPLUS that also says which entries have no extended attributes
-    /// the caller may list ([`RequestOp::ListDir`], versions 7 and 8), so `ls -l` of a
+    /// the caller may list ([`RequestOp::ListDir`], versions 7 to 10), so `ls -l` of a
     /// directory needs no LISTXATTR or GETXATTR per entry.
     ListDir = 117,
 }
@@ -347,7 +347,7 @@ pub enum RequestOp {
         path: Vec<u8>,
     },
     /// The handle and attributes of the object at `path` (from the export's root; any type),
-    /// and if it is a regular file, its first `count` bytes (versions 5 to 8).
+    /// and if it is a regular file, its first `count` bytes (versions 5 to 10).
     Fetch {
         /// Path below the export's root, components separated by `/` (`..` is refused).
         path: Vec<u8>,
@@ -572,7 +572,7 @@ pub enum RequestOp {
         maxcount: u32,
     },
     /// READDIRPLUS's page with, for each entry, whether it has no extended attributes the
-    /// caller may list (versions 7 and 8; the arguments are READDIRPLUS's).
+    /// caller may list (versions 7 to 10; the arguments are READDIRPLUS's).
     ListDir {
         /// Directory.
         dir: FileHandle,

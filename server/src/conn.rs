@@ -85,6 +85,13 @@ pub struct Conn {
     /// Sequenced requests being done, by request id: their replies go into the reply cache
     /// (as many as requests in flight).
     tickets: HashMap<u64, (Arc<Record>, Ticket)>,
+    /// WRITEs and APPENDs being done, by request id, with their file: a COMMIT of that file
+    /// waits for them (as many as requests in flight).
+    writes: HashMap<u64, FileHandle>,
+    /// COMMITs that came behind WRITEs of their file still being done, in arrival order; run
+    /// when the last of those is answered (each is a request in flight, so at most
+    /// `max_in_flight`).
+    held_commits: Vec<(FileHandle, Dispatch, RequestOp)>,
 }
 
 /// A connection's state belongs to its color: every callback that touches it runs there, so
@@ -288,6 +295,8 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             logged_in: false,
             anonymous_told: false,
             tickets: HashMap::new(),
+            writes: HashMap::new(),
+            held_commits: Vec::new(),
         },
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
@@ -771,7 +780,46 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
                 },
             ),
         },
-        op => srv.dispatch(d, op),
+        op => dispatch_in_order(srv, c, d, op),
+    }
+}
+
+/// Connection color: hands `op` to the storage, except a COMMIT of a file this connection
+/// has WRITEs or APPENDs of still being done: it waits for them (protocol versions 9 and 10
+/// promise that a COMMIT covers every WRITE that came before it on the connection, so a
+/// client may send it behind its last WRITE rather than a round trip after the last reply).
+/// The storage threads would otherwise run them in any order.
+fn dispatch_in_order(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, op: RequestOp) {
+    match &op {
+        RequestOp::Commit { fh, .. } if c.writes.values().any(|w| w == fh) => {
+            let fh = *fh;
+            c.held_commits.push((fh, d, op));
+            return;
+        }
+        RequestOp::Write { fh, .. } | RequestOp::Append { fh, .. } => {
+            c.writes.insert(d.req_id, *fh);
+        }
+        _ => {}
+    }
+    srv.dispatch(d, op);
+}
+
+/// Connection color: request `id` was answered; if it was the last WRITE or APPEND of its
+/// file still being done, the COMMITs that waited for it go to the storage.
+fn release_commits(srv: &Arc<Server>, c: &mut Conn, id: u64) {
+    let Some(fh) = c.writes.remove(&id) else {
+        return;
+    };
+    if c.held_commits.is_empty() || c.writes.values().any(|w| *w == fh) {
+        return;
+    }
+    let held = std::mem::take(&mut c.held_commits);
+    for (file, d, op) in held {
+        if file == fh {
+            srv.dispatch(d, op);
+        } else {
+            c.held_commits.push((file, d, op));
+        }
     }
 }
 
@@ -976,6 +1024,8 @@ fn release(srv: &Server, c: &mut Conn, reserved: usize) {
 
 fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
     release(srv, c, reserved);
+    // Even on a closed connection: a held COMMIT's ticket must be settled.
+    release_commits(srv, c, reply.id);
     // Even on a closed connection: its client may send the request again on another.
     c.settle_ticket(reply.id, &reply.result);
     if c.closed() {

@@ -823,3 +823,52 @@ fn new_objects_without_a_mode_get_the_documented_default() {
     ));
     check(&m, "m", 0o750);
 }
+
+/// A COMMIT sent behind WRITEs of its file on the same connection, without waiting for their
+/// replies, runs only once they are done (protocol versions 9 and 10): its reply comes after
+/// every one of theirs, and the data it covers is what they wrote. Without the hold, the
+/// storage threads may run it beside them, and a client that did not wait would be told data
+/// was stable that was not yet written.
+#[test]
+fn a_commit_behind_writes_of_its_file_waits_for_them() {
+    let (area, _s, mut c, a, root) = setup();
+    let f = c.create(a, root, "ordered", 0o644).unwrap();
+    let mut writes = Vec::new();
+    for k in 0..8u64 {
+        let op = RequestOp::Write {
+            fh: f,
+            offset: k << 20,
+            stable: StableHow::Unstable,
+            data: vec![k as u8 + 1; 1 << 20].into(),
+        };
+        writes.push(c.send(a, op));
+    }
+    let commit = c.send(
+        a,
+        RequestOp::Commit {
+            fh: f,
+            offset: 0,
+            count: 0,
+        },
+    );
+    let mut answered = Vec::new();
+    while !answered.contains(&commit) {
+        match c.next_message().expect("connection closed") {
+            ServerMessage::Reply(r) => {
+                assert!(r.result.is_ok(), "{:?}", r.result);
+                answered.push(r.id);
+            }
+            ServerMessage::Invalidate(_) => {}
+        }
+    }
+    assert_eq!(answered.len(), writes.len() + 1, "{answered:?}");
+    let data = std::fs::read(area.export().join("ordered")).unwrap();
+    assert_eq!(data.len(), 8 << 20);
+    for k in 0..8usize {
+        assert!(
+            data[k << 20..(k + 1) << 20]
+                .iter()
+                .all(|&b| b == k as u8 + 1)
+        );
+    }
+}

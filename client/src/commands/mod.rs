@@ -187,6 +187,32 @@ impl Ctx {
         }
     }
 
+    /// The directory a new `t` would go into, found by one FETCH (which on a new session goes
+    /// out with the LOGIN: no MOUNT and LOOKUPs, each a round trip), with the new object's
+    /// name. `None` when `t` is the root, or the server cannot FETCH: the caller walks with
+    /// [`Ctx::parent`].
+    pub async fn fetch_parent(
+        &mut self,
+        t: &Target,
+    ) -> Result<Option<(Client, FileHandle, String)>, CmdError> {
+        let Some((name, dirs)) = t.components.split_last() else {
+            return Ok(None);
+        };
+        let c = self.session(&t.server);
+        let path = format!("/{}", dirs.join("/"));
+        let Some(f) = c
+            .fetch_object(&path)
+            .await
+            .map_err(|e| CmdError::at(&t.text, e))?
+        else {
+            return Ok(None);
+        };
+        if f.attr.ftype != FileType::Directory {
+            return Err(CmdError::Path(t.text.clone(), "Not a directory".into()));
+        }
+        Ok(Some((c, f.fh, name.clone())))
+    }
+
     /// Resolves a target to its handle and attributes.
     pub async fn resolve(&mut self, t: &Target) -> Result<(Client, FileHandle, Attr), CmdError> {
         let (c, mut fh) = self.client(&t.server).await?;

@@ -322,6 +322,22 @@ pub async fn put(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "upload".into());
     let mut t = Target::parse(remote)?;
+    // A file: its directory by one FETCH riding with the LOGIN, and CREATE at once; whether
+    // the name is an existing directory is asked only if CREATE finds it taken. Two round
+    // trips after the handshake before the first WRITE, where MOUNT, LOOKUP of the name and
+    // CREATE took four.
+    if !meta.is_dir()
+        && let Some((c, dir, name)) = ctx.fetch_parent(&t).await?
+    {
+        let into = match put_file(&c, &dir, &name, local, &t.text, true).await? {
+            Put::Done => return Ok(()),
+            Put::IsDir(into) => into,
+        };
+        let t = t.join(&local_name);
+        return put_file(&c, &into, &local_name, local, &t.text, false)
+            .await
+            .map(|_| ());
+    }
     // An existing directory receives the file under its own name.
     if let Ok((_, _, a)) = ctx.resolve(&t).await
         && a.ftype == FileType::Directory
@@ -338,16 +354,29 @@ pub async fn put(
         }
         return put_tree(&c, dir, &name, local, &t.text).await;
     }
-    put_file(&c, &dir, &name, local, &t.text).await
+    put_file(&c, &dir, &name, local, &t.text, false)
+        .await
+        .map(|_| ())
 }
 
+/// What [`put_file`] did.
+enum Put {
+    Done,
+    /// The name is an existing directory (asked only when told to): nothing was written.
+    IsDir(FileHandle),
+}
+
+/// Copies the regular file `local` to `name` in `dir`. With `dir_check`, a name that exists
+/// is looked up first, and an existing directory is returned untouched, for the file to go
+/// into it (the caller found only the parent).
 async fn put_file(
     c: &Client,
     dir: &FileHandle,
     name: &str,
     local: &Path,
     label: &str,
-) -> Result<(), CmdError> {
+    dir_check: bool,
+) -> Result<Put, CmdError> {
     let local_error =
         |e: std::io::Error| CmdError::Path(local.display().to_string(), io_message(&e));
     let f = fs::File::open(local).map_err(local_error)?;
@@ -377,6 +406,15 @@ async fn put_file(
     let (fh, made) = match made {
         Ok((fh, _)) => (fh, true),
         Err(SessionError::Nfs(NfsStatus::Exist)) => {
+            if dir_check {
+                let (fh, a) = c
+                    .lookup(dir, name.as_bytes())
+                    .await
+                    .map_err(|e| CmdError::at(label, e))?;
+                if a.ftype == FileType::Directory {
+                    return Ok(Put::IsDir(fh));
+                }
+            }
             let (fh, _) = c
                 .create(dir, name.as_bytes(), CreateHow::Unchecked(attr))
                 .await
@@ -398,7 +436,7 @@ async fn put_file(
     if made && filling != mode {
         set_mode(c, &fh, mode, label).await?;
     }
-    Ok(())
+    Ok(Put::Done)
 }
 
 /// SETATTR of the mode alone.
@@ -440,7 +478,7 @@ fn put_tree<'a>(
             if ft.is_dir() {
                 put_tree(c, dir, &n, &e.path(), &child_label).await?;
             } else if ft.is_file() {
-                put_file(c, &dir, &n, &e.path(), &child_label).await?;
+                put_file(c, &dir, &n, &e.path(), &child_label, false).await?;
             } else if ft.is_symlink() {
                 let target = fs::read_link(e.path())?;
                 #[cfg(unix)]

@@ -8,16 +8,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use protocol::{Data, FileHandle, NfsStatus, StableHow};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::Client;
+use super::conn::Sent;
 use super::error::SessionError;
 
 /// An outstanding READ of a bulk transfer: its offset and the task doing it.
 type ReadTask = (u64, JoinHandle<Result<(Data, bool), SessionError>>);
 
-/// An outstanding WRITE of a bulk transfer: (write verifier, bytes) when done.
-type WriteTask = JoinHandle<Result<([u8; 8], u64), SessionError>>;
+/// An outstanding WRITE of a bulk transfer: (write verifier, bytes, where its answered attempt
+/// went) when done.
+type WriteTask = JoinHandle<Result<([u8; 8], u64, Option<Sent>), SessionError>>;
+
+/// A COMMIT sent behind the last WRITE: (write verifier, where its answered attempt went).
+type CommitTask = JoinHandle<Result<([u8; 8], Option<Sent>), SessionError>>;
 
 impl Client {
     /// READs outstanding, as many as the window holds, so one stream can fill the link.
@@ -94,6 +100,13 @@ impl Client {
     /// file into its request (read again if it must be sent again). A file that grows
     /// meanwhile is copied to its new end; one that shrinks is an error. `progress` is told of
     /// each acknowledged byte count.
+    ///
+    /// Where the server orders a COMMIT behind the WRITEs of its file sent before it on the
+    /// same connection (protocol versions 9 and 10), the COMMIT goes out as soon as the last
+    /// WRITE has, not a round trip after the last reply. It counts only if every WRITE's
+    /// answered attempt went out before it on the connection that answered it (no reconnect,
+    /// no WRITE sent again after it, the file did not grow); otherwise another COMMIT is sent
+    /// after the last reply, as with older servers.
     pub async fn write_file(
         &self,
         fh: &FileHandle,
@@ -101,6 +114,7 @@ impl Client {
         mut progress: impl FnMut(u64),
     ) -> Result<u64, anyhow::Error> {
         let (_, wmax) = self.io_sizes().await?;
+        let ordered = protocol::handshake::has_ordered_commit(self.connection().await?.version);
         let chunk = u64::from(wmax.max(1));
         let max_requests = self.inner.opts.window;
         let mut window = self.inner.opts.bulk_window();
@@ -111,7 +125,14 @@ impl Client {
         let mut end = local_len(&file)?;
         let mut verifier = None;
         let mut restarted = false;
-        loop {
+        // Each WRITE task says once that its request went out; the early COMMIT waits for
+        // all of them.
+        let (went_tx, went_rx) = mpsc::unbounded_channel::<()>();
+        let mut went_rx = Some(went_rx);
+        let mut spawned = 0usize;
+        let mut early: Option<CommitTask> = None;
+        let mut sent = SentSoFar::default();
+        let result = loop {
             while inflight.len() < window.requests(chunk, max_requests) {
                 if offset >= end {
                     end = local_len(&file)?;
@@ -125,14 +146,30 @@ impl Client {
                 let c = self.clone();
                 let fh = *fh;
                 let file = file.clone();
+                let went = went_tx.clone();
+                spawned += 1;
                 inflight.push_back(tokio::spawn(async move {
                     // The server may write less than it was sent; the rest goes again.
                     let mut done = 0u64;
                     let mut verf = [0u8; 8];
+                    let mut last = None;
+                    let mut on_sent = |s: Sent| {
+                        if last.is_none() {
+                            let _ = went.send(());
+                        }
+                        last = Some(s);
+                    };
                     while done < len {
                         let rest = (len - done) as usize;
                         let (n, v) = c
-                            .write_from_file(&fh, at + done, StableHow::Unstable, &file, rest)
+                            .write_from_file(
+                                &fh,
+                                at + done,
+                                StableHow::Unstable,
+                                &file,
+                                rest,
+                                &mut on_sent,
+                            )
                             .await?;
                         if n == 0 {
                             return Err(SessionError::Nfs(NfsStatus::Io));
@@ -140,31 +177,64 @@ impl Client {
                         done += u64::from(n).min(len - done);
                         verf = v;
                     }
-                    Ok((verf, len))
+                    Ok((verf, len, last))
+                }));
+            }
+            if ordered
+                && offset >= end
+                && spawned > 0
+                && let Some(mut rx) = went_rx.take()
+            {
+                // Every byte is in a WRITE: COMMIT once they have all gone out.
+                let (c, fh, all) = (self.clone(), *fh, spawned);
+                early = Some(tokio::spawn(async move {
+                    for _ in 0..all {
+                        if rx.recv().await.is_none() {
+                            break;
+                        }
+                    }
+                    let mut at = None;
+                    let v = c.commit_sent(&fh, &mut |s| at = Some(s)).await?;
+                    Ok((v, at))
                 }));
             }
             let Some(h) = inflight.pop_front() else {
-                break;
+                break Ok(());
             };
-            let (v, len) = match h.await {
+            let (v, len, last) = match h.await {
                 Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    for h in inflight.drain(..) {
-                        h.abort();
-                    }
-                    return Err(e.into());
-                }
-                Err(e) => return Err(anyhow::anyhow!("write task failed: {e}")),
+                Ok(Err(e)) => break Err(e.into()),
+                Err(e) => break Err(anyhow::anyhow!("write task failed: {e}")),
             };
             if verifier.is_some_and(|old| old != v) {
                 restarted = true;
             }
             verifier = Some(v);
+            sent.add(last);
             window.delivered(len, Instant::now());
             progress(len);
+        };
+        if let Err(e) = result {
+            for h in inflight.drain(..) {
+                h.abort();
+            }
+            if let Some(h) = early {
+                h.abort();
+            }
+            return Err(e);
         }
         tracing::debug!(bytes = offset, window = window.bytes(), "bulk write sent");
-        let committed = self.commit(fh).await?;
+        let early = match early {
+            Some(h) => match h.await {
+                Ok(r) => Some(r?),
+                Err(e) => return Err(anyhow::anyhow!("commit task failed: {e}")),
+            },
+            None => None,
+        };
+        let committed = match early {
+            Some((v, Some(at))) if sent.covered_by(at) => v,
+            _ => self.commit(fh).await?,
+        };
         if restarted || verifier.is_some_and(|v| v != committed) {
             anyhow::bail!(
                 "the server restarted during the transfer and may have lost unstable writes; \
@@ -173,5 +243,96 @@ impl Client {
         }
         self.inner.cache.invalidate(fh);
         Ok(offset)
+    }
+}
+
+/// Where the answered WRITEs of a transfer went (see [`Client::write_file`]).
+#[derive(Debug, Default)]
+struct SentSoFar {
+    /// The connection all went on, `None` before the first.
+    conn: Option<u64>,
+    /// Some went on another connection, or a WRITE was answered without being sent (not
+    /// seen).
+    mixed: bool,
+    /// The latest place among them.
+    last: u64,
+    /// All went on connections whose server orders COMMIT behind them.
+    ordered: bool,
+}
+
+impl SentSoFar {
+    /// One more WRITE answered; `at` is where its answered attempt went.
+    fn add(&mut self, at: Option<Sent>) {
+        let Some(at) = at else {
+            self.mixed = true;
+            return;
+        };
+        match self.conn {
+            None => {
+                self.conn = Some(at.conn);
+                self.ordered = at.ordered;
+            }
+            Some(c) if c != at.conn => self.mixed = true,
+            Some(_) => self.ordered &= at.ordered,
+        }
+        self.last = self.last.max(at.seq);
+    }
+
+    /// Whether a COMMIT that went out at `commit` covers every WRITE: all went before it, on
+    /// its connection, to a server that orders COMMIT behind them.
+    fn covered_by(&self, commit: Sent) -> bool {
+        !self.mixed
+            && self.ordered
+            && commit.ordered
+            && self.conn.is_none_or(|c| c == commit.conn)
+            && self.last < commit.seq
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(conn: u64, seq: u64) -> Sent {
+        Sent {
+            conn,
+            seq,
+            ordered: true,
+        }
+    }
+
+    #[test]
+    fn an_early_commit_counts_only_behind_every_write_on_its_connection() {
+        let mut s = SentSoFar::default();
+        for seq in [3, 1, 2] {
+            s.add(Some(at(5, seq)));
+        }
+        assert!(s.covered_by(at(5, 4)));
+        assert!(!s.covered_by(at(5, 3)), "a WRITE went out after it");
+        assert!(!s.covered_by(at(6, 9)), "another connection");
+        let unordered = Sent {
+            ordered: false,
+            ..at(5, 4)
+        };
+        assert!(
+            !s.covered_by(unordered),
+            "a server that does not order COMMIT"
+        );
+        let mut mixed = SentSoFar::default();
+        mixed.add(Some(at(5, 1)));
+        mixed.add(Some(at(6, 2)));
+        assert!(
+            !mixed.covered_by(at(6, 3)),
+            "WRITEs answered on two connections"
+        );
+        let mut unseen = SentSoFar::default();
+        unseen.add(None);
+        assert!(!unseen.covered_by(at(5, 1)));
+        let mut old = SentSoFar::default();
+        old.add(Some(Sent {
+            ordered: false,
+            ..at(5, 1)
+        }));
+        assert!(!old.covered_by(at(5, 2)));
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use protocol::sequence::Ticket;
 use protocol::{Attr, FileHandle, NfsStatus, Proc, ReplyBody, Request, RequestOp};
 
-use super::conn::Outgoing;
+use super::conn::{Outgoing, Sent};
 use super::error::{AfterTimeout, ConnectError, ProtocolError, SessionError, secs};
 use super::slots::Held;
 use super::{Client, MAX_TIMEOUT_RETRIES};
@@ -43,8 +43,17 @@ impl Client {
     /// Sends a request and waits for its reply, reconnecting and retrying when the request is
     /// idempotent or went through a slot of the server's reply cache.
     pub async fn call(&self, op: RequestOp) -> Result<ReplyBody, SessionError> {
+        self.call_sent(op, &mut |_| {}).await
+    }
+
+    /// [`Client::call`], telling `on_sent` where each attempt went.
+    pub(super) async fn call_sent(
+        &self,
+        op: RequestOp,
+        on_sent: &mut (dyn FnMut(Sent) + Send),
+    ) -> Result<ReplyBody, SessionError> {
         let proc = op.proc();
-        self.call_with(proc, 0, |id, authno, ticket, buf| {
+        let encode = |id, authno, ticket: Option<Ticket>, buf| {
             Ok(Outgoing::encode(buf, |buf| {
                 let op = match ticket {
                     Some(t) => RequestOp::Sequence {
@@ -56,8 +65,8 @@ impl Client {
                 };
                 Request { id, authno, op }.encode_into(buf)
             }))
-        })
-        .await
+        };
+        self.call_with(proc, 0, encode, on_sent).await
     }
 
     /// [`Client::call`] with a caller-supplied encoder, given the request id, the authno, the
@@ -65,17 +74,21 @@ impl Client {
     /// one when `size_hint` is large): WRITE reads or copies its data straight into the
     /// request. The encoder runs again for every attempt, since a sent request's buffer is
     /// sealed in place; its error (reading a local file) ends the call.
+    /// `on_sent` is told where each attempt went (its last call: the attempt answered).
     pub(super) async fn call_with(
         &self,
         proc: Proc,
         size_hint: usize,
         encode: impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<Outgoing>,
+        on_sent: &mut (dyn FnMut(Sent) + Send),
     ) -> Result<ReplyBody, SessionError> {
         // One line per request at debug level: what a test counts to see how many round
         // trips an operation through the mount costs.
         tracing::debug!(target: "sfs::requests", ?proc, "request");
         let mut held = None;
-        let result = self.attempts(proc, size_hint, &encode, &mut held).await;
+        let result = self
+            .attempts(proc, size_hint, &encode, &mut held, on_sent)
+            .await;
         if let Some(h) = held {
             self.inner.slots.release(h, answered(&result));
         }
@@ -93,6 +106,7 @@ impl Client {
         size_hint: usize,
         encode: &impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<Outgoing>,
         held: &mut Option<Held>,
+        on_sent: &mut (dyn FnMut(Sent) + Send),
     ) -> Result<ReplyBody, SessionError> {
         let mut lost = 0;
         let mut busy = 0u32;
@@ -146,7 +160,10 @@ impl Client {
             let payload = encode(id, authno, ticket, self.inner.buffer_for(size_hint))
                 .map_err(SessionError::Source)?;
             sent = true;
-            let reply = match conn.roundtrip_within(timeout, id, payload).await {
+            let reply = match conn
+                .roundtrip_within_sent(timeout, id, payload, on_sent)
+                .await
+            {
                 Ok(r) => {
                     timed_out = false;
                     r

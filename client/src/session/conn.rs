@@ -44,7 +44,23 @@ const FIRST_AUTHNO: u32 = 1;
 struct Pending {
     dead: bool,
     waiters: HashMap<u64, Waiter>,
+    /// Requests handed to the writer so far: the last one's place in the sending order.
+    sent: u64,
 }
+
+/// Where a request went: its connection (by [`Conn::serial`]) and its place in the order in
+/// which that connection sent its requests. A server of protocol version 9 or 10 runs a
+/// COMMIT only after the WRITEs of its file sent before it on the same connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sent {
+    pub(super) conn: u64,
+    pub(super) seq: u64,
+    /// The connection's server orders a COMMIT behind the WRITEs sent before it.
+    pub(super) ordered: bool,
+}
+
+/// The next connection's serial (for [`Sent`]): never reused within the process.
+static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// An encoded request after a record header's gap, which the writer task seals in place: no
 /// copy of a WRITE's data on the way out. The record starts `start` bytes into the buffer
@@ -108,6 +124,8 @@ pub(super) struct Conn {
     pub(super) epoch: Option<u64>,
     /// The protocol version the handshake chose.
     pub(super) version: u32,
+    /// This connection among the process's (see [`Sent`]).
+    pub(super) serial: u64,
     tasks: [JoinHandle<()>; 2],
 }
 
@@ -125,19 +143,32 @@ impl Conn {
     }
 
     /// Sends one encoded request and waits for its reply; `None` when the stream broke.
-    async fn roundtrip(&self, id: u64, payload: Outgoing) -> Option<Result<ReplyBody, NfsStatus>> {
+    /// `on_sent` is told where the request went once it is handed to the writer.
+    async fn roundtrip(
+        &self,
+        id: u64,
+        payload: Outgoing,
+        on_sent: &mut (dyn FnMut(Sent) + Send),
+    ) -> Option<Result<ReplyBody, NfsStatus>> {
         let (tx, rx) = oneshot::channel();
-        {
+        let seq = {
             let mut p = self.pending.lock();
             if p.dead {
                 return None;
             }
+            // Under the lock, so the places follow the writer's order.
+            if self.tx.send(payload).is_err() {
+                return None;
+            }
             p.waiters.insert(id, tx);
-        }
-        if self.tx.send(payload).is_err() {
-            self.pending.lock().waiters.remove(&id);
-            return None;
-        }
+            p.sent += 1;
+            p.sent
+        };
+        on_sent(Sent {
+            conn: self.serial,
+            seq,
+            ordered: protocol::handshake::has_ordered_commit(self.version),
+        });
         rx.await.ok()
     }
 
@@ -150,7 +181,19 @@ impl Conn {
         id: u64,
         payload: Outgoing,
     ) -> Result<Option<Result<ReplyBody, NfsStatus>>, ()> {
-        match tokio::time::timeout(timeout, self.roundtrip(id, payload)).await {
+        self.roundtrip_within_sent(timeout, id, payload, &mut |_| {})
+            .await
+    }
+
+    /// [`Conn::roundtrip_within`], telling `on_sent` where the request went.
+    pub(super) async fn roundtrip_within_sent(
+        &self,
+        timeout: Duration,
+        id: u64,
+        payload: Outgoing,
+        on_sent: &mut (dyn FnMut(Sent) + Send),
+    ) -> Result<Option<Result<ReplyBody, NfsStatus>>, ()> {
+        match tokio::time::timeout(timeout, self.roundtrip(id, payload, on_sent)).await {
             Ok(r) => Ok(r),
             Err(_) => {
                 fail_all(&self.pending);
@@ -280,6 +323,7 @@ impl Client {
             write_max,
             epoch: None,
             version,
+            serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             tasks: [writer, readertask],
         };
         let identity = self.inner.identity.as_ref();

@@ -25,8 +25,19 @@ impl Client {
     /// when the server cannot FETCH (a version before 5, or a backend without it): the caller
     /// walks with MOUNT and LOOKUP instead.
     pub async fn fetch(&self, path: &str) -> Result<Option<Fetched>, SessionError> {
+        self.fetch_up_to(path, COUNT).await
+    }
+
+    /// [`Client::fetch`] without the bytes: the object at `path` and its attributes, in the
+    /// first round trip after the handshake on a new session (as MOUNT and a LOOKUP per
+    /// component would tell, in one). `sfs put` finds the directory it creates in this way.
+    pub async fn fetch_object(&self, path: &str) -> Result<Option<Fetched>, SessionError> {
+        self.fetch_up_to(path, 0).await
+    }
+
+    async fn fetch_up_to(&self, path: &str, count: u32) -> Result<Option<Fetched>, SessionError> {
         let since = self.inner.cache.stamp();
-        let (conn, early) = self.connection_with(Some((path.as_bytes(), COUNT))).await?;
+        let (conn, early) = self.connection_with(Some((path.as_bytes(), count))).await?;
         if !protocol::handshake::has_fetch(conn.version) {
             return Ok(None);
         }
@@ -35,7 +46,7 @@ impl Client {
             Some(Err(NfsStatus::Jukebox)) | None => {
                 let op = RequestOp::Fetch {
                     path: path.as_bytes().to_vec(),
-                    count: COUNT,
+                    count,
                 };
                 self.call(op).await
             }

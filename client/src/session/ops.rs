@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use super::Client;
-use super::conn::Outgoing;
+use super::conn::{Outgoing, Sent};
 use super::error::{ProtocolError, SessionError};
 use super::limits::{MAX_DIR_ENTRIES, MAX_DIR_NAME_BYTES, MAX_DIR_PAGES};
 use crate::cache::{Stamp, XattrAnswer};
@@ -182,7 +182,7 @@ impl Client {
         stable: StableHow,
         data: &[u8],
     ) -> Result<(u32, [u8; 8]), SessionError> {
-        self.write_with(fh, offset, stable, data.len(), |dst| {
+        self.write_with(fh, offset, stable, data.len(), &mut |_| {}, |dst| {
             dst.copy_from_slice(data);
             Ok(data.len())
         })
@@ -192,16 +192,18 @@ impl Client {
     /// WRITE of `len` bytes of `file` from `offset`, to the same offset on the server, read
     /// straight into the request (and read again if the request must be sent again: a sent
     /// request is sealed in place). A file shorter than `offset + len` is an error.
-    pub async fn write_from_file(
+    /// `on_sent` is told where each attempt went.
+    pub(super) async fn write_from_file(
         &self,
         fh: &FileHandle,
         offset: u64,
         stable: StableHow,
         file: &std::fs::File,
         len: usize,
+        on_sent: &mut (dyn FnMut(Sent) + Send),
     ) -> Result<(u32, [u8; 8]), SessionError> {
         use std::os::unix::fs::FileExt;
-        self.write_with(fh, offset, stable, len, |dst| {
+        self.write_with(fh, offset, stable, len, on_sent, |dst| {
             file.read_exact_at(dst, offset).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::UnexpectedEof {
                     std::io::Error::other("the file shrank while it was being copied")
@@ -221,22 +223,22 @@ impl Client {
         offset: u64,
         stable: StableHow,
         len: usize,
+        on_sent: &mut (dyn FnMut(Sent) + Send),
         fill: impl Fn(&mut [u8]) -> std::io::Result<usize>,
     ) -> Result<(u32, [u8; 8]), SessionError> {
         let change = self.inner.cache.begin(fh);
-        let reply = self
-            .call_with(Proc::Write, len, |id, authno, ticket, buf| {
-                let head = WriteHead {
-                    id,
-                    authno,
-                    fh,
-                    offset,
-                    stable,
-                    ticket,
-                };
-                Outgoing::write_request(buf, &head, len, &fill)
-            })
-            .await?;
+        let encode = |id, authno, ticket, buf| {
+            let head = WriteHead {
+                id,
+                authno,
+                fh,
+                offset,
+                stable,
+                ticket,
+            };
+            Outgoing::write_request(buf, &head, len, &fill)
+        };
+        let reply = self.call_with(Proc::Write, len, encode, on_sent).await?;
         let_reply!(
             self,
             ReplyBody::Write {
@@ -252,6 +254,15 @@ impl Client {
 
     /// COMMIT: the write verifier after the data is stable.
     pub async fn commit(&self, fh: &FileHandle) -> Result<[u8; 8], SessionError> {
+        self.commit_sent(fh, &mut |_| {}).await
+    }
+
+    /// [`Client::commit`], telling `on_sent` where each attempt went.
+    pub(super) async fn commit_sent(
+        &self,
+        fh: &FileHandle,
+        on_sent: &mut (dyn FnMut(Sent) + Send),
+    ) -> Result<[u8; 8], SessionError> {
         let op = RequestOp::Commit {
             fh: *fh,
             offset: 0,
@@ -260,7 +271,7 @@ impl Client {
         let change = self.inner.cache.begin(fh);
         let_reply!(
             self,
-            ReplyBody::Commit { verifier, attr } = self.call(op).await?
+            ReplyBody::Commit { verifier, attr } = self.call_sent(op, on_sent).await?
         );
         change.end(attr);
         Ok(verifier)

@@ -1312,3 +1312,67 @@ async fn a_reconnect_speaks_first_with_the_key_it_learned() {
         "waited for the key the first time only"
     );
 }
+
+/// Where the server orders COMMIT behind the connection's WRITEs (version 9), `write_file`
+/// sends it behind the last WRITE without waiting for their replies: this fake answers no
+/// WRITE until the COMMIT has come (a client that waits for the replies first would wait
+/// for ever). With a server of version 8 the COMMIT still comes after the last reply.
+#[tokio::test]
+async fn a_commit_goes_out_behind_the_last_write_where_the_server_orders_it() {
+    const SIZE: u64 = 3 * 1024 * 1024 + 5;
+    for version in [9u32, 8] {
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let commits = Arc::new(Mutex::new(Vec::new()));
+        let (w, seen) = (written.clone(), commits.clone());
+        let mut held = Vec::new();
+        let f = fake_speaking(
+            0,
+            ServerKeypair::generate(),
+            vec![2, version],
+            Box::new(move |_, req| match req.op {
+                // No reply cache: the WRITEs go unsequenced.
+                RequestOp::Session { .. } => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+                RequestOp::Write { offset, data, .. } => {
+                    let mut g = w.lock();
+                    store(&mut g, offset, &data);
+                    held.push(write_ok(req.id, data.len()));
+                    // Version 8: answered once all the data is in.
+                    if version == 8 && g.len() as u64 == SIZE {
+                        std::mem::take(&mut held)
+                    } else {
+                        vec![]
+                    }
+                }
+                RequestOp::Commit { .. } => {
+                    seen.lock().push(held.len());
+                    let mut out: Vec<Out> = std::mem::take(&mut held);
+                    out.push(commit_ok(req.id));
+                    out
+                }
+                ref other => panic!("unexpected {other:?}"),
+            }),
+        )
+        .await;
+        let c = Client::new(&f.name, Some(alice()), quick());
+        let src = content(0, SIZE as usize);
+        let wrote = tokio::time::timeout(
+            Duration::from_secs(20),
+            c.write_file(&FH, local_file(&src), |_| {}),
+        )
+        .await
+        .expect("the COMMIT did not wait for the WRITE replies")
+        .unwrap();
+        assert_eq!(wrote, SIZE);
+        assert!(*written.lock() == src, "written content differs");
+        let commits = commits.lock().clone();
+        if version == 9 {
+            assert_eq!(
+                commits,
+                [4],
+                "one COMMIT, sent with the 4 WRITEs unanswered"
+            );
+        } else {
+            assert_eq!(commits, [0], "one COMMIT, after every reply");
+        }
+    }
+}

@@ -57,8 +57,8 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements (with ChaCha20-Poly1305 records; see
-/// [`LISTDIR_AES_VERSION`] for the same with AES-256-GCM).
-pub const PROTOCOL_VERSION: u32 = LISTDIR_VERSION;
+/// [`ORDERED_COMMIT_AES_VERSION`] for the same with AES-256-GCM).
+pub const PROTOCOL_VERSION: u32 = ORDERED_COMMIT_VERSION;
 /// The first version with SESSION and SEQUENCE ([`crate::sequence`]) and APPEND: a client
 /// sends them only on connections that chose it or a later one, so it still works with a
 /// server of version 2, without exactly-once changes or atomic appends.
@@ -77,9 +77,17 @@ pub const FETCH_AES_VERSION: u32 = 6;
 pub const LISTDIR_VERSION: u32 = 7;
 /// Version 7 with AES-256-GCM records, offered only with AES instructions as 4 is.
 pub const LISTDIR_AES_VERSION: u32 = 8;
+/// Version 7 with COMMIT ordered behind the connection's WRITEs: the server runs a COMMIT
+/// only once every WRITE and APPEND of the same file that arrived before it on the same
+/// connection has been answered, so a client may send COMMIT right behind its last WRITE
+/// instead of a round trip after the last reply. Nothing on the wire changes.
+pub const ORDERED_COMMIT_VERSION: u32 = 9;
+/// Version 9 with AES-256-GCM records, offered only with AES instructions as 4 is.
+pub const ORDERED_COMMIT_AES_VERSION: u32 = 10;
 /// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
 /// SEQUENCE, so a peer of either version can be served; 5 is 3 with FETCH; 7 is 5 with
-/// LISTDIR; 4, 6 and 8 are 3, 5 and 7 with AES-256-GCM records.
+/// LISTDIR; 9 is 7 with COMMIT ordered behind the connection's WRITEs; 4, 6, 8 and 10 are 3,
+/// 5, 7 and 9 with AES-256-GCM records.
 pub const SUPPORTED_VERSIONS: &[u32] = &[
     2,
     SESSIONS_VERSION,
@@ -88,13 +96,15 @@ pub const SUPPORTED_VERSIONS: &[u32] = &[
     FETCH_AES_VERSION,
     LISTDIR_VERSION,
     LISTDIR_AES_VERSION,
+    ORDERED_COMMIT_VERSION,
+    ORDERED_COMMIT_AES_VERSION,
 ];
 
 /// Whether records of `version` are sealed with AES-256-GCM (else ChaCha20-Poly1305).
 pub fn uses_aes(version: u32) -> bool {
     matches!(
         version,
-        AES_VERSION | FETCH_AES_VERSION | LISTDIR_AES_VERSION
+        AES_VERSION | FETCH_AES_VERSION | LISTDIR_AES_VERSION | ORDERED_COMMIT_AES_VERSION
     )
 }
 
@@ -106,6 +116,12 @@ pub fn has_fetch(version: u32) -> bool {
 /// Whether a connection of `version` may carry LISTDIR.
 pub fn has_listdir(version: u32) -> bool {
     version >= LISTDIR_VERSION
+}
+
+/// Whether the server of a connection of `version` runs a COMMIT only after the WRITEs of
+/// the same file that came before it on the connection ([`ORDERED_COMMIT_VERSION`]).
+pub fn has_ordered_commit(version: u32) -> bool {
+    version >= ORDERED_COMMIT_VERSION
 }
 
 /// The versions this machine offers: all it speaks, but those with AES records only with AES
@@ -463,6 +479,14 @@ mod tests {
             versions: vec![2, 3, 5, 7],
             ..HandshakeConfig::default()
         };
+        let v8 = HandshakeConfig {
+            versions: vec![2, 3, 4, 5, 6, 7, 8],
+            ..HandshakeConfig::default()
+        };
+        let chacha9 = HandshakeConfig {
+            versions: vec![2, 3, 5, 7, 9],
+            ..HandshakeConfig::default()
+        };
         for (client, server, chosen) in [
             (v2.clone(), HandshakeConfig::default(), 2),
             (HandshakeConfig::default(), v2, 2),
@@ -479,7 +503,12 @@ mod tests {
             // LISTDIR, with ChaCha20 records where one end has no AES instructions.
             (chacha7.clone(), all.clone(), 7),
             (all.clone(), chacha7, 7),
-            (all.clone(), all, 8),
+            (v8.clone(), all.clone(), 8),
+            (all.clone(), v8, 8),
+            // Ordered COMMIT.
+            (chacha9.clone(), all.clone(), 9),
+            (all.clone(), chacha9, 9),
+            (all.clone(), all, 10),
         ] {
             let (mut c, mut s) = pair(client, server);
             pump(&mut c, &mut s).unwrap();
@@ -494,10 +523,11 @@ mod tests {
             let cipher = crate::record::Cipher::for_version(chosen);
             assert_eq!(
                 cipher == crate::record::Cipher::Aes256Gcm,
-                chosen == 4 || chosen == 6 || chosen == 8
+                chosen == 4 || chosen == 6 || chosen == 8 || chosen == 10
             );
             assert_eq!(has_fetch(chosen), chosen >= 5);
             assert_eq!(has_listdir(chosen), chosen >= 7);
+            assert_eq!(has_ordered_commit(chosen), chosen >= 9);
         }
     }
 
