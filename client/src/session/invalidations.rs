@@ -1,5 +1,5 @@
 //! The queue between a session's reader task, which receives INVALIDATEs, and the thread
-//! that passes them on to the kernel ([`crate::fuse::invalidator`]). The kernel can be slow to
+//! that passes them on to the kernel ([`crate::fuse::invalidator()`]). The kernel can be slow to
 //! take them (it waits for locks held by requests we are answering) and the server sends as
 //! many as it likes, so the queue is bounded ([`MAX_QUEUED_INVALIDATIONS`]): when it is full
 //! everything waiting is replaced by one [`Invalidation::Everything`], which drops all that

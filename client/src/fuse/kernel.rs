@@ -1,0 +1,803 @@
+//! The kernel adapter: [`SfsFuse`] turns each request of the kernel into a call on [`Shared`],
+//! run on the tokio runtime as the calling program's user and answered from there;
+//! [`configure`] is what every sfs FUSE mount asks of the kernel.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use protocol::{NfsStatus, SetAttr};
+use tokio::runtime::Handle;
+
+use super::convert::{errno, open_bits, set_time, special_kind};
+use super::{BLKSIZE, Entry, Shared, append, locks, reply_xattr};
+use crate::session::{Client, SessionError};
+
+/// Largest WRITE the kernel is asked to send (it also caps reads and readahead).
+const MAX_WRITE: u32 = 1 << 20;
+
+/// The FUSE file system (the kernel-facing half).
+pub struct SfsFuse {
+    sh: Arc<Shared>,
+    rt: Handle,
+}
+
+impl SfsFuse {
+    /// Serves `sh` with tasks on `rt`.
+    pub fn new(sh: Arc<Shared>, rt: Handle) -> SfsFuse {
+        SfsFuse { sh, rt }
+    }
+
+    /// Runs `f` on the runtime with the shared state and the session acting for the caller;
+    /// it ends early if the caller is killed ([`crate::interrupt`]).
+    fn spawn<F, Fut>(&self, req: &Request, f: F)
+    where
+        F: FnOnce(Arc<Shared>, Client) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.spawn_as(req, self.sh.client_for_caller(req), f);
+    }
+
+    /// [`SfsFuse::spawn`] with the session for the caller already made: `c`.
+    fn spawn_as<F, Fut>(&self, req: &Request, c: Client, f: F)
+    where
+        F: FnOnce(Arc<Shared>, Client) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let work = f(self.sh.clone(), c);
+        self.rt
+            .spawn(crate::interrupt::unless_killed(req.pid(), work));
+    }
+
+    /// [`SfsFuse::spawn`] for requests that must run to their end whoever is killed (RELEASE:
+    /// the open-file bookkeeping and the server's open states; a READDIRPLUS reply holding
+    /// counted entries), acting as `c`.
+    fn spawn_to_end<F, Fut>(&self, c: Client, f: F)
+    where
+        F: FnOnce(Arc<Shared>, Client) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.rt.spawn(f(self.sh.clone(), c));
+    }
+}
+
+fn reply_entry(r: Result<Entry, Errno>, reply: ReplyEntry) {
+    match r {
+        Ok(e) => reply.entry(&e.ttl, &e.attr, Generation(0)),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn reply_attr(r: Result<(Duration, FileAttr), Errno>, reply: ReplyAttr) {
+    match r {
+        Ok((ttl, a)) => reply.attr(&ttl, &a),
+        Err(e) => reply.error(e),
+    }
+}
+
+pub(super) fn reply_empty(r: Result<(), Errno>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// The kernel settings every sfs FUSE mount asks for.
+pub fn configure(config: &mut KernelConfig) {
+    // Best effort: an older kernel keeps its smaller limits.
+    let _ = config.set_max_write(MAX_WRITE);
+    let _ = config.set_max_readahead(MAX_WRITE);
+    // Listings carry handles and attributes: `ls -l` needs no LOOKUP per name.
+    let _ = config.add_capabilities(
+        fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
+    );
+    // A write or truncate by someone without CAP_FSETID must clear set-user-ID and
+    // set-group-ID bits. Without this flag the kernel does it itself, with a SETATTR of the
+    // mode sent as the writer, which the server (acting as the writer, who need not own the
+    // file) is refused: the write fails with EPERM. With it, the server's own write or
+    // truncate, made as the writer, has the server's kernel clear the bits.
+    let _ = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+    // Lookups and listings of one directory go to us side by side. Without this the kernel
+    // holds a directory's lock across each LOOKUP in it, so one lookup waiting on a slow
+    // server (a name in the namespace root) would hold up every other lookup and listing
+    // there; every request here is answered from a task of its own, so none needs the lock.
+    let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+    // Files opened O_APPEND are direct I/O (fuse/append.rs); without this a program could no
+    // longer map one shared and writable (ENODEV), as it can any other file. Kernels before
+    // 6.6 ignore it, and refuse such a mapping.
+    let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+    // fcntl, OFD and flock locks come to us and go to the server, so every mount of it sees
+    // them; without these the kernel keeps them local to this mount (fuse/locks.rs).
+    let _ = config
+        .add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS | fuser::InitFlags::FUSE_FLOCK_LOCKS);
+}
+
+impl Filesystem for SfsFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        configure(config);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.lookup(&c, parent, &name).await, reply)
+        });
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.sh.forget(ino.0, nlookup);
+    }
+
+    fn getattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: Option<fuser::FileHandle>,
+        reply: ReplyAttr,
+    ) {
+        self.spawn(req, |sh, c| async move {
+            reply_attr(sh.getattr(&c, ino).await, reply)
+        });
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<fuser::FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let s = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: set_time(atime),
+            mtime: set_time(mtime),
+        };
+        self.spawn(req, |sh, c| async move {
+            reply_attr(sh.setattr(&c, ino, s).await, reply)
+        });
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(req, |sh, c| async move {
+            match sh.readlink(&c, ino).await {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name.as_bytes().to_vec();
+        if mode & libc::S_IFMT == libc::S_IFREG {
+            self.spawn(req, |sh, c| async move {
+                let made = sh.create(&c, parent, &name, mode, true).await;
+                // Nothing is open: drop the state a restrictive mode made the server keep.
+                if let Ok(e) = &made
+                    && protocol::create_keeps_open_state(mode)
+                    && let Ok(fh) = sh.fh(e.attr.ino)
+                {
+                    let _ = c.close(&fh).await;
+                }
+                reply_entry(made, reply)
+            });
+            return;
+        }
+        let Some(kind) = special_kind(mode, rdev) else {
+            reply.error(Errno::EINVAL);
+            return;
+        };
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.mknod(&c, parent, &name, kind, mode).await, reply)
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.mkdir(&c, parent, &name, mode).await, reply)
+        });
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes().to_vec();
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
+            reply_empty(sh.remove(&c, uid, parent, &name, false).await, reply)
+        });
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes().to_vec();
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
+            reply_empty(sh.remove(&c, uid, parent, &name, true).await, reply)
+        });
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let name = link_name.as_bytes().to_vec();
+        let target = target.as_os_str().as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.symlink(&c, parent, &name, &target).await, reply)
+        });
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let name = name.as_bytes().to_vec();
+        let newname = newname.as_bytes().to_vec();
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
+            reply_empty(
+                sh.rename((&c, uid), (parent, &name), (newparent, &newname), flags)
+                    .await,
+                reply,
+            )
+        });
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let name = newname.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            reply_entry(sh.link(&c, ino, newparent, &name).await, reply)
+        });
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
+            sh.behind.settle(ino.0).await;
+            match sh.check_access(&c, ino, open_bits(flags)).await {
+                // No FOPEN_KEEP_CACHE: the kernel drops cached pages at open, so each open
+                // sees what the server has (close-to-open consistency, as with NFS).
+                Ok(()) => {
+                    sh.opened(ino.0);
+                    reply.opened(sh.open_file(uid), append::open_flags(flags.0))
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.spawn(req, |sh, c| async move {
+            match sh.read(&c, ino, offset, size).await {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        if append::is_append(write_flags, flags) {
+            let data = data.to_vec();
+            return self.spawn(req, |sh, c| async move {
+                match sh.append(&c, ino, offset, &data).await {
+                    Ok(n) => {
+                        reply.written(n);
+                        // Only now (see fuse/append.rs): the kernel's size and pages of the
+                        // node are stale, and the invalidation thread tells it.
+                        if let Ok(fh) = sh.fh(ino) {
+                            c.invalidate_locally(&fh);
+                        }
+                    }
+                    Err(e) => reply.error(e),
+                }
+            });
+        }
+        // Write-back of a shared mapping's dirty pages: the kernel sends it as itself (uid 0,
+        // in a multi-user mount the owner's uid or nobody's) on one of the file's writable
+        // open files, so it is written as whoever opened that file.
+        let as_opener = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+            match self.sh.client_for_file(fh) {
+                Ok(c) => Some(c),
+                Err(e) => return reply.error(e),
+            }
+        } else {
+            None
+        };
+        let data = data.to_vec();
+        if let Some(c) = as_opener {
+            return self.spawn_as(req, c, |sh, c| async move {
+                match sh.write(&c, ino, offset, &data).await {
+                    Ok(n) => reply.written(n),
+                    Err(e) => reply.error(e),
+                }
+            });
+        }
+        // Written behind (fuse/write_behind.rs): answered once registered; the WRITE itself
+        // runs to its end whatever happens to the writer. Registered here when that needs no
+        // wait, else on the runtime.
+        if let Some(now) = self.sh.behind.begin_now(ino.0, offset, data.len()) {
+            let ticket = match now {
+                Ok(t) => t,
+                Err(e) => return reply.error(e),
+            };
+            reply.written(data.len() as u32);
+            let (sh, c) = (self.sh.clone(), self.sh.client_for_caller(req));
+            self.rt.spawn(async move {
+                let r = sh.write(&c, ino, offset, &data).await;
+                ticket.end(r.map(|_| ()));
+            });
+            return;
+        }
+        self.spawn(req, |sh, c| async move {
+            let ticket = match sh.behind.begin(ino.0, offset, data.len()).await {
+                Ok(t) => t,
+                Err(e) => return reply.error(e),
+            };
+            reply.written(data.len() as u32);
+            tokio::spawn(async move {
+                let r = sh.write(&c, ino, offset, &data).await;
+                ticket.end(r.map(|_| ()));
+            });
+        });
+    }
+
+    fn flush(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close(2) drops the closing process's POSIX locks on the file: the UNLOCK runs to
+        // its end even when the closing process is being killed (its exit closes its files).
+        if let Some(uid) = self.sh.posix_owner_closing(ino, lock_owner) {
+            let c = self.sh.client_for_caller(req);
+            return self.spawn_to_end(c, |sh, _| async move {
+                // Another process takes the lock once it is let go: the data first.
+                let behind = sh.behind.settle_and_report(ino.0).await;
+                sh.unlock_all(ino, lock_owner.0, false, uid).await;
+                reply_empty(behind.and_then(|()| sh.flushed(ino)), reply)
+            });
+        }
+        // close(2): once the writes under way are on the server, report a loss it may have
+        // had.
+        if self.sh.behind.busy(ino.0) || self.sh.behind.failed(ino.0) {
+            return self.spawn(req, |sh, _| async move {
+                let behind = sh.behind.settle_and_report(ino.0).await;
+                reply_empty(behind.and_then(|()| sh.flushed(ino)), reply)
+            });
+        }
+        reply_empty(self.sh.flushed(ino), reply)
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        self.spawn(req, |sh, c| async move {
+            sh.behind.settle(ino.0).await;
+            sh.getlk(&c, ino, lock_owner, start, end, typ, reply).await
+        });
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = locks::SetLk {
+            ino,
+            file: fh.0,
+            owner: lock_owner,
+            start,
+            end,
+            typ,
+            flock: false,
+            sleep,
+            tid: req.pid(),
+            uid: req.uid(),
+        };
+        self.spawn(req, |sh, c| async move {
+            // A lock let go or taken orders the file's data: the writes under way first.
+            sh.behind.settle(ino.0).await;
+            sh.setlk(&c, r, reply).await
+        });
+    }
+
+    fn flock(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        lock_owner: LockOwner,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = locks::SetLk {
+            ino,
+            file: fh.0,
+            owner: lock_owner,
+            start: 0,
+            end: 0,
+            typ,
+            flock: true,
+            sleep,
+            tid: req.pid(),
+            uid: req.uid(),
+        };
+        self.spawn(req, |sh, c| async move {
+            // A lock let go or taken orders the file's data: the writes under way first.
+            sh.behind.settle(ino.0).await;
+            sh.setlk(&c, r, reply).await
+        });
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        // The kernel sends the last release as itself: act as whoever opened the file.
+        let opener = self.sh.table().files.remove(&fh.0);
+        let c = match opener {
+            Some(uid) => self.sh.client_for(uid),
+            None => self.sh.client_for(req.uid()),
+        };
+        // The open file's OFD and flock locks end with it.
+        let unlocks = self.sh.file_released(ino, fh.0);
+        self.spawn_to_end(c, |sh, c| async move {
+            for (owner, flock, uid) in unlocks {
+                sh.unlock_all(ino, owner, flock, uid).await;
+            }
+            reply_empty(sh.released(&c, ino).await, reply)
+        });
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: fuser::FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.commit(&c, ino).await, reply)
+        });
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
+            match sh.opendir(&c, uid, ino).await {
+                Ok((h, keep)) => {
+                    let mut flags = FopenFlags::FOPEN_CACHE_DIR;
+                    if keep {
+                        flags |= FopenFlags::FOPEN_KEEP_CACHE;
+                    }
+                    reply.opened(fuser::FileHandle(h), flags)
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        dir: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(l) = self.sh.listing(fh.0) else {
+            reply.error(Errno::EBADF);
+            return;
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let mut t = self.sh.table();
+        if start == 0 {
+            t.kernel_listings.filling(dir.0, &l);
+        }
+        for (i, e) in l.entries.iter().enumerate().skip(start) {
+            // Our node id when the entry has one by now (the listing may have been kept from
+            // an earlier open, before it was looked up), so `d_ino` agrees with `st_ino`.
+            let ino = e
+                .node
+                .and_then(|(fh, _)| t.by_fh.get(&fh).copied())
+                .unwrap_or_else(|| e.ino_in(dir));
+            // The offset of an entry is where to continue after it.
+            if reply.add(
+                INodeNo(ino),
+                i as u64 + 1,
+                e.kind,
+                OsStr::from_bytes(&e.name),
+            ) {
+                break;
+            }
+        }
+        drop(t);
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: fuser::FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        let Some(l) = self.sh.listing(fh.0) else {
+            reply.error(Errno::EBADF);
+            return;
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        if start == 0 {
+            self.sh.table().kernel_listings.filling(ino.0, &l);
+        }
+        let Some(mut need) = self.sh.list_plus(&l, ino, start, None, reply, false) else {
+            return;
+        };
+        // An entry changed since the listing and not cached: the rest waits for its GETATTR.
+        // To its end even if the caller is killed: entries already in the reply are counted
+        // as kernel lookups, so the reply must go out.
+        let c = self.sh.client_for_caller(req);
+        self.spawn_to_end(c, move |sh, c| async move {
+            loop {
+                let entry_ino = sh.table().by_fh.get(&need.fh).copied();
+                if let Some(busy) = entry_ino.filter(|&i| sh.behind.busy(i)) {
+                    sh.behind.settle(busy).await;
+                    c.cache().invalidate(&need.fh);
+                }
+                let known = match c.getattr(&need.fh).await {
+                    Ok(a) => Some(a),
+                    Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale)) => None,
+                    // What is in the reply stands; the kernel asks again for the rest.
+                    Err(_) if need.added => return need.reply.ok(),
+                    Err(e) => return need.reply.error(errno(e)),
+                };
+                match sh.list_plus(&l, ino, need.at, Some(known), need.reply, need.added) {
+                    Some(n) => need = n,
+                    None => return,
+                }
+            }
+        });
+    }
+
+    fn destroy(&mut self) {
+        let sh = self.sh.clone();
+        self.rt.block_on(async move { sh.remove_hidden().await });
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: fuser::FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.sh.table().listings.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: fuser::FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Directory operations are synchronous on the server.
+        reply.ok();
+    }
+
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.spawn(req, |sh, c| async move {
+            match sh.statfs(&c).await {
+                Ok(s) => {
+                    let b = u64::from(BLKSIZE);
+                    reply.statfs(
+                        s.tbytes / b,
+                        s.fbytes / b,
+                        s.abytes / b,
+                        s.tfiles,
+                        s.ffiles,
+                        BLKSIZE,
+                        255,
+                        BLKSIZE,
+                    )
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name.as_bytes().to_vec();
+        let c = self.sh.client_for_caller(req);
+        if let Some(answer) = self.sh.getxattr_now(&c, ino, &name, size, &self.rt) {
+            return reply_xattr(answer, reply);
+        }
+        self.spawn_as(req, c, |sh, c| async move {
+            reply_xattr(sh.getxattr(&c, ino, &name, size).await, reply)
+        });
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let c = self.sh.client_for_caller(req);
+        if let Some(answer) = self.sh.listxattr_now(&c, ino, size, &self.rt) {
+            return reply_xattr(answer, reply);
+        }
+        self.spawn_as(req, c, |sh, c| async move {
+            reply_xattr(sh.listxattr(&c, ino, size).await, reply)
+        });
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let (name, value) = (name.as_bytes().to_vec(), value.to_vec());
+        self.spawn(req, |sh, c| async move {
+            // A WRITE clears `security.capability`: one under way must not clear this.
+            sh.behind.settle(ino.0).await;
+            reply_empty(sh.setxattr(&c, ino, &name, &value, flags).await, reply)
+        });
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(req, |sh, c| async move {
+            sh.behind.settle(ino.0).await;
+            reply_empty(sh.removexattr(&c, ino, &name).await, reply)
+        });
+    }
+    super::no_ioctls!();
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.spawn(req, |sh, c| async move {
+            reply_empty(sh.access(&c, ino, mask).await, reply)
+        });
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = name.as_bytes().to_vec();
+        let exclusive = flags & libc::O_EXCL != 0;
+        let uid = req.uid();
+        self.spawn(req, move |sh, c| async move {
+            match sh.create(&c, parent, &name, mode, exclusive).await {
+                Ok(e) => {
+                    sh.opened(e.attr.ino.0);
+                    if protocol::create_keeps_open_state(mode) {
+                        sh.holds_state(e.attr.ino.0, uid);
+                    }
+                    reply.created(
+                        &e.ttl,
+                        &e.attr,
+                        Generation(0),
+                        sh.open_file(uid),
+                        append::open_flags(flags),
+                    )
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+}
