@@ -2021,7 +2021,20 @@ fn namespace_programs_waiting_on_a_silent_server_can_be_killed() {
     {
         let path = m.dir.join(silent.name(['c', 'd', 'e'][i])).join("x");
         let before = silent.accepted.load(std::sync::atomic::Ordering::SeqCst);
-        let mut child = Guard(Command::new("stat").arg(&path).spawn().unwrap());
+        use std::os::unix::process::CommandExt;
+        let mut stat = Command::new("stat");
+        stat.arg(&path);
+        // With each signal's default action, as a shell gives the programs it runs: a test
+        // started from a background job inherits SIGINT ignored, and the SIGINT case would
+        // then wait for the lookup to give up.
+        // SAFETY: signal(2) is async-signal-safe, as pre_exec requires of what it runs.
+        unsafe {
+            stat.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let mut child = Guard(stat.spawn().unwrap());
         // Blocked in the kernel once the namespace has dialled the silent server.
         wait_for(
             "the lookup to reach the server",
