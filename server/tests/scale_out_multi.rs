@@ -263,12 +263,16 @@ impl Machines {
                 rustix::process::Signal::KILL,
             );
         }
+        // Each machine's veth deleted by its host end first: that removes both ends at once,
+        // where the namespace's deletion frees them only once the kernel has torn the
+        // namespace down, after `ip netns del` returns (seen: links left at the check below).
         let mut cleanup = String::new();
         for m in MACHINES {
             cleanup += &format!(
-                "ip netns del {} 2>/dev/null; umount {}/disk 2>/dev/null;\n",
-                netns(m),
-                machine_dir(m).display()
+                "ip link del {ns}h 2>/dev/null; ip netns del {ns} 2>/dev/null; \
+                 umount {}/disk 2>/dev/null;\n",
+                machine_dir(m).display(),
+                ns = netns(m),
             );
         }
         cleanup += &format!("ip link del {BRIDGE} 2>/dev/null; rm -rf {BASE}\n");
