@@ -53,6 +53,7 @@
 #![warn(missing_docs)]
 
 pub mod attr;
+pub mod client;
 pub mod data;
 pub mod error;
 #[cfg(feature = "testing")]
@@ -74,6 +75,7 @@ pub mod xattr;
 mod xdr;
 
 pub use attr::{Attr, FileType, SetAttr, SetTime, Time};
+pub use client::{ClientConnection, ConnectionError};
 pub use data::Data;
 pub use error::{
     DecodeError, Error, HandleError, HandshakeError, KeyError, LoginError, NameError, RecordError,

@@ -1018,7 +1018,7 @@ fn memory_announced_record_lengths_bounded() {
     let t0 = Instant::now();
     for i in 0..n {
         let Ok(mut c) = s.try_connect() else { break };
-        let len = c.sealer.max_payload() as u32;
+        let len = c.conn.requests.max_payload() as u32;
         use std::io::Write;
         if c.stream.write_all(&len.to_be_bytes()).is_err() {
             break;
@@ -1227,8 +1227,8 @@ fn idle_connections_cannot_exhaust_file_descriptors() {
             continue;
         };
         let login = x
-            .signer
-            .sign("carol", &UserKeypair::from_seed([13; 32]))
+            .conn
+            .login_args("carol", &UserKeypair::from_seed([13; 32]))
             .unwrap();
         match x.call_within(0, RequestOp::Login(login), Duration::from_secs(2)) {
             Some(Ok(_)) => idle.push(x),
@@ -1745,7 +1745,7 @@ fn oversized_replayed_and_garbage_records_close_only_that_connection() {
     let root = good.mount(0);
     // A header one byte over --max-record.
     let mut bad = s.connect();
-    let over = bad.sealer.max_payload() as u32 + 1;
+    let over = bad.conn.requests.max_payload() as u32 + 1;
     assert!(
         over <= 65536 + 4096,
         "server advertises about --max-record, not {over}"
@@ -1839,8 +1839,8 @@ fn time_to_get_in(s: &Sfsd, name: &str, give_up: Duration) -> (Option<Duration>,
             continue;
         };
         let login = c
-            .signer
-            .sign(name, &UserKeypair::from_seed([seed; 32]))
+            .conn
+            .login_args(name, &UserKeypair::from_seed([seed; 32]))
             .unwrap();
         let Some(Ok(ReplyBody::Login { authno })) = c.call_within(0, RequestOp::Login(login), t)
         else {

@@ -122,7 +122,7 @@ fn a_request_sent_behind_an_unanswered_login_runs_as_the_authno_it_will_get() {
     let mut c = s.connect();
     // LOGIN and FETCH in one flight, the FETCH carrying authno 1 before LOGIN is answered.
     let key = UserKeypair::from_seed([1; 32]);
-    let login = c.signer.sign("alice", &key).unwrap();
+    let login = c.conn.login_args("alice", &key).unwrap();
     let l = c.send(ANONYMOUS, RequestOp::Login(login));
     let f = c.send(
         1,
@@ -137,7 +137,7 @@ fn a_request_sent_behind_an_unanswered_login_runs_as_the_authno_it_will_get() {
     // A LOGIN that fails leaves authno 1 unassigned: the pipelined request is refused.
     let mut c = s.connect();
     let stranger = UserKeypair::from_seed([9; 32]);
-    let login = c.signer.sign("alice", &stranger).unwrap();
+    let login = c.conn.login_args("alice", &stranger).unwrap();
     let l = c.send(ANONYMOUS, RequestOp::Login(login));
     let f = c.send(
         1,

@@ -288,7 +288,7 @@ fn garbage_and_tampered_records_close_only_that_connection() {
     // A well-sealed record that does not decode.
     let mut bad2 = s.connect();
     let mut wire = Vec::new();
-    bad2.sealer.seal_into(&[0xff; 12], &mut wire).unwrap();
+    bad2.conn.requests.seal_raw(&[0xff; 12], &mut wire).unwrap();
     bad2.stream.write_all(&wire).unwrap();
     assert!(bad2.is_closed());
     // An oversized record header.

@@ -3,16 +3,16 @@
 //! them, so its CPU cost per byte stays far below the server's (which seals every byte). With
 //! `verify` it opens, decodes and checks every reply against the file's known contents.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use protocol::client::blocking::BlockingClient;
 use protocol::{
-    ClientHandshake, FileHandle, LoginSigner, RecordReader, ReplyBody, Request, RequestOp, Sealer,
-    ServerMessage, ServerName, UserKeypair,
+    FileHandle, RecordReader, ReplyBody, RequestOp, ServerMessage, ServerName, UserKeypair,
 };
 
 /// Byte `i` of every benchmark file, so `--verify` can check any range without the file.
@@ -75,62 +75,42 @@ pub struct Progress {
     pub stop: AtomicBool,
 }
 
+/// A load client's connection: protocol's blocking client, and the authno its LOGIN got.
 struct Conn {
-    stream: TcpStream,
-    sealer: Sealer,
-    reader: RecordReader,
-    next_id: u64,
+    client: BlockingClient<TcpStream>,
     authno: u32,
 }
 
 impl Conn {
     fn send(&mut self, op: RequestOp) -> anyhow::Result<u64> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut wire = Vec::with_capacity(128);
-        let request = Request {
-            id,
-            authno: self.authno,
-            op,
-        };
-        self.sealer
-            .seal_with(&mut wire, |buf| request.encode_into(buf))
-            .context("sealing a request")?;
-        self.stream.write_all(&wire).context("sending a request")?;
-        Ok(id)
+        Ok(self.client.send(self.authno, op)?)
     }
 
-    /// Reads until one whole record is buffered; returns its payload length.
+    /// Reads until one whole record is buffered.
     fn fill_record(&mut self) -> anyhow::Result<()> {
-        while self.reader.needed() > 0 {
-            let buf = self.reader.read_buf();
-            let n = self.stream.read(buf).context("reading from the server")?;
+        let client = &mut self.client;
+        let records = client.conn.messages.records();
+        while records.needed() > 0 {
+            let n = client
+                .stream
+                .read(records.read_buf())
+                .context("reading from the server")?;
             if n == 0 {
                 bail!("the server closed the connection");
             }
-            self.reader.advance(n);
+            records.advance(n);
         }
         Ok(())
     }
 
     fn call(&mut self, op: RequestOp) -> anyhow::Result<ReplyBody> {
-        let id = self.send(op)?;
-        loop {
-            let message = loop {
-                if let Some(payload) = self.reader.next_record()? {
-                    break ServerMessage::decode(payload)?;
-                }
-                self.fill_record()?;
-            };
-            match message {
-                ServerMessage::Reply(reply) if reply.id == id => {
-                    return reply
-                        .result
-                        .map_err(|status| anyhow::anyhow!("server answered {status:?}"));
-                }
-                _ => continue, // an INVALIDATE, irrelevant here
-            }
-        }
+        self.client
+            .call(self.authno, op)?
+            .map_err(|status| anyhow::anyhow!("server answered {status:?}"))
+    }
+
+    fn records(&mut self) -> &mut RecordReader {
+        self.client.conn.messages.records()
     }
 }
 
@@ -150,35 +130,20 @@ fn connect(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHa
 /// the largest READ or WRITE its records carry.
 fn session(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHandle, u32)> {
     let addr = target.name.location().socket_addr_string();
-    let mut stream = TcpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
+    let stream = TcpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let handshake = ClientHandshake::with_config(
-        &target.name,
-        protocol::HandshakeConfig {
-            versions: config.cipher.versions(),
-            ..protocol::HandshakeConfig::default()
-        },
-    );
-    let done = protocol::handshake::complete(handshake, &mut stream)?;
-    if !done.rest.is_empty() {
-        bail!("the server sent records before the handshake ended");
-    }
-    let session = done.session;
-    let max_io = protocol::max_io_size(session.opener.max_payload());
-    let mut conn = Conn {
-        stream,
-        sealer: session.sealer,
-        reader: RecordReader::new(session.opener),
-        next_id: 1,
-        authno: 0,
+    let handshake = protocol::HandshakeConfig {
+        versions: config.cipher.versions(),
+        ..protocol::HandshakeConfig::default()
     };
-    let login = LoginSigner::new(session.session_id, target.name.host_id())
-        .sign(&config.user, &config.identity)?;
-    match conn.call(RequestOp::Login(login))? {
-        ReplyBody::Login { authno } => conn.authno = authno,
-        other => bail!("unexpected LOGIN reply {other:?}"),
-    }
+    let client = BlockingClient::handshake(stream, &target.name, handshake)?;
+    let max_io = client.conn.max_io();
+    let mut conn = Conn { client, authno: 0 };
+    conn.authno = conn
+        .client
+        .login(&config.user, &config.identity)?
+        .map_err(|status| anyhow::anyhow!("LOGIN refused: {status:?}"))?;
     let root = match conn.call(RequestOp::Mount {
         path: b"/".to_vec(),
     })? {
@@ -283,7 +248,7 @@ pub fn run(target: &Target, config: &LoadConfig, progress: &Progress) -> anyhow:
         conn.fill_record()?;
         let bytes = if config.verify {
             let payload = conn
-                .reader
+                .records()
                 .next_record()?
                 .context("a whole record was buffered")?;
             match ServerMessage::decode(payload)? {
@@ -304,7 +269,7 @@ pub fn run(target: &Target, config: &LoadConfig, progress: &Progress) -> anyhow:
         } else {
             // Frame only: the record length is all the cheap client needs. (Which request a
             // reply answers does not matter: each is replaced by one new READ.)
-            skip_record(&mut conn.reader)? as u64
+            skip_record(conn.records())? as u64
         };
         progress.bytes.fetch_add(bytes, Relaxed);
         issue(&mut conn, &mut in_flight)?;

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -128,16 +128,25 @@ impl Drop for Sfsd {
     }
 }
 
+/// sfsd's test client: protocol's blocking client over a `TcpStream` (reached through `Deref`:
+/// `stream`, `conn`, `invalidations`), with panicking helpers for the tests.
 pub struct Client {
-    pub stream: TcpStream,
-    pub sealer: Sealer,
-    pub reader: RecordReader,
-    pub signer: LoginSigner,
-    pub next_id: u64,
-    pub invalidations: Vec<Invalidate>,
+    pub inner: protocol::client::blocking::BlockingClient<TcpStream>,
+    /// The largest READ or WRITE this connection's records carry.
     pub max_io: u32,
-    /// Replies that arrived while waiting for another id (replies may come out of order).
-    pub early: std::collections::HashMap<u64, Result<ReplyBody, NfsStatus>>,
+}
+
+impl std::ops::Deref for Client {
+    type Target = protocol::client::blocking::BlockingClient<TcpStream>;
+    fn deref(&self) -> &Self::Target {
+        &self.inner
+    }
+}
+
+impl std::ops::DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.inner
+    }
 }
 
 impl Client {
@@ -146,52 +155,24 @@ impl Client {
     }
 
     pub fn send(&mut self, authno: u32, op: RequestOp) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        let wire = self.seal_request(id, authno, op);
-        self.stream.write_all(&wire).unwrap();
-        id
+        self.inner.send(authno, op).unwrap()
     }
 
     /// `op` sealed as this connection's next record, not sent: for tests that tamper with the
     /// bytes, replay them or send only part of them.
     pub fn seal_request(&mut self, id: u64, authno: u32, op: RequestOp) -> Vec<u8> {
         let mut wire = Vec::new();
-        self.sealer
-            .seal_with(&mut wire, |b| Request { id, authno, op }.encode_into(b))
-            .unwrap();
+        self.conn.requests.seal(id, authno, op, &mut wire).unwrap();
         wire
     }
 
     /// The next server message (None at EOF or error).
     pub fn next_message(&mut self) -> Option<ServerMessage> {
-        loop {
-            match self.reader.next_record() {
-                Ok(Some(p)) => return Some(ServerMessage::decode(p).unwrap()),
-                Ok(None) => {}
-                Err(_) => return None,
-            }
-            let buf = self.reader.read_buf();
-            match self.stream.read(buf) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.reader.advance(n),
-            }
-        }
+        self.inner.next_message().ok().flatten()
     }
 
     pub fn wait_reply(&mut self, id: u64) -> Result<ReplyBody, NfsStatus> {
-        if let Some(r) = self.early.remove(&id) {
-            return r;
-        }
-        loop {
-            match self.next_message().expect("connection closed") {
-                ServerMessage::Reply(r) if r.id == id => return r.result,
-                ServerMessage::Reply(r) => {
-                    self.early.insert(r.id, r.result);
-                }
-                ServerMessage::Invalidate(i) => self.invalidations.push(i),
-            }
-        }
+        self.inner.wait_reply(id).expect("connection closed")
     }
 
     pub fn call(&mut self, authno: u32, op: RequestOp) -> Result<ReplyBody, NfsStatus> {
@@ -201,11 +182,7 @@ impl Client {
 
     pub fn login(&mut self, user: &str, seed: u8) -> Result<u32, NfsStatus> {
         let key = UserKeypair::from_seed([seed; 32]);
-        let args = self.signer.sign(user, &key).unwrap();
-        match self.call(ANONYMOUS, RequestOp::Login(args))? {
-            ReplyBody::Login { authno } => Ok(authno),
-            other => panic!("unexpected {other:?}"),
-        }
+        self.inner.login(user, &key).unwrap()
     }
 
     pub fn mount(&mut self, authno: u32) -> FileHandle {
@@ -525,38 +502,21 @@ impl Client {
         t: Duration,
     ) -> Result<Client, String> {
         let e = |what: &str, err: &dyn std::fmt::Debug| format!("{what}: {err:?}");
-        let mut stream = TcpStream::connect_timeout(&addr, t).map_err(|x| e("connect", &x))?;
+        let stream = TcpStream::connect_timeout(&addr, t).map_err(|x| e("connect", &x))?;
         stream.set_read_timeout(Some(t)).unwrap();
         stream.set_write_timeout(Some(t)).unwrap();
         stream.set_nodelay(true).unwrap();
-        let done =
-            protocol::handshake::complete(ClientHandshake::with_config(name, config), &mut stream)
-                .map_err(|x| e("handshake", &x))?;
-        stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-        stream.set_write_timeout(Some(TIMEOUT)).unwrap();
-        let s = done.session;
-        let mut reader = RecordReader::new(s.opener);
-        reader.extend_from_slice(&done.rest);
-        let max_io = max_io_size(s.sealer.max_payload().min(reader.opener().max_payload()));
-        Ok(Client {
-            stream,
-            sealer: s.sealer,
-            reader,
-            signer: LoginSigner::new(s.session_id, name.host_id()),
-            next_id: 1,
-            invalidations: Vec::new(),
-            max_io,
-            early: std::collections::HashMap::new(),
-        })
+        let inner = protocol::client::blocking::BlockingClient::handshake(stream, name, config)
+            .map_err(|x| e("handshake", &x))?;
+        inner.stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+        inner.stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+        let max_io = inner.conn.max_io();
+        Ok(Client { inner, max_io })
     }
 
     /// Sends a request without panicking when the connection is gone.
     pub fn try_send(&mut self, authno: u32, op: RequestOp) -> Option<u64> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let wire = self.seal_request(id, authno, op);
-        self.stream.write_all(&wire).ok()?;
-        Some(id)
+        self.inner.send(authno, op).ok()
     }
 
     /// The reply to `id` within `t`; None on timeout or a closed connection.
@@ -565,9 +525,6 @@ impl Client {
         id: u64,
         t: Duration,
     ) -> Option<Result<ReplyBody, NfsStatus>> {
-        if let Some(r) = self.early.remove(&id) {
-            return Some(r);
-        }
         let deadline = Instant::now() + t;
         let result = loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -575,13 +532,10 @@ impl Client {
                 break None;
             }
             self.stream.set_read_timeout(Some(left)).unwrap();
-            match self.next_message() {
-                None => break None,
-                Some(ServerMessage::Reply(r)) if r.id == id => break Some(r.result),
-                Some(ServerMessage::Reply(r)) => {
-                    self.early.insert(r.id, r.result);
-                }
-                Some(ServerMessage::Invalidate(i)) => self.invalidations.push(i),
+            match self.inner.poll_reply(id) {
+                Ok(Some(answer)) => break Some(answer),
+                Ok(None) => {}
+                Err(_) => break None,
             }
         };
         let _ = self.stream.set_read_timeout(Some(TIMEOUT));

@@ -1,0 +1,288 @@
+//! The client end of an open connection, sans IO: request ids, sealing, LOGIN signing, and the
+//! server's messages cut out of the byte stream.
+//!
+//! After the handshake ([`crate::handshake`]) a client does the same few things whatever drives
+//! its socket: it gives each request the next id and seals it as the next record, signs LOGINs
+//! with the session's increasing sequence numbers, and opens the server's records into
+//! [`ServerMessage`]s, whose replies may come in any order. [`ClientConnection`] does those
+//! things over bytes; [`blocking::BlockingClient`] drives it over a blocking stream for tools
+//! and tests (sfsd's test client, the benchmark's load clients). The two halves,
+//! [`RequestSender`] and [`MessageReader`], can live on different threads or tasks, as the
+//! session's [`crate::handshake::Session`] halves do.
+
+pub mod blocking;
+
+use crate::error::{DecodeError, LoginError, RecordError};
+use crate::handshake::Session;
+use crate::keys::UserKeypair;
+use crate::login::{LoginArgs, LoginSigner};
+use crate::message::{Request, ServerMessage, max_io_size};
+use crate::name::HostId;
+use crate::record::{RecordReader, Sealer};
+use crate::request::RequestOp;
+
+/// Why the connection cannot go on: the record stream or a message from the server is bad.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectionError {
+    /// A record failed to seal or open (tampering, a counter or key limit).
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The server sent a record that is not a server message.
+    #[error("the server sent a malformed message: {0}")]
+    Decode(#[from] DecodeError),
+}
+
+/// The sending half: assigns request ids and seals requests as records, in order (the record
+/// counter is the nonce, so a record must go out in the order it was sealed).
+#[derive(Debug)]
+pub struct RequestSender {
+    sealer: Sealer,
+    next_id: u64,
+}
+
+impl RequestSender {
+    /// Takes the next request id without sealing anything (for a caller that seals a request
+    /// itself, e.g. to tamper with it or send part of it).
+    pub fn take_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Appends `op`, sent as `authno` with the next id, to `out` as one sealed record, and
+    /// returns the id.
+    pub fn send(
+        &mut self,
+        authno: u32,
+        op: RequestOp,
+        out: &mut Vec<u8>,
+    ) -> Result<u64, RecordError> {
+        let id = self.take_id();
+        self.seal(id, authno, op, out)?;
+        Ok(id)
+    }
+
+    /// The largest payload a record may carry (what the server accepts).
+    pub fn max_payload(&self) -> usize {
+        self.sealer.max_payload()
+    }
+
+    /// Appends `payload`, whatever it is, to `out` as the next sealed record: for tests of how
+    /// a server treats a well-sealed record that is not a request.
+    pub fn seal_raw(&mut self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), RecordError> {
+        self.sealer.seal_into(payload, out)
+    }
+
+    /// Appends a request with id `id` to `out` as the next sealed record.
+    pub fn seal(
+        &mut self,
+        id: u64,
+        authno: u32,
+        op: RequestOp,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        self.sealer
+            .seal_with(out, |b| Request { id, authno, op }.encode_into(b))
+    }
+}
+
+/// The receiving half: bytes from the server in, [`ServerMessage`]s out.
+#[derive(Debug)]
+pub struct MessageReader {
+    records: RecordReader,
+}
+
+impl MessageReader {
+    /// Where the next bytes read from the socket go; call [`MessageReader::advance`] with the
+    /// count read.
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        self.records.read_buf()
+    }
+
+    /// `n` bytes were read into [`MessageReader::read_buf`].
+    pub fn advance(&mut self, n: usize) {
+        self.records.advance(n);
+    }
+
+    /// Bytes that arrived by another way (after the handshake's last message).
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.records.extend_from_slice(bytes);
+    }
+
+    /// The next whole message, `Ok(None)` when more bytes are needed. An error ends the
+    /// connection: every later call fails too.
+    pub fn next_message(&mut self) -> Result<Option<ServerMessage>, ConnectionError> {
+        match self.records.next_record()? {
+            Some(payload) => Ok(Some(ServerMessage::decode(payload)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The record layer underneath, for readers that handle some records themselves (the
+    /// benchmark's load clients skip READ replies unopened: [`RecordReader::skip_record`]).
+    pub fn records(&mut self) -> &mut RecordReader {
+        &mut self.records
+    }
+
+    /// Call at end of stream: fails if the stream stopped inside a record.
+    pub fn finish(&self) -> Result<(), ConnectionError> {
+        Ok(self.records.finish()?)
+    }
+}
+
+/// One open connection's client end: both halves and the LOGIN signer.
+#[derive(Debug)]
+pub struct ClientConnection {
+    /// Sends requests.
+    pub requests: RequestSender,
+    /// Reads the server's messages.
+    pub messages: MessageReader,
+    signer: LoginSigner,
+    max_io: u32,
+}
+
+impl ClientConnection {
+    /// The connection a finished handshake with the server `host` opened; `rest` is what the
+    /// server sent after its last handshake byte.
+    pub fn new(session: Session, host: HostId, rest: &[u8]) -> ClientConnection {
+        let max_io = max_io_size(
+            session
+                .sealer
+                .max_payload()
+                .min(session.opener.max_payload()),
+        );
+        let mut messages = MessageReader {
+            records: RecordReader::new(session.opener),
+        };
+        messages.extend_from_slice(rest);
+        ClientConnection {
+            requests: RequestSender {
+                sealer: session.sealer,
+                next_id: 1,
+            },
+            messages,
+            signer: LoginSigner::new(session.session_id, host),
+            max_io,
+        }
+    }
+
+    /// The largest READ or WRITE whose record both directions carry.
+    pub fn max_io(&self) -> u32 {
+        self.max_io
+    }
+
+    /// The arguments of a LOGIN of `user` with `key`, signed for this session with its next
+    /// sequence number.
+    pub fn login_args(&mut self, user: &str, key: &UserKeypair) -> Result<LoginArgs, LoginError> {
+        self.signer.sign(user, key)
+    }
+
+    /// The two halves and the signer, for drivers that run them apart.
+    pub fn into_parts(self) -> (RequestSender, MessageReader, LoginSigner) {
+        (self.requests, self.messages, self.signer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handshake::{self, ClientHandshake, ServerHandshake};
+    use crate::keys::ServerKeypair;
+    use crate::message::{Invalidate, Reply};
+    use crate::record::RecordReader;
+    use crate::reply::ReplyBody;
+    use crate::{FileHandle, NfsStatus};
+
+    /// A client connection and the server's session halves, after an in-memory handshake.
+    fn pair() -> (ClientConnection, Sealer, RecordReader) {
+        let key = ServerKeypair::generate();
+        let name = key.server_name("localhost".parse().unwrap());
+        let mut client = ClientHandshake::new(&name);
+        let mut server = ServerHandshake::new(&key);
+        handshake::pump(&mut client, &mut server).unwrap();
+        let c = ClientConnection::new(client.into_session().unwrap(), name.host_id(), &[]);
+        let s = server.into_session().unwrap();
+        (c, s.sealer, RecordReader::new(s.opener))
+    }
+
+    #[test]
+    fn requests_get_increasing_ids_and_reach_the_server_in_order() {
+        let (mut c, _, mut server) = pair();
+        let mut wire = Vec::new();
+        let a = c.requests.send(7, RequestOp::Null, &mut wire).unwrap();
+        let b = c.requests.take_id();
+        c.requests
+            .seal(
+                b,
+                0,
+                RequestOp::FsInfo {
+                    fh: FileHandle::from_bytes([1; crate::HANDLE_LEN]),
+                },
+                &mut wire,
+            )
+            .unwrap();
+        assert_eq!((a, b), (1, 2));
+        server.extend_from_slice(&wire);
+        let first = Request::decode(server.next_record().unwrap().unwrap()).unwrap();
+        assert_eq!((first.id, first.authno, first.op), (1, 7, RequestOp::Null));
+        let second = Request::decode(server.next_record().unwrap().unwrap()).unwrap();
+        assert_eq!(second.id, 2);
+    }
+
+    #[test]
+    fn server_messages_come_out_whole_however_the_bytes_are_cut() {
+        let (mut c, mut sealer, _) = pair();
+        let mut wire = Vec::new();
+        let reply = ServerMessage::Reply(Reply {
+            id: 9,
+            result: Err(NfsStatus::NoEnt),
+        });
+        let invalidate = ServerMessage::Invalidate(Invalidate {
+            fh: FileHandle::from_bytes([3; crate::HANDLE_LEN]),
+            attr: None,
+        });
+        for m in [&reply, &invalidate] {
+            sealer.seal_with(&mut wire, |b| m.encode_into(b)).unwrap();
+        }
+        let mut got = Vec::new();
+        for byte in &wire {
+            c.messages.extend_from_slice(std::slice::from_ref(byte));
+            while let Some(m) = c.messages.next_message().unwrap() {
+                got.push(m);
+            }
+        }
+        assert_eq!(got, vec![reply, invalidate]);
+        c.messages.finish().unwrap();
+    }
+
+    #[test]
+    fn a_tampered_record_ends_the_connection() {
+        let (mut c, mut sealer, _) = pair();
+        let mut wire = Vec::new();
+        let m = ServerMessage::Reply(Reply {
+            id: 1,
+            result: Ok(ReplyBody::Null),
+        });
+        sealer.seal_with(&mut wire, |b| m.encode_into(b)).unwrap();
+        sealer.seal_with(&mut wire, |b| m.encode_into(b)).unwrap();
+        let last = wire.len() - 1;
+        wire[last] ^= 1;
+        c.messages.extend_from_slice(&wire);
+        assert_eq!(c.messages.next_message().unwrap(), Some(m));
+        assert!(matches!(
+            c.messages.next_message(),
+            Err(ConnectionError::Record(_))
+        ));
+        assert!(c.messages.next_message().is_err());
+    }
+
+    #[test]
+    fn logins_are_signed_for_this_session_with_increasing_sequence_numbers() {
+        let (mut c, _, _) = pair();
+        let key = UserKeypair::from_seed([4; 32]);
+        let first = c.login_args("alice", &key).unwrap();
+        let second = c.login_args("alice", &key).unwrap();
+        assert!(second.seqno > first.seqno);
+    }
+}
