@@ -11,11 +11,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use protocol::client::MessageReader;
 use protocol::handshake::{Completed, DriveError};
 use protocol::record::HEADER_LEN;
 use protocol::{
-    ClientHandshake, LoginSigner, NfsStatus, Opened, RecordReader, RecordStart, ReplyBody, Request,
-    RequestOp, ServerMessage, WriteHead, max_io_size,
+    ClientHandshake, LoginSigner, NfsStatus, RecordStart, ReplyBody, Request, RequestOp,
+    ServerMessage, WriteHead, max_io_size,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -292,8 +293,7 @@ impl Client {
         let sessions = version >= protocol::SESSIONS_VERSION;
         let write_max = max_io_size(session.sealer.max_payload());
         let read_max = max_io_size(session.opener.max_payload());
-        let mut reader = RecordReader::new(session.opener);
-        reader.extend_from_slice(&rest);
+        let reader = MessageReader::new(session.opener, &rest);
 
         let pending = Arc::new(Mutex::new(Pending::default()));
         let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
@@ -601,7 +601,7 @@ async fn write_out(wr: &mut OwnedWriteHalf, batch: &mut Vec<u8>) -> std::io::Res
 /// The reader task: opens records, hands replies to their waiters, applies INVALIDATEs to the
 /// cache of the session (while it exists) and tells its hook.
 async fn read_records(
-    mut reader: RecordReader,
+    mut reader: MessageReader,
     mut rd: OwnedReadHalf,
     pending: Arc<Mutex<Pending>>,
     client: Weak<Inner>,
@@ -617,35 +617,22 @@ async fn read_records(
                     .map(|inner| inner.buffer_for(len))
                     .unwrap_or_default()
             };
-            let decoded = match reader.next_record_or_buffer(REUSE_ABOVE, || spare(REUSE_ABOVE)) {
-                Ok(Some(Opened::Buffer { buf, payload })) => {
-                    ServerMessage::decode_owned(buf, payload)
-                }
-                Ok(Some(Opened::InPlace(rec))) => {
-                    ServerMessage::decode_reusing(rec, spare(rec.len()))
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::warn!(%server, error = %e, "bad record; closing");
-                    fail_all(&pending);
-                    return;
-                }
-            };
-            match decoded {
-                Ok(ServerMessage::Reply(r)) => {
+            match reader.next_message_reusing(REUSE_ABOVE, spare) {
+                Ok(Some(ServerMessage::Reply(r))) => {
                     let w = pending.lock().waiters.remove(&r.id);
                     if let Some(w) = w {
                         let _ = w.send(r.result);
                     }
                 }
-                Ok(ServerMessage::Invalidate(inv)) => {
+                Ok(Some(ServerMessage::Invalidate(inv))) => {
                     if let Some(inner) = client.upgrade() {
                         inner.cache.invalidated(&inv.fh, inv.attr);
                         inner.invalidated(Invalidation::Object(inv.fh, inv.attr));
                     }
                 }
+                Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!(%server, error = %e, "undecodable message");
+                    tracing::warn!(%server, error = %e, "bad record or message; closing");
                     fail_all(&pending);
                     return;
                 }

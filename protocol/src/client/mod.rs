@@ -18,7 +18,7 @@ use crate::keys::UserKeypair;
 use crate::login::{LoginArgs, LoginSigner};
 use crate::message::{Request, ServerMessage, max_io_size};
 use crate::name::HostId;
-use crate::record::{RecordReader, Sealer};
+use crate::record::{Opened, Opener, RecordReader, Sealer};
 use crate::request::RequestOp;
 
 /// Why the connection cannot go on: the record stream or a message from the server is bad.
@@ -94,6 +94,14 @@ pub struct MessageReader {
 }
 
 impl MessageReader {
+    /// A reader opening with `opener`; `rest` is what the server sent after its last
+    /// handshake byte.
+    pub fn new(opener: Opener, rest: &[u8]) -> MessageReader {
+        let mut records = RecordReader::new(opener);
+        records.extend_from_slice(rest);
+        MessageReader { records }
+    }
+
     /// Where the next bytes read from the socket go; call [`MessageReader::advance`] with the
     /// count read.
     pub fn read_buf(&mut self) -> &mut [u8] {
@@ -117,6 +125,29 @@ impl MessageReader {
             Some(payload) => Ok(Some(ServerMessage::decode(payload)?)),
             None => Ok(None),
         }
+    }
+
+    /// As [`MessageReader::next_message`], without copying payload bytes out of records: a
+    /// record of at least `reuse_above` payload bytes alone in the receive buffer hands the
+    /// buffer itself to the message (a READ reply's data stays where the socket put it) and
+    /// the reader goes on in `spare(reuse_above)`; a smaller message's data goes into
+    /// `spare(len)`. `spare` may give recycled buffers.
+    pub fn next_message_reusing(
+        &mut self,
+        reuse_above: usize,
+        mut spare: impl FnMut(usize) -> Vec<u8>,
+    ) -> Result<Option<ServerMessage>, ConnectionError> {
+        let message = match self
+            .records
+            .next_record_or_buffer(reuse_above, || spare(reuse_above))?
+        {
+            None => return Ok(None),
+            Some(Opened::Buffer { buf, payload }) => ServerMessage::decode_owned(buf, payload)?,
+            Some(Opened::InPlace(payload)) => {
+                ServerMessage::decode_reusing(payload, spare(payload.len()))?
+            }
+        };
+        Ok(Some(message))
     }
 
     /// The record layer underneath, for readers that handle some records themselves (the
@@ -152,10 +183,7 @@ impl ClientConnection {
                 .max_payload()
                 .min(session.opener.max_payload()),
         );
-        let mut messages = MessageReader {
-            records: RecordReader::new(session.opener),
-        };
-        messages.extend_from_slice(rest);
+        let messages = MessageReader::new(session.opener, rest);
         ClientConnection {
             requests: RequestSender {
                 sealer: session.sealer,
@@ -254,6 +282,62 @@ mod tests {
         }
         assert_eq!(got, vec![reply, invalidate]);
         c.messages.finish().unwrap();
+    }
+
+    #[test]
+    fn a_large_reply_alone_in_the_buffer_keeps_its_bytes_where_they_arrived() {
+        let (mut c, mut sealer, _) = pair();
+        let data = vec![7u8; 64 * 1024];
+        let reply = ServerMessage::Reply(Reply {
+            id: 3,
+            result: Ok(ReplyBody::Read {
+                attr: None,
+                eof: true,
+                data: data.clone().into(),
+            }),
+        });
+        let mut wire = Vec::new();
+        sealer
+            .seal_with(&mut wire, |b| reply.encode_into(b))
+            .unwrap();
+        let mut fed = 0;
+        let mut last_buf = 0..0;
+        while fed < wire.len() {
+            let buf = c.messages.read_buf();
+            let n = buf.len().min(wire.len() - fed);
+            buf[..n].copy_from_slice(&wire[fed..fed + n]);
+            let at = buf.as_ptr().addr();
+            last_buf = at - fed..at + n;
+            c.messages.advance(n);
+            fed += n;
+        }
+        let mut spares = Vec::new();
+        let got = c
+            .messages
+            .next_message_reusing(16 * 1024, |len| {
+                spares.push(len);
+                Vec::new()
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, reply);
+        let ServerMessage::Reply(Reply {
+            result: Ok(ReplyBody::Read { data: got, .. }),
+            ..
+        }) = got
+        else {
+            unreachable!()
+        };
+        let at = got.as_ptr().addr();
+        assert!(
+            last_buf.contains(&at),
+            "the data was copied out of the receive buffer"
+        );
+        assert_eq!(
+            spares,
+            vec![16 * 1024],
+            "the reader went on in a spare buffer"
+        );
     }
 
     #[test]
