@@ -16,7 +16,7 @@ use libcolor::Color;
 use protocol::{LockKind, NfsStatus, Reply, ReplyBody, RequestOp, access};
 
 use crate::conn;
-use crate::fs::{Backend, ObjKey, OpCtx, Outcome};
+use crate::fs::{ObjKey, OpCtx, Outcome};
 use crate::locks::{Holder, LockClient, Range};
 use crate::server::{Dispatch, Server};
 
@@ -107,19 +107,9 @@ impl Server {
             let result = srv.apply_lock(&d, &op, outcome);
             srv.answer_lock(d, result);
         };
-        match &self.storage {
-            Backend::Local(storage) => {
-                let storage = storage.clone();
-                let id = ctx.conn;
-                let submitted = self
-                    .fs_pool
-                    .submit(id, move || finish(storage.execute(&ctx, check)));
-                if submitted.is_err() {
-                    // The storage threads are full: try later.
-                    self.answer_to(to, Err(NfsStatus::Jukebox));
-                }
-            }
-            Backend::Async(b) => b.submit(ctx, check, Box::new(finish)),
+        if self.storage.submit(ctx, check, Box::new(finish)).is_err() {
+            // The storage is full: try later.
+            self.answer_to(to, Err(NfsStatus::Jukebox));
         }
     }
 

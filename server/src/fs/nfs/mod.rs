@@ -42,7 +42,8 @@ use self::ops::Raw;
 use self::rpc::AuthSys;
 use self::setup::{NFS_PROG, NFS_VERS};
 use self::xdr::{Malformed, Xdr};
-use super::{AsyncStorage, Done, ObjKey, OpCtx, Outcome, ReadArgs};
+use super::{Busy, Done, ObjKey, OpCtx, Outcome, ReadArgs, ReadCall, Storage};
+use crate::read::ReplyRecord;
 use crate::users::Creds;
 
 pub use self::setup::BackendUrl;
@@ -1299,19 +1300,24 @@ fn outcome<T>(
     out
 }
 
-impl AsyncStorage for NfsBackend {
-    fn submit(&self, ctx: OpCtx, op: RequestOp, done: Done<Outcome>) {
-        self.inner.submit(ctx, op, done)
+impl Storage for NfsBackend {
+    /// Never refuses: past its bound of calls in flight the backend answers JUKEBOX itself.
+    fn submit(&self, ctx: OpCtx, op: RequestOp, done: Done<Outcome>) -> Result<(), Busy> {
+        self.inner.submit(ctx, op, done);
+        Ok(())
     }
 
-    fn submit_read(
-        &self,
-        color: libcolor::Color,
-        ctx: OpCtx,
-        read: ReadArgs,
-        done: Done<Result<Vec<u8>, NfsStatus>>,
-    ) {
-        self.inner.read(color, ctx, read, done)
+    /// One RPC; the reply is decoded and copied into the reply record in the connection's
+    /// color, in parallel with other connections. No descriptor to cache.
+    fn read(&self, call: ReadCall<'_>) {
+        let (color, ctx, args) = (call.color(), call.ctx(), call.args());
+        call.later(|reply| {
+            let done: Done<Result<Vec<u8>, NfsStatus>> = Box::new(move |res| {
+                reply.complete(res.map(|buf| ReplyRecord { buf, start: 0 }), None)
+            });
+            self.inner.read(color, ctx, args, done);
+            Ok(())
+        });
     }
 
     fn connection_closed(&self, conn: crate::leases::ConnId) {
