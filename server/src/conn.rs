@@ -36,7 +36,7 @@ use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
 mod read_call;
-pub use read_call::{ReadCall, ReadReply};
+pub use read_call::ReadCall;
 
 enum Phase {
     /// Accepted; the handshake machine and the server's first message are made by the
