@@ -1,5 +1,7 @@
 //! LOCK, UNLOCK and TESTLOCK: the caller's access is checked by the storage backend as the
-//! caller (an ACCESS on the handle, on a storage thread or through the NFS backend), which
+//! caller (an ACCESS on the handle, submitted to [`crate::fs::Storage`] like any other: the
+//! local backend runs it in the connection's color or on a storage thread, the NFS backend
+//! sends it), which
 //! also verifies the handle and names the object; then the [`crate::locks`] table answers,
 //! and the reply goes straight back to the connection's color (locks grant no leases and
 //! change no attributes, so color 0 has nothing to do).

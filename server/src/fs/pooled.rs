@@ -105,3 +105,96 @@ impl<S: BlockingStorage> Storage for Pooled<S> {
         self.pool.stop();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use protocol::{FileHandle, HandleData, ReplyBody};
+
+    use super::*;
+
+    /// Answers GETATTR inline (a fault, to tell it apart) and anything else on the storage
+    /// threads (a success), where it first waits for the test's gate.
+    struct Fake {
+        gate: parking_lot::Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl BlockingStorage for Fake {
+        fn execute(&self, _: &OpCtx, _: RequestOp) -> Outcome {
+            self.gate.lock().recv().unwrap();
+            let mut out = Outcome::err(NfsStatus::ServerFault);
+            out.result = Ok(ReplyBody::Null);
+            out
+        }
+        fn execute_inline(&self, _: &OpCtx, op: &RequestOp) -> Option<Outcome> {
+            matches!(op, RequestOp::GetAttr { .. }).then(|| Outcome::err(NfsStatus::Io))
+        }
+        fn open_read(&self, _: &OpCtx, _: &HandleData) -> Result<File, NfsStatus> {
+            Err(NfsStatus::Acces)
+        }
+    }
+
+    fn ctx(conn: crate::leases::ConnId) -> OpCtx {
+        OpCtx {
+            creds: crate::users::Creds::anonymous(65534, 65534),
+            conn,
+            lease_ms: 0,
+        }
+    }
+
+    #[test]
+    fn short_operations_run_inline_others_on_the_threads_and_a_full_pool_refuses() {
+        let (gate, gate_rx) = mpsc::channel();
+        let fake = Fake {
+            gate: parking_lot::Mutex::new(gate_rx),
+        };
+        // One thread, at most one job queued per connection.
+        let pooled = Pooled::new(fake, FsPool::new(1, 1, 10).unwrap());
+        let fh = FileHandle::from_bytes([1; protocol::HANDLE_LEN]);
+        let (tx, rx) = mpsc::channel();
+        let me = std::thread::current().id();
+        let done = |tx: mpsc::Sender<_>| -> Done<Outcome> {
+            Box::new(move |o: Outcome| tx.send((std::thread::current().id(), o.result)).unwrap())
+        };
+
+        pooled
+            .submit(ctx(1), RequestOp::GetAttr { fh }, done(tx.clone()))
+            .unwrap();
+        let (thread, result) = rx.try_recv().expect("completed before submit returned");
+        assert_eq!(thread, me);
+        assert_eq!(result, Err(NfsStatus::Io));
+
+        let commit = || RequestOp::Commit {
+            fh,
+            offset: 0,
+            count: 0,
+        };
+        // The first runs (and waits at the gate), the second is queued, the third is over
+        // the connection's cap: refused, its completion dropped unrun.
+        pooled.submit(ctx(1), commit(), done(tx.clone())).unwrap();
+        let queued = || pooled.submit(ctx(1), commit(), done(tx.clone()));
+        let mut refused = None;
+        for _ in 0..100 {
+            // Until the thread took the first job off the queue.
+            match queued() {
+                Ok(()) => {
+                    refused = Some(queued());
+                    break;
+                }
+                Err(Busy) => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        }
+        assert_eq!(refused, Some(Err(Busy)));
+        gate.send(()).unwrap();
+        gate.send(()).unwrap();
+        for _ in 0..2 {
+            let (thread, result) = rx.recv().unwrap();
+            assert_ne!(thread, me, "on a storage thread");
+            assert!(matches!(result, Ok(ReplyBody::Null)), "{result:?}");
+        }
+        drop(tx);
+        assert!(rx.recv().is_err(), "the refused completion never ran");
+        pooled.stop();
+    }
+}
