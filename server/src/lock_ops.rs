@@ -1,10 +1,9 @@
 //! LOCK, UNLOCK and TESTLOCK: the caller's access is checked by the storage backend as the
 //! caller (an ACCESS on the handle, submitted to [`crate::fs::Storage`] like any other: the
 //! local backend runs it in the connection's color or on a storage thread, the NFS backend
-//! sends it), which
-//! also verifies the handle and names the object; then the [`crate::locks`] table answers,
-//! and the reply goes straight back to the connection's color (locks grant no leases and
-//! change no attributes, so color 0 has nothing to do).
+//! sends it), which also verifies the handle and names the object; then the [`crate::locks`]
+//! table answers, and the reply goes straight back to the connection's color (locks grant no
+//! leases and change no attributes, so color 0 has nothing to do).
 //!
 //! Who may: a logged-in user (never anonymous: a lock holds server memory); a write lock
 //! needs write access to the file and a read lock read access, as `fcntl(2)` needs a
