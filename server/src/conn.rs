@@ -12,7 +12,6 @@
 //! connection only, and so does `idle_timeout` without a request.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,13 +27,16 @@ use protocol::{
 };
 
 use crate::changes::Epoch;
-use crate::fs::{AsyncStorage, Backend, OpCtx, ReadArgs, key_of};
+use crate::fs::key_of;
 use crate::leases::{ConnId, Holder, Principal};
 use crate::output::{Flushed, Output, SPARE_MIN_CAPACITY};
-use crate::read::{LeaseChoice, ReadFailure, ReadState, ReplyRecord};
+use crate::read::{LeaseChoice, ReadState, ReplyRecord};
 use crate::replies::{Begin, Record};
 use crate::server::{Dispatch, Server};
 use crate::users::Creds;
+
+mod read_call;
+pub use read_call::ReadCall;
 
 enum Phase {
     /// Accepted; the handshake machine and the server's first message are made by the
@@ -823,8 +825,8 @@ fn release_commits(srv: &Arc<Server>, c: &mut Conn, id: u64) {
     }
 }
 
-/// Connection color: answers a READ from a cached descriptor when the data is in the page
-/// cache, otherwise has a storage thread open and read it (see [`crate::read`]).
+/// Connection color: hands a READ to the storage ([`crate::fs::Storage::read`]), which
+/// answers it here from a cached descriptor when it can, or later (see [`crate::read`]).
 fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
     let Phase::Open(open) = &mut c.phase else {
         return;
@@ -833,108 +835,14 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
     let lease = open
         .reads
         .lease_for(&r.fh, key_of(&r.handle), d.lease_ms, &srv.changes);
-    let local = match &srv.storage {
-        Backend::Local(storage) => storage.clone(),
-        Backend::Async(backend) => return start_read_async(srv, backend, d, r, lease, epoch),
-    };
-    let cached = open.reads.cached_file(r.authno, &r.handle, &srv.changes);
-    if let Some(file) = &cached {
-        let buf = c.out.take_spare();
-        match crate::read::read_reply(buf, d.req_id, file, r.offset, r.count, lease.ms, true) {
-            Ok(record) => return finish_read(srv, c, &d, &r, lease, epoch, Ok(record)),
-            Err(ReadFailure::Status(s)) => {
-                return finish_read(srv, c, &d, &r, lease, epoch, Err(s));
-            }
-            Err(ReadFailure::WouldBlock) => {}
-        }
-    }
-    let storage = local;
-    let ctx = OpCtx {
-        creds: d.creds.clone(),
-        lease_ms: lease.ms,
-        conn: d.id,
-    };
-    let (req_id, handle, offset, count) = (d.req_id, r.handle, r.offset, r.count);
-    let job = move || -> Result<(ReplyRecord, Option<Arc<File>>), NfsStatus> {
-        let (file, opened) = match cached {
-            Some(f) => (f, false),
-            None => (Arc::new(storage.open_read(&ctx, &handle)?), true),
-        };
-        match crate::read::read_reply(
-            Vec::new(),
-            req_id,
-            &file,
-            offset,
-            count,
-            ctx.lease_ms,
-            false,
-        ) {
-            Ok(record) => Ok((record, opened.then_some(file))),
-            Err(ReadFailure::Status(s)) => Err(s),
-            Err(ReadFailure::WouldBlock) => Err(NfsStatus::Jukebox),
-        }
-    };
-    let srv2 = srv.clone();
-    let conn = d.conn.clone();
-    let (id, reserved) = (d.id, d.reserved);
-    let submitted = srv.fs_pool.submit(id, move || {
-        let res = job();
-        let srv3 = srv2.clone();
-        srv2.h.cpucb(Color(id), move || {
-            conn.with(|c| {
-                let file = res.as_ref().ok().and_then(|(_, f)| f.clone());
-                if let (Some(file), Phase::Open(open)) = (file, &mut c.phase) {
-                    open.reads
-                        .remember_file(r.authno, &r.handle, file, epoch, &srv3.file_budget);
-                }
-                let res = res.map(|(record, _)| record);
-                finish_read(&srv3, c, &d, &r, lease, epoch, res);
-                pump_locked(&srv3, &d.conn, c);
-            })
-        });
+    srv.storage.read(ReadCall {
+        srv,
+        c,
+        d,
+        r,
+        lease,
+        epoch,
     });
-    if submitted.is_err() {
-        // The storage threads are full: "try later" instead of queueing more.
-        let result = Err(NfsStatus::Jukebox);
-        complete_locked(srv, c, reserved, Reply { id: req_id, result });
-    }
-}
-
-/// Connection color: a READ through a backend that completes as a callback (the NFS backend):
-/// it builds the reply record itself and completes in this connection's color.
-fn start_read_async(
-    srv: &Arc<Server>,
-    backend: &Arc<dyn AsyncStorage>,
-    d: Dispatch,
-    r: ReadRequest,
-    lease: LeaseChoice,
-    epoch: Epoch,
-) {
-    let ctx = OpCtx {
-        creds: d.creds.clone(),
-        lease_ms: lease.ms,
-        conn: d.id,
-    };
-    let args = ReadArgs {
-        hd: r.handle,
-        offset: r.offset,
-        count: r.count,
-        req_id: d.req_id,
-    };
-    let srv2 = srv.clone();
-    backend.submit_read(
-        Color(d.id),
-        ctx,
-        args,
-        Box::new(move |res: Result<Vec<u8>, NfsStatus>| {
-            let conn = d.conn.clone();
-            let res = res.map(|buf| ReplyRecord { buf, start: 0 });
-            conn.with(|c| {
-                finish_read(&srv2, c, &d, &r, lease, epoch, res);
-                pump_locked(&srv2, &conn, c);
-            })
-        }),
-    );
 }
 
 /// Connection color: seals a READ reply in place (the payload follows a 4-byte gap: no copy

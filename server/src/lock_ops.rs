@@ -1,8 +1,9 @@
 //! LOCK, UNLOCK and TESTLOCK: the caller's access is checked by the storage backend as the
-//! caller (an ACCESS on the handle, on a storage thread or through the NFS backend), which
-//! also verifies the handle and names the object; then the [`crate::locks`] table answers,
-//! and the reply goes straight back to the connection's color (locks grant no leases and
-//! change no attributes, so color 0 has nothing to do).
+//! caller (an ACCESS on the handle, submitted to [`crate::fs::Storage`] like any other: the
+//! local backend runs it in the connection's color or on a storage thread, the NFS backend
+//! sends it), which also verifies the handle and names the object; then the [`crate::locks`]
+//! table answers, and the reply goes straight back to the connection's color (locks grant no
+//! leases and change no attributes, so color 0 has nothing to do).
 //!
 //! Who may: a logged-in user (never anonymous: a lock holds server memory); a write lock
 //! needs write access to the file and a read lock read access, as `fcntl(2)` needs a
@@ -16,7 +17,7 @@ use libcolor::Color;
 use protocol::{LockKind, NfsStatus, Reply, ReplyBody, RequestOp, access};
 
 use crate::conn;
-use crate::fs::{Backend, ObjKey, OpCtx, Outcome};
+use crate::fs::{ObjKey, OpCtx, Outcome};
 use crate::locks::{Holder, LockClient, Range};
 use crate::server::{Dispatch, Server};
 
@@ -107,19 +108,9 @@ impl Server {
             let result = srv.apply_lock(&d, &op, outcome);
             srv.answer_lock(d, result);
         };
-        match &self.storage {
-            Backend::Local(storage) => {
-                let storage = storage.clone();
-                let id = ctx.conn;
-                let submitted = self
-                    .fs_pool
-                    .submit(id, move || finish(storage.execute(&ctx, check)));
-                if submitted.is_err() {
-                    // The storage threads are full: try later.
-                    self.answer_to(to, Err(NfsStatus::Jukebox));
-                }
-            }
-            Backend::Async(b) => b.submit(ctx, check, Box::new(finish)),
+        if self.storage.submit(ctx, check, Box::new(finish)).is_err() {
+            // The storage is full: try later.
+            self.answer_to(to, Err(NfsStatus::Jukebox));
         }
     }
 

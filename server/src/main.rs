@@ -8,7 +8,6 @@ mod changes;
 mod cli;
 mod config;
 mod conn;
-mod dispatch_async;
 mod fs;
 mod leases;
 mod limits;
@@ -127,23 +126,24 @@ fn serve(args: ServeArgs) -> Result<()> {
     let max_io = protocol::max_io_size(limits.max_record);
     let local = match &settings.backend {
         Some(_) => None,
-        None => Some(
-            fs::local::LocalFs::open(
+        None => {
+            let local = fs::local::LocalFs::open(
                 &export,
                 st.handle_key.clone(),
                 max_io,
                 settings.read_only,
                 fs::creds::Switcher::new(cred_mode),
             )
-            .with_context(|| format!("opening export {}", export.display()))?,
-        ),
+            .with_context(|| format!("opening export {}", export.display()))?;
+            let fs_pool = fs::pool::FsPool::new(
+                storage_threads,
+                limits.max_in_flight,
+                limits.max_connections.saturating_mul(limits.max_in_flight),
+            )
+            .context("starting the storage threads")?;
+            Some(fs::pooled::Pooled::new(local, fs_pool))
+        }
     };
-    let fs_pool = fs::pool::FsPool::new(
-        storage_threads,
-        limits.max_in_flight,
-        limits.max_connections.saturating_mul(limits.max_in_flight),
-    )
-    .context("starting the storage threads")?;
     let users = match &settings.users {
         Some(p) => users::Users::load(p)?,
         None => users::Users::default(),
@@ -162,8 +162,8 @@ fn serve(args: ServeArgs) -> Result<()> {
     };
     let rt = builder.build().context("starting the runtime")?;
     let h = rt.handle();
-    let storage = match (local, &settings.backend) {
-        (Some(l), _) => fs::Backend::Local(Arc::new(l)),
+    let storage: Arc<dyn fs::Storage> = match (local, &settings.backend) {
+        (Some(l), _) => Arc::new(l),
         (None, Some(backend)) => {
             let cfg = fs::nfs::NfsConfig {
                 url: backend.url.clone(),
@@ -176,7 +176,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             };
             let b = fs::nfs::NfsBackend::start(&h, &cfg, st.handle_key.clone())
                 .with_context(|| format!("starting the NFS backend {}", backend.text))?;
-            fs::Backend::Async(Arc::new(b))
+            Arc::new(b)
         }
         (None, None) => unreachable!("a local export unless a backend is given"),
     };
@@ -194,7 +194,6 @@ fn serve(args: ServeArgs) -> Result<()> {
         h.clone(),
         st,
         storage,
-        fs_pool,
         users,
         &settings,
         peers,
@@ -218,7 +217,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     println!("sfsd: serving {name} on {addr}");
     std::io::stdout().flush()?;
     let result = rt.run();
-    srv.fs_pool.stop();
+    srv.storage.stop();
     let stats = h.stats();
     let startups_dropped = srv
         .startups_dropped

@@ -31,8 +31,7 @@ use protocol::{
 
 use crate::changes::{Changes, Epoch};
 use crate::conn::{self, Conn, ConnRef};
-use crate::fs::pool::FsPool;
-use crate::fs::{Backend, ObjKey, OpCtx};
+use crate::fs::{ObjKey, OpCtx, Storage};
 use crate::leases::{ConnId, Holder, Leases, Principal, Shares};
 use crate::limits::Limits;
 use crate::read::FileBudget;
@@ -63,9 +62,9 @@ pub struct Server {
     pub name: ServerName,
     pub handshake: HandshakeConfig,
     pub handle_key: HandleKey,
-    pub storage: Backend,
-    /// Threads running storage operations, fair between connections.
-    pub fs_pool: FsPool,
+    /// Where the files are: the local backend behind the storage threads
+    /// ([`crate::fs::pooled::Pooled`]) or the NFS backend.
+    pub storage: Arc<dyn Storage>,
     pub users: Users,
     /// What anonymous requests (authno 0) run as, with `--anonymous-read`.
     pub anonymous: Creds,
@@ -108,12 +107,11 @@ pub struct Server {
 }
 
 impl Server {
-    /// The server for `settings`, serving `storage` with `fs_pool`'s threads on runtime `h`.
+    /// The server for `settings`, serving `storage` on runtime `h`.
     pub fn new(
         h: Handle,
         st: crate::state::State,
-        storage: Backend,
-        fs_pool: FsPool,
+        storage: Arc<dyn Storage>,
         users: Users,
         settings: &Settings,
         peers: Option<crate::peers::Peers>,
@@ -131,7 +129,6 @@ impl Server {
             keypair: st.keypair,
             handle_key: st.handle_key,
             storage,
-            fs_pool,
             users,
             anonymous: Creds::anonymous(anonymous_uid, anonymous_gid),
             max_io: protocol::max_io_size(limits.max_record) as usize,
@@ -252,10 +249,10 @@ impl Server {
         }
     }
 
-    /// Connection color: any other storage operation runs here if it is short (see
-    /// [`crate::fs::Storage::execute_inline`]) or goes to a storage thread; its completion runs
-    /// in color 0, which owns the lease table, then the reply goes back to the connection's
-    /// color.
+    /// Connection color: any other storage operation goes to the storage (the local backend
+    /// runs a short one right here: see [`crate::fs::BlockingStorage::execute_inline`]); its
+    /// completion runs in color 0, which owns the lease table, then the reply goes back to the
+    /// connection's color.
     pub fn dispatch(self: &Arc<Self>, d: Dispatch, op: RequestOp) {
         let mut op = match crate::lock_ops::take(op) {
             crate::lock_ops::Split::Lock(lock) => return self.dispatch_lock(d, lock),
@@ -263,10 +260,6 @@ impl Server {
         };
         // One default mode for objects made without one, whichever backend makes them.
         crate::fs::fill_default_mode(&mut op);
-        let storage = match &self.storage {
-            Backend::Local(s) => s.clone(),
-            Backend::Async(b) => return self.dispatch_async(b.clone(), d, op),
-        };
         let Dispatch {
             conn,
             id,
@@ -288,7 +281,7 @@ impl Server {
         let srv = self.clone();
         let conn2 = conn.clone();
         let access = changes_access(&op);
-        let completed = move |srv: Arc<Server>, outcome: crate::fs::Outcome| {
+        let completed = move |outcome: crate::fs::Outcome| {
             if access && !outcome.changed.is_empty() {
                 // As soon as it is done, so no cached descriptor serves after this reply.
                 srv.changes.note_access();
@@ -298,23 +291,14 @@ impl Server {
                 srv2.finish(conn2, holder, req_id, reserved, lease_ms, outcome)
             });
         };
-        // A short metadata operation runs here, in the connection's color, saving the two
-        // thread hops of a storage thread (see `fs/local/inline.rs`).
-        if let Some(outcome) = storage.execute_inline(&ctx, &op) {
-            return completed(srv, outcome);
-        }
-        let submitted = self.fs_pool.submit(id, move || {
-            let outcome = storage.execute(&ctx, op);
-            completed(srv, outcome)
-        });
-        if submitted.is_err() {
+        if self.storage.submit(ctx, op, Box::new(completed)).is_err() {
             self.answer_busy(conn, id, req_id, reserved);
         }
     }
 
     /// Color 0: leases, then invalidations to other holders, then the reply in the
     /// connection's color.
-    pub(crate) fn finish(
+    fn finish(
         self: &Arc<Self>,
         conn: ConnRef,
         holder: Holder,
@@ -546,10 +530,7 @@ impl Server {
             crate::locks::LockClient::conn(id),
             std::time::Instant::now(),
         );
-        match &self.storage {
-            Backend::Local(storage) => storage.connection_closed(id),
-            Backend::Async(storage) => storage.connection_closed(id),
-        }
+        self.storage.connection_closed(id);
     }
 
     /// Color 0, periodically: reap expired leases.

@@ -1,4 +1,6 @@
-//! Storage: the small trait the dispatcher calls, and what runs it.
+//! Storage: the one trait the server calls ([`Storage`], completion-based), the blocking
+//! backends' trait ([`BlockingStorage`]) and the storage threads that adapt one to the other
+//! ([`pooled::Pooled`] over [`pool`]).
 //!
 //! A backend performs each operation with the request's [`Creds`] so that the system that
 //! holds the files makes every permission decision: the local backend switches the storage
@@ -12,12 +14,13 @@ pub mod local;
 pub mod nfs;
 pub mod open_states;
 pub mod pool;
-
-use std::sync::Arc;
+pub mod pooled;
 
 use protocol::{Attr, FileHandle, HandleData, NfsStatus, ReplyBody, RequestOp};
 
+pub use crate::conn::ReadCall;
 use crate::users::Creds;
+pub use pool::Busy;
 
 /// Server-side identity of an object: (device, inode).
 pub type ObjKey = (u64, u64);
@@ -61,9 +64,33 @@ impl Outcome {
     }
 }
 
-/// A storage backend. Methods may block (disk I/O): the server calls them on the storage
-/// threads ([`pool`]), never on a worker, except [`Storage::execute_inline`].
+/// The storage the server calls: the dispatcher ([`crate::server`]), the READ path
+/// ([`crate::conn`]), the lock operations ([`crate::lock_ops`]) and connection close. Every
+/// operation is submitted with its completion and never blocks the caller: a blocking backend
+/// runs behind the storage threads of [`pooled::Pooled`], the NFS backend sends an RPC and
+/// completes when the reply arrives.
 pub trait Storage: Send + Sync + 'static {
+    /// Runs any request except NULL, LOGIN, READ and the lock operations. `done` runs once
+    /// with the outcome, on whatever thread or color the backend completes in (possibly
+    /// before this returns, on the caller's worker). `Err(Busy)`: the backend has no room for
+    /// it now; nothing ran and `done` was dropped (the caller answers JUKEBOX, "try later").
+    fn submit(&self, ctx: OpCtx, op: RequestOp, done: Done<Outcome>) -> Result<(), Busy>;
+    /// READ of a verified handle, called in the connection's color: the backend answers it
+    /// there at once ([`ReadCall::answer`]) or later ([`ReadCall::later`]) with the reply
+    /// record laid out as [`protocol::encode_read_reply_at`] writes it after a 4-byte gap for
+    /// the record header, which the connection seals in place.
+    fn read(&self, call: ReadCall<'_>);
+    /// Connection `conn` closed: whatever the backend keeps for it goes (open states).
+    fn connection_closed(&self, conn: crate::leases::ConnId) {
+        let _ = conn;
+    }
+    /// The server stopped: no operation starts after this (the storage threads are joined).
+    fn stop(&self) {}
+}
+
+/// A storage backend whose methods may block (disk I/O): [`pooled::Pooled`] calls them on the
+/// storage threads ([`pool`]), never on a worker, except [`BlockingStorage::execute_inline`].
+pub trait BlockingStorage: Send + Sync + 'static {
     /// Runs any request except NULL, LOGIN and READ.
     fn execute(&self, ctx: &OpCtx, op: RequestOp) -> Outcome;
     /// Runs `op` on the calling worker if it is one the backend answers without waiting
@@ -85,29 +112,6 @@ pub trait Storage: Send + Sync + 'static {
 /// A completion: runs once with the result, in whatever color the backend completes in.
 pub type Done<T> = Box<dyn FnOnce(T) + Send>;
 
-/// A storage backend that never blocks: each operation is submitted with its completion, and
-/// the backend calls `done` from a callback when the result is in (the NFS backend sends an
-/// RPC and completes when the reply arrives).
-pub trait AsyncStorage: Send + Sync + 'static {
-    /// Runs any request except NULL, LOGIN and READ.
-    fn submit(&self, ctx: OpCtx, op: RequestOp, done: Done<Outcome>);
-    /// READ of a verified handle: `done` runs in `color` (the client connection's, where the
-    /// record is sealed) with the reply record for request `read.req_id`, laid out as
-    /// [`protocol::encode_read_reply_at`] writes it after a 4-byte gap for the record
-    /// header. The reply is decoded and copied there too, in parallel with other connections.
-    fn submit_read(
-        &self,
-        color: libcolor::Color,
-        ctx: OpCtx,
-        read: ReadArgs,
-        done: Done<Result<Vec<u8>, NfsStatus>>,
-    );
-    /// Connection `conn` closed: whatever the backend keeps for it goes (open states).
-    fn connection_closed(&self, conn: crate::leases::ConnId) {
-        let _ = conn;
-    }
-}
-
 /// What a READ asks, once its handle is verified.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadArgs {
@@ -117,14 +121,6 @@ pub struct ReadArgs {
     pub count: usize,
     /// The request's id, for the reply record.
     pub req_id: u64,
-}
-
-/// Where the files are: sfsd's own blocking backend on its storage threads, or a backend that
-/// completes operations as callbacks.
-#[derive(Clone)]
-pub enum Backend {
-    Local(Arc<dyn Storage>),
-    Async(Arc<dyn AsyncStorage>),
 }
 
 /// The mode of an object made by a request that carries none: one default for every backend

@@ -104,7 +104,7 @@ mod tests {
     use protocol::RequestOp;
 
     use super::*;
-    use crate::fs::Storage;
+    use crate::fs::BlockingStorage;
     use crate::fs::local::testing::{backend, ctx};
 
     fn append(fs: &LocalFs, fh: FileHandle, data: &[u8]) -> (u64, Option<Attr>, usize) {

@@ -1,5 +1,5 @@
 //! Operations on file data: WRITE, COMMIT, and the READ data path ([`read_into`]; READ itself
-//! is opened by `Storage::open_read` and run by the server, not dispatched here).
+//! is opened by `BlockingStorage::open_read` and run by the server, not dispatched here).
 //!
 //! Data is only ever reached by re-opening a checked `O_PATH` descriptor
 //! ([`super::resolve::Obj::reopen`]), never by name.

@@ -87,7 +87,7 @@ mod tests {
     use protocol::{ReplyBody, SetAttr, StableHow};
 
     use super::*;
-    use crate::fs::Storage;
+    use crate::fs::BlockingStorage;
     use crate::fs::local::testing::{backend, ctx, open};
 
     fn set(mode: Option<u32>, size: Option<u64>) -> SetAttr {

@@ -54,7 +54,7 @@ use protocol::{Attr, HandleData, HandleKey, NewObject, NfsStatus, ReplyBody, Req
 use rustix::fs::OFlags;
 
 use super::creds::Switcher;
-use super::{ObjKey, OpCtx, Outcome, Storage};
+use super::{BlockingStorage, ObjKey, OpCtx, Outcome};
 use resolve::{Index, Obj, WalkGate, stat_fd};
 
 /// The only export this server has (handles carry it so a future multi-export server can tell
@@ -309,7 +309,7 @@ impl LocalFs {
     }
 }
 
-impl Storage for LocalFs {
+impl BlockingStorage for LocalFs {
     fn execute_inline(&self, ctx: &OpCtx, op: &RequestOp) -> Option<Outcome> {
         if !inline::runs_inline(op) {
             return None;

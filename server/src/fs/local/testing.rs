@@ -7,7 +7,7 @@ use protocol::{FileHandle, HandleKey, ReplyBody, RequestOp};
 
 use super::LocalFs;
 use crate::fs::creds::{Mode, Switcher};
-use crate::fs::{OpCtx, Storage};
+use crate::fs::{BlockingStorage, OpCtx};
 use crate::users::Creds;
 
 /// A request of the test's own user.

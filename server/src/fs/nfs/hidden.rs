@@ -50,10 +50,11 @@ impl Opens {
 }
 
 impl Inner {
-    /// OPEN: remembers that this connection's user holds `o`.
-    pub(super) fn open_state(&self, ctx: &OpCtx, o: &Obj, done: Done<Outcome>) {
+    /// OPEN: remembers that this connection's user holds `fh`.
+    pub(super) fn open(&self, ctx: OpCtx, fh: FileHandle, done: Done<Outcome>) {
+        let o = or_fail!(self.unwrap(&fh), done);
         let mut out = Outcome::err(NfsStatus::DQuot);
-        if self.opens.states.keep(holder(ctx), o.key, (), |_| false) {
+        if self.opens.states.keep(holder(&ctx), o.key, (), |_| false) {
             out.result = Ok(ReplyBody::Open { attr: None });
         }
         done(out)
