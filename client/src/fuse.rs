@@ -11,9 +11,10 @@
 //! write, commit, flush, readlink), [`listings`] (opendir and the readdir answers); [`table`]
 //! is the node [`Table`] (node ids, lookup counts, forget) and [`unlinked`] the open files and
 //! those unlinked while open. [`kernel`] is the kernel adapter ([`SfsFuse`]: each kernel
-//! request becomes a call on [`Shared`]); [`convert`] converts between the protocol's types
-//! and the kernel's; [`invalidator()`] passes the server's invalidations on to the kernel;
-//! each other submodule is one of the mechanisms below.
+//! request becomes a call on the [`Shared`] of the mount holding its node, which [`rooms`]
+//! says: one mount, or a server of the namespace); [`convert`] converts between the
+//! protocol's types and the kernel's; [`invalidator()`] passes the server's invalidations on
+//! to the kernel; each other submodule is one of the mechanisms below.
 //!
 //! **Inodes.** The kernel names objects by a 64-bit node id; the server by an opaque (48-113 byte)
 //! handle. [`Table`] maps between them: a handle gets a node id the first time an entry for it
@@ -88,6 +89,7 @@ mod listing_ahead;
 mod listings;
 mod locks;
 mod names;
+mod rooms;
 mod table;
 mod unlinked;
 mod write_behind;
@@ -97,31 +99,9 @@ pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
 
 pub use convert::{errno, fattr, placeholder_dir, time_from, ttl};
 pub use invalidator::invalidator;
-pub use kernel::{SfsFuse, configure};
+pub use kernel::SfsFuse;
+pub use rooms::Rooms;
 use table::{Node, Table};
-
-/// `ioctl` answering `ENOTTY` quietly: no ioctl is in the protocol, and every `isatty(3)` on a
-/// file of the mount (thousands in a build) sends TCGETS, which fuser's default would log as a
-/// warning each time (the kernel, unlike for other ENOSYS answers, keeps asking). `ENOTTY` is
-/// what a regular file answers locally.
-macro_rules! no_ioctls {
-    () => {
-        fn ioctl(
-            &self,
-            _req: &fuser::Request,
-            _ino: fuser::INodeNo,
-            _fh: fuser::FileHandle,
-            _flags: fuser::IoctlFlags,
-            _cmd: u32,
-            _in_data: &[u8],
-            _out_size: u32,
-            reply: fuser::ReplyIoctl,
-        ) {
-            reply.error(fuser::Errno::ENOTTY);
-        }
-    };
-}
-pub(crate) use no_ioctls;
 
 /// The root's node id (fixed by FUSE).
 pub const ROOT: u64 = 1;

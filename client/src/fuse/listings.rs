@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fuser::{Errno, FileAttr, Generation, INodeNo, ReplyDirectoryPlus};
+use fuser::{Errno, FileAttr, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 use protocol::{Attr, FileHandle, NfsStatus};
 
 use super::convert::{errno, fattr, kind, lease_left, placeholder_dir, ttl};
@@ -184,6 +184,90 @@ impl Shared {
             since,
             received: Instant::now(),
         })
+    }
+
+    /// READDIR: answers from listing `fh` of `dir` at `offset`.
+    pub(super) fn readdir(&self, dir: INodeNo, fh: u64, offset: u64, mut reply: ReplyDirectory) {
+        let Some(l) = self.listing(fh) else {
+            reply.error(Errno::EBADF);
+            return;
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let mut t = self.table();
+        if start == 0 {
+            t.kernel_listings.filling(dir.0, &l);
+        }
+        for (i, e) in l.entries.iter().enumerate().skip(start) {
+            // Our node id when the entry has one by now (the listing may have been kept from
+            // an earlier open, before it was looked up), so `d_ino` agrees with `st_ino`.
+            let ino = e
+                .node
+                .and_then(|(fh, _)| t.by_fh.get(&fh).copied())
+                .unwrap_or_else(|| e.ino_in(dir));
+            // The offset of an entry is where to continue after it.
+            if reply.add(
+                INodeNo(ino),
+                i as u64 + 1,
+                e.kind,
+                OsStr::from_bytes(&e.name),
+            ) {
+                break;
+            }
+        }
+        drop(t);
+        reply.ok();
+    }
+
+    /// READDIRPLUS: answers from listing `fh` of `ino` at `offset`, or stops at an entry whose
+    /// attributes must be asked for: then the listing and where its answer stopped, for
+    /// [`Shared::readdirplus_rest`].
+    pub(super) fn readdirplus(
+        &self,
+        ino: INodeNo,
+        fh: u64,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) -> Option<(Arc<Listing>, NeedAttr)> {
+        let Some(l) = self.listing(fh) else {
+            reply.error(Errno::EBADF);
+            return None;
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        if start == 0 {
+            self.table().kernel_listings.filling(ino.0, &l);
+        }
+        let need = self.list_plus(&l, ino, start, None, reply, false)?;
+        Some((l, need))
+    }
+
+    /// The rest of a READDIRPLUS answer from listing `l` of `ino` that stopped at `need`: the
+    /// attributes of each entry changed since the listing and not cached are asked of the
+    /// server, in order.
+    pub(super) async fn readdirplus_rest(
+        &self,
+        c: &Client,
+        l: &Listing,
+        ino: INodeNo,
+        mut need: NeedAttr,
+    ) {
+        loop {
+            let entry_ino = self.table().by_fh.get(&need.fh).copied();
+            if let Some(busy) = entry_ino.filter(|&i| self.behind.busy(i)) {
+                self.behind.settle(busy).await;
+                c.cache().invalidate(&need.fh);
+            }
+            let known = match c.getattr(&need.fh).await {
+                Ok(a) => Some(a),
+                Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale)) => None,
+                // What is in the reply stands; the kernel asks again for the rest.
+                Err(_) if need.added => return need.reply.ok(),
+                Err(e) => return need.reply.error(errno(e)),
+            };
+            match self.list_plus(l, ino, need.at, Some(known), need.reply, need.added) {
+                Some(n) => need = n,
+                None => return,
+            }
+        }
     }
 
     pub(super) fn listing(&self, h: u64) -> Option<Arc<Listing>> {
