@@ -2,11 +2,15 @@
 //! is empty but for the bookmarks, where looking up `@HOST%PORT,HOSTID` connects to that
 //! server (the handshake verifies the HOSTID) and shows its tree.
 //!
-//! Each server reached this way is an ordinary [`SfsFuse`] (one [`Client`] session, its own
-//! inode table, lease and INVALIDATE handling) whose node ids live in a range of their own:
+//! Each server reached this way is an ordinary mount ([`Shared`]: one [`Client`] session, its
+//! own inode table, lease and INVALIDATE handling) whose node ids live in a range of their own:
 //! server `n` (from 1) has its root at `n << 40` and allocates upwards from there, so every
 //! kernel request is routed by its node id's high bits without translating anything. Range 0
-//! is the namespace's own: the root ([`ROOT`]) and the bookmark symlinks.
+//! is the namespace's own: the root ([`ROOT`]) and the bookmark symlinks. The kernel adapter is
+//! the one every mount has ([`SfsFuse`] over the namespace's [`Rooms`]); the namespace answers
+//! only what its own nodes are asked.
+//!
+//! [`SfsFuse`]: crate::fuse::SfsFuse
 //!
 //! A server no kernel request touched for `idle` is disconnected ([`Client::disconnect`]); its
 //! node ids stay valid and the next request reconnects (verifying the HOSTID again).
@@ -27,17 +31,15 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, Filesystem, Generation, INodeNo, KernelConfig, LockOwner,
-    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, Generation, INodeNo, Notifier, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
 use parking_lot::{Mutex, MutexGuard};
 use protocol::{FileType, ServerName};
 use tokio::runtime::Handle;
 
 use crate::bookmarks::{self, Bookmark};
-use crate::fuse::{ROOT, SfsFuse, Shared, fattr, placeholder_dir, ttl};
+use crate::fuse::{ROOT, Rooms, Shared, fattr, placeholder_dir, ttl};
 use crate::identity::Identity;
 use crate::session::{Client, Options, SessionError};
 
@@ -82,7 +84,8 @@ type Contact = Option<Result<Arc<Server>, Errno>>;
 struct Server {
     name: String,
     client: Client,
-    fs: SfsFuse,
+    /// Its mount: the operations on its nodes.
+    sh: Arc<Shared>,
     root: protocol::FileHandle,
     last_used: Mutex<Instant>,
 }
@@ -106,9 +109,6 @@ pub struct Namespace {
     contacts: Mutex<HashMap<String, tokio::sync::watch::Receiver<Contact>>>,
     notifier: OnceLock<Notifier>,
 }
-
-/// The kernel-facing handle ([`Filesystem`] for a shared [`Namespace`]).
-pub struct NsFuse(pub Arc<Namespace>);
 
 impl Namespace {
     /// An empty namespace whose sessions log in as `identity` with `opts`.
@@ -256,7 +256,7 @@ impl Namespace {
         let s = Arc::new(Server {
             name: key.clone(),
             client,
-            fs: SfsFuse::new(sh, self.rt.clone()),
+            sh,
             root,
             last_used: Mutex::new(Instant::now()),
         });
@@ -344,17 +344,18 @@ impl Namespace {
         // of the name comes here again and finds the session.
         Ok((NS_TTL.min(ttl(&attr)), fattr(base, &attr)))
     }
-}
 
-/// `forward!(self, ino => method(args), else fallback)`: calls `method` on the file system of
-/// the server serving `ino`, or evaluates `fallback` (the namespace's own answer) where none does.
-macro_rules! forward {
-    ($this:ident, $ino:expr => $method:ident($($arg:expr),* $(,)?), else $fallback:expr) => {
-        match $this.route($ino) {
-            Some(fs) => fs.$method($($arg),*),
-            None => $fallback,
+    /// `.`, `..` and the bookmarks (symlinks), in listing order.
+    fn root_entries(&self) -> Vec<(u64, fuser::FileType, String)> {
+        let mut v = vec![
+            (ROOT, fuser::FileType::Directory, ".".to_owned()),
+            (ROOT, fuser::FileType::Directory, "..".to_owned()),
+        ];
+        for (ino, b) in self.bookmarks() {
+            v.push((ino, fuser::FileType::Symlink, b.alias));
         }
-    };
+        v
+    }
 }
 
 /// The errno a lookup gets when the first contact with its server failed with `e`.
@@ -372,20 +373,22 @@ fn contact_errno(e: SessionError) -> Errno {
     }
 }
 
-impl Filesystem for NsFuse {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        crate::fuse::configure(config);
-        Ok(())
+/// The kernel's requests for a server's node go to that server's mount; the namespace answers
+/// only for its own range: the root and the bookmark symlinks.
+impl Rooms for Arc<Namespace> {
+    fn mount(&self, ino: INodeNo) -> Option<Arc<Shared>> {
+        self.server(ino).map(|s| s.sh.clone())
+    }
+
+    fn apart(&self, a: INodeNo, b: INodeNo) -> bool {
+        a.0 >> SHIFT != b.0 >> SHIFT
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if let Some(fs) = self.route(parent) {
-            return fs.lookup(req, parent, name, reply);
-        }
         if parent.0 != ROOT {
             return reply.error(Errno::ENOTDIR);
         }
-        let ns = self.0.clone();
+        let ns = self.clone();
         let name = name.as_bytes().to_vec();
         let work = async move {
             match ns.lookup_root(name).await {
@@ -393,29 +396,15 @@ impl Filesystem for NsFuse {
                 Err(e) => reply.error(e),
             }
         };
-        self.0
-            .rt
+        self.rt
             .spawn(crate::interrupt::unless_killed(req.pid(), work));
     }
 
-    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
-        forward!(self, ino => forget(req, ino, nlookup), else ())
-    }
-
-    fn getattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: Option<fuser::FileHandle>,
-        reply: ReplyAttr,
-    ) {
-        if let Some(fs) = self.route(ino) {
-            return fs.getattr(req, ino, fh, reply);
-        }
+    fn getattr(&self, ino: INodeNo, reply: ReplyAttr) {
         if ino.0 == ROOT {
             return reply.attr(&NS_TTL, &Namespace::own_attr(ROOT, None));
         }
-        match self.0.bookmarks().into_iter().find(|(i, _)| *i == ino.0) {
+        match self.bookmarks().into_iter().find(|(i, _)| *i == ino.0) {
             Some((i, b)) => reply.attr(
                 &NS_TTL,
                 &Namespace::own_attr(i, Some(&b.server.to_string())),
@@ -424,69 +413,22 @@ impl Filesystem for NsFuse {
         }
     }
 
-    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        if let Some(fs) = self.route(ino) {
-            return fs.readlink(req, ino, reply);
-        }
-        match self.0.bookmarks().into_iter().find(|(i, _)| *i == ino.0) {
+    fn readlink(&self, ino: INodeNo, reply: ReplyData) {
+        match self.bookmarks().into_iter().find(|(i, _)| *i == ino.0) {
             Some((_, b)) => reply.data(b.server.to_string().as_bytes()),
             None => reply.error(Errno::EINVAL),
         }
     }
 
-    fn rename(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        if parent.0 >> SHIFT != newparent.0 >> SHIFT {
-            return reply.error(Errno::EXDEV);
+    fn opendir(&self, ino: INodeNo, reply: ReplyOpen) {
+        if ino.0 == ROOT {
+            reply.opened(fuser::FileHandle(0), fuser::FopenFlags::empty())
+        } else {
+            reply.error(Errno::ENOTDIR)
         }
-        forward!(self, parent => rename(req, parent, name, newparent, newname, flags, reply),
-            else reply.error(Errno::EACCES))
     }
 
-    fn link(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        if ino.0 >> SHIFT != newparent.0 >> SHIFT {
-            return reply.error(Errno::EXDEV);
-        }
-        forward!(self, ino => link(req, ino, newparent, newname, reply),
-            else reply.error(Errno::EACCES))
-    }
-
-    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        forward!(self, ino => opendir(req, ino, flags, reply), else {
-            if ino.0 == ROOT {
-                reply.opened(fuser::FileHandle(0), fuser::FopenFlags::empty())
-            } else {
-                reply.error(Errno::ENOTDIR)
-            }
-        })
-    }
-
-    fn readdir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        if let Some(fs) = self.route(ino) {
-            return fs.readdir(req, ino, fh, offset, reply);
-        }
+    fn readdir(&self, _ino: INodeNo, offset: u64, mut reply: ReplyDirectory) {
         for (i, (ino, kind, name)) in self
             .root_entries()
             .into_iter()
@@ -500,18 +442,8 @@ impl Filesystem for NsFuse {
         reply.ok();
     }
 
-    fn readdirplus(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        if let Some(fs) = self.route(ino) {
-            return fs.readdirplus(req, ino, fh, offset, reply);
-        }
-        let marks = self.0.bookmarks();
+    fn readdirplus(&self, _ino: INodeNo, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let marks = self.bookmarks();
         for (i, (ino, _, name)) in self
             .root_entries()
             .into_iter()
@@ -537,305 +469,16 @@ impl Filesystem for NsFuse {
         reply.ok();
     }
 
-    fn releasedir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        forward!(self, ino => releasedir(req, ino, fh, flags, reply), else reply.ok())
+    fn statfs(&self, _ino: INodeNo, reply: ReplyStatfs) {
+        reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096)
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: fuser::FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
-
-    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        forward!(self, ino => statfs(req, ino, reply),
-            else reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096))
-    }
-
-    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        forward!(self, ino => access(req, ino, mask, reply), else {
-            if mask.contains(AccessFlags::W_OK) {
-                reply.error(Errno::EACCES)
-            } else {
-                reply.ok()
-            }
-        })
-    }
-
-    // The namespace's own nodes (root, bookmarks) have no attributes and take none; never
-    // ENOSYS, which would turn extended attributes off for the servers' files too.
-    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        forward!(self, ino => getxattr(req, ino, name, size, reply),
-            else reply.error(Errno::ENODATA))
-    }
-
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        forward!(self, ino => listxattr(req, ino, size, reply),
-            else crate::fuse::reply_xattr(crate::fuse::xattr_list(&[], size), reply))
-    }
-
-    fn setxattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        position: u32,
-        reply: ReplyEmpty,
-    ) {
-        forward!(self, ino => setxattr(req, ino, name, value, flags, position, reply),
-            else reply.error(Errno::EOPNOTSUPP))
-    }
-
-    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        forward!(self, ino => removexattr(req, ino, name, reply),
-            else reply.error(Errno::EOPNOTSUPP))
-    }
-    crate::fuse::no_ioctls!();
-
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
-        fh: Option<fuser::FileHandle>,
-        crtime: Option<SystemTime>,
-        chgtime: Option<SystemTime>,
-        bkuptime: Option<SystemTime>,
-        flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        forward!(self, ino => setattr(
-            req, ino, mode, uid, gid, size, atime, mtime, ctime, fh, crtime, chgtime, bkuptime,
-            flags, reply,
-        ), else reply.error(Errno::EACCES))
-    }
-
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        forward!(self, parent => mknod(req, parent, name, mode, umask, rdev, reply),
-            else reply.error(Errno::EACCES))
-    }
-
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        forward!(self, parent => mkdir(req, parent, name, mode, umask, reply),
-            else reply.error(Errno::EACCES))
-    }
-
-    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        forward!(self, parent => unlink(req, parent, name, reply), else reply.error(Errno::EACCES))
-    }
-
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        forward!(self, parent => rmdir(req, parent, name, reply), else reply.error(Errno::EACCES))
-    }
-
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &std::path::Path,
-        reply: ReplyEntry,
-    ) {
-        forward!(self, parent => symlink(req, parent, link_name, target, reply),
-            else reply.error(Errno::EACCES))
-    }
-
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        forward!(self, ino => open(req, ino, flags, reply), else reply.error(Errno::EACCES))
-    }
-
-    fn read(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        offset: u64,
-        size: u32,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        forward!(self, ino => read(req, ino, fh, offset, size, flags, lock_owner, reply),
-            else reply.error(Errno::EACCES))
-    }
-
-    fn write(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        offset: u64,
-        data: &[u8],
-        write_flags: WriteFlags,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        forward!(self, ino => write(
-            req, ino, fh, offset, data, write_flags, flags, lock_owner, reply,
-        ), else reply.error(Errno::EACCES))
-    }
-
-    fn flush(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        forward!(self, ino => flush(req, ino, fh, lock_owner, reply),
-            else reply.error(Errno::EACCES))
-    }
-
-    fn release(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        forward!(self, ino => release(req, ino, fh, flags, lock_owner, flush, reply),
-            else reply.error(Errno::EACCES))
-    }
-
-    fn getlk(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        lock_owner: LockOwner,
-        start: u64,
-        end: u64,
-        typ: i32,
-        pid: u32,
-        reply: fuser::ReplyLock,
-    ) {
-        forward!(self, ino => getlk(req, ino, fh, lock_owner, start, end, typ, pid, reply),
-            else reply.error(Errno::EACCES))
-    }
-
-    fn setlk(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        lock_owner: LockOwner,
-        start: u64,
-        end: u64,
-        typ: i32,
-        pid: u32,
-        sleep: bool,
-        reply: ReplyEmpty,
-    ) {
-        forward!(self, ino => setlk(req, ino, fh, lock_owner, start, end, typ, pid, sleep, reply),
-            else reply.error(Errno::EACCES))
-    }
-
-    fn flock(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        lock_owner: LockOwner,
-        typ: i32,
-        pid: u32,
-        sleep: bool,
-        reply: ReplyEmpty,
-    ) {
-        forward!(self, ino => flock(req, ino, fh, lock_owner, typ, pid, sleep, reply),
-            else reply.error(Errno::EACCES))
-    }
-
-    fn fsync(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: fuser::FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        forward!(self, ino => fsync(req, ino, fh, datasync, reply), else reply.error(Errno::EACCES))
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
-        forward!(self, parent => create(req, parent, name, mode, umask, flags, reply),
-            else reply.error(Errno::EACCES))
-    }
-}
-
-impl NsFuse {
-    /// The server serving `ino` (None: the namespace's own range).
-    fn route(&self, ino: INodeNo) -> Option<Arc<Server>> {
-        self.0.server(ino)
-    }
-
-    /// `.`, `..` and the bookmarks (symlinks), in listing order.
-    fn root_entries(&self) -> Vec<(u64, fuser::FileType, String)> {
-        let mut v = vec![
-            (ROOT, fuser::FileType::Directory, ".".to_owned()),
-            (ROOT, fuser::FileType::Directory, "..".to_owned()),
-        ];
-        for (ino, b) in self.0.bookmarks() {
-            v.push((ino, fuser::FileType::Symlink, b.alias));
+    fn access(&self, _ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        if mask.contains(AccessFlags::W_OK) {
+            reply.error(Errno::EACCES)
+        } else {
+            reply.ok()
         }
-        v
-    }
-}
-
-impl std::ops::Deref for Server {
-    type Target = SfsFuse;
-    fn deref(&self) -> &SfsFuse {
-        &self.fs
     }
 }
 
@@ -870,5 +513,41 @@ mod tests {
             contact_errno(SessionError::Nfs(protocol::NfsStatus::Acces)),
             Errno::EACCES
         );
+    }
+
+    #[test]
+    fn requests_go_to_the_server_whose_range_holds_their_node() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let ns = Namespace::new(rt.handle().clone(), None, Options::default());
+        let first = INodeNo(1 << SHIFT);
+        // The namespace's own range, and a range no server has yet.
+        assert!(ns.mount(INodeNo(ROOT)).is_none());
+        assert!(ns.mount(first).is_none());
+        let name: ServerName = "@127.0.0.1%9,aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            .parse()
+            .unwrap();
+        let client = Client::new(&name, None, Options::default());
+        let root = protocol::FileHandle::from_bytes([1; 48]);
+        let sh = Shared::with_base(client.clone(), root, None, first.0);
+        ns.state().servers.push(Arc::new(Server {
+            name: name.to_string(),
+            client,
+            sh: sh.clone(),
+            root,
+            last_used: Mutex::new(Instant::now()),
+        }));
+        for ino in [first.0, first.0 + 7, (2 << SHIFT) - 1] {
+            let routed = ns.mount(INodeNo(ino)).expect("the first server's range");
+            assert!(Arc::ptr_eq(&routed, &sh));
+        }
+        assert!(ns.mount(INodeNo(ROOT)).is_none());
+        assert!(ns.mount(INodeNo(2 << SHIFT)).is_none());
+        // A rename or link between ranges is EXDEV; within one it goes to the server.
+        assert!(ns.apart(INodeNo(ROOT), first));
+        assert!(ns.apart(first, INodeNo(2 << SHIFT)));
+        assert!(!ns.apart(first, INodeNo(first.0 + 7)));
+        assert!(!ns.apart(INodeNo(ROOT), INodeNo(ROOT + 1)));
     }
 }

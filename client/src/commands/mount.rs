@@ -422,7 +422,8 @@ pub async fn mount_namespace(ctx: &mut Ctx, dir: &Path, idle: Duration) -> Resul
     let ns = crate::namespace::Namespace::new(tokio::runtime::Handle::current(), identity, opts);
     let reaper = tokio::spawn(ns.clone().reap_idle(idle));
     let ns2 = ns.clone();
-    let make = move || crate::namespace::NsFuse(ns2.clone());
+    let rt = tokio::runtime::Handle::current();
+    let make = move || crate::fuse::SfsFuse::with_rooms(ns2.clone(), rt.clone());
     let mounted = move |notifier: fuser::Notifier| {
         ns.set_notifier(notifier);
         Ok(())

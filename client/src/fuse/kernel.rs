@@ -1,6 +1,8 @@
-//! The kernel adapter: [`SfsFuse`] turns each request of the kernel into a call on [`Shared`],
-//! run on the tokio runtime as the calling program's user and answered from there;
-//! [`configure`] is what every sfs FUSE mount asks of the kernel.
+//! The kernel adapter: [`SfsFuse`] turns each request of the kernel into a call on the
+//! [`Shared`] of the mount whose node range holds the request's node ([`Rooms::mount`]), run
+//! on the tokio runtime as the calling program's user and answered from there, or answers it
+//! from the rooms' own nodes (the namespace's root); [`configure`] is what every sfs FUSE mount
+//! asks of the kernel.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -13,45 +15,66 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use protocol::{NfsStatus, SetAttr};
+use protocol::SetAttr;
 use tokio::runtime::Handle;
 
-use super::convert::{errno, open_bits, set_time, special_kind};
-use super::{BLKSIZE, Entry, Shared, append, locks, reply_xattr};
-use crate::session::{Client, SessionError};
+use super::convert::{open_bits, set_time, special_kind};
+use super::rooms::{OneServer, Rooms};
+use super::{BLKSIZE, Entry, Shared, append, locks, reply_xattr, xattr_list};
+use crate::session::Client;
 
 /// Largest WRITE the kernel is asked to send (it also caps reads and readahead).
 const MAX_WRITE: u32 = 1 << 20;
 
-/// The FUSE file system (the kernel-facing half).
-pub struct SfsFuse {
-    sh: Arc<Shared>,
+/// The FUSE file system (the kernel-facing half): one mount ([`Shared`]), or the rooms of a
+/// namespace ([`Rooms`]).
+pub struct SfsFuse<R: Rooms = OneServer> {
+    rooms: R,
     rt: Handle,
 }
 
+/// `let sh = mount!(self, ino, else fallback);`: the mount serving node `ino`, or the request
+/// is answered by `fallback` (the rooms' own nodes).
+macro_rules! mount {
+    ($this:ident, $ino:expr, else $fallback:expr) => {
+        match $this.rooms.mount($ino) {
+            Some(sh) => sh,
+            None => return $fallback,
+        }
+    };
+}
+
 impl SfsFuse {
-    /// Serves `sh` with tasks on `rt`.
+    /// Serves the mount `sh` with tasks on `rt`.
     pub fn new(sh: Arc<Shared>, rt: Handle) -> SfsFuse {
-        SfsFuse { sh, rt }
+        SfsFuse::with_rooms(OneServer(sh), rt)
+    }
+}
+
+impl<R: Rooms> SfsFuse<R> {
+    /// Serves the mounts of `rooms`, and its own nodes, with tasks on `rt`.
+    pub fn with_rooms(rooms: R, rt: Handle) -> SfsFuse<R> {
+        SfsFuse { rooms, rt }
     }
 
-    /// Runs `f` on the runtime with the shared state and the session acting for the caller;
-    /// it ends early if the caller is killed ([`crate::interrupt`]).
-    fn spawn<F, Fut>(&self, req: &Request, f: F)
+    /// Runs `f` on the runtime with the mount's shared state `sh` and the session acting for
+    /// the caller; it ends early if the caller is killed ([`crate::interrupt`]).
+    fn spawn<F, Fut>(&self, req: &Request, sh: Arc<Shared>, f: F)
     where
         F: FnOnce(Arc<Shared>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.spawn_as(req, self.sh.client_for_caller(req), f);
+        let c = sh.client_for_caller(req);
+        self.spawn_as(req, sh, c, f);
     }
 
     /// [`SfsFuse::spawn`] with the session for the caller already made: `c`.
-    fn spawn_as<F, Fut>(&self, req: &Request, c: Client, f: F)
+    fn spawn_as<F, Fut>(&self, req: &Request, sh: Arc<Shared>, c: Client, f: F)
     where
         F: FnOnce(Arc<Shared>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        let work = f(self.sh.clone(), c);
+        let work = f(sh, c);
         self.rt
             .spawn(crate::interrupt::unless_killed(req.pid(), work));
     }
@@ -59,12 +82,12 @@ impl SfsFuse {
     /// [`SfsFuse::spawn`] for requests that must run to their end whoever is killed (RELEASE:
     /// the open-file bookkeeping and the server's open states; a READDIRPLUS reply holding
     /// counted entries), acting as `c`.
-    fn spawn_to_end<F, Fut>(&self, c: Client, f: F)
+    fn spawn_to_end<F, Fut>(&self, sh: Arc<Shared>, c: Client, f: F)
     where
         F: FnOnce(Arc<Shared>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.rt.spawn(f(self.sh.clone(), c));
+        self.rt.spawn(f(sh, c));
     }
 }
 
@@ -119,21 +142,28 @@ pub fn configure(config: &mut KernelConfig) {
         .add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS | fuser::InitFlags::FUSE_FLOCK_LOCKS);
 }
 
-impl Filesystem for SfsFuse {
+/// Each request goes to the mount serving its node; the rooms' own nodes (the namespace's
+/// root and bookmarks) answer from [`Rooms`], and are read-only: what would change or open
+/// one is `EACCES`.
+impl<R: Rooms> Filesystem for SfsFuse<R> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         configure(config);
         Ok(())
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let sh = mount!(self, parent, else self.rooms.lookup(req, parent, name, reply));
         let name = name.as_bytes().to_vec();
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             reply_entry(sh.lookup(&c, parent, &name).await, reply)
         });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.sh.forget(ino.0, nlookup);
+        // The rooms' own nodes are never forgotten.
+        if let Some(sh) = self.rooms.mount(ino) {
+            sh.forget(ino.0, nlookup);
+        }
     }
 
     fn getattr(
@@ -143,7 +173,8 @@ impl Filesystem for SfsFuse {
         _fh: Option<fuser::FileHandle>,
         reply: ReplyAttr,
     ) {
-        self.spawn(req, |sh, c| async move {
+        let sh = mount!(self, ino, else self.rooms.getattr(ino, reply));
+        self.spawn(req, sh, |sh, c| async move {
             reply_attr(sh.getattr(&c, ino).await, reply)
         });
     }
@@ -166,6 +197,7 @@ impl Filesystem for SfsFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         let s = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -174,13 +206,14 @@ impl Filesystem for SfsFuse {
             atime: set_time(atime),
             mtime: set_time(mtime),
         };
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             reply_attr(sh.setattr(&c, ino, s).await, reply)
         });
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.spawn(req, |sh, c| async move {
+        let sh = mount!(self, ino, else self.rooms.readlink(ino, reply));
+        self.spawn(req, sh, |sh, c| async move {
             match sh.readlink(&c, ino).await {
                 Ok(t) => reply.data(&t),
                 Err(e) => reply.error(e),
@@ -198,9 +231,10 @@ impl Filesystem for SfsFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let sh = mount!(self, parent, else reply.error(Errno::EACCES));
         let name = name.as_bytes().to_vec();
         if mode & libc::S_IFMT == libc::S_IFREG {
-            self.spawn(req, |sh, c| async move {
+            self.spawn(req, sh, |sh, c| async move {
                 let made = sh.create(&c, parent, &name, mode, true).await;
                 // Nothing is open: drop the state a restrictive mode made the server keep.
                 if let Ok(e) = &made
@@ -217,7 +251,7 @@ impl Filesystem for SfsFuse {
             reply.error(Errno::EINVAL);
             return;
         };
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             reply_entry(sh.mknod(&c, parent, &name, kind, mode).await, reply)
         });
     }
@@ -231,24 +265,27 @@ impl Filesystem for SfsFuse {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let sh = mount!(self, parent, else reply.error(Errno::EACCES));
         let name = name.as_bytes().to_vec();
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             reply_entry(sh.mkdir(&c, parent, &name, mode).await, reply)
         });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let sh = mount!(self, parent, else reply.error(Errno::EACCES));
         let name = name.as_bytes().to_vec();
         let uid = req.uid();
-        self.spawn(req, move |sh, c| async move {
+        self.spawn(req, sh, move |sh, c| async move {
             reply_empty(sh.remove(&c, uid, parent, &name, false).await, reply)
         });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let sh = mount!(self, parent, else reply.error(Errno::EACCES));
         let name = name.as_bytes().to_vec();
         let uid = req.uid();
-        self.spawn(req, move |sh, c| async move {
+        self.spawn(req, sh, move |sh, c| async move {
             reply_empty(sh.remove(&c, uid, parent, &name, true).await, reply)
         });
     }
@@ -261,9 +298,10 @@ impl Filesystem for SfsFuse {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        let sh = mount!(self, parent, else reply.error(Errno::EACCES));
         let name = link_name.as_bytes().to_vec();
         let target = target.as_os_str().as_bytes().to_vec();
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             reply_entry(sh.symlink(&c, parent, &name, &target).await, reply)
         });
     }
@@ -278,10 +316,14 @@ impl Filesystem for SfsFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if self.rooms.apart(parent, newparent) {
+            return reply.error(Errno::EXDEV);
+        }
+        let sh = mount!(self, parent, else reply.error(Errno::EACCES));
         let name = name.as_bytes().to_vec();
         let newname = newname.as_bytes().to_vec();
         let uid = req.uid();
-        self.spawn(req, move |sh, c| async move {
+        self.spawn(req, sh, move |sh, c| async move {
             reply_empty(
                 sh.rename((&c, uid), (parent, &name), (newparent, &newname), flags)
                     .await,
@@ -298,15 +340,20 @@ impl Filesystem for SfsFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        if self.rooms.apart(ino, newparent) {
+            return reply.error(Errno::EXDEV);
+        }
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         let name = newname.as_bytes().to_vec();
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             reply_entry(sh.link(&c, ino, newparent, &name).await, reply)
         });
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         let uid = req.uid();
-        self.spawn(req, move |sh, c| async move {
+        self.spawn(req, sh, move |sh, c| async move {
             sh.behind.settle(ino.0).await;
             match sh.check_access(&c, ino, open_bits(flags)).await {
                 // No FOPEN_KEEP_CACHE: the kernel drops cached pages at open, so each open
@@ -331,7 +378,8 @@ impl Filesystem for SfsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(req, |sh, c| async move {
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
+        self.spawn(req, sh, |sh, c| async move {
             match sh.read(&c, ino, offset, size).await {
                 Ok(d) => reply.data(&d),
                 Err(e) => reply.error(e),
@@ -351,9 +399,10 @@ impl Filesystem for SfsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         if append::is_append(write_flags, flags) {
             let data = data.to_vec();
-            return self.spawn(req, |sh, c| async move {
+            return self.spawn(req, sh, |sh, c| async move {
                 match sh.append(&c, ino, offset, &data).await {
                     Ok(n) => {
                         reply.written(n);
@@ -371,7 +420,7 @@ impl Filesystem for SfsFuse {
         // in a multi-user mount the owner's uid or nobody's) on one of the file's writable
         // open files, so it is written as whoever opened that file.
         let as_opener = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
-            match self.sh.client_for_file(fh) {
+            match sh.client_for_file(fh) {
                 Ok(c) => Some(c),
                 Err(e) => return reply.error(e),
             }
@@ -380,7 +429,7 @@ impl Filesystem for SfsFuse {
         };
         let data = data.to_vec();
         if let Some(c) = as_opener {
-            return self.spawn_as(req, c, |sh, c| async move {
+            return self.spawn_as(req, sh, c, |sh, c| async move {
                 match sh.write(&c, ino, offset, &data).await {
                     Ok(n) => reply.written(n),
                     Err(e) => reply.error(e),
@@ -390,20 +439,20 @@ impl Filesystem for SfsFuse {
         // Written behind (fuse/write_behind.rs): answered once registered; the WRITE itself
         // runs to its end whatever happens to the writer. Registered here when that needs no
         // wait, else on the runtime.
-        if let Some(now) = self.sh.behind.begin_now(ino.0, offset, data.len()) {
+        if let Some(now) = sh.behind.begin_now(ino.0, offset, data.len()) {
             let ticket = match now {
                 Ok(t) => t,
                 Err(e) => return reply.error(e),
             };
             reply.written(data.len() as u32);
-            let (sh, c) = (self.sh.clone(), self.sh.client_for_caller(req));
+            let c = sh.client_for_caller(req);
             self.rt.spawn(async move {
                 let r = sh.write(&c, ino, offset, &data).await;
                 ticket.end(r.map(|_| ()));
             });
             return;
         }
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             let ticket = match sh.behind.begin(ino.0, offset, data.len()).await {
                 Ok(t) => t,
                 Err(e) => return reply.error(e),
@@ -424,11 +473,12 @@ impl Filesystem for SfsFuse {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         // close(2) drops the closing process's POSIX locks on the file: the UNLOCK runs to
         // its end even when the closing process is being killed (its exit closes its files).
-        if let Some(uid) = self.sh.posix_owner_closing(ino, lock_owner) {
-            let c = self.sh.client_for_caller(req);
-            return self.spawn_to_end(c, |sh, _| async move {
+        if let Some(uid) = sh.posix_owner_closing(ino, lock_owner) {
+            let c = sh.client_for_caller(req);
+            return self.spawn_to_end(sh, c, |sh, _| async move {
                 // Another process takes the lock once it is let go: the data first.
                 let behind = sh.behind.settle_and_report(ino.0).await;
                 sh.unlock_all(ino, lock_owner.0, false, uid).await;
@@ -437,13 +487,13 @@ impl Filesystem for SfsFuse {
         }
         // close(2): once the writes under way are on the server, report a loss it may have
         // had.
-        if self.sh.behind.busy(ino.0) || self.sh.behind.failed(ino.0) {
-            return self.spawn(req, |sh, _| async move {
+        if sh.behind.busy(ino.0) || sh.behind.failed(ino.0) {
+            return self.spawn(req, sh, |sh, _| async move {
                 let behind = sh.behind.settle_and_report(ino.0).await;
                 reply_empty(behind.and_then(|()| sh.flushed(ino)), reply)
             });
         }
-        reply_empty(self.sh.flushed(ino), reply)
+        reply_empty(sh.flushed(ino), reply)
     }
 
     fn getlk(
@@ -458,7 +508,8 @@ impl Filesystem for SfsFuse {
         _pid: u32,
         reply: ReplyLock,
     ) {
-        self.spawn(req, |sh, c| async move {
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
+        self.spawn(req, sh, |sh, c| async move {
             sh.behind.settle(ino.0).await;
             sh.getlk(&c, ino, lock_owner, start, end, typ, reply).await
         });
@@ -477,6 +528,7 @@ impl Filesystem for SfsFuse {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         let r = locks::SetLk {
             ino,
             file: fh.0,
@@ -489,7 +541,7 @@ impl Filesystem for SfsFuse {
             tid: req.pid(),
             uid: req.uid(),
         };
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             // A lock let go or taken orders the file's data: the writes under way first.
             sh.behind.settle(ino.0).await;
             sh.setlk(&c, r, reply).await
@@ -507,6 +559,7 @@ impl Filesystem for SfsFuse {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         let r = locks::SetLk {
             ino,
             file: fh.0,
@@ -519,7 +572,7 @@ impl Filesystem for SfsFuse {
             tid: req.pid(),
             uid: req.uid(),
         };
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             // A lock let go or taken orders the file's data: the writes under way first.
             sh.behind.settle(ino.0).await;
             sh.setlk(&c, r, reply).await
@@ -536,15 +589,16 @@ impl Filesystem for SfsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         // The kernel sends the last release as itself: act as whoever opened the file.
-        let opener = self.sh.table().files.remove(&fh.0);
+        let opener = sh.table().files.remove(&fh.0);
         let c = match opener {
-            Some(uid) => self.sh.client_for(uid),
-            None => self.sh.client_for(req.uid()),
+            Some(uid) => sh.client_for(uid),
+            None => sh.client_for(req.uid()),
         };
         // The open file's OFD and flock locks end with it.
-        let unlocks = self.sh.file_released(ino, fh.0);
-        self.spawn_to_end(c, |sh, c| async move {
+        let unlocks = sh.file_released(ino, fh.0);
+        self.spawn_to_end(sh, c, |sh, c| async move {
             for (owner, flock, uid) in unlocks {
                 sh.unlock_all(ino, owner, flock, uid).await;
             }
@@ -560,14 +614,16 @@ impl Filesystem for SfsFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(req, |sh, c| async move {
+        let sh = mount!(self, ino, else reply.error(Errno::EACCES));
+        self.spawn(req, sh, |sh, c| async move {
             reply_empty(sh.commit(&c, ino).await, reply)
         });
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let sh = mount!(self, ino, else self.rooms.opendir(ino, reply));
         let uid = req.uid();
-        self.spawn(req, move |sh, c| async move {
+        self.spawn(req, sh, move |sh, c| async move {
             match sh.opendir(&c, uid, ino).await {
                 Ok((h, keep)) => {
                     let mut flags = FopenFlags::FOPEN_CACHE_DIR;
@@ -587,36 +643,10 @@ impl Filesystem for SfsFuse {
         dir: INodeNo,
         fh: fuser::FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let Some(l) = self.sh.listing(fh.0) else {
-            reply.error(Errno::EBADF);
-            return;
-        };
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        let mut t = self.sh.table();
-        if start == 0 {
-            t.kernel_listings.filling(dir.0, &l);
-        }
-        for (i, e) in l.entries.iter().enumerate().skip(start) {
-            // Our node id when the entry has one by now (the listing may have been kept from
-            // an earlier open, before it was looked up), so `d_ino` agrees with `st_ino`.
-            let ino = e
-                .node
-                .and_then(|(fh, _)| t.by_fh.get(&fh).copied())
-                .unwrap_or_else(|| e.ino_in(dir));
-            // The offset of an entry is where to continue after it.
-            if reply.add(
-                INodeNo(ino),
-                i as u64 + 1,
-                e.kind,
-                OsStr::from_bytes(&e.name),
-            ) {
-                break;
-            }
-        }
-        drop(t);
-        reply.ok();
+        let sh = mount!(self, dir, else self.rooms.readdir(dir, offset, reply));
+        sh.readdir(dir, fh.0, offset, reply);
     }
 
     fn readdirplus(
@@ -627,57 +657,41 @@ impl Filesystem for SfsFuse {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        let Some(l) = self.sh.listing(fh.0) else {
-            reply.error(Errno::EBADF);
-            return;
-        };
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        if start == 0 {
-            self.sh.table().kernel_listings.filling(ino.0, &l);
-        }
-        let Some(mut need) = self.sh.list_plus(&l, ino, start, None, reply, false) else {
+        let sh = mount!(self, ino, else self.rooms.readdirplus(ino, offset, reply));
+        let Some((l, need)) = sh.readdirplus(ino, fh.0, offset, reply) else {
             return;
         };
         // An entry changed since the listing and not cached: the rest waits for its GETATTR.
         // To its end even if the caller is killed: entries already in the reply are counted
         // as kernel lookups, so the reply must go out.
-        let c = self.sh.client_for_caller(req);
-        self.spawn_to_end(c, move |sh, c| async move {
-            loop {
-                let entry_ino = sh.table().by_fh.get(&need.fh).copied();
-                if let Some(busy) = entry_ino.filter(|&i| sh.behind.busy(i)) {
-                    sh.behind.settle(busy).await;
-                    c.cache().invalidate(&need.fh);
-                }
-                let known = match c.getattr(&need.fh).await {
-                    Ok(a) => Some(a),
-                    Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale)) => None,
-                    // What is in the reply stands; the kernel asks again for the rest.
-                    Err(_) if need.added => return need.reply.ok(),
-                    Err(e) => return need.reply.error(errno(e)),
-                };
-                match sh.list_plus(&l, ino, need.at, Some(known), need.reply, need.added) {
-                    Some(n) => need = n,
-                    None => return,
-                }
-            }
+        let c = sh.client_for_caller(req);
+        self.spawn_to_end(sh, c, move |sh, c| async move {
+            sh.readdirplus_rest(&c, &l, ino, need).await
         });
     }
 
     fn destroy(&mut self) {
-        let sh = self.sh.clone();
-        self.rt.block_on(async move { sh.remove_hidden().await });
+        let mounts = self.rooms.unmounting();
+        if mounts.is_empty() {
+            return;
+        }
+        self.rt.block_on(async move {
+            for sh in mounts {
+                sh.remove_hidden().await;
+            }
+        });
     }
 
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: fuser::FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.sh.table().listings.remove(&fh.0);
+        let sh = mount!(self, ino, else reply.ok());
+        sh.table().listings.remove(&fh.0);
         reply.ok();
     }
 
@@ -693,8 +707,9 @@ impl Filesystem for SfsFuse {
         reply.ok();
     }
 
-    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.spawn(req, |sh, c| async move {
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let sh = mount!(self, ino, else self.rooms.statfs(ino, reply));
+        self.spawn(req, sh, |sh, c| async move {
             match sh.statfs(&c).await {
                 Ok(s) => {
                     let b = u64::from(BLKSIZE);
@@ -714,23 +729,27 @@ impl Filesystem for SfsFuse {
         });
     }
 
+    // The rooms' own nodes have no extended attributes and take none; never ENOSYS, which
+    // would turn extended attributes off for the mounts' files too.
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let sh = mount!(self, ino, else reply.error(Errno::ENODATA));
         let name = name.as_bytes().to_vec();
-        let c = self.sh.client_for_caller(req);
-        if let Some(answer) = self.sh.getxattr_now(&c, ino, &name, size, &self.rt) {
+        let c = sh.client_for_caller(req);
+        if let Some(answer) = sh.getxattr_now(&c, ino, &name, size, &self.rt) {
             return reply_xattr(answer, reply);
         }
-        self.spawn_as(req, c, |sh, c| async move {
+        self.spawn_as(req, sh, c, |sh, c| async move {
             reply_xattr(sh.getxattr(&c, ino, &name, size).await, reply)
         });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let c = self.sh.client_for_caller(req);
-        if let Some(answer) = self.sh.listxattr_now(&c, ino, size, &self.rt) {
+        let sh = mount!(self, ino, else reply_xattr(xattr_list(&[], size), reply));
+        let c = sh.client_for_caller(req);
+        if let Some(answer) = sh.listxattr_now(&c, ino, size, &self.rt) {
             return reply_xattr(answer, reply);
         }
-        self.spawn_as(req, c, |sh, c| async move {
+        self.spawn_as(req, sh, c, |sh, c| async move {
             reply_xattr(sh.listxattr(&c, ino, size).await, reply)
         });
     }
@@ -745,8 +764,9 @@ impl Filesystem for SfsFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let sh = mount!(self, ino, else reply.error(Errno::EOPNOTSUPP));
         let (name, value) = (name.as_bytes().to_vec(), value.to_vec());
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             // A WRITE clears `security.capability`: one under way must not clear this.
             sh.behind.settle(ino.0).await;
             reply_empty(sh.setxattr(&c, ino, &name, &value, flags).await, reply)
@@ -754,16 +774,35 @@ impl Filesystem for SfsFuse {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let sh = mount!(self, ino, else reply.error(Errno::EOPNOTSUPP));
         let name = name.as_bytes().to_vec();
-        self.spawn(req, |sh, c| async move {
+        self.spawn(req, sh, |sh, c| async move {
             sh.behind.settle(ino.0).await;
             reply_empty(sh.removexattr(&c, ino, &name).await, reply)
         });
     }
-    super::no_ioctls!();
+
+    /// `ioctl` answering `ENOTTY` quietly: no ioctl is in the protocol, and every `isatty(3)`
+    /// on a file of the mount (thousands in a build) sends TCGETS, which fuser's default would
+    /// log as a warning each time (the kernel, unlike for other ENOSYS answers, keeps asking).
+    /// `ENOTTY` is what a regular file answers locally.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: fuser::FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.spawn(req, |sh, c| async move {
+        let sh = mount!(self, ino, else self.rooms.access(ino, mask, reply));
+        self.spawn(req, sh, |sh, c| async move {
             reply_empty(sh.access(&c, ino, mask).await, reply)
         });
     }
@@ -778,10 +817,11 @@ impl Filesystem for SfsFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let sh = mount!(self, parent, else reply.error(Errno::EACCES));
         let name = name.as_bytes().to_vec();
         let exclusive = flags & libc::O_EXCL != 0;
         let uid = req.uid();
-        self.spawn(req, move |sh, c| async move {
+        self.spawn(req, sh, move |sh, c| async move {
             match sh.create(&c, parent, &name, mode, exclusive).await {
                 Ok(e) => {
                     sh.opened(e.attr.ino.0);

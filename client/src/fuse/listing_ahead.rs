@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use protocol::{FileHandle, FileType};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use super::Listing;
+use super::listings::Listing;
 
 /// Directories whose listings are read ahead at one step of a walk (its subdirectories
 /// first, then its siblings).
@@ -193,7 +193,7 @@ mod tests {
 
     use protocol::Attr;
 
-    use super::super::Listed;
+    use super::super::listings::Listed;
     use super::*;
 
     fn fh(n: u8) -> FileHandle {

@@ -1,0 +1,102 @@
+//! Operations on attributes: GETATTR, SETATTR, ACCESS (the server's, per lease) and STATFS.
+
+use std::time::Duration;
+
+use fuser::{AccessFlags, Errno, FileAttr, INodeNo};
+use protocol::{Attr, FileHandle, FileType, SetAttr};
+
+use super::Shared;
+use super::convert::{access_bits, errno, fattr, ttl};
+use crate::session::Client;
+
+impl Shared {
+    pub(super) async fn getattr(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+    ) -> Result<(Duration, FileAttr), Errno> {
+        let fh = self.fh(ino)?;
+        self.behind.settle(ino.0).await;
+        if let Some(a) = self.listed_attr(c, ino, &fh) {
+            return Ok((ttl(&a), fattr(ino.0, &a)));
+        }
+        // The kernel asks only when its own copy expired or was invalidated: go to the server.
+        let a = c.getattr_fresh(&fh).await.map_err(errno)?;
+        Ok((ttl(&a), fattr(ino.0, &a)))
+    }
+
+    /// The attributes of directory `ino` (handle `fh`) that came with a listing of it still
+    /// open, if nothing changed the directory since that listing was asked for.
+    ///
+    /// The kernel forgets a directory's atime after every READDIR (fs/fuse/readdir.c,
+    /// `fuse_invalidate_atime`) and glibc's `opendir` `fstat`s the directory it opened, so
+    /// each listing after the first would send a GETATTR to the server right after the
+    /// READDIRPLUS this opendir made: a second round trip per directory of every walk (`ls
+    /// -lR`, `find`). The listing's attributes are the server's as of this very open, as fresh
+    /// as that GETATTR's answer would be.
+    fn listed_attr(&self, c: &Client, ino: INodeNo, fh: &FileHandle) -> Option<Attr> {
+        let since = self
+            .table()
+            .listings
+            .values()
+            .filter(|(dir, _)| *dir == ino.0)
+            .map(|(_, l)| l.since)
+            .max()?;
+        if c.cache().changed_since(fh, since) {
+            return None;
+        }
+        c.cache().get(fh)
+    }
+
+    pub(super) async fn setattr(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        s: SetAttr,
+    ) -> Result<(Duration, FileAttr), Errno> {
+        let fh = self.fh(ino)?;
+        self.behind.settle(ino.0).await;
+        let a = c.setattr(&fh, s).await.map_err(errno)?;
+        Ok((ttl(&a), fattr(ino.0, &a)))
+    }
+
+    /// Whether the server grants every `bits` (protocol ACCESS bits) on `ino`.
+    pub(super) async fn check_access(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        bits: u32,
+    ) -> Result<(), Errno> {
+        if bits == 0 {
+            return Ok(());
+        }
+        let fh = self.fh(ino)?;
+        let granted = c.access(&fh, bits).await.map_err(errno)?;
+        if granted & bits == bits {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+
+    pub(super) async fn access(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        mask: AccessFlags,
+    ) -> Result<(), Errno> {
+        let fh = self.fh(ino)?;
+        let a = c.getattr(&fh).await.map_err(errno)?;
+        self.check_access(
+            c,
+            ino,
+            access_bits(mask.bits(), a.ftype == FileType::Directory),
+        )
+        .await
+    }
+
+    pub(super) async fn statfs(&self, c: &Client) -> Result<protocol::FsStat, Errno> {
+        let root = self.fh(INodeNo(self.root))?;
+        c.fsstat(&root).await.map_err(errno)
+    }
+}

@@ -1,0 +1,377 @@
+//! Directory listings: read whole at `opendir` (or taken kept, [`super::kept_listings`], or
+//! read ahead, [`super::listing_ahead`]) and paged by `readdir`/`readdirplus`, each entry sent
+//! with attributes no older than the kernel's READDIRPLUS request.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fuser::{Errno, FileAttr, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
+use protocol::{Attr, FileHandle, NfsStatus};
+
+use super::convert::{errno, fattr, kind, lease_left, placeholder_dir, ttl};
+use super::unlinked::HIDDEN_PREFIX;
+use super::{ROOT, Shared, listing_ahead};
+use crate::cache::Stamp;
+use crate::session::{Client, SessionError};
+
+/// One directory listing taken at `opendir`, served in pieces by `readdir`/`readdirplus`.
+pub(super) struct Listing {
+    pub(super) entries: Vec<Listed>,
+    /// Taken before the listing was asked for: its attributes are from no earlier.
+    pub(super) since: Stamp,
+    /// When its answer arrived: the entries' leases run from here (a listing may be kept
+    /// and handed out again, [`kept_listings`]).
+    ///
+    /// [`kept_listings`]: super::kept_listings
+    pub(super) received: Instant,
+}
+
+pub(super) struct Listed {
+    /// Inode number for plain `readdir` (ours when known, else the server's file id).
+    pub(super) ino: u64,
+    pub(super) kind: fuser::FileType,
+    pub(super) name: Vec<u8>,
+    /// Handle and attributes, for `readdirplus` (none for `.` and `..`).
+    pub(super) node: Option<(FileHandle, Attr)>,
+}
+
+impl Listed {
+    /// The inode number to list for this entry of directory node `dir`: `.` is the node the
+    /// directory was opened as (a listing is kept, or read ahead, by handle, not by node).
+    pub(super) fn ino_in(&self, dir: INodeNo) -> u64 {
+        if self.node.is_none() && self.name == b"." {
+            dir.0
+        } else {
+            self.ino
+        }
+    }
+}
+
+impl Shared {
+    /// Reads the whole directory now (LISTDIR or READDIRPLUS), or takes the listing kept
+    /// from an earlier open by local user `uid` while it holds ([`kept_listings`]), or read
+    /// ahead for it ([`listing_ahead`]); `readdir`/`readdirplus` page through this snapshot.
+    /// Opens a listing of `ino` for local user `uid`: its FUSE handle, and whether the
+    /// kernel's own copy of the listing may be served instead ([`kernel_listings`]).
+    ///
+    /// [`kept_listings`]: super::kept_listings
+    /// [`kernel_listings`]: super::kernel_listings
+    pub(super) async fn opendir(
+        self: &Arc<Self>,
+        c: &Client,
+        uid: u32,
+        ino: INodeNo,
+    ) -> Result<(u64, bool), Errno> {
+        let dir = self.fh(ino)?;
+        let uid = self.acting_uid(uid);
+        if let Some(mut reading) = self.listing_ahead.reading(&dir, uid) {
+            // Ends (Err) when the read ahead does, kept or not.
+            let _ = reading.changed().await;
+        }
+        let listing = match self.kept.get(&dir, uid, c.cache()) {
+            Some(kept) => kept,
+            None => {
+                let read = Arc::new(self.read_listing(c, &dir).await?);
+                self.kept.keep(&dir, uid, &read, c.cache());
+                read
+            }
+        };
+        if let Some(parent) = self.listing_ahead.opened(&dir, uid, &listing) {
+            self.read_ahead(c, uid, &dir, &listing, &parent);
+        }
+        let order = listing
+            .entries
+            .iter()
+            .filter_map(|e| e.node.map(|(fh, _)| fh));
+        self.xattr_ahead.remember(dir, order.collect());
+        let mut t = self.table();
+        let keep = t.kernel_listings.may_keep(ino.0, &listing);
+        let h = t.next_listing;
+        t.next_listing += 1;
+        t.listings.insert(h, (ino.0, listing));
+        Ok((h, keep))
+    }
+
+    /// A step down a walk: `uid` opened `dir`, a subdirectory of `parent`. Reads ahead the
+    /// listings of `dir`'s subdirectories (the walk's next steps) and of its siblings, each
+    /// directory's once, those not kept already ([`listing_ahead`]).
+    fn read_ahead(
+        self: &Arc<Self>,
+        c: &Client,
+        uid: u32,
+        dir: &FileHandle,
+        listing: &Listing,
+        parent: &FileHandle,
+    ) {
+        let ahead = &self.listing_ahead;
+        let mut dirs: Vec<FileHandle> = Vec::new();
+        if ahead.expand(dir, uid) {
+            dirs.extend(listing_ahead::subdirectories(listing));
+        }
+        if ahead.expand(parent, uid)
+            && let Some(siblings) = self.kept.get(parent, uid, c.cache())
+        {
+            dirs.extend(listing_ahead::subdirectories(&siblings).filter(|d| d != dir));
+        }
+        dirs.retain(|d| self.kept.get(d, uid, c.cache()).is_none());
+        dirs.truncate(listing_ahead::MAX_PER_STEP);
+        if dirs.is_empty() {
+            return;
+        }
+        let (sh, c) = (self.clone(), c.clone());
+        tokio::spawn(async move {
+            for d in dirs {
+                let Some(reading) = sh.listing_ahead.start(d, uid).await else {
+                    continue;
+                };
+                let (sh, c) = (sh.clone(), c.clone());
+                tokio::spawn(async move {
+                    // A failure is left for the walker's own `opendir` to meet and report.
+                    if let Ok(l) = sh.read_listing(&c, &d).await {
+                        sh.kept.keep(&d, uid, &Arc::new(l), c.cache());
+                    }
+                    drop(reading);
+                });
+            }
+        });
+    }
+
+    /// Reads directory `dir` whole from the server.
+    async fn read_listing(&self, c: &Client, dir: &FileHandle) -> Result<Listing, Errno> {
+        let dir = *dir;
+        let since = c.cache().stamp();
+        let all = c.readdir_all(&dir).await.map_err(errno)?;
+        let mut entries = Vec::with_capacity(all.len() + 2);
+        for name in [&b"."[..], b".."] {
+            entries.push(Listed {
+                // `.`'s is the node of whoever opens the directory ([`Listed::ino_in`]).
+                ino: ROOT,
+                kind: fuser::FileType::Directory,
+                name: name.to_vec(),
+                node: None,
+            });
+        }
+        for e in all {
+            // Not one path component (a hostile server's `a/b`, empty, NUL): the kernel
+            // would fail the whole listing with EIO; leave it out and list the rest.
+            if crate::commands::dest::check_name(&e.name).is_some()
+                || e.name.starts_with(HIDDEN_PREFIX)
+            {
+                continue;
+            }
+            let (fh, attr) = match (e.fh, e.attr) {
+                (Some(fh), Some(a)) => (fh, a),
+                // The server did not include them: ask (rare; gone since is fine).
+                _ => match c.lookup(&dir, &e.name).await {
+                    Ok(x) => x,
+                    Err(SessionError::Nfs(NfsStatus::NoEnt)) => continue,
+                    Err(err) => return Err(errno(err)),
+                },
+            };
+            // readdir's inode numbers are informational; use ours when we have one.
+            let known = self.table().by_fh.get(&fh).copied();
+            entries.push(Listed {
+                ino: known.unwrap_or(e.fileid.max(2)),
+                kind: kind(attr.ftype),
+                name: e.name,
+                node: Some((fh, attr)),
+            });
+        }
+        Ok(Listing {
+            entries,
+            since,
+            received: Instant::now(),
+        })
+    }
+
+    /// READDIR: answers from listing `fh` of `dir` at `offset`.
+    pub(super) fn readdir(&self, dir: INodeNo, fh: u64, offset: u64, mut reply: ReplyDirectory) {
+        let Some(l) = self.listing(fh) else {
+            reply.error(Errno::EBADF);
+            return;
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let mut t = self.table();
+        if start == 0 {
+            t.kernel_listings.filling(dir.0, &l);
+        }
+        for (i, e) in l.entries.iter().enumerate().skip(start) {
+            // Our node id when the entry has one by now (the listing may have been kept from
+            // an earlier open, before it was looked up), so `d_ino` agrees with `st_ino`.
+            let ino = e
+                .node
+                .and_then(|(fh, _)| t.by_fh.get(&fh).copied())
+                .unwrap_or_else(|| e.ino_in(dir));
+            // The offset of an entry is where to continue after it.
+            if reply.add(
+                INodeNo(ino),
+                i as u64 + 1,
+                e.kind,
+                OsStr::from_bytes(&e.name),
+            ) {
+                break;
+            }
+        }
+        drop(t);
+        reply.ok();
+    }
+
+    /// READDIRPLUS: answers from listing `fh` of `ino` at `offset`, or stops at an entry whose
+    /// attributes must be asked for: then the listing and where its answer stopped, for
+    /// [`Shared::readdirplus_rest`].
+    pub(super) fn readdirplus(
+        &self,
+        ino: INodeNo,
+        fh: u64,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) -> Option<(Arc<Listing>, NeedAttr)> {
+        let Some(l) = self.listing(fh) else {
+            reply.error(Errno::EBADF);
+            return None;
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        if start == 0 {
+            self.table().kernel_listings.filling(ino.0, &l);
+        }
+        let need = self.list_plus(&l, ino, start, None, reply, false)?;
+        Some((l, need))
+    }
+
+    /// The rest of a READDIRPLUS answer from listing `l` of `ino` that stopped at `need`: the
+    /// attributes of each entry changed since the listing and not cached are asked of the
+    /// server, in order.
+    pub(super) async fn readdirplus_rest(
+        &self,
+        c: &Client,
+        l: &Listing,
+        ino: INodeNo,
+        mut need: NeedAttr,
+    ) {
+        loop {
+            let entry_ino = self.table().by_fh.get(&need.fh).copied();
+            if let Some(busy) = entry_ino.filter(|&i| self.behind.busy(i)) {
+                self.behind.settle(busy).await;
+                c.cache().invalidate(&need.fh);
+            }
+            let known = match c.getattr(&need.fh).await {
+                Ok(a) => Some(a),
+                Err(SessionError::Nfs(NfsStatus::NoEnt | NfsStatus::Stale)) => None,
+                // What is in the reply stands; the kernel asks again for the rest.
+                Err(_) if need.added => return need.reply.ok(),
+                Err(e) => return need.reply.error(errno(e)),
+            };
+            match self.list_plus(l, ino, need.at, Some(known), need.reply, need.added) {
+                Some(n) => need = n,
+                None => return,
+            }
+        }
+    }
+
+    pub(super) fn listing(&self, h: u64) -> Option<Arc<Listing>> {
+        self.table().listings.get(&h).map(|(_, l)| l.clone())
+    }
+
+    /// Answers a READDIRPLUS from listing `l` at `start` (`added`: the reply has entries
+    /// already), or stops at an entry whose attributes must be asked for.
+    ///
+    /// The kernel installs these attributes as of its READDIRPLUS request, not as of the
+    /// listing (fs/fuse/readdir.c takes the attr_version when it sends the request): the
+    /// listing's attributes of an entry changed since it was read, e.g. by a write that has
+    /// returned, would take its size back. Such an entry gets the cache's attributes
+    /// (installed in order) or, if it has none, stops the answer here; the caller asks the
+    /// server and goes on with `known`, the attributes of entry `start` (None: gone since,
+    /// left out).
+    pub(super) fn list_plus(
+        &self,
+        l: &Listing,
+        dir: INodeNo,
+        start: usize,
+        mut known: Option<Option<Attr>>,
+        mut reply: ReplyDirectoryPlus,
+        mut added: bool,
+    ) -> Option<NeedAttr> {
+        let cache = self.client.cache();
+        for (i, e) in l.entries.iter().enumerate().skip(start) {
+            let name = OsStr::from_bytes(&e.name);
+            let off = i as u64 + 1;
+            match &e.node {
+                Some((h, listed)) => {
+                    let a = match known.take() {
+                        Some(Some(a)) => a,
+                        Some(None) => continue,
+                        // Writes under way: its attributes once they are on the server.
+                        None if self.behind.busy(e.ino) => {
+                            return Some(NeedAttr {
+                                at: i,
+                                fh: *h,
+                                reply,
+                                added,
+                            });
+                        }
+                        None if cache.changed_since(h, l.since) => match cache.get(h) {
+                            Some(a) => a,
+                            None => {
+                                return Some(NeedAttr {
+                                    at: i,
+                                    fh: *h,
+                                    reply,
+                                    added,
+                                });
+                            }
+                        },
+                        None => Attr {
+                            lease_ms: lease_left(listed, l.received),
+                            ..*listed
+                        },
+                    };
+                    // Every entry sent here is a lookup the kernel will FORGET later.
+                    let node = self.node_for(*h);
+                    if reply.add(
+                        INodeNo(node),
+                        off,
+                        name,
+                        &ttl(&a),
+                        &fattr(node, &a),
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                    self.counted(node, *h, dir, &e.name);
+                }
+                None => {
+                    // `.` and `..`: the kernel uses neither the attributes nor a lookup.
+                    let ino = e.ino_in(dir);
+                    let attr = FileAttr {
+                        ino: INodeNo(ino),
+                        ..fattr(ino, &placeholder_dir())
+                    };
+                    if reply.add(
+                        INodeNo(ino),
+                        off,
+                        name,
+                        &Duration::ZERO,
+                        &attr,
+                        Generation(0),
+                    ) {
+                        break;
+                    }
+                }
+            }
+            added = true;
+        }
+        reply.ok();
+        None
+    }
+}
+
+/// A READDIRPLUS answer stopped at entry `at` (handle `fh`) of its listing, whose attributes
+/// must come from the server; `added`: `reply` has entries already.
+pub(super) struct NeedAttr {
+    pub(super) at: usize,
+    pub(super) fh: FileHandle,
+    pub(super) reply: ReplyDirectoryPlus,
+    pub(super) added: bool,
+}

@@ -1,0 +1,159 @@
+//! Operations on names: LOOKUP, the CREATE family (create, mkdir, mknod, symlink, link),
+//! REMOVE and RENAME (which keep a file some program has open alive, [`super::unlinked`]).
+
+use fuser::{Errno, INodeNo, RenameFlags};
+use protocol::{CreateHow, SetAttr};
+
+use super::convert::errno;
+use super::{Entry, Shared};
+use crate::session::Client;
+
+impl Shared {
+    pub(super) async fn lookup(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+    ) -> Result<Entry, Errno> {
+        let dir = self.fh(parent)?;
+        let (fh, mut a) = c.lookup(&dir, name).await.map_err(errno)?;
+        // A file with writes under way: its attributes once they are on the server.
+        let known = self.table().by_fh.get(&fh).copied();
+        if let Some(ino) = known.filter(|&ino| self.behind.busy(ino)) {
+            self.behind.settle(ino).await;
+            a = c.getattr_fresh(&fh).await.map_err(errno)?;
+        }
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    pub(super) async fn create(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+        exclusive: bool,
+    ) -> Result<Entry, Errno> {
+        let dir = self.fh(parent)?;
+        let attr = SetAttr {
+            mode: Some(mode & 0o7777),
+            ..crate::commands::transfer::set_nothing()
+        };
+        let how = if exclusive {
+            CreateHow::Guarded(attr)
+        } else {
+            CreateHow::Unchecked(attr)
+        };
+        let (fh, a) = c.create(&dir, name, how).await.map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    pub(super) async fn mkdir(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+    ) -> Result<Entry, Errno> {
+        let dir = self.fh(parent)?;
+        let attr = SetAttr {
+            mode: Some(mode & 0o7777),
+            ..crate::commands::transfer::set_nothing()
+        };
+        let (fh, a) = c.mkdir(&dir, name, attr).await.map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    pub(super) async fn mknod(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        kind: protocol::SpecialKind,
+        mode: u32,
+    ) -> Result<Entry, Errno> {
+        let dir = self.fh(parent)?;
+        let attr = SetAttr {
+            mode: Some(mode & 0o7777),
+            ..crate::commands::transfer::set_nothing()
+        };
+        let (fh, a) = c.mknod(&dir, name, kind, attr).await.map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    pub(super) async fn symlink(
+        &self,
+        c: &Client,
+        parent: INodeNo,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Entry, Errno> {
+        let dir = self.fh(parent)?;
+        let (fh, a) = c
+            .symlink(&dir, name, target, crate::commands::transfer::set_nothing())
+            .await
+            .map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    pub(super) async fn link(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        parent: INodeNo,
+        name: &[u8],
+    ) -> Result<Entry, Errno> {
+        let fh = self.fh(ino)?;
+        let dir = self.fh(parent)?;
+        let a = c.link(&fh, &dir, name).await.map_err(errno)?;
+        Ok(self.entry(parent, name, fh, &a))
+    }
+
+    pub(super) async fn remove(
+        &self,
+        c: &Client,
+        uid: u32,
+        parent: INodeNo,
+        name: &[u8],
+        is_dir: bool,
+    ) -> Result<(), Errno> {
+        let dir = self.fh(parent)?;
+        if !is_dir && self.keep_if_open(c, uid, &dir, name).await? {
+            self.forget_name(parent, name);
+            return Ok(());
+        }
+        c.remove(&dir, name, is_dir).await.map_err(errno)?;
+        self.forget_name(parent, name);
+        Ok(())
+    }
+
+    /// RENAME of `name` in `parent` to `newname` in `newparent`, for local user `uid`.
+    pub(super) async fn rename(
+        &self,
+        (c, uid): (&Client, u32),
+        (parent, name): (INodeNo, &[u8]),
+        (newparent, newname): (INodeNo, &[u8]),
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        let from = self.fh(parent)?;
+        let to = self.fh(newparent)?;
+        if flags.contains(RenameFlags::RENAME_EXCHANGE)
+            || flags.contains(RenameFlags::RENAME_WHITEOUT)
+        {
+            return Err(Errno::EINVAL);
+        }
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            // One RENAME2 on the server: the existence check and the rename are one
+            // renameat2(RENAME_NOREPLACE), so a racing creator cannot be replaced.
+            c.rename2(&from, name, &to, newname, protocol::rename_flags::NOREPLACE)
+                .await
+                .map_err(errno)?;
+        } else {
+            // Replacing a file some program has open: keep it alive.
+            self.keep_if_open(c, uid, &to, newname).await?;
+            c.rename(&from, name, &to, newname).await.map_err(errno)?;
+        }
+        self.forget_name(parent, name);
+        Ok(())
+    }
+}
