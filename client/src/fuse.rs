@@ -11,7 +11,7 @@
 //! write, commit, flush, readlink), [`listings`] (opendir and the readdir answers); [`table`]
 //! is the node [`Table`] (node ids, lookup counts, forget) and [`unlinked`] the open files and
 //! those unlinked while open. [`kernel`] is the kernel adapter ([`SfsFuse`]: each kernel
-//! request becomes a call on the [`Shared`] of the mount holding its node, which [`rooms`]
+//! request becomes a call on the [`Shared`] of the mount holding its node, which [`node_ranges`]
 //! says: one mount, or a server of the namespace); [`convert`] converts between the
 //! protocol's types and the kernel's; [`invalidator()`] passes the server's invalidations on
 //! to the kernel; each other submodule is one of the mechanisms below.
@@ -89,7 +89,7 @@ mod listing_ahead;
 mod listings;
 mod locks;
 mod names;
-mod rooms;
+mod node_ranges;
 mod table;
 mod unlinked;
 mod write_behind;
@@ -100,7 +100,7 @@ pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
 pub use convert::{errno, fattr, placeholder_dir, time_from, ttl};
 pub use invalidator::invalidator;
 pub use kernel::SfsFuse;
-pub use rooms::Rooms;
+pub use node_ranges::NodeRanges;
 use table::{Node, Table};
 
 /// The root's node id (fixed by FUSE).

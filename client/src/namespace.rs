@@ -7,7 +7,7 @@
 //! server `n` (from 1) has its root at `n << 40` and allocates upwards from there, so every
 //! kernel request is routed by its node id's high bits without translating anything. Range 0
 //! is the namespace's own: the root ([`ROOT`]) and the bookmark symlinks. The kernel adapter is
-//! the one every mount has ([`SfsFuse`] over the namespace's [`Rooms`]); the namespace answers
+//! the one every mount has ([`SfsFuse`] over the namespace's [`NodeRanges`]); the namespace answers
 //! only what its own nodes are asked.
 //!
 //! [`SfsFuse`]: crate::fuse::SfsFuse
@@ -39,7 +39,7 @@ use protocol::{FileType, ServerName};
 use tokio::runtime::Handle;
 
 use crate::bookmarks::{self, Bookmark};
-use crate::fuse::{ROOT, Rooms, Shared, fattr, placeholder_dir, ttl};
+use crate::fuse::{NodeRanges, ROOT, Shared, fattr, placeholder_dir, ttl};
 use crate::identity::Identity;
 use crate::session::{Client, Options, SessionError};
 
@@ -375,7 +375,7 @@ fn contact_errno(e: SessionError) -> Errno {
 
 /// The kernel's requests for a server's node go to that server's mount; the namespace answers
 /// only for its own range: the root and the bookmark symlinks.
-impl Rooms for Arc<Namespace> {
+impl NodeRanges for Arc<Namespace> {
     fn mount(&self, ino: INodeNo) -> Option<Arc<Shared>> {
         self.server(ino).map(|s| s.sh.clone())
     }

@@ -423,7 +423,7 @@ pub async fn mount_namespace(ctx: &mut Ctx, dir: &Path, idle: Duration) -> Resul
     let reaper = tokio::spawn(ns.clone().reap_idle(idle));
     let ns2 = ns.clone();
     let rt = tokio::runtime::Handle::current();
-    let make = move || crate::fuse::SfsFuse::with_rooms(ns2.clone(), rt.clone());
+    let make = move || crate::fuse::SfsFuse::with_ranges(ns2.clone(), rt.clone());
     let mounted = move |notifier: fuser::Notifier| {
         ns.set_notifier(notifier);
         Ok(())

@@ -1,7 +1,7 @@
 //! The kernel adapter: [`SfsFuse`] turns each request of the kernel into a call on the
-//! [`Shared`] of the mount whose node range holds the request's node ([`Rooms::mount`]), run
+//! [`Shared`] of the mount whose node range holds the request's node ([`NodeRanges::mount`]), run
 //! on the tokio runtime as the calling program's user and answered from there, or answers it
-//! from the rooms' own nodes (the namespace's root); [`configure`] is what every sfs FUSE mount
+//! from the router's own nodes (the namespace's root); [`configure`] is what every sfs FUSE mount
 //! asks of the kernel.
 
 use std::ffi::OsStr;
@@ -19,25 +19,25 @@ use protocol::SetAttr;
 use tokio::runtime::Handle;
 
 use super::convert::{open_bits, set_time, special_kind};
-use super::rooms::{OneServer, Rooms};
+use super::node_ranges::{NodeRanges, OneServer};
 use super::{BLKSIZE, Entry, Shared, append, locks, reply_xattr, xattr_list};
 use crate::session::Client;
 
 /// Largest WRITE the kernel is asked to send (it also caps reads and readahead).
 const MAX_WRITE: u32 = 1 << 20;
 
-/// The FUSE file system (the kernel-facing half): one mount ([`Shared`]), or the rooms of a
-/// namespace ([`Rooms`]).
-pub struct SfsFuse<R: Rooms = OneServer> {
-    rooms: R,
+/// The FUSE file system (the kernel-facing half): one mount ([`Shared`]), or the node ranges of a
+/// namespace ([`NodeRanges`]).
+pub struct SfsFuse<R: NodeRanges = OneServer> {
+    ranges: R,
     rt: Handle,
 }
 
 /// `let sh = mount!(self, ino, else fallback);`: the mount serving node `ino`, or the request
-/// is answered by `fallback` (the rooms' own nodes).
+/// is answered by `fallback` (the router's own nodes).
 macro_rules! mount {
     ($this:ident, $ino:expr, else $fallback:expr) => {
-        match $this.rooms.mount($ino) {
+        match $this.ranges.mount($ino) {
             Some(sh) => sh,
             None => return $fallback,
         }
@@ -47,14 +47,14 @@ macro_rules! mount {
 impl SfsFuse {
     /// Serves the mount `sh` with tasks on `rt`.
     pub fn new(sh: Arc<Shared>, rt: Handle) -> SfsFuse {
-        SfsFuse::with_rooms(OneServer(sh), rt)
+        SfsFuse::with_ranges(OneServer(sh), rt)
     }
 }
 
-impl<R: Rooms> SfsFuse<R> {
-    /// Serves the mounts of `rooms`, and its own nodes, with tasks on `rt`.
-    pub fn with_rooms(rooms: R, rt: Handle) -> SfsFuse<R> {
-        SfsFuse { rooms, rt }
+impl<R: NodeRanges> SfsFuse<R> {
+    /// Serves the mounts of `ranges`, and its own nodes, with tasks on `rt`.
+    pub fn with_ranges(ranges: R, rt: Handle) -> SfsFuse<R> {
+        SfsFuse { ranges, rt }
     }
 
     /// Runs `f` on the runtime with the mount's shared state `sh` and the session acting for
@@ -142,17 +142,17 @@ pub fn configure(config: &mut KernelConfig) {
         .add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS | fuser::InitFlags::FUSE_FLOCK_LOCKS);
 }
 
-/// Each request goes to the mount serving its node; the rooms' own nodes (the namespace's
-/// root and bookmarks) answer from [`Rooms`], and are read-only: what would change or open
+/// Each request goes to the mount serving its node; the router's own nodes (the namespace's
+/// root and bookmarks) answer from [`NodeRanges`], and are read-only: what would change or open
 /// one is `EACCES`.
-impl<R: Rooms> Filesystem for SfsFuse<R> {
+impl<R: NodeRanges> Filesystem for SfsFuse<R> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         configure(config);
         Ok(())
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let sh = mount!(self, parent, else self.rooms.lookup(req, parent, name, reply));
+        let sh = mount!(self, parent, else self.ranges.lookup(req, parent, name, reply));
         let name = name.as_bytes().to_vec();
         self.spawn(req, sh, |sh, c| async move {
             reply_entry(sh.lookup(&c, parent, &name).await, reply)
@@ -160,8 +160,8 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        // The rooms' own nodes are never forgotten.
-        if let Some(sh) = self.rooms.mount(ino) {
+        // The router's own nodes are never forgotten.
+        if let Some(sh) = self.ranges.mount(ino) {
             sh.forget(ino.0, nlookup);
         }
     }
@@ -173,7 +173,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
         _fh: Option<fuser::FileHandle>,
         reply: ReplyAttr,
     ) {
-        let sh = mount!(self, ino, else self.rooms.getattr(ino, reply));
+        let sh = mount!(self, ino, else self.ranges.getattr(ino, reply));
         self.spawn(req, sh, |sh, c| async move {
             reply_attr(sh.getattr(&c, ino).await, reply)
         });
@@ -212,7 +212,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        let sh = mount!(self, ino, else self.rooms.readlink(ino, reply));
+        let sh = mount!(self, ino, else self.ranges.readlink(ino, reply));
         self.spawn(req, sh, |sh, c| async move {
             match sh.readlink(&c, ino).await {
                 Ok(t) => reply.data(&t),
@@ -316,7 +316,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if self.rooms.apart(parent, newparent) {
+        if self.ranges.apart(parent, newparent) {
             return reply.error(Errno::EXDEV);
         }
         let sh = mount!(self, parent, else reply.error(Errno::EACCES));
@@ -340,7 +340,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        if self.rooms.apart(ino, newparent) {
+        if self.ranges.apart(ino, newparent) {
             return reply.error(Errno::EXDEV);
         }
         let sh = mount!(self, ino, else reply.error(Errno::EACCES));
@@ -621,7 +621,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let sh = mount!(self, ino, else self.rooms.opendir(ino, reply));
+        let sh = mount!(self, ino, else self.ranges.opendir(ino, reply));
         let uid = req.uid();
         self.spawn(req, sh, move |sh, c| async move {
             match sh.opendir(&c, uid, ino).await {
@@ -645,7 +645,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        let sh = mount!(self, dir, else self.rooms.readdir(dir, offset, reply));
+        let sh = mount!(self, dir, else self.ranges.readdir(dir, offset, reply));
         sh.readdir(dir, fh.0, offset, reply);
     }
 
@@ -657,7 +657,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        let sh = mount!(self, ino, else self.rooms.readdirplus(ino, offset, reply));
+        let sh = mount!(self, ino, else self.ranges.readdirplus(ino, offset, reply));
         let Some((l, need)) = sh.readdirplus(ino, fh.0, offset, reply) else {
             return;
         };
@@ -671,7 +671,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
     }
 
     fn destroy(&mut self) {
-        let mounts = self.rooms.unmounting();
+        let mounts = self.ranges.unmounting();
         if mounts.is_empty() {
             return;
         }
@@ -708,7 +708,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        let sh = mount!(self, ino, else self.rooms.statfs(ino, reply));
+        let sh = mount!(self, ino, else self.ranges.statfs(ino, reply));
         self.spawn(req, sh, |sh, c| async move {
             match sh.statfs(&c).await {
                 Ok(s) => {
@@ -729,7 +729,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
         });
     }
 
-    // The rooms' own nodes have no extended attributes and take none; never ENOSYS, which
+    // The router's own nodes have no extended attributes and take none; never ENOSYS, which
     // would turn extended attributes off for the mounts' files too.
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let sh = mount!(self, ino, else reply.error(Errno::ENODATA));
@@ -801,7 +801,7 @@ impl<R: Rooms> Filesystem for SfsFuse<R> {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let sh = mount!(self, ino, else self.rooms.access(ino, mask, reply));
+        let sh = mount!(self, ino, else self.ranges.access(ino, mask, reply));
         self.spawn(req, sh, |sh, c| async move {
             reply_empty(sh.access(&c, ino, mask).await, reply)
         });

@@ -1,8 +1,8 @@
 //! Which handler answers a kernel request: the kernel adapter ([`super::SfsFuse`]) asks its
-//! [`Rooms`] for the mount whose node range holds the request's node and calls that mount's
-//! operations; a node no mount holds is one of the rooms' own, answered by the methods below.
+//! [`NodeRanges`] for the mount whose node range holds the request's node and calls that mount's
+//! operations; a node no mount holds is one of the router's own, answered by the methods below.
 //!
-//! A mount of one server is one room holding every node ([`OneServer`]). The namespace
+//! A mount of one server is one range holding every node ([`OneServer`]). The namespace
 //! ([`crate::namespace`]) gives each server a range of node ids of its own and keeps range 0
 //! for its root and bookmarks: it implements only what those nodes answer (lookup, attributes,
 //! listings, symlink targets), so no method is forwarded by hand. Whatever would change or
@@ -22,11 +22,11 @@ use super::Shared;
 /// The mounts behind one FUSE file system, by node range, and the answers for the nodes no
 /// mount holds. Those answers default to `ESTALE`, what a mount answers for a node it does
 /// not know.
-pub trait Rooms: Send + Sync + 'static {
-    /// The mount whose range holds `ino`; None: `ino` is one of the rooms' own nodes.
+pub trait NodeRanges: Send + Sync + 'static {
+    /// The mount whose range holds `ino`; None: `ino` is one of the router's own nodes.
     fn mount(&self, ino: INodeNo) -> Option<Arc<Shared>>;
 
-    /// Whether `a` and `b` are in different rooms: a rename or link between them is `EXDEV`.
+    /// Whether `a` and `b` are in different ranges: a rename or link between them is `EXDEV`.
     fn apart(&self, _a: INodeNo, _b: INodeNo) -> bool {
         false
     }
@@ -79,10 +79,10 @@ pub trait Rooms: Send + Sync + 'static {
     }
 }
 
-/// A mount of one server: one room holding every node.
+/// A mount of one server: one range holding every node.
 pub struct OneServer(pub Arc<Shared>);
 
-impl Rooms for OneServer {
+impl NodeRanges for OneServer {
     fn mount(&self, _ino: INodeNo) -> Option<Arc<Shared>> {
         Some(self.0.clone())
     }
