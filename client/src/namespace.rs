@@ -384,6 +384,12 @@ impl NodeRanges for Arc<Namespace> {
         a.0 >> SHIFT != b.0 >> SHIFT
     }
 
+    /// Every server reached through the namespace: the hidden names of its files unlinked
+    /// while open go at unmount, as a mount of one server's do.
+    fn unmounting(&self) -> Vec<Arc<Shared>> {
+        self.state().servers.iter().map(|s| s.sh.clone()).collect()
+    }
+
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         if parent.0 != ROOT {
             return reply.error(Errno::ENOTDIR);
