@@ -7,7 +7,7 @@ use std::time::Duration;
 use libcolor::{Builder, Error, Handle, QueueMode, Runtime, Stats};
 
 /// Every flavour and queue arrangement the guarantees must hold for.
-pub fn configurations() -> Vec<(&'static str, Builder)> {
+pub(crate) fn configurations() -> Vec<(&'static str, Builder)> {
     vec![
         ("uni", Runtime::builder().uniprocessor()),
         ("mp2-steal", Runtime::builder().workers(2)),
@@ -23,7 +23,7 @@ pub fn configurations() -> Vec<(&'static str, Builder)> {
 
 /// Builds a runtime, lets `setup` schedule work, runs it on its own thread and fails the test
 /// if it has not stopped within `limit` (instead of hanging the suite).
-pub fn run_bounded(
+pub(crate) fn run_bounded(
     name: &str,
     builder: Builder,
     limit: Duration,

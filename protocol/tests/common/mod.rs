@@ -6,32 +6,32 @@ use proptest::prelude::*;
 use proptest::strategy::Union;
 use protocol::*;
 
-pub fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..=max)
 }
 
-pub fn fh() -> impl Strategy<Value = FileHandle> {
+pub(crate) fn fh() -> impl Strategy<Value = FileHandle> {
     prop::collection::vec(any::<u8>(), HANDLE_LEN).prop_map(|v| FileHandle::from_slice(&v).unwrap())
 }
 
-pub fn name() -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn name() -> impl Strategy<Value = Vec<u8>> {
     bytes(40)
 }
 
 /// A valid extended attribute name: non-empty, no NUL, at most 255 bytes (here up to 40).
-pub fn xattr_name() -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn xattr_name() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(1..=255u8, 1..=40)
 }
 
-pub fn verifier() -> impl Strategy<Value = [u8; 8]> {
+pub(crate) fn verifier() -> impl Strategy<Value = [u8; 8]> {
     any::<u64>().prop_map(u64::to_be_bytes)
 }
 
-pub fn time() -> impl Strategy<Value = Time> {
+pub(crate) fn time() -> impl Strategy<Value = Time> {
     (any::<i64>(), 0..1_000_000_000u32).prop_map(|(seconds, nanos)| Time { seconds, nanos })
 }
 
-pub fn ftype() -> impl Strategy<Value = FileType> {
+pub(crate) fn ftype() -> impl Strategy<Value = FileType> {
     prop_oneof![
         Just(FileType::Regular),
         Just(FileType::Directory),
@@ -43,7 +43,7 @@ pub fn ftype() -> impl Strategy<Value = FileType> {
     ]
 }
 
-pub fn attr() -> impl Strategy<Value = Attr> {
+pub(crate) fn attr() -> impl Strategy<Value = Attr> {
     (
         (
             ftype(),
@@ -85,11 +85,11 @@ pub fn attr() -> impl Strategy<Value = Attr> {
         )
 }
 
-pub fn opt_attr() -> impl Strategy<Value = Option<Attr>> {
+pub(crate) fn opt_attr() -> impl Strategy<Value = Option<Attr>> {
     prop::option::of(attr())
 }
 
-pub fn set_time() -> impl Strategy<Value = SetTime> {
+pub(crate) fn set_time() -> impl Strategy<Value = SetTime> {
     prop_oneof![
         Just(SetTime::DontChange),
         Just(SetTime::ServerTime),
@@ -97,7 +97,7 @@ pub fn set_time() -> impl Strategy<Value = SetTime> {
     ]
 }
 
-pub fn set_attr() -> impl Strategy<Value = SetAttr> {
+pub(crate) fn set_attr() -> impl Strategy<Value = SetAttr> {
     (
         any::<Option<u32>>(),
         any::<Option<u32>>(),
@@ -116,7 +116,7 @@ pub fn set_attr() -> impl Strategy<Value = SetAttr> {
         })
 }
 
-pub fn stable() -> impl Strategy<Value = StableHow> {
+pub(crate) fn stable() -> impl Strategy<Value = StableHow> {
     prop_oneof![
         Just(StableHow::Unstable),
         Just(StableHow::DataSync),
@@ -124,7 +124,7 @@ pub fn stable() -> impl Strategy<Value = StableHow> {
     ]
 }
 
-pub fn login_args() -> impl Strategy<Value = LoginArgs> {
+pub(crate) fn login_args() -> impl Strategy<Value = LoginArgs> {
     (
         "[a-z][a-z0-9_.-]{0,20}",
         any::<[u8; 32]>(),
@@ -140,7 +140,7 @@ pub fn login_args() -> impl Strategy<Value = LoginArgs> {
 }
 
 /// Every operation: the plain ones, SESSION, and a SEQUENCE around each change.
-pub fn request_op() -> impl Strategy<Value = RequestOp> {
+pub(crate) fn request_op() -> impl Strategy<Value = RequestOp> {
     prop_oneof![
         8 => plain_request_op(),
         1 => (any::<[u8; protocol::sequence::CLIENT_ID_LEN]>(), any::<u32>())
@@ -385,7 +385,7 @@ fn plain_request_op() -> impl Strategy<Value = RequestOp> {
     ])
 }
 
-pub fn request() -> impl Strategy<Value = Request> {
+pub(crate) fn request() -> impl Strategy<Value = Request> {
     (any::<u64>(), any::<u32>(), request_op()).prop_map(|(id, authno, op)| Request {
         id,
         authno,
@@ -438,7 +438,7 @@ fn page<E: std::fmt::Debug>(entry: impl Strategy<Value = E>) -> impl Strategy<Va
         })
 }
 
-pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
+pub(crate) fn reply_body() -> impl Strategy<Value = ReplyBody> {
     Union::new(vec![
         Just(ReplyBody::Null).boxed(),
         (fh(), attr())
@@ -621,11 +621,11 @@ pub fn reply_body() -> impl Strategy<Value = ReplyBody> {
     ])
 }
 
-pub fn status() -> impl Strategy<Value = NfsStatus> {
+pub(crate) fn status() -> impl Strategy<Value = NfsStatus> {
     prop::sample::select(NfsStatus::ALL)
 }
 
-pub fn server_message() -> impl Strategy<Value = ServerMessage> {
+pub(crate) fn server_message() -> impl Strategy<Value = ServerMessage> {
     prop_oneof![
         3 => (any::<u64>(), reply_body())
             .prop_map(|(id, body)| ServerMessage::Reply(Reply { id, result: Ok(body) })),
@@ -636,7 +636,7 @@ pub fn server_message() -> impl Strategy<Value = ServerMessage> {
     ]
 }
 
-pub fn lock_kind() -> impl Strategy<Value = protocol::LockKind> {
+pub(crate) fn lock_kind() -> impl Strategy<Value = protocol::LockKind> {
     prop_oneof![
         Just(protocol::LockKind::Read),
         Just(protocol::LockKind::Write)

@@ -9,14 +9,14 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub struct Web {
+pub(crate) struct Web {
     child: Child,
     pub addr: SocketAddr,
 }
 
 impl Web {
     /// Starts colorweb serving `root` with extra flags; waits for its "listening" line.
-    pub fn start(root: &Path, extra: &[&str]) -> Web {
+    pub(crate) fn start(root: &Path, extra: &[&str]) -> Web {
         let mut child = Command::new(env!("CARGO_BIN_EXE_colorweb"))
             .arg("--root")
             .arg(root)
@@ -39,18 +39,18 @@ impl Web {
         Web { child, addr }
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    pub fn connect(&self) -> TcpStream {
+    pub(crate) fn connect(&self) -> TcpStream {
         let s = TcpStream::connect(self.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s
     }
 
     /// Sends `signal` (a name `kill` knows: TERM, INT) to the server process.
-    pub fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let ok = Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(self.child.id().to_string())
@@ -61,7 +61,7 @@ impl Web {
     }
 
     /// Waits up to `limit` for the process to exit; its status, or None if it still runs.
-    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = std::time::Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -75,7 +75,7 @@ impl Web {
     }
 
     /// Whether the process is still running (it must never exit on hostile input).
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
 }
@@ -89,14 +89,14 @@ impl Drop for Web {
 
 /// One response as it came off the wire.
 #[derive(Debug)]
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl Response {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -105,7 +105,7 @@ impl Response {
 }
 
 /// Reads one response; `head_only` for HEAD (no body follows whatever Content-Length says).
-pub fn read_response(r: &mut impl BufRead, head_only: bool) -> Option<Response> {
+pub(crate) fn read_response(r: &mut impl BufRead, head_only: bool) -> Option<Response> {
     let mut line = String::new();
     if r.read_line(&mut line).ok()? == 0 {
         return None;
@@ -141,7 +141,7 @@ pub fn read_response(r: &mut impl BufRead, head_only: bool) -> Option<Response> 
 }
 
 /// Sends `request` on a new connection and reads one response.
-pub fn exchange(web: &Web, request: &[u8]) -> (Response, BufReader<TcpStream>) {
+pub(crate) fn exchange(web: &Web, request: &[u8]) -> (Response, BufReader<TcpStream>) {
     let mut s = web.connect();
     s.write_all(request).unwrap();
     let head = request.starts_with(b"HEAD");
@@ -151,7 +151,7 @@ pub fn exchange(web: &Web, request: &[u8]) -> (Response, BufReader<TcpStream>) {
 }
 
 /// True if the server closes the connection (EOF or reset) within the read timeout.
-pub fn closed_by_server(r: &mut impl Read) -> bool {
+pub(crate) fn closed_by_server(r: &mut impl Read) -> bool {
     let mut buf = [0u8; 1024];
     loop {
         match r.read(&mut buf) {
@@ -170,7 +170,7 @@ pub fn closed_by_server(r: &mut impl Read) -> bool {
 
 /// A root with small distinct files `f0..fN`, a file too large for a small cache, a
 /// directory with an index, and symlinks inside and out.
-pub fn tree(n: usize) -> (tempfile::TempDir, tempfile::TempDir) {
+pub(crate) fn tree(n: usize) -> (tempfile::TempDir, tempfile::TempDir) {
     let root = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret"), "secret").unwrap();
@@ -188,12 +188,12 @@ pub fn tree(n: usize) -> (tempfile::TempDir, tempfile::TempDir) {
 }
 
 /// File i's content: its own size (100..3100 bytes) and bytes.
-pub fn small_body(i: usize) -> Vec<u8> {
+pub(crate) fn small_body(i: usize) -> Vec<u8> {
     let len = 100 + (i * 997) % 3000;
     (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
 }
 
 /// 600 KiB: above the cache's largest entry with `--cache-mb 1`, so it is sent with sendfile.
-pub fn large_body() -> Vec<u8> {
+pub(crate) fn large_body() -> Vec<u8> {
     (0..600 * 1024).map(|j: usize| (j % 251) as u8).collect()
 }
