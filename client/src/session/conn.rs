@@ -40,6 +40,19 @@ pub(super) type EarlyReply = Result<ReplyBody, NfsStatus>;
 /// The authno a connection's first successful LOGIN gets (docs/PROTOCOL.md, section 8).
 const FIRST_AUTHNO: u32 = 1;
 
+/// Most file bytes a FETCH riding with a new connection's LOGIN asks for: what the server's
+/// first flight can carry besides the SESSION and LOGIN replies (a new TCP connection sends
+/// 10 segments of 1448 bytes before its first acknowledgement, RFC 6928; the two small
+/// replies take a segment each, the FETCH's own fields and the record's framing a few hundred
+/// bytes). A larger answer would take several round trips of TCP's slow start to arrive, and
+/// the READs for the rest of the file, which need the FETCH's handle, would reach the server
+/// only a round trip after its last byte left: the stream would stop for a round trip. An
+/// answer that fits in the first flight arrives a round trip after the handshake, and the
+/// READs sent then reach the server with the acknowledgements that let it send more, so the
+/// stream never waits for them (a file up to this size still comes whole with the LOGIN).
+/// On a live connection, whose window is open, a FETCH asks for a whole record.
+pub(super) const FIRST_FLIGHT_FETCH: u32 = 8 * 1024;
+
 /// Requests waiting for replies on one connection.
 #[derive(Default)]
 struct Pending {
@@ -272,7 +285,8 @@ impl Client {
     /// TCP connect, handshake, tasks, login.
     ///
     /// SESSION and LOGIN go out together behind the handshake's last message, and so does a
-    /// FETCH of `early` where the version has it, sent with the authno the LOGIN will get:
+    /// FETCH of `early` (of at most [`FIRST_FLIGHT_FETCH`] bytes) where the version has it,
+    /// sent with the authno the LOGIN will get:
     /// the server gives authnos 1, 2, ... in the order of LOGINs and checks a connection's
     /// requests in order, so the FETCH runs as the user once the LOGIN before it succeeded
     /// (docs/PROTOCOL.md, section 8). Its answer is returned only if the LOGIN did get that
@@ -349,7 +363,7 @@ impl Client {
                 let (path, count) = early?;
                 let op = RequestOp::Fetch {
                     path: path.to_vec(),
-                    count,
+                    count: count.min(FIRST_FLIGHT_FETCH),
                 };
                 self.send_early(&conn, expected_authno, op).await
             }

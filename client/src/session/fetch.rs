@@ -17,7 +17,9 @@ pub struct Fetched {
     pub eof: bool,
 }
 
-/// Most bytes asked for: the server clamps it to what fits one record.
+/// Most bytes asked for: the server clamps it to what fits one record. A FETCH riding with a
+/// new connection's LOGIN asks for less, what TCP's first flight carries
+/// ([`super::conn::FIRST_FLIGHT_FETCH`]).
 const COUNT: u32 = u32::MAX;
 
 impl Client {

@@ -1223,6 +1223,50 @@ async fn the_first_fetch_rides_with_the_login_and_is_asked_again_if_the_authno_d
     assert_eq!(*authnos.lock(), vec![1, 7, 7]);
 }
 
+/// The FETCH riding with a new connection's LOGIN asks for no more bytes than TCP's first
+/// flight carries, so the READs for the rest follow a round trip after the handshake instead
+/// of waiting out a whole record's slow start (a round trip with nothing to send); on the
+/// live connection a FETCH asks for a whole record.
+#[tokio::test]
+async fn the_first_fetch_asks_for_what_the_first_flight_carries() {
+    const SIZE: usize = 100 * 1024;
+    let counts = Arc::new(Mutex::new(Vec::new()));
+    let seen = counts.clone();
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![2, 3, 5],
+        Box::new(move |_, req| match req.op {
+            RequestOp::Session { .. } => vec![new_session(req.id)],
+            RequestOp::Fetch { count, .. } => {
+                seen.lock().push(count);
+                let n = SIZE.min(count as usize);
+                vec![reply(
+                    req.id,
+                    Ok(ReplyBody::Fetch {
+                        fh: FH,
+                        attr: attr(SIZE as u64, 60_000),
+                        eof: n == SIZE,
+                        data: content(0, n).into(),
+                    }),
+                )]
+            }
+            ref other => panic!("unexpected {other:?}"),
+        }),
+    )
+    .await;
+    // Anonymous: the early FETCH's answer is used (no LOGIN whose authno could differ).
+    let c = Client::new(&f.name, None, quick());
+    let first = c.fetch("/f").await.unwrap().expect("the server can FETCH");
+    assert_eq!(first.data.len(), 8 * 1024, "the first flight's worth");
+    assert!(first.data[..] == content(0, 8 * 1024)[..]);
+    assert!(!first.eof);
+    let again = c.fetch("/f").await.unwrap().unwrap();
+    assert_eq!(again.data.len(), SIZE);
+    assert!(again.eof);
+    assert_eq!(*counts.lock(), vec![8 * 1024, u32::MAX]);
+}
+
 /// A server of a version without FETCH is never sent one: the caller walks instead.
 #[tokio::test]
 async fn no_fetch_is_sent_to_a_server_without_it() {
