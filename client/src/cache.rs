@@ -37,7 +37,7 @@ use fresh_dirs::FreshDirs;
 /// Cached attributes and access bits, keyed by file handle.
 #[derive(Default)]
 pub struct AttrCache {
-    inner: Mutex<Inner>,
+    inner: Mutex<Cached>,
 }
 
 /// A point of the cache's logical clock, taken before a request is sent: attributes its
@@ -59,8 +59,9 @@ struct Changes {
     ours: bool,
 }
 
+/// What the cache holds, behind its one mutex.
 #[derive(Default)]
-struct Inner {
+struct Cached {
     attrs: HashMap<FileHandle, (Attr, Instant)>,
     /// Per handle (so a change drops them in one step), per authno: (asked, granted, expiry).
     access: HashMap<FileHandle, HashMap<u32, (u32, u32, Instant)>>,
@@ -152,7 +153,7 @@ impl Drop for Change<'_> {
     }
 }
 
-impl Inner {
+impl Cached {
     /// Whether attributes of `fh` taken by a request stamped `since` may be installed.
     fn unchanged_since(&self, fh: &FileHandle, since: Stamp) -> bool {
         since.0 >= self.floor
@@ -327,7 +328,7 @@ impl AttrCache {
         self.inner.lock().fresh.forget(fh);
     }
 
-    /// `fh` was made new by this client with `attr` ([`Inner::no_caps`]).
+    /// `fh` was made new by this client with `attr` ([`Cached::no_caps`]).
     pub fn made_new(&self, fh: &FileHandle, attr: &Attr) {
         if attr.lease_ms == 0 {
             return;
@@ -344,7 +345,7 @@ impl AttrCache {
         g.no_caps.insert(*fh, expiry);
     }
 
-    /// Whether `fh` is known to hold no `security.capability` ([`Inner::no_caps`]).
+    /// Whether `fh` is known to hold no `security.capability` ([`Cached::no_caps`]).
     pub fn known_without_caps(&self, fh: &FileHandle) -> bool {
         let g = self.inner.lock();
         g.no_caps.get(fh).is_some_and(|e| *e > Instant::now())

@@ -5,13 +5,13 @@
 //! Extended attribute answers already cached are given at once (`ls -l` asks two per file;
 //! they are read ahead along listings, [`xattr_ahead`]).
 //!
-//! **Parts.** This file holds [`Shared`], the state every request works on, and how a request
+//! **Parts.** This file holds [`ServerMount`], the state every request works on, and how a request
 //! finds the session to act as. The operations on it are grouped by kind: [`names`] (lookup,
 //! create, remove, rename), [`attrs`] (getattr, setattr, access, statfs), [`data`] (read,
 //! write, commit, flush, readlink), [`listings`] (opendir and the readdir answers); [`table`]
 //! is the node [`Table`] (node ids, lookup counts, forget) and [`unlinked`] the open files and
 //! those unlinked while open. [`kernel`] is the kernel adapter ([`SfsFuse`]: each kernel
-//! request becomes a call on the [`Shared`] of the mount holding its node, which [`node_ranges`]
+//! request becomes a call on the [`ServerMount`] of the mount holding its node, which [`node_ranges`]
 //! says: one mount, or a server of the namespace); [`convert`] converts between the
 //! protocol's types and the kernel's; [`invalidator()`] passes the server's invalidations on
 //! to the kernel; each other submodule is one of the mechanisms below.
@@ -42,7 +42,7 @@
 //! **Writes** go to the server UNSTABLE (it keeps them in its kernel's page cache, which a
 //! crash of sfsd does not lose); `fsync` sends COMMIT, and if the server's write verifier
 //! changed in between (it restarted and may have lost data) it fails with `EIO` instead of
-//! claiming success. `close` sends nothing ([`Shared::flushed`]): it fails with `EIO` only
+//! claiming success. `close` sends nothing ([`ServerMount::flushed`]): it fails with `EIO` only
 //! when the writes themselves came back with two verifiers.
 //! Writes to a file opened `O_APPEND` go as APPEND, placed by the server at the end of the file
 //! as it is then, so appends from several mounts never overwrite each other ([`append`]).
@@ -109,8 +109,10 @@ pub const ROOT: u64 = 1;
 /// `st_blksize`: large, so `cp` and friends move data in big requests.
 const BLKSIZE: u32 = 128 * 1024;
 
-/// State shared by the kernel-facing side and the invalidation thread.
-pub struct Shared {
+/// One server's mount: its session, node table, listings and write-back state, shared by the
+/// kernel adapter's tasks and the invalidation thread. A mount of one server has one; a
+/// `--namespace` mount one per server reached.
+pub struct ServerMount {
     client: Client,
     table: Mutex<Table>,
     /// Many users: each local uid other than `owner` acts with its own identity.
@@ -132,26 +134,26 @@ pub struct Shared {
     listing_ahead: listing_ahead::ListingAhead,
 }
 
-impl Shared {
+impl ServerMount {
     /// The tree of `client`'s server below `root`, every caller acting as `client`'s identity.
-    pub fn new(client: Client, root: FileHandle) -> Arc<Shared> {
-        Shared::with_users(client, root, None)
+    pub fn new(client: Client, root: FileHandle) -> Arc<ServerMount> {
+        ServerMount::with_users(client, root, None)
     }
 
-    /// Like [`Shared::new`]; with `Some(owner)`, callers other than local uid `owner` act as
+    /// Like [`ServerMount::new`]; with `Some(owner)`, callers other than local uid `owner` act as
     /// themselves ([`Client::as_uid`]).
-    pub fn with_users(client: Client, root: FileHandle, owner: Option<u32>) -> Arc<Shared> {
-        Shared::with_base(client, root, owner, ROOT)
+    pub fn with_users(client: Client, root: FileHandle, owner: Option<u32>) -> Arc<ServerMount> {
+        ServerMount::with_base(client, root, owner, ROOT)
     }
 
-    /// Like [`Shared::with_users`], with the server's root as node `base` and the node ids of
+    /// Like [`ServerMount::with_users`], with the server's root as node `base` and the node ids of
     /// everything below it allocated upwards from there.
     pub fn with_base(
         client: Client,
         root: FileHandle,
         owner: Option<u32>,
         base: u64,
-    ) -> Arc<Shared> {
+    ) -> Arc<ServerMount> {
         let mut t = Table {
             next: base + 1,
             next_listing: 1,
@@ -166,7 +168,7 @@ impl Shared {
             },
         );
         t.by_fh.insert(root, base);
-        Arc::new(Shared {
+        Arc::new(ServerMount {
             client,
             table: Mutex::new(t),
             multi_user: owner.is_some(),
@@ -252,12 +254,12 @@ mod tests {
     use super::*;
 
     /// A mount's state for a server that is never contacted (for the tests of every part).
-    pub(super) fn shared() -> Arc<Shared> {
+    pub(super) fn shared() -> Arc<ServerMount> {
         let name: protocol::ServerName = "@127.0.0.1%9,aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
             .parse()
             .unwrap();
         let c = Client::new(&name, None, crate::session::Options::default());
-        Shared::new(c, FileHandle::from_bytes([1; 48]))
+        ServerMount::new(c, FileHandle::from_bytes([1; 48]))
     }
 
     #[test]
@@ -266,7 +268,7 @@ mod tests {
             .parse()
             .unwrap();
         let c = Client::new(&name, None, crate::session::Options::default());
-        let many = Shared::with_users(c, FileHandle::from_bytes([1; 48]), Some(0));
+        let many = ServerMount::with_users(c, FileHandle::from_bytes([1; 48]), Some(0));
         let fh = many.open_file(65534);
         assert_ne!(
             fh.0, 0,

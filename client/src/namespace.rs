@@ -2,7 +2,7 @@
 //! is empty but for the bookmarks, where looking up `@HOST%PORT,HOSTID` connects to that
 //! server (the handshake verifies the HOSTID) and shows its tree.
 //!
-//! Each server reached this way is an ordinary mount ([`Shared`]: one [`Client`] session, its
+//! Each server reached this way is an ordinary mount ([`ServerMount`]: one [`Client`] session, its
 //! own inode table, lease and INVALIDATE handling) whose node ids live in a range of their own:
 //! server `n` (from 1) has its root at `n << 40` and allocates upwards from there, so every
 //! kernel request is routed by its node id's high bits without translating anything. Range 0
@@ -39,7 +39,7 @@ use protocol::{FileType, ServerName};
 use tokio::runtime::Handle;
 
 use crate::bookmarks::{self, Bookmark};
-use crate::fuse::{NodeRanges, ROOT, Shared, fattr, placeholder_dir, ttl};
+use crate::fuse::{NodeRanges, ROOT, ServerMount, fattr, placeholder_dir, ttl};
 use crate::identity::Identity;
 use crate::session::{Client, Options, SessionError};
 
@@ -85,7 +85,7 @@ struct Server {
     name: String,
     client: Client,
     /// Its mount: the operations on its nodes.
-    sh: Arc<Shared>,
+    sh: Arc<ServerMount>,
     root: protocol::FileHandle,
     last_used: Mutex<Instant>,
 }
@@ -241,7 +241,7 @@ impl Namespace {
         let mut st = self.state();
         let n = st.servers.len() + 1;
         let base = (n as u64) << SHIFT;
-        let sh = Shared::with_base(client.clone(), root, None, base);
+        let sh = ServerMount::with_base(client.clone(), root, None, base);
         if let Some(notifier) = self.notifier.get().cloned() {
             let (tx, rx) = crate::session::invalidations::channel();
             client.on_invalidate(Box::new(move |ev| tx.send(ev)));
@@ -376,7 +376,7 @@ fn contact_errno(e: SessionError) -> Errno {
 /// The kernel's requests for a server's node go to that server's mount; the namespace answers
 /// only for its own range: the root and the bookmark symlinks.
 impl NodeRanges for Arc<Namespace> {
-    fn mount(&self, ino: INodeNo) -> Option<Arc<Shared>> {
+    fn mount(&self, ino: INodeNo) -> Option<Arc<ServerMount>> {
         self.server(ino).map(|s| s.sh.clone())
     }
 
@@ -386,7 +386,7 @@ impl NodeRanges for Arc<Namespace> {
 
     /// Every server reached through the namespace: the hidden names of its files unlinked
     /// while open go at unmount, as a mount of one server's do.
-    fn unmounting(&self) -> Vec<Arc<Shared>> {
+    fn unmounting(&self) -> Vec<Arc<ServerMount>> {
         self.state().servers.iter().map(|s| s.sh.clone()).collect()
     }
 
@@ -536,7 +536,7 @@ mod tests {
             .unwrap();
         let client = Client::new(&name, None, Options::default());
         let root = protocol::FileHandle::from_bytes([1; 48]);
-        let sh = Shared::with_base(client.clone(), root, None, first.0);
+        let sh = ServerMount::with_base(client.clone(), root, None, first.0);
         ns.state().servers.push(Arc::new(Server {
             name: name.to_string(),
             client,

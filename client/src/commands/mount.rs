@@ -395,9 +395,9 @@ pub async fn mount_fuse(
         client.set_identity_resolver(Box::new(move |uid| {
             crate::identity::for_local_user(uid, dir.as_deref())
         }));
-        crate::fuse::Shared::with_users(client.clone(), root, Some(euid()))
+        crate::fuse::ServerMount::with_users(client.clone(), root, Some(euid()))
     } else {
-        crate::fuse::Shared::new(client.clone(), root)
+        crate::fuse::ServerMount::new(client.clone(), root)
     };
     let rt = tokio::runtime::Handle::current();
     let fsname = name.split(',').next().unwrap_or("sfs").to_owned();

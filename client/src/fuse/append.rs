@@ -25,7 +25,7 @@
 use fuser::{Errno, INodeNo, OpenFlags, WriteFlags};
 use protocol::{NfsStatus, StableHow};
 
-use super::{Shared, errno};
+use super::{ServerMount, errno};
 use crate::session::{Client, SessionError};
 
 /// The `FOPEN_*` flags an open (or create) with `flags` answers.
@@ -43,7 +43,7 @@ pub(super) fn is_append(write_flags: WriteFlags, flags: OpenFlags) -> bool {
     !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) && flags.0 & libc::O_APPEND != 0
 }
 
-impl Shared {
+impl ServerMount {
     /// All of `data` appended to `ino` (APPENDs of at most the negotiated size each: a larger
     /// write is appended in pieces, each atomic, as a local file system may split a large
     /// `write(2)` too). `offset` is the kernel's idea of the end, used only by the fallback.

@@ -5,11 +5,11 @@ use std::time::Duration;
 use fuser::{AccessFlags, Errno, FileAttr, INodeNo};
 use protocol::{Attr, FileHandle, FileType, SetAttr};
 
-use super::Shared;
+use super::ServerMount;
 use super::convert::{access_bits, errno, fattr, ttl};
 use crate::session::Client;
 
-impl Shared {
+impl ServerMount {
     pub(super) async fn getattr(
         &self,
         c: &Client,

@@ -5,7 +5,7 @@
 use fuser::{Errno, INodeNo};
 use protocol::StableHow;
 
-use super::Shared;
+use super::ServerMount;
 use super::convert::errno;
 use crate::session::Client;
 
@@ -19,7 +19,7 @@ pub(super) enum Dirty {
     Changed,
 }
 
-impl Shared {
+impl ServerMount {
     pub(super) async fn read(
         &self,
         c: &Client,
@@ -168,7 +168,7 @@ impl Shared {
 
 /// Unstable writes a COMMIT under way took out of the table, put back if it does not finish.
 struct Uncommitted<'a> {
-    sh: &'a Shared,
+    sh: &'a ServerMount,
     ino: u64,
     dirty: Option<Dirty>,
     lost: bool,

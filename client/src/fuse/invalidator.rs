@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use fuser::{INodeNo, Notifier};
 
-use super::Shared;
+use super::ServerMount;
 use crate::session::Invalidation;
 
 /// Turns the session's invalidations into kernel cache invalidations, on its own thread: the
 /// kernel may wait for locks held by requests we are answering, so the notifications must not
 /// be sent from the tasks that answer them.
 pub fn invalidator(
-    sh: Arc<Shared>,
+    sh: Arc<ServerMount>,
     notifier: Notifier,
     rx: crate::session::invalidations::Receiver,
 ) {

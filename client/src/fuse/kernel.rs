@@ -1,5 +1,5 @@
 //! The kernel adapter: [`SfsFuse`] turns each request of the kernel into a call on the
-//! [`Shared`] of the mount whose node range holds the request's node ([`NodeRanges::mount`]), run
+//! [`ServerMount`] of the mount whose node range holds the request's node ([`NodeRanges::mount`]), run
 //! on the tokio runtime as the calling program's user and answered from there, or answers it
 //! from the router's own nodes (the namespace's root); [`configure`] is what every sfs FUSE mount
 //! asks of the kernel.
@@ -20,13 +20,13 @@ use tokio::runtime::Handle;
 
 use super::convert::{open_bits, set_time, special_kind};
 use super::node_ranges::{NodeRanges, OneServer};
-use super::{BLKSIZE, Entry, Shared, append, locks, reply_xattr, xattr_list};
+use super::{BLKSIZE, Entry, ServerMount, append, locks, reply_xattr, xattr_list};
 use crate::session::Client;
 
 /// Largest WRITE the kernel is asked to send (it also caps reads and readahead).
 const MAX_WRITE: u32 = 1 << 20;
 
-/// The FUSE file system (the kernel-facing half): one mount ([`Shared`]), or the node ranges of a
+/// The FUSE file system (the kernel-facing half): one mount ([`ServerMount`]), or the node ranges of a
 /// namespace ([`NodeRanges`]).
 pub struct SfsFuse<R: NodeRanges = OneServer> {
     ranges: R,
@@ -46,7 +46,7 @@ macro_rules! mount {
 
 impl SfsFuse {
     /// Serves the mount `sh` with tasks on `rt`.
-    pub fn new(sh: Arc<Shared>, rt: Handle) -> SfsFuse {
+    pub fn new(sh: Arc<ServerMount>, rt: Handle) -> SfsFuse {
         SfsFuse::with_ranges(OneServer(sh), rt)
     }
 }
@@ -59,9 +59,9 @@ impl<R: NodeRanges> SfsFuse<R> {
 
     /// Runs `f` on the runtime with the mount's shared state `sh` and the session acting for
     /// the caller; it ends early if the caller is killed ([`crate::interrupt`]).
-    fn spawn<F, Fut>(&self, req: &Request, sh: Arc<Shared>, f: F)
+    fn spawn<F, Fut>(&self, req: &Request, sh: Arc<ServerMount>, f: F)
     where
-        F: FnOnce(Arc<Shared>, Client) -> Fut,
+        F: FnOnce(Arc<ServerMount>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let c = sh.client_for_caller(req);
@@ -69,9 +69,9 @@ impl<R: NodeRanges> SfsFuse<R> {
     }
 
     /// [`SfsFuse::spawn`] with the session for the caller already made: `c`.
-    fn spawn_as<F, Fut>(&self, req: &Request, sh: Arc<Shared>, c: Client, f: F)
+    fn spawn_as<F, Fut>(&self, req: &Request, sh: Arc<ServerMount>, c: Client, f: F)
     where
-        F: FnOnce(Arc<Shared>, Client) -> Fut,
+        F: FnOnce(Arc<ServerMount>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let work = f(sh, c);
@@ -82,9 +82,9 @@ impl<R: NodeRanges> SfsFuse<R> {
     /// [`SfsFuse::spawn`] for requests that must run to their end whoever is killed (RELEASE:
     /// the open-file bookkeeping and the server's open states; a READDIRPLUS reply holding
     /// counted entries), acting as `c`.
-    fn spawn_to_end<F, Fut>(&self, sh: Arc<Shared>, c: Client, f: F)
+    fn spawn_to_end<F, Fut>(&self, sh: Arc<ServerMount>, c: Client, f: F)
     where
-        F: FnOnce(Arc<Shared>, Client) -> Fut,
+        F: FnOnce(Arc<ServerMount>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         self.rt.spawn(f(sh, c));

@@ -12,7 +12,7 @@ use protocol::{Attr, FileHandle, NfsStatus};
 
 use super::convert::{errno, fattr, kind, lease_left, placeholder_dir, ttl};
 use super::unlinked::HIDDEN_PREFIX;
-use super::{ROOT, Shared, listing_ahead};
+use super::{ROOT, ServerMount, listing_ahead};
 use crate::cache::Stamp;
 use crate::session::{Client, SessionError};
 
@@ -49,7 +49,7 @@ impl Listed {
     }
 }
 
-impl Shared {
+impl ServerMount {
     /// Reads the whole directory now (LISTDIR or READDIRPLUS), or takes the listing kept
     /// from an earlier open by local user `uid` while it holds ([`kept_listings`]), or read
     /// ahead for it ([`listing_ahead`]); `readdir`/`readdirplus` page through this snapshot.
@@ -220,7 +220,7 @@ impl Shared {
 
     /// READDIRPLUS: answers from listing `fh` of `ino` at `offset`, or stops at an entry whose
     /// attributes must be asked for: then the listing and where its answer stopped, for
-    /// [`Shared::readdirplus_rest`].
+    /// [`ServerMount::readdirplus_rest`].
     pub(super) fn readdirplus(
         &self,
         ino: INodeNo,

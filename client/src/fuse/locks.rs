@@ -23,7 +23,7 @@ use std::time::Duration;
 use fuser::{Errno, INodeNo, LockOwner, ReplyEmpty, ReplyLock};
 use protocol::{LockArgs, LockKind, NfsStatus, TestLockArgs, UnlockArgs};
 
-use super::{Shared, errno};
+use super::{ServerMount, errno};
 use crate::session::{Client, SessionError};
 
 /// First pause between two LOCKs of a waiting request.
@@ -97,7 +97,7 @@ pub(super) struct SetLk {
     pub uid: u32,
 }
 
-impl Shared {
+impl ServerMount {
     /// SETLK, SETLKW, and `flock`.
     pub(super) async fn setlk(&self, c: &Client, r: SetLk, reply: ReplyEmpty) {
         super::kernel::reply_empty(self.setlk_inner(c, r).await, reply)

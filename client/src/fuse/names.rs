@@ -5,10 +5,10 @@ use fuser::{Errno, INodeNo, RenameFlags};
 use protocol::{CreateHow, SetAttr};
 
 use super::convert::errno;
-use super::{Entry, Shared};
+use super::{Entry, ServerMount};
 use crate::session::Client;
 
-impl Shared {
+impl ServerMount {
     pub(super) async fn lookup(
         &self,
         c: &Client,

@@ -17,14 +17,14 @@ use fuser::{
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
 };
 
-use super::Shared;
+use super::ServerMount;
 
 /// The mounts behind one FUSE file system, by node range, and the answers for the nodes no
 /// mount holds. Those answers default to `ESTALE`, what a mount answers for a node it does
 /// not know.
 pub trait NodeRanges: Send + Sync + 'static {
     /// The mount whose range holds `ino`; None: `ino` is one of the router's own nodes.
-    fn mount(&self, ino: INodeNo) -> Option<Arc<Shared>>;
+    fn mount(&self, ino: INodeNo) -> Option<Arc<ServerMount>>;
 
     /// Whether `a` and `b` are in different ranges: a rename or link between them is `EXDEV`.
     fn apart(&self, _a: INodeNo, _b: INodeNo) -> bool {
@@ -33,7 +33,7 @@ pub trait NodeRanges: Send + Sync + 'static {
 
     /// The mounts whose hidden names (files unlinked while open, [`super::unlinked`]) are
     /// removed when the kernel unmounts the file system.
-    fn unmounting(&self) -> Vec<Arc<Shared>> {
+    fn unmounting(&self) -> Vec<Arc<ServerMount>> {
         Vec::new()
     }
 
@@ -80,14 +80,14 @@ pub trait NodeRanges: Send + Sync + 'static {
 }
 
 /// A mount of one server: one range holding every node.
-pub struct OneServer(pub Arc<Shared>);
+pub struct OneServer(pub Arc<ServerMount>);
 
 impl NodeRanges for OneServer {
-    fn mount(&self, _ino: INodeNo) -> Option<Arc<Shared>> {
+    fn mount(&self, _ino: INodeNo) -> Option<Arc<ServerMount>> {
         Some(self.0.clone())
     }
 
-    fn unmounting(&self) -> Vec<Arc<Shared>> {
+    fn unmounting(&self) -> Vec<Arc<ServerMount>> {
         vec![self.0.clone()]
     }
 }

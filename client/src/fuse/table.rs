@@ -15,7 +15,7 @@ use protocol::{Attr, FileHandle};
 use super::convert::{fattr, ttl};
 use super::data::Dirty;
 use super::listings::Listing;
-use super::{Entry, Shared, kernel_listings};
+use super::{Entry, ServerMount, kernel_listings};
 
 pub(super) struct Node {
     pub(super) fh: FileHandle,
@@ -61,7 +61,7 @@ pub(super) struct Table {
     pub(super) lost: HashSet<u64>,
 }
 
-impl Shared {
+impl ServerMount {
     pub(super) fn fh(&self, ino: INodeNo) -> Result<FileHandle, Errno> {
         self.table()
             .nodes
@@ -130,7 +130,7 @@ impl Shared {
         }
     }
 
-    /// The node id for `fh`, made (uncounted) if new; [`Shared::counted`] counts the lookup
+    /// The node id for `fh`, made (uncounted) if new; [`ServerMount::counted`] counts the lookup
     /// once the kernel has really been sent the entry.
     pub(super) fn node_for(&self, fh: FileHandle) -> u64 {
         let mut t = self.table();

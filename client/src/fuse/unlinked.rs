@@ -5,7 +5,7 @@
 use fuser::{Errno, INodeNo};
 use protocol::{FileHandle, NfsStatus};
 
-use super::Shared;
+use super::ServerMount;
 use super::convert::errno;
 use super::table::Table;
 use crate::session::{Client, SessionError};
@@ -14,7 +14,7 @@ use crate::session::{Client, SessionError};
 /// states (not listed by `readdir`).
 pub(super) const HIDDEN_PREFIX: &[u8] = b".sfs-unlinked-";
 
-impl Shared {
+impl ServerMount {
     /// If `dir/name` is a file some program has open, makes sure it outlives its name: the
     /// server is asked to keep it (OPEN, an open state CLOSEd at its last release), or, on a
     /// server without open states, it is renamed to a hidden name removed at its last release.

@@ -15,11 +15,11 @@
 use fuser::{Errno, INodeNo, ReplyXattr};
 use protocol::xattr::{self, MAX_LIST_LEN, MAX_VALUE_LEN};
 
-use super::{Shared, errno};
+use super::{ServerMount, errno};
 use crate::session::Client;
 use tokio::runtime::Handle;
 
-impl Shared {
+impl ServerMount {
     pub(super) async fn getxattr(
         &self,
         c: &Client,
@@ -53,7 +53,7 @@ impl Shared {
         Some(answer.map_err(errno).and_then(|v| value(v, size)))
     }
 
-    /// [`Shared::getxattr_now`] for LISTXATTR (newer coreutils' `ls -l` asks it first).
+    /// [`ServerMount::getxattr_now`] for LISTXATTR (newer coreutils' `ls -l` asks it first).
     pub(super) fn listxattr_now(
         &self,
         c: &Client,

@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use super::error::{ConnectError, ProtocolError, SessionError, status_message};
 use super::handshake;
 use super::known_keys;
-use super::{Client, Inner, Invalidation, REUSE_ABOVE};
+use super::{Client, ClientState, Invalidation, REUSE_ABOVE};
 use crate::caller_groups::Groups;
 use crate::identity::Identity;
 
@@ -560,7 +560,7 @@ async fn write_records(
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     mut wr: OwnedWriteHalf,
     pending: Arc<Mutex<Pending>>,
-    client: Weak<Inner>,
+    client: Weak<ClientState>,
 ) {
     let mut batch = Vec::new();
     while let Some(first) = rx.recv().await {
@@ -618,7 +618,7 @@ async fn read_records(
     mut reader: MessageReader,
     mut rd: OwnedReadHalf,
     pending: Arc<Mutex<Pending>>,
-    client: Weak<Inner>,
+    client: Weak<ClientState>,
     server: String,
 ) {
     loop {

@@ -132,7 +132,9 @@ pub type InvalidateHook = Box<dyn Fn(Invalidation) + Send + Sync>;
 /// Finds the identity of a local uid (for [`Client::as_uid`]).
 pub type IdentityResolver = Box<dyn Fn(u32) -> Option<Identity> + Send + Sync>;
 
-struct Inner {
+/// What the clones of one [`Client`] share: the server's name and key, the identity, the
+/// attribute cache, the live connection and the buffers kept for reuse.
+struct ClientState {
     name: ServerName,
     identity: Option<Identity>,
     opts: Options,
@@ -174,7 +176,7 @@ impl Options {
     }
 }
 
-impl Inner {
+impl ClientState {
     /// A buffer for `len` bytes of data (a READ reply's, a WRITE request's, a bulk write's
     /// block): a recycled one when it is large, with room for a record's framing besides so
     /// the buffers cycling through a transfer never grow (contents and length are the last
@@ -209,7 +211,7 @@ impl Inner {
 /// A session with one server, shared cheaply (`Clone`) between tasks.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    inner: Arc<ClientState>,
     /// The local user this handle acts for (None: the session's own identity).
     who: Option<u32>,
     /// The groups of the local process this handle acts for: requests carry an authno
@@ -225,7 +227,7 @@ impl Client {
     /// A client for `name` (its path, if any, is ignored here); connects lazily.
     pub fn new(name: &ServerName, identity: Option<Identity>, opts: Options) -> Client {
         Client {
-            inner: Arc::new(Inner {
+            inner: Arc::new(ClientState {
                 name: name.without_path(),
                 identity,
                 opts,
