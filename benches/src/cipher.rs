@@ -9,7 +9,7 @@ use serde::Serialize;
 
 /// CPU seconds per GB (10^9 bytes of payload) for each direction.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct CipherCost {
+pub(crate) struct CipherCost {
     pub seal_cpu_s_per_gb: f64,
     pub open_cpu_s_per_gb: f64,
 }
@@ -21,7 +21,7 @@ pub struct CipherCost {
 /// client opens it: no copy of the payload is counted, only the cipher and the record
 /// framing, so the servers' costs are compared with the cipher itself. (Until November 2026
 /// the payload was copied into the record first, which added 5-8% here.)
-pub fn measure(cipher: Cipher, record: usize, budget: Duration) -> CipherCost {
+pub(crate) fn measure(cipher: Cipher, record: usize, budget: Duration) -> CipherCost {
     let key: RecordKey = [7; 32];
     let max = record + 1024;
     let mut best_seal = f64::INFINITY;

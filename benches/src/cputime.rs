@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 /// User + system CPU time consumed so far by this process (all threads).
-pub fn process_cpu_time() -> Duration {
+pub(crate) fn process_cpu_time() -> Duration {
     rusage(libc::RUSAGE_SELF)
 }
 
 /// User + system CPU time of this process's children that have been waited for.
-pub fn children_cpu_time() -> Duration {
+pub(crate) fn children_cpu_time() -> Duration {
     rusage(libc::RUSAGE_CHILDREN)
 }
 

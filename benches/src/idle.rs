@@ -17,7 +17,7 @@ use crate::read::servers::{self, Server};
 use crate::read::{BENCH_USER, DATA_FILE, prepare_exports};
 
 #[derive(clap::Args, Debug)]
-pub struct IdleArgs {
+pub(crate) struct IdleArgs {
     /// Idle connections to open
     #[arg(default_value_t = 2000)]
     connections: usize,
@@ -49,7 +49,7 @@ struct Result {
     open_seconds: f64,
 }
 
-pub fn run(args: IdleArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: IdleArgs) -> anyhow::Result<()> {
     if args.connections == 0 || args.openers == 0 {
         bail!("connections and --openers must be at least 1");
     }

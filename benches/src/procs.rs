@@ -5,7 +5,7 @@ use std::time::Duration;
 use rustix::process::{Pid, Signal};
 
 /// Sends `signal` to `pid`; a process that already exited is not an error (nothing printed).
-pub fn signal(pid: u32, signal: Signal) {
+pub(crate) fn signal(pid: u32, signal: Signal) {
     if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
         let _ = rustix::process::kill_process(pid, signal);
     }
@@ -15,19 +15,19 @@ pub fn signal(pid: u32, signal: Signal) {
 /// behalf (system calls; on loopback also the receiving side of TCP, which runs inside the
 /// sender's send).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CpuTimes {
+pub(crate) struct CpuTimes {
     pub user: Duration,
     pub system: Duration,
 }
 
 impl CpuTimes {
-    pub fn total(self) -> Duration {
+    pub(crate) fn total(self) -> Duration {
         self.user + self.system
     }
 
     /// What was used between `earlier` and `self` (zero where a counter went backwards: a
     /// process that exited in between).
-    pub fn since(self, earlier: CpuTimes) -> CpuTimes {
+    pub(crate) fn since(self, earlier: CpuTimes) -> CpuTimes {
         CpuTimes {
             user: self.user.saturating_sub(earlier.user),
             system: self.system.saturating_sub(earlier.system),
@@ -35,7 +35,7 @@ impl CpuTimes {
     }
 
     /// The kernel's share of the total, if any time was used.
-    pub fn system_share(self) -> Option<f64> {
+    pub(crate) fn system_share(self) -> Option<f64> {
         let total = self.total().as_secs_f64();
         (total > 0.0).then(|| self.system.as_secs_f64() / total)
     }
@@ -51,13 +51,13 @@ impl std::iter::Sum for CpuTimes {
 }
 
 /// utime and stime of a process (fields 14 and 15 of /proc/PID/stat, in USER_HZ = 100 ticks).
-pub fn cpu_times(pid: u32) -> Option<CpuTimes> {
+pub(crate) fn cpu_times(pid: u32) -> Option<CpuTimes> {
     parse_cpu_times(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// utime and stime of one thread of this process. (`/proc/TID/stat` would not do: for a
 /// thread id it sums the whole thread group, like `/proc/PID/stat`.)
-pub fn thread_cpu_times(tid: u32) -> Option<CpuTimes> {
+pub(crate) fn thread_cpu_times(tid: u32) -> Option<CpuTimes> {
     parse_cpu_times(&std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?)
 }
 
@@ -77,7 +77,7 @@ fn parse_cpu_times(stat: &str) -> Option<CpuTimes> {
 
 /// Whether a child has exited but is not reaped yet (a zombie: its /proc entry still holds
 /// its final CPU times), or is gone altogether.
-pub fn exited(pid: u32) -> bool {
+pub(crate) fn exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rfind(')')
@@ -88,12 +88,12 @@ pub fn exited(pid: u32) -> bool {
 }
 
 /// utime + stime of a process.
-pub fn cpu_time(pid: u32) -> Option<Duration> {
+pub(crate) fn cpu_time(pid: u32) -> Option<Duration> {
     cpu_times(pid).map(CpuTimes::total)
 }
 
 /// Resident memory of a process in bytes (VmRSS of /proc/PID/status).
-pub fn rss_bytes(pid: u32) -> Option<u64> {
+pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

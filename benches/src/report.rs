@@ -1,7 +1,7 @@
 //! Medians and spreads of repeated measurements, and the JSON-lines files results go to.
 
 /// Median of a non-empty sample (mean of the middle two for even sizes).
-pub fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let n = sorted.len();
@@ -16,13 +16,13 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 /// Median of the values a measurement produced (`None` where it had none), if any.
-pub fn median_of_present(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+pub(crate) fn median_of_present(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
     let present: Vec<f64> = values.into_iter().flatten().collect();
     (!present.is_empty()).then(|| median(&present))
 }
 
 /// (min, max) of a sample.
-pub fn spread(values: &[f64]) -> (f64, f64) {
+pub(crate) fn spread(values: &[f64]) -> (f64, f64) {
     values
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
@@ -31,7 +31,7 @@ pub fn spread(values: &[f64]) -> (f64, f64) {
 }
 
 /// Writes `rows` to `path` as JSON lines (one object per row) and says so on stderr.
-pub fn write_json_lines<T: serde::Serialize>(
+pub(crate) fn write_json_lines<T: serde::Serialize>(
     path: &std::path::Path,
     rows: &[T],
 ) -> anyhow::Result<()> {
@@ -46,7 +46,7 @@ pub fn write_json_lines<T: serde::Serialize>(
 }
 
 /// Reads back what [`write_json_lines`] wrote: one object per non-empty line.
-pub fn read_json_lines<T: serde::de::DeserializeOwned>(
+pub(crate) fn read_json_lines<T: serde::de::DeserializeOwned>(
     path: &std::path::Path,
 ) -> anyhow::Result<Vec<T>> {
     use anyhow::Context;

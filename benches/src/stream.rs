@@ -29,7 +29,7 @@ use crate::report::{median, median_of_present, spread};
 const SSH_CIPHER: &str = sftp::CIPHERS[0];
 
 #[derive(clap::Args, Debug)]
-pub struct StreamArgs {
+pub(crate) struct StreamArgs {
     /// Size of the file copied, e.g. 256MiB
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     size: u64,
@@ -58,7 +58,7 @@ pub struct StreamArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Direction {
+pub(crate) enum Direction {
     /// Server to client
     Get,
     /// Client to server
@@ -67,7 +67,7 @@ pub enum Direction {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Tool {
+pub(crate) enum Tool {
     Sfs,
     Sftp,
     Scp,
@@ -123,7 +123,7 @@ struct Setup {
     size: u64,
 }
 
-pub fn run(args: StreamArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: StreamArgs) -> anyhow::Result<()> {
     if args.reps == 0 {
         bail!("--reps must be at least 1");
     }

@@ -5,10 +5,10 @@ use plotters::coord::CoordTranslate;
 use plotters::prelude::*;
 
 /// The drawing errors of an SVG figure.
-pub type SvgError = DrawingAreaErrorKind<std::io::Error>;
+pub(crate) type SvgError = DrawingAreaErrorKind<std::io::Error>;
 
 /// Draws the chart's legend in its upper left corner, on white, framed.
-pub fn legend<'a, CT: CoordTranslate>(
+pub(crate) fn legend<'a, CT: CoordTranslate>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
 ) -> Result<(), SvgError> {
     chart
@@ -20,7 +20,7 @@ pub fn legend<'a, CT: CoordTranslate>(
 }
 
 /// Draws `points` as a line of `color` named `label` in the legend, with a dot on each.
-pub fn dotted_line<'a, CT>(
+pub(crate) fn dotted_line<'a, CT>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
     points: &[CT::From],
     color: RGBColor,

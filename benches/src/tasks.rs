@@ -34,7 +34,7 @@ use crate::cputime::process_cpu_time;
 use crate::report::{median, spread};
 
 #[derive(clap::Args, Debug)]
-pub struct TasksArgs {
+pub(crate) struct TasksArgs {
     /// Worker threads for the multiprocessor configurations and tokio [default: CPUs available]
     #[arg(long)]
     workers: Option<usize>,
@@ -69,7 +69,7 @@ pub struct TasksArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-pub enum Workload {
+pub(crate) enum Workload {
     #[value(name = "table2")]
     Table2,
     #[value(name = "fan-in")]
@@ -95,7 +95,7 @@ impl Workload {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-pub enum Config {
+pub(crate) enum Config {
     /// libcolor's uniprocessor flavour (one thread)
     #[value(name = "uni")]
     Uni,
@@ -157,7 +157,7 @@ struct Window {
     duration: Duration,
 }
 
-pub fn run(args: TasksArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: TasksArgs) -> anyhow::Result<()> {
     let workers = args.workers.unwrap_or_else(libcolor::available_cpus).max(1);
     if args.colors == 0 || args.reps == 0 {
         bail!("--colors and --reps must be at least 1");

@@ -10,7 +10,7 @@ use protocol::ServerName;
 
 /// One bookmark.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bookmark {
+pub(crate) struct Bookmark {
     /// The short name.
     pub alias: String,
     /// The server it stands for (without a path).
@@ -18,7 +18,7 @@ pub struct Bookmark {
 }
 
 /// The bookmarks file: `SFS_BOOKMARKS`, else `~/.sfs/bookmarks`.
-pub fn default_path() -> Option<PathBuf> {
+pub(crate) fn default_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SFS_BOOKMARKS") {
         return Some(PathBuf::from(p));
     }
@@ -27,7 +27,7 @@ pub fn default_path() -> Option<PathBuf> {
 
 /// Whether `alias` can be a bookmark: non-empty, not `.`/`..`, not starting with `@`, and
 /// without `/`, `:` or whitespace (so `alias:/path` and the namespace root are unambiguous).
-pub fn valid_alias(alias: &str) -> bool {
+pub(crate) fn valid_alias(alias: &str) -> bool {
     !alias.is_empty()
         && alias != "."
         && alias != ".."
@@ -38,7 +38,7 @@ pub fn valid_alias(alias: &str) -> bool {
 }
 
 /// Parses a bookmarks file; errors name the line.
-pub fn parse(text: &str) -> Result<Vec<Bookmark>, String> {
+pub(crate) fn parse(text: &str) -> Result<Vec<Bookmark>, String> {
     let mut out: Vec<Bookmark> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -78,7 +78,7 @@ pub fn parse(text: &str) -> Result<Vec<Bookmark>, String> {
 }
 
 /// Reads the bookmarks file (none when it does not exist).
-pub fn load() -> Result<Vec<Bookmark>, String> {
+pub(crate) fn load() -> Result<Vec<Bookmark>, String> {
     let Some(path) = default_path() else {
         return Ok(Vec::new());
     };
@@ -99,7 +99,7 @@ pub fn load() -> Result<Vec<Bookmark>, String> {
 
 /// `ALIAS:/path` (or `ALIAS:`) rewritten as `@SERVER/path` using `marks`; a name starting
 /// with `@` is returned unchanged. `Ok(None)`: not an alias form at all.
-pub fn expand_with(text: &str, marks: &[Bookmark]) -> Result<Option<String>, String> {
+pub(crate) fn expand_with(text: &str, marks: &[Bookmark]) -> Result<Option<String>, String> {
     if text.starts_with('@') {
         return Ok(Some(text.to_owned()));
     }
@@ -126,7 +126,7 @@ pub fn expand_with(text: &str, marks: &[Bookmark]) -> Result<Option<String>, Str
 }
 
 /// [`expand_with`] using the bookmarks file, read only for alias forms.
-pub fn expand(text: &str) -> Result<Option<String>, String> {
+pub(crate) fn expand(text: &str) -> Result<Option<String>, String> {
     if text.starts_with('@') || !text.contains(':') {
         return expand_with(text, &[]);
     }

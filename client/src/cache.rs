@@ -36,14 +36,14 @@ use fresh_dirs::FreshDirs;
 
 /// Cached attributes and access bits, keyed by file handle.
 #[derive(Default)]
-pub struct AttrCache {
+pub(crate) struct AttrCache {
     inner: Mutex<Cached>,
 }
 
 /// A point of the cache's logical clock, taken before a request is sent: attributes its
 /// reply carries are installed only if nothing changed the object since.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Stamp(u64);
+pub(crate) struct Stamp(u64);
 
 /// What the cache knows of the changes of one object.
 #[derive(Debug, Default)]
@@ -100,11 +100,11 @@ const MAX_XATTR_BYTES: usize = 4 << 20;
 const MAX_CACHED_VALUE: usize = 4096;
 
 /// Whose question about which attribute: (authno, name; None for the list of names).
-pub type XattrKey = (u32, Option<Vec<u8>>);
+pub(crate) type XattrKey = (u32, Option<Vec<u8>>);
 
 /// A cached GETXATTR or LISTXATTR answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum XattrAnswer {
+pub(crate) enum XattrAnswer {
     /// LISTXATTR's names.
     Names(Vec<Vec<u8>>),
     /// GETXATTR's value.
@@ -126,7 +126,7 @@ impl XattrAnswer {
 
 /// A modifying request to one object in flight (see [`AttrCache::begin`]). Ending it without
 /// attributes is what dropping it does, so an error or a cancelled request still counts.
-pub struct Change<'a> {
+pub(crate) struct Change<'a> {
     cache: &'a AttrCache,
     fh: FileHandle,
     /// Its tick when it began.
@@ -139,7 +139,7 @@ pub struct Change<'a> {
 impl Change<'_> {
     /// The request's reply came: installs `attr` (its post-op attributes) unless another
     /// change of the object overlapped this one.
-    pub fn end(mut self, attr: Option<Attr>) {
+    pub(crate) fn end(mut self, attr: Option<Attr>) {
         self.ended = true;
         self.cache.end(&self, attr);
     }
@@ -213,13 +213,13 @@ impl Cached {
 
 impl AttrCache {
     /// The stamp of a request about to be sent.
-    pub fn stamp(&self) -> Stamp {
+    pub(crate) fn stamp(&self) -> Stamp {
         Stamp(self.inner.lock().clock)
     }
 
     /// Remembers `attr` for `fh` (valid for its lease from now), from the reply to a request
     /// stamped `since`: unless `fh` changed since (see the module's doc).
-    pub fn put(&self, fh: FileHandle, attr: Attr, since: Stamp) {
+    pub(crate) fn put(&self, fh: FileHandle, attr: Attr, since: Stamp) {
         let mut g = self.inner.lock();
         if g.unchanged_since(&fh, since) {
             g.install(fh, attr);
@@ -228,13 +228,13 @@ impl AttrCache {
 
     /// Whether attributes of `fh` taken by a request stamped `since` would be out of date: a
     /// change of it began or ended since, or is in flight.
-    pub fn changed_since(&self, fh: &FileHandle, since: Stamp) -> bool {
+    pub(crate) fn changed_since(&self, fh: &FileHandle, since: Stamp) -> bool {
         !self.inner.lock().unchanged_since(fh, since)
     }
 
     /// A modifying request to `fh` is about to be sent: what is cached of `fh` goes, and
     /// replies to requests sent before (or while it is in flight) are not installed.
-    pub fn begin(&self, fh: &FileHandle) -> Change<'_> {
+    pub(crate) fn begin(&self, fh: &FileHandle) -> Change<'_> {
         let mut g = self.inner.lock();
         let c = g.changed(fh);
         let overlapped = c.in_flight > 0;
@@ -265,7 +265,7 @@ impl AttrCache {
     /// stamped `since` that was not bracketed by [`AttrCache::begin`] since its handle was not
     /// known: its reply's `attr` is installed unless something else changed `fh` since, and
     /// replies to requests sent before are refused from now on.
-    pub fn made(&self, fh: &FileHandle, attr: Option<Attr>, since: Stamp) {
+    pub(crate) fn made(&self, fh: &FileHandle, attr: Option<Attr>, since: Stamp) {
         let mut g = self.inner.lock();
         let install = g.unchanged_since(fh, since);
         let c = g.changed(fh);
@@ -277,7 +277,7 @@ impl AttrCache {
     }
 
     /// Attributes of `fh` whose lease has not expired.
-    pub fn get(&self, fh: &FileHandle) -> Option<Attr> {
+    pub(crate) fn get(&self, fh: &FileHandle) -> Option<Attr> {
         let mut g = self.inner.lock();
         match g.attrs.get(fh) {
             Some((a, e)) if *e > Instant::now() => Some(*a),
@@ -290,7 +290,7 @@ impl AttrCache {
     }
 
     /// Until when the cached attributes of `fh` hold (their lease), if any are cached.
-    pub fn expiry(&self, fh: &FileHandle) -> Option<Instant> {
+    pub(crate) fn expiry(&self, fh: &FileHandle) -> Option<Instant> {
         let g = self.inner.lock();
         g.attrs
             .get(fh)
@@ -300,7 +300,7 @@ impl AttrCache {
 
     /// Drops everything known about `fh` (it changed), so replies to requests sent before
     /// are not installed either.
-    pub fn invalidate(&self, fh: &FileHandle) {
+    pub(crate) fn invalidate(&self, fh: &FileHandle) {
         let mut g = self.inner.lock();
         g.changed(fh);
         g.no_caps.remove(fh);
@@ -308,28 +308,28 @@ impl AttrCache {
     }
 
     /// `dir` was made by a MKDIR of `authno` replying `attr` ([`fresh_dirs`]).
-    pub fn dir_made(&self, dir: &FileHandle, attr: &Attr, authno: u32) {
+    pub(crate) fn dir_made(&self, dir: &FileHandle, attr: &Attr, authno: u32) {
         self.inner.lock().fresh.made(*dir, attr, authno);
     }
 
     /// A request that may add `name` to `dir` is about to be sent ([`fresh_dirs`]).
-    pub fn naming(&self, dir: &FileHandle, name: &[u8]) {
+    pub(crate) fn naming(&self, dir: &FileHandle, name: &[u8]) {
         self.inner.lock().fresh.naming(dir, name);
     }
 
     /// Whether `name` is known not to be in `dir` for `authno` ([`fresh_dirs`]).
-    pub fn known_absent(&self, dir: &FileHandle, name: &[u8], authno: u32) -> bool {
+    pub(crate) fn known_absent(&self, dir: &FileHandle, name: &[u8], authno: u32) -> bool {
         self.inner.lock().fresh.known_absent(dir, name, authno)
     }
 
     /// A SETATTR of ours on `fh` is about to be sent: if a directory, it may no longer let
     /// its maker search it ([`fresh_dirs`]).
-    pub fn setattr_sending(&self, fh: &FileHandle) {
+    pub(crate) fn setattr_sending(&self, fh: &FileHandle) {
         self.inner.lock().fresh.forget(fh);
     }
 
     /// `fh` was made new by this client with `attr` ([`Cached::no_caps`]).
-    pub fn made_new(&self, fh: &FileHandle, attr: &Attr) {
+    pub(crate) fn made_new(&self, fh: &FileHandle, attr: &Attr) {
         if attr.lease_ms == 0 {
             return;
         }
@@ -346,14 +346,14 @@ impl AttrCache {
     }
 
     /// Whether `fh` is known to hold no `security.capability` ([`Cached::no_caps`]).
-    pub fn known_without_caps(&self, fh: &FileHandle) -> bool {
+    pub(crate) fn known_without_caps(&self, fh: &FileHandle) -> bool {
         let g = self.inner.lock();
         g.no_caps.get(fh).is_some_and(|e| *e > Instant::now())
     }
 
     /// An extended attribute of `fh` is about to be set or removed by us: it may get a
     /// capability.
-    pub fn xattr_changing(&self, fh: &FileHandle) {
+    pub(crate) fn xattr_changing(&self, fh: &FileHandle) {
         self.inner.lock().no_caps.remove(fh);
     }
 
@@ -361,7 +361,7 @@ impl AttrCache {
     /// the server sent them: installed only if we never changed `fh` (as far as its record
     /// goes), since the server may have taken them before a change of ours whose reply came
     /// first.
-    pub fn invalidated(&self, fh: &FileHandle, attr: Option<Attr>) {
+    pub(crate) fn invalidated(&self, fh: &FileHandle, attr: Option<Attr>) {
         let mut g = self.inner.lock();
         g.no_caps.remove(fh);
         g.fresh.forget(fh);
@@ -374,7 +374,7 @@ impl AttrCache {
 
     /// Drops everything (after a reconnect: invalidations may have been missed), including
     /// what replies to requests sent before would bring.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         let mut g = self.inner.lock();
         g.attrs.clear();
         g.access.clear();
@@ -388,7 +388,7 @@ impl AttrCache {
 
     /// Remembers that `authno` asked `asked` on `fh` and was granted `granted`, in the reply
     /// to a request stamped `since` (unless `fh` changed since).
-    pub fn put_access(
+    pub(crate) fn put_access(
         &self,
         fh: FileHandle,
         authno: u32,
@@ -418,7 +418,7 @@ impl AttrCache {
     /// server INVALIDATEs lease holders when an attribute changes (its ctime moves), so the
     /// answer is as fresh as the attributes. Nothing is kept without a lease, nor a value
     /// longer than [`MAX_CACHED_VALUE`].
-    pub fn put_xattr(&self, fh: FileHandle, key: XattrKey, answer: XattrAnswer, since: Stamp) {
+    pub(crate) fn put_xattr(&self, fh: FileHandle, key: XattrKey, answer: XattrAnswer, since: Stamp) {
         if matches!(&answer, XattrAnswer::Value(v) if v.len() > MAX_CACHED_VALUE) {
             return;
         }
@@ -446,7 +446,7 @@ impl AttrCache {
     }
 
     /// The answer cached for `key` on `fh`, while the lease lasts.
-    pub fn get_xattr(&self, fh: &FileHandle, key: &XattrKey) -> Option<XattrAnswer> {
+    pub(crate) fn get_xattr(&self, fh: &FileHandle, key: &XattrKey) -> Option<XattrAnswer> {
         let g = self.inner.lock();
         match g.xattrs.get(fh).and_then(|m| m.get(key)) {
             Some((a, e)) if *e > Instant::now() => Some(a.clone()),
@@ -455,7 +455,7 @@ impl AttrCache {
     }
 
     /// Cached answer to `asked` for `authno` on `fh`, if every bit asked was asked before.
-    pub fn get_access(&self, fh: &FileHandle, authno: u32, asked: u32) -> Option<u32> {
+    pub(crate) fn get_access(&self, fh: &FileHandle, authno: u32, asked: u32) -> Option<u32> {
         let g = self.inner.lock();
         match g.access.get(fh).and_then(|m| m.get(&authno)) {
             Some((a, granted, e)) if *e > Instant::now() && asked & !a == 0 => {

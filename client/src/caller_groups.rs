@@ -10,7 +10,7 @@ use protocol::request::MAX_NARROW_GROUPS;
 /// A process's primary group and sorted, distinct supplementary groups (at most
 /// [`MAX_NARROW_GROUPS`]), shared cheaply between the requests of one caller.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Groups {
+pub(crate) struct Groups {
     /// The file-system gid: the group of what the process creates.
     pub gid: u32,
     /// Supplementary groups, sorted and distinct.
@@ -25,7 +25,7 @@ impl Groups {
     /// `gid` with `groups` sorted and deduplicated; None when more than [`MAX_NARROW_GROUPS`]
     /// remain (the caller then keeps the login's groups: narrowing to a truncated list would
     /// take away groups the process has).
-    pub fn new(gid: u32, mut groups: Vec<u32>) -> Option<Groups> {
+    pub(crate) fn new(gid: u32, mut groups: Vec<u32>) -> Option<Groups> {
         groups.sort_unstable();
         groups.dedup();
         (groups.len() <= MAX_NARROW_GROUPS).then(|| Groups {
@@ -37,7 +37,7 @@ impl Groups {
     /// The groups of process `pid` acting with file-system gid `fsgid`; None when its status
     /// cannot be read (it has exited, or lives in a pid namespace this one cannot see: the
     /// kernel then reports pid 0) or lists too many groups.
-    pub fn of_process(pid: u32, fsgid: u32) -> Option<Groups> {
+    pub(crate) fn of_process(pid: u32, fsgid: u32) -> Option<Groups> {
         if pid == 0 {
             return None;
         }
@@ -50,7 +50,7 @@ impl Groups {
 
 /// The supplementary groups of a `/proc/<pid>/status` text (its complete `Groups:` line);
 /// None if there is none, it is cut off, or holds more than [`MAX_NARROW_GROUPS`] entries.
-pub fn parse_status_groups(status: &str) -> Option<Vec<u32>> {
+pub(crate) fn parse_status_groups(status: &str) -> Option<Vec<u32>> {
     let start = status.find("\nGroups:")? + "\nGroups:".len();
     let rest = &status[start..];
     let line = &rest[..rest.find('\n')?];

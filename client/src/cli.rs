@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 /// ~/.sfs/bookmarks (or the file SFS_BOOKMARKS names).
 #[derive(Debug, Parser)]
 #[command(name = "sfs", version)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Identity key file (else SFS_IDENTITY, else ~/.sfs/identity; anonymous when absent).
     #[arg(long, global = true, value_name = "FILE")]
     pub identity: Option<PathBuf>,
@@ -34,7 +34,7 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Create an identity key; prints the public key (for the server's users file) last.
     Keygen {
         /// Where to write it (default ~/.sfs/identity).

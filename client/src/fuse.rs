@@ -97,14 +97,14 @@ mod xattr;
 mod xattr_ahead;
 pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
 
-pub use convert::{errno, fattr, placeholder_dir, time_from, ttl};
-pub use invalidator::invalidator;
-pub use kernel::SfsFuse;
-pub use node_ranges::NodeRanges;
+pub(crate) use convert::{errno, fattr, placeholder_dir, time_from, ttl};
+pub(crate) use invalidator::invalidator;
+pub(crate) use kernel::SfsFuse;
+pub(crate) use node_ranges::NodeRanges;
 use table::{Node, Table};
 
 /// The root's node id (fixed by FUSE).
-pub const ROOT: u64 = 1;
+pub(crate) const ROOT: u64 = 1;
 
 /// `st_blksize`: large, so `cp` and friends move data in big requests.
 const BLKSIZE: u32 = 128 * 1024;
@@ -112,7 +112,7 @@ const BLKSIZE: u32 = 128 * 1024;
 /// One server's mount: its session, node table, listings and write-back state, shared by the
 /// kernel adapter's tasks and the invalidation thread. A mount of one server has one; a
 /// `--namespace` mount one per server reached.
-pub struct ServerMount {
+pub(crate) struct ServerMount {
     client: Client,
     table: Mutex<Table>,
     /// Many users: each local uid other than `owner` acts with its own identity.
@@ -136,19 +136,19 @@ pub struct ServerMount {
 
 impl ServerMount {
     /// The tree of `client`'s server below `root`, every caller acting as `client`'s identity.
-    pub fn new(client: Client, root: FileHandle) -> Arc<ServerMount> {
+    pub(crate) fn new(client: Client, root: FileHandle) -> Arc<ServerMount> {
         ServerMount::with_users(client, root, None)
     }
 
     /// Like [`ServerMount::new`]; with `Some(owner)`, callers other than local uid `owner` act as
     /// themselves ([`Client::as_uid`]).
-    pub fn with_users(client: Client, root: FileHandle, owner: Option<u32>) -> Arc<ServerMount> {
+    pub(crate) fn with_users(client: Client, root: FileHandle, owner: Option<u32>) -> Arc<ServerMount> {
         ServerMount::with_base(client, root, owner, ROOT)
     }
 
     /// Like [`ServerMount::with_users`], with the server's root as node `base` and the node ids of
     /// everything below it allocated upwards from there.
-    pub fn with_base(
+    pub(crate) fn with_base(
         client: Client,
         root: FileHandle,
         owner: Option<u32>,

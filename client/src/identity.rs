@@ -16,7 +16,7 @@ use crate::owned_file;
 
 /// A user who logs in on every session: name and key.
 #[derive(Debug, Clone)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// The name the server's users file lists the key under.
     pub user: String,
     /// The key that proves it.
@@ -24,13 +24,13 @@ pub struct Identity {
 }
 
 /// The default key file: `~/.sfs/identity`.
-pub fn default_path() -> Option<PathBuf> {
+pub(crate) fn default_path() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| Path::new(&h).join(".sfs").join("identity"))
 }
 
 /// The user name to log in as: explicit, else `SFS_USER`, else `USER`, else the process's
 /// user's name in /etc/passwd (the decimal uid when it has none), as `id -un` prints it.
-pub fn user_name(explicit: Option<&str>) -> String {
+pub(crate) fn user_name(explicit: Option<&str>) -> String {
     explicit
         .map(str::to_owned)
         .or_else(|| std::env::var("SFS_USER").ok())
@@ -44,7 +44,7 @@ pub fn user_name(explicit: Option<&str>) -> String {
 
 /// Loads the identity. An explicitly named file (flag or `SFS_IDENTITY`) must exist; the
 /// default file is optional (anonymous without it).
-pub fn load(explicit: Option<&Path>, user: Option<&str>) -> Result<Option<Identity>> {
+pub(crate) fn load(explicit: Option<&Path>, user: Option<&str>) -> Result<Option<Identity>> {
     let (path, required) = match explicit {
         Some(p) => (p.to_path_buf(), true),
         None => match std::env::var_os("SFS_IDENTITY").filter(|s| !s.is_empty()) {
@@ -86,7 +86,7 @@ fn read_key(path: &Path, owners: &[u32]) -> Result<Option<UserKeypair>> {
 
 /// Creates a new key file at `path` readable only by its owner; refuses to replace an
 /// existing one unless `force`. Returns the key.
-pub fn keygen(path: &Path, force: bool) -> Result<UserKeypair> {
+pub(crate) fn keygen(path: &Path, force: bool) -> Result<UserKeypair> {
     if path.exists() && !force {
         bail!(
             "{} already exists (use --force to overwrite it)",
@@ -158,7 +158,7 @@ mod tests {
 }
 
 /// A local user's name and home directory, from /etc/passwd.
-pub fn local_user(uid: u32) -> Option<(String, PathBuf)> {
+pub(crate) fn local_user(uid: u32) -> Option<(String, PathBuf)> {
     let text = fs::read_to_string("/etc/passwd").ok()?;
     parse_passwd(&text, uid)
 }
@@ -179,7 +179,7 @@ fn parse_passwd(text: &str, uid: u32) -> Option<(String, PathBuf)> {
 /// writable by others: whoever can write it could swap two users' keys), and `DIR/UID` is
 /// theirs or the user's; `~user/.sfs/identity` must be the user's own. Both must be private
 /// and not symlinks (`owned_file`), so a user cannot point the mount at someone else's key.
-pub fn for_local_user(uid: u32, dir: Option<&Path>) -> Option<Identity> {
+pub(crate) fn for_local_user(uid: u32, dir: Option<&Path>) -> Option<Identity> {
     let user = local_user(uid);
     let name = user
         .as_ref()

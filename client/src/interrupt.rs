@@ -25,7 +25,7 @@ const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
 
 /// Runs `work` (answering a request from thread `tid`) to its end, or until `tid` is being
 /// killed. `tid` 0 (a request the kernel makes itself) always runs to its end.
-pub async fn unless_killed(tid: u32, work: impl Future<Output = ()>) {
+pub(crate) async fn unless_killed(tid: u32, work: impl Future<Output = ()>) {
     if tid == 0 {
         return work.await;
     }
@@ -65,7 +65,7 @@ fn sigkill_pending(status: &str) -> bool {
 /// against `SigBlk` in `/proc/TID/status`): a request that waits on purpose (a blocking lock,
 /// [`crate::fuse`]'s `setlk`) then ends with `EINTR`, as a local `fcntl(F_SETLKW)` does, so the
 /// program's handler runs. False when the thread cannot be seen (another pid namespace, gone).
-pub fn signal_pending(tid: u32) -> bool {
+pub(crate) fn signal_pending(tid: u32) -> bool {
     tid != 0
         && std::fs::read_to_string(format!("/proc/{tid}/status"))
             .is_ok_and(|s| unblocked_pending(&s))

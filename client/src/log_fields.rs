@@ -15,7 +15,7 @@ use tracing_subscriber::fmt::format::{Writer, debug_fn};
 use crate::commands::shown;
 
 /// The field formatter for every log line: `message key=value ...`, each part escaped.
-pub fn escaped() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
+pub(crate) fn escaped() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
     debug_fn(
         |w: &mut Writer<'_>, field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
             let mut text = String::new();

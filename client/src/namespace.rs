@@ -100,7 +100,7 @@ struct State {
 }
 
 /// The namespace file system.
-pub struct Namespace {
+pub(crate) struct Namespace {
     rt: Handle,
     identity: Option<Identity>,
     opts: Options,
@@ -112,7 +112,7 @@ pub struct Namespace {
 
 impl Namespace {
     /// An empty namespace whose sessions log in as `identity` with `opts`.
-    pub fn new(rt: Handle, identity: Option<Identity>, opts: Options) -> Arc<Namespace> {
+    pub(crate) fn new(rt: Handle, identity: Option<Identity>, opts: Options) -> Arc<Namespace> {
         Arc::new(Namespace {
             rt,
             identity,
@@ -124,7 +124,7 @@ impl Namespace {
     }
 
     /// Where INVALIDATEs of servers connected from now on are sent (set once, after mounting).
-    pub fn set_notifier(&self, n: Notifier) {
+    pub(crate) fn set_notifier(&self, n: Notifier) {
         let _ = self.notifier.set(n);
     }
 
@@ -267,7 +267,7 @@ impl Namespace {
     }
 
     /// Disconnects every server idle for at least `idle`, forever (every `idle / 4`).
-    pub async fn reap_idle(self: Arc<Self>, idle: Duration) {
+    pub(crate) async fn reap_idle(self: Arc<Self>, idle: Duration) {
         let tick = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
         loop {
             tokio::time::sleep(tick).await;

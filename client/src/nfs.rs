@@ -44,14 +44,14 @@ struct Ids {
 }
 
 /// The NFS view of one server's tree.
-pub struct SfsNfs {
+pub(crate) struct SfsNfs {
     client: Client,
     ids: Mutex<Ids>,
 }
 
 impl SfsNfs {
     /// A file system rooted at `root` on `client`'s server.
-    pub fn new(client: Client, root: FileHandle) -> SfsNfs {
+    pub(crate) fn new(client: Client, root: FileHandle) -> SfsNfs {
         let mut ids = Ids {
             next: ROOT_ID + 1,
             ..Ids::default()
@@ -162,7 +162,7 @@ mod num_like {
     use nfsserve::nfs::nfsstat3;
 
     /// nfsstat3 by wire value.
-    pub fn from_code(c: u32) -> Option<nfsstat3> {
+    pub(super) fn from_code(c: u32) -> Option<nfsstat3> {
         use nfsstat3::*;
         Some(match c {
             1 => NFS3ERR_PERM,

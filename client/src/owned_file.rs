@@ -17,7 +17,7 @@ use std::path::Path;
 
 /// What a file must be to be read.
 #[derive(Debug, Clone, Copy)]
-pub struct Rules<'a> {
+pub(crate) struct Rules<'a> {
     /// Uids allowed to own it.
     pub owners: &'a [u32],
     /// A secret: not readable by group or others either.
@@ -27,14 +27,14 @@ pub struct Rules<'a> {
 }
 
 /// The largest identity file: a key's text form is about a hundred bytes.
-pub const IDENTITY_MAX: u64 = 4096;
+pub(crate) const IDENTITY_MAX: u64 = 4096;
 
 /// The largest bookmarks file: hundreds of bookmarks.
-pub const BOOKMARKS_MAX: u64 = 64 * 1024;
+pub(crate) const BOOKMARKS_MAX: u64 = 64 * 1024;
 
 /// Why a file was not read. The message names what to change.
 #[derive(Debug, thiserror::Error)]
-pub enum Refused {
+pub(crate) enum Refused {
     #[error("is a symbolic link (sfs reads only the file itself)")]
     Symlink,
     #[error("is not a regular file")]
@@ -52,7 +52,7 @@ pub enum Refused {
 }
 
 /// The file's text, `Ok(None)` when it does not exist, or why it may not be read.
-pub fn read(path: &Path, rules: Rules<'_>) -> Result<Option<String>, Refused> {
+pub(crate) fn read(path: &Path, rules: Rules<'_>) -> Result<Option<String>, Refused> {
     let file = match File::options()
         .read(true)
         // NONBLOCK: a FIFO planted in its place must not hang the reader in open.
@@ -91,7 +91,7 @@ pub fn read(path: &Path, rules: Rules<'_>) -> Result<Option<String>, Refused> {
 /// Whether a directory of files others may rely on (`--identities DIR`) could have been
 /// changed by someone other than `owners`: owned by one of them, not writable by group or
 /// others, not a symlink. Whoever can write the directory can swap two users' files.
-pub fn check_dir(path: &Path, owners: &[u32]) -> Result<(), Refused> {
+pub(crate) fn check_dir(path: &Path, owners: &[u32]) -> Result<(), Refused> {
     let meta = std::fs::symlink_metadata(path).map_err(Refused::Io)?;
     if meta.file_type().is_symlink() {
         return Err(Refused::Symlink);

@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 /// Whether `sfs nfs` may serve the connection from `peer` to its listener at `local`:
 /// the peer's socket belongs to `me` or to root. Unknown peers (not on this host, or
 /// already gone) are refused.
-pub fn admits(local: SocketAddr, peer: SocketAddr, me: u32) -> bool {
+pub(crate) fn admits(local: SocketAddr, peer: SocketAddr, me: u32) -> bool {
     match owner(local, peer) {
         Some(uid) if uid == me || uid == 0 => true,
         found => {
@@ -29,7 +29,7 @@ pub fn admits(local: SocketAddr, peer: SocketAddr, me: u32) -> bool {
 
 /// The uid owning the local socket bound to `peer` and connected to `local`, if this host has
 /// one.
-pub fn owner(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
+pub(crate) fn owner(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     let table = match peer {
         SocketAddr::V4(_) => "/proc/net/tcp",
         SocketAddr::V6(_) => "/proc/net/tcp6",

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A byte counter that becomes a visible bar after a second on a terminal.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: ProgressBar,
     start: Instant,
     shown: bool,
@@ -16,7 +16,7 @@ pub struct Progress {
 
 impl Progress {
     /// A bar for `total` bytes (unknown when `None`) labelled `label`.
-    pub fn new(label: &str, total: Option<u64>) -> Progress {
+    pub(crate) fn new(label: &str, total: Option<u64>) -> Progress {
         let bar = match total {
             Some(t) => ProgressBar::with_draw_target(Some(t), ProgressDrawTarget::hidden()),
             None => ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden()),
@@ -37,7 +37,7 @@ impl Progress {
     }
 
     /// Counts `n` more bytes done.
-    pub fn inc(&mut self, n: u64) {
+    pub(crate) fn inc(&mut self, n: u64) {
         self.bar.inc(n);
         if !self.shown && self.tty && self.start.elapsed() > Duration::from_secs(1) {
             self.shown = true;
@@ -46,7 +46,7 @@ impl Progress {
     }
 
     /// Ends the bar (leaves the final line on screen when it was shown).
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         if self.shown {
             self.bar.finish();
         }

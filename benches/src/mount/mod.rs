@@ -46,7 +46,7 @@ const BENCH_USER: &str = "bench";
 const CIPHER: &str = "chacha20-poly1305@openssh.com";
 
 #[derive(clap::Args, Debug)]
-pub struct MountArgs {
+pub(crate) struct MountArgs {
     /// Size of the file of seq-write and seq-read, e.g. 256MiB, 1GiB
     #[arg(long, default_value = "256MiB", value_parser = crate::read::parse_size)]
     file_size: u64,
@@ -142,7 +142,7 @@ struct Bench {
     file_size: u64,
 }
 
-pub fn run(args: MountArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: MountArgs) -> anyhow::Result<()> {
     for tool in ["fusermount3", "tar", "sync", "taskset"] {
         if !have(tool) {
             bail!("`{tool}` not found (fusermount3 is in the fuse3 package)");

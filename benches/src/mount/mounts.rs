@@ -20,7 +20,7 @@ const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Which file system a mount is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum System {
+pub(super) enum System {
     /// `sfs mount` (FUSE) to sfsd.
     Sfs,
     /// sshfs to OpenSSH's sshd (internal-sftp).
@@ -30,7 +30,7 @@ pub enum System {
 }
 
 impl System {
-    pub fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             System::Sfs => "sfs",
             System::Sshfs => "sshfs",
@@ -40,7 +40,7 @@ impl System {
 }
 
 /// How to mount each system (what stays the same across mounts of one run).
-pub struct Recipe {
+pub(super) struct Recipe {
     /// `sfs` binary, identity file, user name, server name.
     pub sfs: PathBuf,
     pub identity: PathBuf,
@@ -54,7 +54,7 @@ pub struct Recipe {
 
 /// A mounted file system; unmounted on drop. For [`System::Local`] there is no mount nor
 /// process: `dir` is the exported directory itself.
-pub struct Mounted {
+pub(super) struct Mounted {
     pub dir: PathBuf,
     child: Option<Child>,
     system: System,
@@ -71,7 +71,7 @@ fn is_mounted(dir: &Path, fstype: &str) -> bool {
 
 impl Mounted {
     /// Mounts `system` on `dir` (created if needed) and waits until the kernel shows it.
-    pub fn mount(
+    pub(super) fn mount(
         system: System,
         recipe: &Recipe,
         sshd: Option<&Sshd>,
@@ -147,7 +147,7 @@ impl Mounted {
     }
 
     /// CPU time of the client side: the sfs process, or sshfs and its ssh child.
-    pub fn cpu_time(&self) -> Duration {
+    pub(super) fn cpu_time(&self) -> Duration {
         let Some(child) = &self.child else {
             return Duration::ZERO;
         };
@@ -160,7 +160,7 @@ impl Mounted {
     }
 
     /// Unmounts and waits for the mount process to exit (killed after a timeout).
-    pub fn unmount(mut self) {
+    pub(super) fn unmount(mut self) {
         self.stop();
     }
 

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 /// Bytes per `write`/`read` call of the sequential workloads.
-pub const IO_SIZE: usize = 1 << 20;
+pub(super) const IO_SIZE: usize = 1 << 20;
 
 /// A measured workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Workload {
+pub(super) enum Workload {
     /// Write a large file sequentially, then fsync.
     SeqWrite,
     /// Read that file sequentially on a fresh mount (cold client cache).
@@ -38,7 +38,7 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub const ALL: [Workload; 9] = [
+    pub(super) const ALL: [Workload; 9] = [
         Workload::SeqWrite,
         Workload::SeqRead,
         Workload::Untar,
@@ -50,7 +50,7 @@ impl Workload {
         Workload::RmR,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Workload::SeqWrite => "seq-write",
             Workload::SeqRead => "seq-read",
@@ -65,7 +65,7 @@ impl Workload {
     }
 
     /// Unit of [`Outcome::rate`].
-    pub fn unit(self) -> &'static str {
+    pub(super) fn unit(self) -> &'static str {
         match self {
             Workload::SeqWrite | Workload::SeqRead => "MB/s",
             _ => "ops/s",
@@ -75,7 +75,7 @@ impl Workload {
 
 /// What one run of a workload did.
 #[derive(Clone, Copy, Debug)]
-pub struct Outcome {
+pub(super) struct Outcome {
     pub elapsed: Duration,
     /// Bytes (sequential workloads) or entries (tree workloads).
     pub amount: u64,
@@ -83,7 +83,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// MB/s (10^6 bytes) or entries per second.
-    pub fn rate(self, w: Workload) -> f64 {
+    pub(super) fn rate(self, w: Workload) -> f64 {
         let secs = self.elapsed.as_secs_f64().max(1e-9);
         match w {
             Workload::SeqWrite | Workload::SeqRead => self.amount as f64 / 1e6 / secs,
@@ -101,7 +101,7 @@ fn pattern(buf: &mut [u8], offset: u64) {
 }
 
 /// Writes `size` bytes to `path` in [`IO_SIZE`] calls, then fsync.
-pub fn seq_write(path: &Path, size: u64) -> anyhow::Result<Outcome> {
+pub(super) fn seq_write(path: &Path, size: u64) -> anyhow::Result<Outcome> {
     let mut buf = vec![0u8; IO_SIZE];
     let start = Instant::now();
     let mut f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -122,7 +122,7 @@ pub fn seq_write(path: &Path, size: u64) -> anyhow::Result<Outcome> {
 
 /// Reads `path` to the end in [`IO_SIZE`] calls; checks its size and a sample of its bytes
 /// (the first call's, against [`pattern`]), so a short or wrong read is an error.
-pub fn seq_read(path: &Path, size: u64) -> anyhow::Result<Outcome> {
+pub(super) fn seq_read(path: &Path, size: u64) -> anyhow::Result<Outcome> {
     let mut buf = vec![0u8; IO_SIZE];
     let start = Instant::now();
     let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
@@ -155,7 +155,7 @@ pub fn seq_read(path: &Path, size: u64) -> anyhow::Result<Outcome> {
 
 /// `tar -xf TARBALL` into `dest` (`copies` times, into `dest/0`, `dest/1`...), then
 /// `sync -f`; the amount is `entries` per copy.
-pub fn untar(tarball: &Path, dest: &Path, copies: usize, entries: u64) -> anyhow::Result<Outcome> {
+pub(super) fn untar(tarball: &Path, dest: &Path, copies: usize, entries: u64) -> anyhow::Result<Outcome> {
     let start = Instant::now();
     for i in 0..copies {
         let d = dest.join(i.to_string());
@@ -188,7 +188,7 @@ pub fn untar(tarball: &Path, dest: &Path, copies: usize, entries: u64) -> anyhow
 
 /// Walks `root` depth-first (never following symlinks), `lstat`-ing every entry; the amount
 /// is the number of entries.
-pub fn find_stat(root: &Path) -> anyhow::Result<Outcome> {
+pub(super) fn find_stat(root: &Path) -> anyhow::Result<Outcome> {
     let start = Instant::now();
     let mut stack = vec![root.to_path_buf()];
     let mut n = 0u64;
@@ -239,7 +239,7 @@ fn run_tool(
 
 /// `cp -r SRC DEST` (DEST must not exist: it becomes the copy), then `sync -f`; the amount
 /// is `entries`, what `SRC` holds below itself.
-pub fn cp_r(src: &Path, dest: &Path, entries: u64) -> anyhow::Result<Outcome> {
+pub(super) fn cp_r(src: &Path, dest: &Path, entries: u64) -> anyhow::Result<Outcome> {
     let start = Instant::now();
     run_tool(
         "cp",
@@ -255,7 +255,7 @@ pub fn cp_r(src: &Path, dest: &Path, entries: u64) -> anyhow::Result<Outcome> {
 
 /// `ls -lR` of each of `roots` (output thrown away); the amount is `entries`, which the
 /// caller counted (`ls` prints headers and totals besides the entries).
-pub fn ls_lr(roots: &[&Path], entries: u64) -> anyhow::Result<Outcome> {
+pub(super) fn ls_lr(roots: &[&Path], entries: u64) -> anyhow::Result<Outcome> {
     let mut args: Vec<&std::ffi::OsStr> = vec!["-lR".as_ref()];
     args.extend(roots.iter().map(|r| r.as_os_str()));
     let (elapsed, _) = run_tool("ls", &args, false)?;
@@ -267,7 +267,7 @@ pub fn ls_lr(roots: &[&Path], entries: u64) -> anyhow::Result<Outcome> {
 
 /// `find` of each of `roots`, names only (no `stat`: the kernel's `getdents` answers it);
 /// the amount is the number of names printed below the roots.
-pub fn find_names(roots: &[&Path]) -> anyhow::Result<Outcome> {
+pub(super) fn find_names(roots: &[&Path]) -> anyhow::Result<Outcome> {
     let args: Vec<&std::ffi::OsStr> = roots.iter().map(|r| r.as_os_str()).collect();
     let (elapsed, lines) = run_tool("find", &args, true)?;
     Ok(Outcome {
@@ -277,7 +277,7 @@ pub fn find_names(roots: &[&Path]) -> anyhow::Result<Outcome> {
 }
 
 /// `rm -r` of each of `roots`; the amount is `entries`, counted by the caller.
-pub fn rm_r(roots: &[&Path], entries: u64) -> anyhow::Result<Outcome> {
+pub(super) fn rm_r(roots: &[&Path], entries: u64) -> anyhow::Result<Outcome> {
     let mut args: Vec<&std::ffi::OsStr> = vec!["-r".as_ref()];
     args.extend(roots.iter().map(|r| r.as_os_str()));
     let (elapsed, _) = run_tool("rm", &args, false)?;
@@ -293,7 +293,7 @@ pub fn rm_r(roots: &[&Path], entries: u64) -> anyhow::Result<Outcome> {
 }
 
 /// Entries below each of `roots` (not the roots), counted by a walk that follows no symlink.
-pub fn count_entries(roots: &[&Path]) -> anyhow::Result<u64> {
+pub(super) fn count_entries(roots: &[&Path]) -> anyhow::Result<u64> {
     let mut n = 0;
     for r in roots {
         n += find_stat(r)?.amount;
@@ -302,7 +302,7 @@ pub fn count_entries(roots: &[&Path]) -> anyhow::Result<u64> {
 }
 
 /// `tar -xf TARBALL -C DEST` (DEST made first): the local source of `cp -r`.
-pub fn extract(tarball: &Path, dest: &Path) -> anyhow::Result<()> {
+pub(super) fn extract(tarball: &Path, dest: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dest)?;
     run_tool(
         "tar",
@@ -318,7 +318,7 @@ pub fn extract(tarball: &Path, dest: &Path) -> anyhow::Result<()> {
 }
 
 /// Number of entries (files, directories, links) in a tarball, as `tar -t` lists them.
-pub fn tar_entries(tarball: &Path) -> anyhow::Result<u64> {
+pub(super) fn tar_entries(tarball: &Path) -> anyhow::Result<u64> {
     let out = Command::new("tar")
         .arg("-tf")
         .arg(tarball)
@@ -336,7 +336,7 @@ pub fn tar_entries(tarball: &Path) -> anyhow::Result<u64> {
 }
 
 /// A tarball of the source tree at `src` (without build output or version-control data).
-pub fn make_tarball(src: &Path, tarball: &Path) -> anyhow::Result<()> {
+pub(super) fn make_tarball(src: &Path, tarball: &Path) -> anyhow::Result<()> {
     let out = Command::new("tar")
         .arg("-cf")
         .arg(tarball)

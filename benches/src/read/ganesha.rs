@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-pub struct Ganesha {
+pub(super) struct Ganesha {
     child: Child,
     nfs_port: u16,
     mount_port: u16,
@@ -27,7 +27,7 @@ fn free_port() -> anyhow::Result<u16> {
 
 impl Ganesha {
     /// Exports `exports[i]` as `/e{i}`; config and log go in `dir`.
-    pub fn start(dir: &Path, exports: &[PathBuf]) -> anyhow::Result<Ganesha> {
+    pub(super) fn start(dir: &Path, exports: &[PathBuf]) -> anyhow::Result<Ganesha> {
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } != 0 {
             bail!("--backend nfs runs NFS-Ganesha, which needs root");
@@ -93,12 +93,12 @@ exec ganesha.nfsd -F -f '{}' -L '{}' -p /run/ganesha/ganesha.pid -N NIV_EVENT",
     }
 
     /// CPU time of NFS-Ganesha and rpcbind (the process tree started here).
-    pub fn cpu_times(&self) -> crate::procs::CpuTimes {
+    pub(super) fn cpu_times(&self) -> crate::procs::CpuTimes {
         super::sftp::process_tree_cpu_times(self.child.id())
     }
 
     /// sfsd's `--backend` URL for export `i`.
-    pub fn url(&self, i: usize) -> String {
+    pub(super) fn url(&self, i: usize) -> String {
         format!(
             "nfs://127.0.0.1:{}/e{i}?mountport={}",
             self.nfs_port, self.mount_port

@@ -16,20 +16,20 @@ use protocol::{
 };
 
 /// Byte `i` of every benchmark file, so `--verify` can check any range without the file.
-pub fn pattern_byte(offset: u64) -> u8 {
+pub(crate) fn pattern_byte(offset: u64) -> u8 {
     (offset.wrapping_mul(2_654_435_761) >> 13) as u8
 }
 
 /// What one load client reads, from where.
 #[derive(Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub name: ServerName,
     pub file: String,
     pub file_size: u64,
 }
 
 #[derive(Clone)]
-pub struct LoadConfig {
+pub(crate) struct LoadConfig {
     pub user: String,
     pub identity: Arc<UserKeypair>,
     /// READ size (clamped to what the server's records allow).
@@ -43,7 +43,7 @@ pub struct LoadConfig {
 
 /// Which record cipher the load clients ask for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum CipherChoice {
+pub(crate) enum CipherChoice {
     /// What `sfs` itself asks for: AES-256-GCM where this CPU has AES instructions.
     Auto,
     /// ChaCha20-Poly1305 (protocol versions 2 and 3 only).
@@ -54,7 +54,7 @@ pub enum CipherChoice {
 
 impl CipherChoice {
     /// The protocol versions offered.
-    pub fn versions(self) -> Vec<u32> {
+    pub(crate) fn versions(self) -> Vec<u32> {
         match self {
             CipherChoice::Auto => protocol::handshake::versions_here(),
             CipherChoice::Chacha => vec![2, protocol::PROTOCOL_VERSION],
@@ -63,14 +63,14 @@ impl CipherChoice {
     }
 
     /// The cipher this machine's client would end up with (the server agreeing).
-    pub fn cipher(self) -> protocol::record::Cipher {
+    pub(crate) fn cipher(self) -> protocol::record::Cipher {
         protocol::record::Cipher::for_version(self.versions().into_iter().max().unwrap_or(2))
     }
 }
 
 /// Counters shared with the orchestrator.
 #[derive(Default)]
-pub struct Progress {
+pub(crate) struct Progress {
     pub bytes: AtomicU64,
     pub stop: AtomicBool,
 }
@@ -157,7 +157,7 @@ fn session(target: &Target, config: &LoadConfig) -> anyhow::Result<(Conn, FileHa
 /// through the server if it does not (a backend the bench cannot write to directly, such as
 /// an NFS export of a Gluster volume). Returns whether it wrote. A file of the right size is
 /// taken as it is (`--verify` would catch other contents).
-pub fn ensure_file(target: &Target, config: &LoadConfig) -> anyhow::Result<bool> {
+pub(crate) fn ensure_file(target: &Target, config: &LoadConfig) -> anyhow::Result<bool> {
     let (mut conn, root, max_io) = session(target, config)?;
     let name = target.file.as_bytes().to_vec();
     if let Ok(ReplyBody::Lookup {
@@ -206,18 +206,18 @@ pub fn ensure_file(target: &Target, config: &LoadConfig) -> anyhow::Result<bool>
 
 /// An authenticated connection (handshake, LOGIN, MOUNT, LOOKUP done) left idle: what
 /// `sfs-bench idle` opens by the thousand.
-pub struct IdleConnection {
+pub(crate) struct IdleConnection {
     _conn: Conn,
 }
 
-pub fn connect_idle(target: &Target, config: &LoadConfig) -> anyhow::Result<IdleConnection> {
+pub(crate) fn connect_idle(target: &Target, config: &LoadConfig) -> anyhow::Result<IdleConnection> {
     let (conn, _, _) = connect(target, config)?;
     Ok(IdleConnection { _conn: conn })
 }
 
 /// Reads the target file round and round until `progress.stop`, adding payload bytes to
 /// `progress.bytes`.
-pub fn run(target: &Target, config: &LoadConfig, progress: &Progress) -> anyhow::Result<()> {
+pub(crate) fn run(target: &Target, config: &LoadConfig, progress: &Progress) -> anyhow::Result<()> {
     let (mut conn, fh, max_io) = connect(target, config)?;
     let chunk = u64::from(config.chunk.min(max_io).max(1));
     let mut next_offset = 0u64;

@@ -4,7 +4,7 @@
 //! copies each exporting its own copy of the data (`ncopy`: the speedup the OS allows).
 
 mod ganesha;
-pub mod load;
+pub(crate) mod load;
 pub(crate) mod nginx;
 mod plot;
 pub(crate) mod servers;
@@ -26,11 +26,11 @@ use load::{LoadConfig, Progress, Target};
 use protocol::record::Cipher;
 use servers::Server;
 
-pub const DATA_FILE: &str = "data.bin";
-pub const BENCH_USER: &str = "bench";
+pub(crate) const DATA_FILE: &str = "data.bin";
+pub(crate) const BENCH_USER: &str = "bench";
 
 #[derive(clap::Args, Debug)]
-pub struct ReadArgs {
+pub(crate) struct ReadArgs {
     /// CPU counts to give the server; counts above this machine's CPUs are skipped
     #[arg(long, value_delimiter = ',', default_value = "1,2,3,4")]
     cpus: Vec<usize>,
@@ -101,7 +101,7 @@ pub struct ReadArgs {
 
 /// A process (with its descendants) whose CPU per byte the table reports beside sfsd's.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Watch {
+pub(crate) struct Watch {
     name: String,
     pid: u32,
 }
@@ -125,13 +125,13 @@ fn parse_watch(text: &str) -> Result<Watch, String> {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Backend {
+pub(crate) enum Backend {
     Local,
     Nfs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Peer {
+pub(crate) enum Peer {
     /// OpenSSH SFTP, one connection per client
     Sftp,
     /// nginx over TLS 1.3, one wrk keep-alive connection per client
@@ -140,7 +140,7 @@ pub enum Peer {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
+pub(crate) enum Mode {
     /// One sfsd with one worker per CPU
     Mp,
     /// One sfsd --uniprocessor on one CPU: the baseline
@@ -285,7 +285,7 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{text}` is not a usable size"))
 }
 
-pub fn run(args: ReadArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: ReadArgs) -> anyhow::Result<()> {
     if args.clients == 0 || args.reps == 0 || args.window == 0 {
         bail!("--clients, --reps and --window must be at least 1");
     }
@@ -513,7 +513,7 @@ fn seed_backend(ctx: &Bench, url: &str) -> anyhow::Result<()> {
 
 /// Creates `copies` export directories, each with its own copy of the data file, and reads
 /// each once so it sits in the page cache.
-pub fn prepare_exports(
+pub(crate) fn prepare_exports(
     workdir: &Path,
     copies: usize,
     name: &str,

@@ -29,7 +29,7 @@ const WRK: &str = "wrk";
 
 /// The TLS 1.3 suites compared: the same AEAD as sfs's ChaCha20-Poly1305 records, and the
 /// AES-GCM suite with sfs's AES-256-GCM key size.
-pub const CIPHERS: [&str; 2] = ["TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_256_GCM_SHA384"];
+pub(crate) const CIPHERS: [&str; 2] = ["TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_256_GCM_SHA384"];
 
 /// `ssl_conf_command`, which sets TLS 1.3 suites, came with nginx 1.19.4.
 const MIN_VERSION: (u32, u32, u32) = (1, 19, 4);
@@ -44,7 +44,7 @@ end
 
 /// Whether nginx (new enough for `ssl_conf_command`), wrk and openssl are installed; `Err`
 /// says what is missing.
-pub fn check_available() -> anyhow::Result<()> {
+pub(crate) fn check_available() -> anyhow::Result<()> {
     let out = Command::new(NGINX)
         .arg("-v")
         .output()
@@ -105,7 +105,7 @@ pub(crate) fn certificate(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
 }
 
 /// What one nginx configuration needs.
-pub struct Settings<'a> {
+pub(crate) struct Settings<'a> {
     /// Its prefix: config, pid file, logs and temporary directories go here.
     pub dir: &'a Path,
     /// The address listened on (127.0.0.1 for the loopback benchmarks).
@@ -137,7 +137,7 @@ fn affinity_masks(cpus: &[usize]) -> String {
 
 /// The configuration: in the foreground, one master with a pinned worker per CPU, no access
 /// log, TLS 1.3 with one suite and the server's preference, keep-alive without limits.
-pub fn config(s: &Settings) -> String {
+pub(crate) fn config(s: &Settings) -> String {
     let dir = s.dir.display();
     format!(
         "daemon off;\n\
@@ -179,7 +179,7 @@ pub fn config(s: &Settings) -> String {
 }
 
 /// A running throwaway nginx.
-pub struct Nginx {
+pub(crate) struct Nginx {
     child: Child,
     port: u16,
     dir: PathBuf,
@@ -188,7 +188,7 @@ pub struct Nginx {
 impl Nginx {
     /// Starts nginx under `dir`, pinned (with taskset) to `cpus` with one worker each,
     /// serving `root` with the TLS 1.3 suite `cipher` only.
-    pub fn start(dir: &Path, cpus: &[usize], cipher: &str, root: &Path) -> anyhow::Result<Nginx> {
+    pub(crate) fn start(dir: &Path, cpus: &[usize], cipher: &str, root: &Path) -> anyhow::Result<Nginx> {
         std::fs::create_dir_all(dir)?;
         let (cert, key) = certificate(dir)?;
         let port = free_port()?;
@@ -227,17 +227,17 @@ impl Nginx {
     }
 
     /// The URL of `file` in the served directory.
-    pub fn url(&self, file: &str) -> String {
+    pub(crate) fn url(&self, file: &str) -> String {
         format!("https://127.0.0.1:{}/{file}", self.port)
     }
 
     /// CPU time of the master and its workers.
-    pub fn cpu_times(&self) -> crate::procs::CpuTimes {
+    pub(crate) fn cpu_times(&self) -> crate::procs::CpuTimes {
         process_tree_cpu_times(self.child.id())
     }
 
     /// The work directory (for wrk's script).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
@@ -296,21 +296,21 @@ pub(crate) fn cpu_list(cpus: &[usize]) -> String {
 
 /// What one wrk run moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WrkSummary {
+pub(crate) struct WrkSummary {
     pub bytes: u64,
     pub duration: Duration,
     pub requests: u64,
 }
 
 /// One wrk run and the CPU time it used (read from its zombie, before it is reaped).
-pub struct WrkRun {
+pub(crate) struct WrkRun {
     pub summary: WrkSummary,
     pub cpu: Duration,
 }
 
 /// Reads the line [`DONE_SCRIPT`] prints; a failed response (non-2xx, or no connection) is an
 /// error, since its bytes would not be the file's.
-pub fn parse_wrk(stdout: &str) -> anyhow::Result<WrkSummary> {
+pub(crate) fn parse_wrk(stdout: &str) -> anyhow::Result<WrkSummary> {
     let line = stdout
         .lines()
         .find_map(|l| l.trim().strip_prefix("sfs-bench-wrk "))
@@ -335,7 +335,7 @@ pub fn parse_wrk(stdout: &str) -> anyhow::Result<WrkSummary> {
 
 /// Runs wrk against `url` for `seconds` (whole seconds, at least 1: wrk's unit) with
 /// `connections` keep-alive connections on `threads` threads, pinned to `cpus`.
-pub fn run_wrk(
+pub(crate) fn run_wrk(
     nginx: &Nginx,
     url: &str,
     cpus: &[usize],

@@ -8,7 +8,7 @@ use plotters::prelude::*;
 use super::{Mode, Row};
 
 /// One bar: a mode's median throughput at a CPU count.
-pub struct Bar {
+pub(super) struct Bar {
     mode: Mode,
     cpus: usize,
     mb_per_s: f64,
@@ -39,7 +39,7 @@ const MODES: [(Mode, RGBColor); 7] = [
 ];
 
 /// Writes the chart as SVG.
-pub fn figure10(path: &Path, bars: &[Bar]) -> anyhow::Result<()> {
+pub(super) fn figure10(path: &Path, bars: &[Bar]) -> anyhow::Result<()> {
     let max_cpus = bars.iter().map(|b| b.cpus).max().unwrap_or(1);
     let top = bars
         .iter()

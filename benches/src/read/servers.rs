@@ -16,12 +16,12 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Where the `sfsd` binary is: `--sfsd`, else next to this executable (`cargo build --release`
 /// puts both in `target/release`).
-pub fn locate_sfsd(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub(crate) fn locate_sfsd(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     locate_binary("sfsd", explicit)
 }
 
 /// Where the `name` binary is: `explicit` (its `--NAME` flag), else next to this executable.
-pub fn locate_binary(name: &str, explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub(crate) fn locate_binary(name: &str, explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(path) = explicit {
         return Ok(path.to_path_buf());
     }
@@ -38,7 +38,7 @@ pub fn locate_binary(name: &str, explicit: Option<&Path>) -> anyhow::Result<Path
 
 /// `sfs keygen --out KEY` with `HOME=home` (nothing of the caller's own `~/.sfs` is touched);
 /// returns the public key it prints last, for a users file.
-pub fn sfs_keygen(sfs: &Path, home: &Path, key: &Path) -> anyhow::Result<String> {
+pub(crate) fn sfs_keygen(sfs: &Path, home: &Path, key: &Path) -> anyhow::Result<String> {
     let out = Command::new(sfs)
         .env("HOME", home)
         .args(["keygen", "--force", "--out"])
@@ -58,7 +58,7 @@ pub fn sfs_keygen(sfs: &Path, home: &Path, key: &Path) -> anyhow::Result<String>
 
 /// Writes a users file at `path` with one line: `user` with `public_key`, mapped to the owner
 /// (uid, gid) of `export`, so the benchmark user may read and write the export.
-pub fn write_users_file(
+pub(crate) fn write_users_file(
     path: &Path,
     user: &str,
     public_key: &impl std::fmt::Display,
@@ -75,7 +75,7 @@ pub fn write_users_file(
 }
 
 /// A running `sfsd serve`.
-pub struct Server {
+pub(crate) struct Server {
     child: Child,
     pub name: ServerName,
     lines: Receiver<String>,
@@ -83,7 +83,7 @@ pub struct Server {
 
 /// What the server reported about itself at shutdown (`--stats`).
 #[derive(Debug, Default, Clone)]
-pub struct ServerStats {
+pub(crate) struct ServerStats {
     pub serial_fraction: Option<f64>,
 }
 
@@ -91,7 +91,7 @@ impl Server {
     /// Starts `sfsd serve` pinned (with taskset) to `cpus`, with `mode` flags such as
     /// `--workers 2` or `--uniprocessor`, serving `export` or, with a `backend` URL, that NFS
     /// server's export.
-    pub fn start(
+    pub(crate) fn start(
         sfsd: &Path,
         cpus: &[usize],
         mode: &[String],
@@ -156,22 +156,22 @@ impl Server {
         }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// User + system CPU time of the server process (all threads), from /proc.
-    pub fn cpu_time(&self) -> Duration {
+    pub(crate) fn cpu_time(&self) -> Duration {
         self.cpu_times().total()
     }
 
     /// The server process's CPU time (all threads), user and system apart.
-    pub fn cpu_times(&self) -> crate::procs::CpuTimes {
+    pub(crate) fn cpu_times(&self) -> crate::procs::CpuTimes {
         crate::procs::cpu_times(self.child.id()).unwrap_or_default()
     }
 
     /// SIGTERM, wait (kill after a timeout), and parse the `sfsd-stats:` line if printed.
-    pub fn stop(mut self) -> ServerStats {
+    pub(crate) fn stop(mut self) -> ServerStats {
         crate::procs::signal(self.child.id(), rustix::process::Signal::TERM);
         let deadline = Instant::now() + STOP_TIMEOUT;
         while Instant::now() < deadline {
@@ -209,7 +209,7 @@ impl Drop for Server {
 }
 
 /// utime + stime of a process.
-pub fn process_cpu_time(pid: u32) -> Option<Duration> {
+pub(crate) fn process_cpu_time(pid: u32) -> Option<Duration> {
     crate::procs::cpu_time(pid)
 }
 

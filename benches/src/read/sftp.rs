@@ -18,7 +18,7 @@ use anyhow::{Context, bail};
 
 /// OpenSSH client options for the throwaway sshd on 127.0.0.1: its host key is new every run
 /// and never recorded, and only errors are printed.
-pub const CLIENT_OPTIONS: [&str; 6] = [
+pub(crate) const CLIENT_OPTIONS: [&str; 6] = [
     "-o",
     "StrictHostKeyChecking=no",
     "-o",
@@ -27,15 +27,15 @@ pub const CLIENT_OPTIONS: [&str; 6] = [
     "LogLevel=ERROR",
 ];
 
-pub const SFTP_FILE: &str = "sftp.bin";
-pub const SFTP_FILE_SIZE: u64 = 16 << 20;
+pub(crate) const SFTP_FILE: &str = "sftp.bin";
+pub(crate) const SFTP_FILE_SIZE: u64 = 16 << 20;
 pub(crate) const SSHD: &str = "/usr/sbin/sshd";
 
 /// The ciphers compared (the same AEAD as sfs, and the usual hardware-accelerated default).
-pub const CIPHERS: [&str; 2] = ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"];
+pub(crate) const CIPHERS: [&str; 2] = ["chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com"];
 
 /// Whether sshd, sftp and ssh-keygen are installed; `Err` says what is missing.
-pub fn check_available() -> anyhow::Result<()> {
+pub(crate) fn check_available() -> anyhow::Result<()> {
     if !Path::new(SSHD).is_file() {
         bail!("{SSHD} not found (install openssh-server)");
     }
@@ -54,7 +54,7 @@ pub fn check_available() -> anyhow::Result<()> {
 }
 
 /// A running throwaway sshd.
-pub struct Sshd {
+pub(crate) struct Sshd {
     child: Child,
     port: u16,
     client_key: PathBuf,
@@ -75,7 +75,7 @@ fn keygen(path: &Path) -> anyhow::Result<()> {
 }
 
 /// A port on 127.0.0.1 that nothing listens on now.
-pub fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
@@ -122,7 +122,7 @@ pub(crate) fn client_key_in(dir: &Path) -> PathBuf {
 }
 
 impl Sshd {
-    pub fn start(dir: &Path, cpus: &[usize], cipher: &str) -> anyhow::Result<Sshd> {
+    pub(crate) fn start(dir: &Path, cpus: &[usize], cipher: &str) -> anyhow::Result<Sshd> {
         let port = free_port()?;
         let config = write_config(dir, "127.0.0.1", port, cipher)?;
         let client_key = client_key_in(dir);
@@ -156,27 +156,27 @@ impl Sshd {
     }
 
     /// Process ids of sshd and every process it forked (one per connection).
-    pub fn processes(&self) -> Vec<u32> {
+    pub(crate) fn processes(&self) -> Vec<u32> {
         process_tree(self.child.id())
     }
 
     /// The port it listens on (127.0.0.1).
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
     /// The private key it accepts.
-    pub fn client_key(&self) -> &Path {
+    pub(crate) fn client_key(&self) -> &Path {
         &self.client_key
     }
 
     /// CPU time of sshd and every process it forked (one per connection).
-    pub fn cpu_time(&self) -> Duration {
+    pub(crate) fn cpu_time(&self) -> Duration {
         self.cpu_times().total()
     }
 
     /// The same, user and system apart.
-    pub fn cpu_times(&self) -> crate::procs::CpuTimes {
+    pub(crate) fn cpu_times(&self) -> crate::procs::CpuTimes {
         process_tree_cpu_times(self.child.id())
     }
 
@@ -195,7 +195,7 @@ impl Drop for Sshd {
 }
 
 /// CPU time of `pid` and all its descendants alive now.
-pub fn process_tree_cpu_times(pid: u32) -> crate::procs::CpuTimes {
+pub(crate) fn process_tree_cpu_times(pid: u32) -> crate::procs::CpuTimes {
     process_tree(pid)
         .into_iter()
         .filter_map(crate::procs::cpu_times)
@@ -203,7 +203,7 @@ pub fn process_tree_cpu_times(pid: u32) -> crate::procs::CpuTimes {
 }
 
 /// `pid` and all its descendants (from /proc), parents first.
-pub fn process_tree(pid: u32) -> Vec<u32> {
+pub(crate) fn process_tree(pid: u32) -> Vec<u32> {
     let mut parent_of = Vec::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
@@ -238,12 +238,12 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
 
 /// One sftp session fetching `file` to /dev/null in a loop, pinned to `cpu`; counts whole
 /// transfers into `completed`.
-pub struct SftpClient {
+pub(crate) struct SftpClient {
     child: Child,
 }
 
 impl SftpClient {
-    pub fn start(
+    pub(crate) fn start(
         sshd: &Sshd,
         cpu: usize,
         cipher: &str,
@@ -280,7 +280,7 @@ impl SftpClient {
 }
 
 impl SftpClient {
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }

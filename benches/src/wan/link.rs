@@ -25,15 +25,15 @@ use anyhow::{Context, bail};
 use super::relay::{LinkShape, Relay};
 
 /// The client end (namespace `a`).
-pub const CLIENT_ADDR: &str = "10.77.0.1";
+pub(super) const CLIENT_ADDR: &str = "10.77.0.1";
 /// The server end (namespace `b`).
-pub const SERVER_ADDR: &str = "10.77.0.2";
+pub(super) const SERVER_ADDR: &str = "10.77.0.2";
 /// Prefix of every namespace this harness makes: `sfswan-PID-a` and `-b`.
 const PREFIX: &str = "sfswan-";
 
 /// How each TUN device carries packets.
 #[derive(Debug, Clone, Copy)]
-pub struct TunMode {
+pub(super) struct TunMode {
     pub mtu: u32,
     /// With a virtio-net header and TCP segmentation offload: the stack hands the device
     /// (and takes from it) 64 KiB super-packets of `mtu`-sized segments, as a VM's virtio-net
@@ -42,7 +42,7 @@ pub struct TunMode {
 }
 
 /// The size of `struct virtio_net_hdr` that a TUN device with IFF_VNET_HDR prefixes.
-pub const VNET_HDR_LEN: usize = 10;
+pub(super) const VNET_HDR_LEN: usize = 10;
 
 /// What to undo if the process is interrupted: namespaces and processes, by name and pid.
 #[derive(Default)]
@@ -61,23 +61,23 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 static SIGNALLED: AtomicBool = AtomicBool::new(false);
 
 /// Registration of a namespace or process for the signal-time cleanup.
-pub struct Cleanup;
+pub(super) struct Cleanup;
 
 impl Cleanup {
-    pub fn add_pid(pid: u32) {
+    pub(super) fn add_pid(pid: u32) {
         if let Ok(mut r) = REGISTRY.lock() {
             r.pids.push(pid);
         }
     }
 
-    pub fn remove_pid(pid: u32) {
+    pub(super) fn remove_pid(pid: u32) {
         if let Ok(mut r) = REGISTRY.lock() {
             r.pids.retain(|p| *p != pid);
         }
     }
 
     /// A directory to remove if the run is interrupted (a `TempDir` removes it otherwise).
-    pub fn add_dir(dir: &std::path::Path) {
+    pub(super) fn add_dir(dir: &std::path::Path) {
         if let Ok(mut r) = REGISTRY.lock() {
             r.dirs.push(dir.to_path_buf());
         }
@@ -104,7 +104,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// On SIGINT, SIGTERM or SIGHUP: kill every registered process tree, delete every
 /// registered namespace, and exit with status 130. The handler only sets a flag; a watcher
 /// thread does the work (none of it is async-signal-safe).
-pub fn install_signal_cleanup() {
+pub(super) fn install_signal_cleanup() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: `on_signal` is an `extern "C" fn(c_int)` that only stores to an atomic, which
         // is async-signal-safe; the `sigaction` struct is zeroed (empty mask, no flags) before
@@ -144,7 +144,7 @@ pub fn install_signal_cleanup() {
 /// SIGKILL to `pid` and its descendants. The tree is stopped first (SIGSTOP, until listing it
 /// again finds no new process) so no parent can fork a replacement for a child killed before
 /// it: nginx's master respawns a worker that dies.
-pub fn kill_tree(pid: u32) {
+pub(super) fn kill_tree(pid: u32) {
     use rustix::process::Signal;
     let mut tree = Vec::new();
     for _ in 0..20 {
@@ -205,7 +205,7 @@ fn delete_namespace(name: &str) {
 }
 
 /// Runs a command to completion; its stderr is the error if it fails.
-pub fn run(cmd: &mut Command) -> anyhow::Result<String> {
+pub(super) fn run(cmd: &mut Command) -> anyhow::Result<String> {
     let out = cmd.stdin(Stdio::null()).output().with_context(|| {
         format!("running {cmd:?} (is iproute2 installed? scripts/bench-peers.sh)")
     })?;
@@ -297,7 +297,7 @@ fn create_tun(name: &str, gso: bool) -> anyhow::Result<File> {
     Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "lowercase")]
-pub enum Buffers {
+pub(super) enum Buffers {
     /// What a new namespace starts with: the root namespace's tcp_rmem and tcp_wmem (the
     /// kernel copies them; on the test machine the maxima are 32 MiB and 4 MiB).
     Default,
@@ -306,7 +306,7 @@ pub enum Buffers {
 }
 
 /// Two namespaces joined by the relay; deleted when dropped.
-pub struct Link {
+pub(super) struct Link {
     pub ns_a: String,
     pub ns_b: String,
     relay: Option<Relay>,
@@ -314,7 +314,7 @@ pub struct Link {
 
 impl Link {
     /// Makes the namespaces and devices, applies `buffers`, and starts the relay.
-    pub fn new(shape: LinkShape, tun: TunMode, buffers: Buffers) -> anyhow::Result<Link> {
+    pub(super) fn new(shape: LinkShape, tun: TunMode, buffers: Buffers) -> anyhow::Result<Link> {
         delete_stale_namespaces();
         let pid = std::process::id();
         let mut link = Link {
@@ -359,12 +359,12 @@ impl Link {
         Ok(link)
     }
 
-    pub fn relay(&self) -> &Relay {
+    pub(super) fn relay(&self) -> &Relay {
         self.relay.as_ref().expect("started in new")
     }
 
     /// A sysctl's value in namespace `a`.
-    pub fn sysctl_a(&self, key: &str) -> String {
+    pub(super) fn sysctl_a(&self, key: &str) -> String {
         run(Command::new("ip").args(["netns", "exec", &self.ns_a, "sysctl", "-n", key]))
             .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
             .unwrap_or_else(|_| "?".into())
@@ -372,7 +372,7 @@ impl Link {
 
     /// `cmd` to be run in namespace `ns` (through `ip netns exec`, which execs it: the child's
     /// pid is the command's own).
-    pub fn command_in(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    pub(super) fn command_in(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns]).arg(program);
         c
@@ -408,7 +408,7 @@ impl Drop for Link {
 /// Waits until something in `pid`'s network namespace listens on TCP `port` (from
 /// /proc/PID/net/tcp, which lists the sockets of the namespace the process is in), or the
 /// process exits.
-pub fn wait_listening(pid: u32, port: u16, what: &str) -> anyhow::Result<()> {
+pub(super) fn wait_listening(pid: u32, port: u16, what: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(20);
     let want = format!(":{port:04X}");
     loop {

@@ -33,7 +33,7 @@ use report::Row;
 const TINY_FILE: &str = "tiny.bin";
 
 #[derive(clap::Args, Debug)]
-pub struct WanArgs {
+pub(crate) struct WanArgs {
     /// Link rate, e.g. 1gbit, 100mbit, 500kbit (bits per second; 0 for no limit)
     #[arg(long, default_value = "1gbit", value_parser = parse_rate)]
     rate: u64,
@@ -92,7 +92,7 @@ pub struct WanArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Tool {
+pub(crate) enum Tool {
     /// curl from nginx over TLS 1.3 (AES-256-GCM) to a file in /dev/shm
     Https,
     /// `sfs get` to a file in /dev/shm
@@ -115,7 +115,7 @@ impl Tool {
 }
 
 /// Parses `1gbit`, `100mbit`, `500kbit`, `1000000` (bits per second).
-pub fn parse_rate(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_rate(text: &str) -> Result<u64, String> {
     let t = text.trim().to_ascii_lowercase();
     let split = t
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -156,7 +156,7 @@ struct Bench {
     first_byte_reps: usize,
 }
 
-pub fn run(args: WanArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: WanArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.from_json {
         return report::replay(path);
     }

@@ -21,18 +21,18 @@ use super::link::{Cleanup, Link, SERVER_ADDR, kill_tree, wait_listening};
 use crate::procs::CpuTimes;
 use crate::read::{nginx, sftp};
 
-pub const SFSD_PORT: u16 = 4004;
-pub const HTTPS_PORT: u16 = 443;
-pub const SSH_PORT: u16 = 22;
+pub(super) const SFSD_PORT: u16 = 4004;
+pub(super) const HTTPS_PORT: u16 = 443;
+pub(super) const SSH_PORT: u16 = 22;
 /// The TLS 1.3 suite nginx offers: AES-256-GCM, the AEAD `sfs` picks on a CPU with AES
 /// instructions.
-pub const TLS_SUITE: &str = nginx::CIPHERS[1];
+pub(super) const TLS_SUITE: &str = nginx::CIPHERS[1];
 /// The SSH cipher: AES-GCM as well (OpenSSH's hardware-accelerated default family).
-pub const SSH_CIPHER: &str = "aes256-gcm@openssh.com";
+pub(super) const SSH_CIPHER: &str = "aes256-gcm@openssh.com";
 
 /// A server process in namespace `b`: its process tree is stopped (SIGTERM, then SIGKILL
 /// after 5 s) when dropped, and killed by the signal-time cleanup if the run is interrupted.
-pub struct NsServer {
+pub(super) struct NsServer {
     child: Child,
     what: &'static str,
 }
@@ -46,12 +46,12 @@ impl NsServer {
         Ok(NsServer { child, what })
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// A function listing the server's processes now (sshd forks one per connection).
-    pub fn processes_fn(&self) -> Box<dyn Fn() -> Vec<u32> + Send> {
+    pub(super) fn processes_fn(&self) -> Box<dyn Fn() -> Vec<u32> + Send> {
         let pid = self.pid();
         Box::new(move || sftp::process_tree(pid))
     }
@@ -77,7 +77,7 @@ impl Drop for NsServer {
 }
 
 /// sfsd serving `export` on 10.77.0.2:4004 in namespace `b`, with its self-certifying name.
-pub fn start_sfsd(
+pub(super) fn start_sfsd(
     link: &Link,
     sfsd: &Path,
     work: &Path,
@@ -134,7 +134,7 @@ pub fn start_sfsd(
 
 /// nginx (TLS 1.3, one suite, the configuration `read --peer nginx` uses) on
 /// 10.77.0.2:443, one worker per CPU.
-pub fn start_nginx(link: &Link, dir: &Path, root: &Path, cpus: usize) -> anyhow::Result<NsServer> {
+pub(super) fn start_nginx(link: &Link, dir: &Path, root: &Path, cpus: usize) -> anyhow::Result<NsServer> {
     std::fs::create_dir_all(dir)?;
     let (cert, key) = nginx::certificate(dir)?;
     let conf = dir.join("nginx.conf");
@@ -162,7 +162,7 @@ pub fn start_nginx(link: &Link, dir: &Path, root: &Path, cpus: usize) -> anyhow:
 
 /// A throwaway sshd (its own keys and config, as `read --peer sftp`) on 10.77.0.2:22; returns
 /// it and the client key it accepts.
-pub fn start_sshd(link: &Link, dir: &Path) -> anyhow::Result<(NsServer, PathBuf)> {
+pub(super) fn start_sshd(link: &Link, dir: &Path) -> anyhow::Result<(NsServer, PathBuf)> {
     let config = sftp::write_config(dir, SERVER_ADDR, SSH_PORT, SSH_CIPHER)?;
     let mut cmd = Link::command_in(&link.ns_b, sftp::SSHD);
     cmd.args(["-D", "-e", "-f"])
@@ -176,7 +176,7 @@ pub fn start_sshd(link: &Link, dir: &Path) -> anyhow::Result<(NsServer, PathBuf)
 }
 
 /// One client run: its wall time from spawn to exit, CPU, and what it printed.
-pub struct ClientRun {
+pub(super) struct ClientRun {
     pub wall: Duration,
     pub cpu: Duration,
     pub stdout: String,
@@ -184,7 +184,7 @@ pub struct ClientRun {
 
 /// Runs `cmd` (already in namespace `a`) to completion with `stdin` written to it; fails
 /// with its stderr if it fails.
-pub fn run_client(mut cmd: Command, stdin: Option<&str>, what: &str) -> anyhow::Result<ClientRun> {
+pub(super) fn run_client(mut cmd: Command, stdin: Option<&str>, what: &str) -> anyhow::Result<ClientRun> {
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
     } else {
@@ -221,7 +221,7 @@ pub fn run_client(mut cmd: Command, stdin: Option<&str>, what: &str) -> anyhow::
 
 /// curl's own timings of one download (`-w`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CurlTimes {
+pub(super) struct CurlTimes {
     pub size: u64,
     pub connect: f64,
     pub tls_done: f64,
@@ -230,9 +230,9 @@ pub struct CurlTimes {
 }
 
 /// The `-w` format [`parse_curl`] reads.
-pub const CURL_FORMAT: &str = "sfs-bench-curl %{http_code} %{size_download} %{time_connect} %{time_appconnect} %{time_starttransfer} %{time_total}\n";
+pub(super) const CURL_FORMAT: &str = "sfs-bench-curl %{http_code} %{size_download} %{time_connect} %{time_appconnect} %{time_starttransfer} %{time_total}\n";
 
-pub fn parse_curl(stdout: &str) -> anyhow::Result<CurlTimes> {
+pub(super) fn parse_curl(stdout: &str) -> anyhow::Result<CurlTimes> {
     let line = stdout
         .lines()
         .find_map(|l| l.trim().strip_prefix("sfs-bench-curl "))
@@ -259,7 +259,7 @@ pub fn parse_curl(stdout: &str) -> anyhow::Result<CurlTimes> {
 
 /// curl fetching `https://10.77.0.2/file` to `sink` from namespace `a` (TLS 1.3, HTTP/1.1,
 /// the throwaway certificate not checked).
-pub fn curl_command(link: &Link, file: &str, sink: &Path) -> Command {
+pub(super) fn curl_command(link: &Link, file: &str, sink: &Path) -> Command {
     let mut cmd = Link::command_in(&link.ns_a, "curl");
     cmd.args(["-sS", "-k", "--tlsv1.3", "--http1.1", "-o"])
         .arg(sink)
@@ -269,7 +269,7 @@ pub fn curl_command(link: &Link, file: &str, sink: &Path) -> Command {
 }
 
 /// What `sfs` needs to reach sfsd.
-pub struct SfsClient {
+pub(super) struct SfsClient {
     pub sfs: PathBuf,
     pub identity: PathBuf,
     pub user: String,
@@ -280,14 +280,14 @@ pub struct SfsClient {
 impl SfsClient {
     /// `sfs get NAME/remote SINK` from namespace `a` (`sfs get` refuses /dev/null: "exists
     /// and is not a regular file").
-    pub fn get(&self, link: &Link, name: &ServerName, remote: &str, sink: &Path) -> Command {
+    pub(super) fn get(&self, link: &Link, name: &ServerName, remote: &str, sink: &Path) -> Command {
         let mut cmd = self.base(link);
         cmd.args(["get", &format!("{name}/{remote}")]).arg(sink);
         cmd
     }
 
     /// `sfs put LOCAL NAME/remote` from namespace `a`.
-    pub fn put(&self, link: &Link, name: &ServerName, local: &Path, remote: &str) -> Command {
+    pub(super) fn put(&self, link: &Link, name: &ServerName, local: &Path, remote: &str) -> Command {
         let mut cmd = self.base(link);
         cmd.arg("put").arg(local).arg(format!("{name}/{remote}"));
         cmd
@@ -304,7 +304,7 @@ impl SfsClient {
 }
 
 /// sftp from namespace `a` in batch mode (the batch comes on stdin).
-pub fn sftp_command(link: &Link, key: &Path) -> Command {
+pub(super) fn sftp_command(link: &Link, key: &Path) -> Command {
     let user = std::env::var("USER").unwrap_or_else(|_| "root".to_string());
     let mut cmd = Link::command_in(&link.ns_a, "sftp");
     cmd.args(["-b", "-", "-i"])
@@ -317,12 +317,12 @@ pub fn sftp_command(link: &Link, key: &Path) -> Command {
 
 /// CPU time of a server's process tree, sampled while a client runs (sshd's per-connection
 /// processes exit with the connection).
-pub fn sample_server(server: &NsServer) -> crate::stream::CpuSampler {
+pub(super) fn sample_server(server: &NsServer) -> crate::stream::CpuSampler {
     crate::stream::CpuSampler::start(server.processes_fn())
 }
 
 /// Which tools are installed; each missing one is skipped with a note saying how to install it.
-pub fn available(tool: &str) -> anyhow::Result<()> {
+pub(super) fn available(tool: &str) -> anyhow::Result<()> {
     let (program, arg, package) = match tool {
         "curl" => ("curl", "--version", "curl"),
         "nginx" => (nginx::NGINX, "-v", "nginx"),
@@ -344,7 +344,7 @@ pub fn available(tool: &str) -> anyhow::Result<()> {
 }
 
 /// Unused server CPU counters read as zero.
-pub fn cpu_s(t: CpuTimes) -> f64 {
+pub(super) fn cpu_s(t: CpuTimes) -> f64 {
     t.total().as_secs_f64()
 }
 

@@ -30,7 +30,7 @@ const STOP_POLL: Duration = Duration::from_millis(100);
 
 /// What the link does to each packet (the same in both directions).
 #[derive(Debug, Clone, Copy)]
-pub struct LinkShape {
+pub(super) struct LinkShape {
     /// Propagation delay each way (RTT/2).
     pub one_way: Duration,
     /// Link rate in bits per second; 0 for no limit.
@@ -53,7 +53,7 @@ impl LinkShape {
 
 /// Counters of one direction.
 #[derive(Debug, Default)]
-pub struct DirectionStats {
+pub(super) struct DirectionStats {
     pub packets: AtomicU64,
     pub bytes: AtomicU64,
     pub dropped: AtomicU64,
@@ -63,7 +63,7 @@ pub struct DirectionStats {
 
 /// A snapshot of [`DirectionStats`].
 #[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
-pub struct Counts {
+pub(super) struct Counts {
     pub packets: u64,
     pub bytes: u64,
     pub dropped: u64,
@@ -71,7 +71,7 @@ pub struct Counts {
 }
 
 impl DirectionStats {
-    pub fn snapshot(&self) -> Counts {
+    pub(super) fn snapshot(&self) -> Counts {
         Counts {
             packets: self.packets.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
@@ -89,7 +89,7 @@ struct Fifo {
 }
 
 /// A running relay between two descriptors; stops its threads when dropped.
-pub struct Relay {
+pub(super) struct Relay {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     tids: Arc<Mutex<Vec<u32>>>,
@@ -99,7 +99,7 @@ pub struct Relay {
 
 impl Relay {
     /// Relays packets read from `a` to `b` and from `b` to `a`, shaped by `shape`.
-    pub fn start(a: File, b: File, shape: LinkShape) -> std::io::Result<Relay> {
+    pub(super) fn start(a: File, b: File, shape: LinkShape) -> std::io::Result<Relay> {
         let (a, b) = (Arc::new(a), Arc::new(b));
         let stop = Arc::new(AtomicBool::new(false));
         let tids = Arc::new(Mutex::new(Vec::new()));
@@ -141,7 +141,7 @@ impl Relay {
     /// CPU time of the relay's threads so far (user and system, from /proc): what the link
     /// costs this machine. It includes the kernel's work inside the relay's writes, which for
     /// a TUN device is the receiving stack's processing of the packet.
-    pub fn cpu_times(&self) -> crate::procs::CpuTimes {
+    pub(super) fn cpu_times(&self) -> crate::procs::CpuTimes {
         let tids = self.tids.lock().map(|t| t.clone()).unwrap_or_default();
         tids.into_iter()
             .filter_map(crate::procs::thread_cpu_times)
@@ -149,7 +149,7 @@ impl Relay {
     }
 
     /// Stops and joins the threads (also done on drop).
-    pub fn stop(&mut self) {
+    pub(super) fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -234,7 +234,7 @@ fn read_loop(
 /// for segmentation (a TSO super-packet), its payload plus the IP and TCP headers of every
 /// segment it becomes, so a link carrying 64 KiB super-packets costs what the MTU-sized
 /// segments would; otherwise its length less the header.
-pub fn wire_bytes(packet: &[u8], header_bytes: usize) -> usize {
+pub(super) fn wire_bytes(packet: &[u8], header_bytes: usize) -> usize {
     let Some(ip) = packet.get(header_bytes..) else {
         return 0;
     };
@@ -261,7 +261,7 @@ pub fn wire_bytes(packet: &[u8], header_bytes: usize) -> usize {
 
 /// When a packet of `wire` bytes arriving at `now` is delivered, or `None` if the queue is
 /// full (drop-tail). Advances `busy_until`, the time the link finishes the packets accepted.
-pub fn schedule(
+pub(super) fn schedule(
     busy_until: &mut Instant,
     now: Instant,
     wire: usize,

@@ -8,7 +8,7 @@ use super::relay::Counts;
 
 /// One measurement (medians over its repetitions).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Row {
+pub(super) struct Row {
     /// `bulk` (the large file) or `first-byte` (a 1-byte file).
     pub kind: String,
     /// `https`, `sfs-get`, `sfs-put` or `sftp`.
@@ -47,7 +47,7 @@ fn opt(v: Option<f64>, scale: f64, digits: usize) -> String {
 }
 
 /// The tables of the rows a previous run wrote with `--json` to `path`, measuring nothing.
-pub fn replay(path: &std::path::Path) -> anyhow::Result<()> {
+pub(super) fn replay(path: &std::path::Path) -> anyhow::Result<()> {
     let rows: Vec<Row> = crate::report::read_json_lines(path)?;
     let Some(first) = rows.first() else {
         anyhow::bail!("{}: no measurements", path.display());
@@ -64,7 +64,7 @@ pub fn replay(path: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// The tables: bulk rows, ratios per link setting, first-byte rows.
-pub fn print(rows: &[Row]) {
+pub(super) fn print(rows: &[Row]) {
     println!(
         "{:>6} {:<8} {:<8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>8}",
         "rtt ms",

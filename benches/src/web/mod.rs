@@ -22,7 +22,7 @@ use crate::report::{median, write_json_lines};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
+pub(crate) enum Mode {
     Mp,
     Uni,
     Ncopy,
@@ -41,7 +41,7 @@ impl Mode {
 }
 
 #[derive(clap::Args, Debug)]
-pub struct WebArgs {
+pub(crate) struct WebArgs {
     /// CPU counts to give the server; counts above this machine's CPUs are skipped
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     cpus: Vec<usize>,
@@ -93,7 +93,7 @@ pub struct WebArgs {
 
 /// One measured window.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub mode: Mode,
     pub cpus: usize,
     pub connections: usize,
@@ -284,7 +284,7 @@ fn draw(plot_dir: Option<&Path>, samples: &[Sample]) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(args: WebArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: WebArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.from_json {
         return replay(path, args.plot.as_deref());
     }

@@ -271,7 +271,7 @@ fn clients(path: &Path, samples: &[Sample]) -> anyhow::Result<()> {
 }
 
 /// Draws every figure the samples allow into `dir`; returns the files written.
-pub fn all(dir: &Path, samples: &[Sample]) -> anyhow::Result<Vec<PathBuf>> {
+pub(super) fn all(dir: &Path, samples: &[Sample]) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
     if samples.iter().any(|s| !s.sweep) {

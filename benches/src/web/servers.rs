@@ -14,14 +14,14 @@ use crate::procs::CpuTimes;
 use crate::read::sftp::{free_port, process_tree, process_tree_cpu_times};
 
 /// One running server arrangement: its processes and port.
-pub struct Running {
+pub(super) struct Running {
     children: Vec<Child>,
     pub port: u16,
 }
 
 impl Running {
     /// CPU time of every process of the arrangement (nginx's master and workers, every copy).
-    pub fn cpu_times(&self) -> CpuTimes {
+    pub(super) fn cpu_times(&self) -> CpuTimes {
         self.children
             .iter()
             .map(|c| process_tree_cpu_times(c.id()))
@@ -95,7 +95,7 @@ fn colorweb_process(
 }
 
 /// colorweb with one libcolor worker per CPU in `cpus`, each pinned.
-pub fn colorweb_mp(bin: &Path, root: &Path, cpus: &[usize]) -> anyhow::Result<Running> {
+pub(super) fn colorweb_mp(bin: &Path, root: &Path, cpus: &[usize]) -> anyhow::Result<Running> {
     let port = free_port()?;
     let n = cpus.len().to_string();
     let child = colorweb_process(bin, root, port, cpus, &["--cpus", &n])?;
@@ -107,7 +107,7 @@ pub fn colorweb_mp(bin: &Path, root: &Path, cpus: &[usize]) -> anyhow::Result<Ru
 }
 
 /// One uniprocessor colorweb per CPU in `cpus`, all on one port (SO_REUSEPORT).
-pub fn colorweb_copies(bin: &Path, root: &Path, cpus: &[usize]) -> anyhow::Result<Running> {
+pub(super) fn colorweb_copies(bin: &Path, root: &Path, cpus: &[usize]) -> anyhow::Result<Running> {
     let port = free_port()?;
     let mut children = Vec::new();
     for &cpu in cpus {
@@ -125,7 +125,7 @@ pub fn colorweb_copies(bin: &Path, root: &Path, cpus: &[usize]) -> anyhow::Resul
 /// nginx's configuration: one pinned worker per CPU, plain HTTP on 127.0.0.1, sendfile on,
 /// no access log, unlimited keep-alive, and the open-file cache on (the static-file setup
 /// nginx is usually tuned with; colorweb caches the files themselves).
-pub fn nginx_config(dir: &Path, root: &Path, port: u16, cpus: &[usize]) -> String {
+pub(super) fn nginx_config(dir: &Path, root: &Path, port: u16, cpus: &[usize]) -> String {
     let width = cpus.iter().max().map_or(1, |m| m + 1);
     let masks: Vec<String> = cpus
         .iter()
@@ -155,7 +155,7 @@ pub fn nginx_config(dir: &Path, root: &Path, port: u16, cpus: &[usize]) -> Strin
 }
 
 /// nginx with one worker per CPU in `cpus`.
-pub fn nginx(dir: &Path, root: &Path, cpus: &[usize]) -> anyhow::Result<Running> {
+pub(super) fn nginx(dir: &Path, root: &Path, cpus: &[usize]) -> anyhow::Result<Running> {
     std::fs::create_dir_all(dir)?;
     let port = free_port()?;
     let conf = dir.join("nginx.conf");

@@ -33,13 +33,13 @@ struct Fresh {
 
 /// The fresh directories ([module docs](self)).
 #[derive(Default)]
-pub struct FreshDirs {
+pub(super) struct FreshDirs {
     dirs: HashMap<FileHandle, Fresh>,
 }
 
 impl FreshDirs {
     /// `dir` was made by a MKDIR of `authno` whose reply gave `attr`.
-    pub fn made(&mut self, dir: FileHandle, attr: &Attr, authno: u32) {
+    pub(super) fn made(&mut self, dir: FileHandle, attr: &Attr, authno: u32) {
         if attr.lease_ms == 0 || attr.mode & 0o100 == 0 {
             return;
         }
@@ -62,7 +62,7 @@ impl FreshDirs {
     }
 
     /// A request that may add `name` to `dir` is about to be sent.
-    pub fn naming(&mut self, dir: &FileHandle, name: &[u8]) {
+    pub(super) fn naming(&mut self, dir: &FileHandle, name: &[u8]) {
         if let Some(f) = self.dirs.get_mut(dir) {
             if f.names.len() >= MAX_NAMES {
                 self.dirs.remove(dir);
@@ -73,19 +73,19 @@ impl FreshDirs {
     }
 
     /// Whether `name` is known not to be in `dir` for `authno`.
-    pub fn known_absent(&self, dir: &FileHandle, name: &[u8], authno: u32) -> bool {
+    pub(super) fn known_absent(&self, dir: &FileHandle, name: &[u8], authno: u32) -> bool {
         self.dirs.get(dir).is_some_and(|f| {
             f.authno == authno && f.until > Instant::now() && !f.names.contains(name)
         })
     }
 
     /// `dir` is no longer fresh (changed by another client, or by a SETATTR of ours).
-    pub fn forget(&mut self, dir: &FileHandle) {
+    pub(super) fn forget(&mut self, dir: &FileHandle) {
         self.dirs.remove(dir);
     }
 
     /// No directory is fresh (a reconnect).
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.dirs.clear();
     }
 }

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 
 /// Why a name from the server is not used, or `None` when it is one path component.
-pub fn check_name(name: &[u8]) -> Option<&'static str> {
+pub(crate) fn check_name(name: &[u8]) -> Option<&'static str> {
     if name.is_empty() || name == b"." || name == b".." {
         Some("not a file name")
     } else if name.contains(&b'/') {
@@ -46,7 +46,7 @@ pub fn check_name(name: &[u8]) -> Option<&'static str> {
 }
 
 /// A local directory files are made in, by descriptor.
-pub struct Dir {
+pub(crate) struct Dir {
     fd: OwnedFd,
     /// Where it is, for messages.
     pub path: PathBuf,
@@ -67,7 +67,7 @@ const DIR_MODE: u32 = 0o777;
 impl Dir {
     /// The directory the user named, opened by path (following links in it: the user chose
     /// it). The empty path is the current directory (and names in it are shown bare).
-    pub fn open_named(path: &Path) -> io::Result<Dir> {
+    pub(crate) fn open_named(path: &Path) -> io::Result<Dir> {
         let open_as = if path.as_os_str().is_empty() {
             Path::new(".")
         } else {
@@ -86,7 +86,7 @@ impl Dir {
     }
 
     /// Where `name` is, for messages.
-    pub fn path_of(&self, name: &[u8]) -> PathBuf {
+    pub(crate) fn path_of(&self, name: &[u8]) -> PathBuf {
         self.path.join(OsStr::from_bytes(name))
     }
 
@@ -109,14 +109,14 @@ impl Dir {
 
     /// A regular file `name` to write from the start: a new one, or an existing regular
     /// file (not a link, not a FIFO or device) truncated.
-    pub fn create_file(&self, name: &[u8]) -> io::Result<File> {
+    pub(crate) fn create_file(&self, name: &[u8]) -> io::Result<File> {
         self.create_or_open(name, false)
     }
 
     /// [`Dir::create_file`] for the name the user gave as the destination: an existing
     /// character device (`/dev/null`, a terminal) is written too, as `cp` would, since the
     /// user named it (a name from the server never comes here).
-    pub fn create_named_file(&self, name: &[u8]) -> io::Result<File> {
+    pub(crate) fn create_named_file(&self, name: &[u8]) -> io::Result<File> {
         self.create_or_open(name, true)
     }
 
@@ -157,7 +157,7 @@ impl Dir {
 
     /// The directory `name` beneath this one, made if it does not exist (an existing one
     /// is entered only if it is a directory, not a link to one).
-    pub fn make_dir(&self, name: &[u8]) -> io::Result<Dir> {
+    pub(crate) fn make_dir(&self, name: &[u8]) -> io::Result<Dir> {
         match rustix::fs::mkdirat(
             &self.fd,
             OsStr::from_bytes(name),
@@ -191,7 +191,7 @@ impl Dir {
     /// The symlink `name` to `target` (never followed). An existing symlink of that name is
     /// replaced, as a second copy into the same place replaces what the first made; anything
     /// else there is left alone and is an error.
-    pub fn symlink(&self, name: &[u8], target: &[u8]) -> io::Result<()> {
+    pub(crate) fn symlink(&self, name: &[u8], target: &[u8]) -> io::Result<()> {
         let (name, target) = (OsStr::from_bytes(name), OsStr::from_bytes(target));
         match rustix::fs::symlinkat(target, &self.fd, name) {
             Err(rustix::io::Errno::EXIST) => {

@@ -7,7 +7,7 @@ use super::{CmdError, Ctx, Target};
 use crate::session::Client;
 
 /// `sfs rm`.
-pub async fn rm(ctx: &mut Ctx, targets: &[String], recursive: bool) -> Result<(), CmdError> {
+pub(crate) async fn rm(ctx: &mut Ctx, targets: &[String], recursive: bool) -> Result<(), CmdError> {
     let mut failed = false;
     for text in targets {
         let r = async {
@@ -75,7 +75,7 @@ fn remove_tree<'a>(
 }
 
 /// `sfs mkdir`.
-pub async fn mkdir(ctx: &mut Ctx, targets: &[String], parents: bool) -> Result<(), CmdError> {
+pub(crate) async fn mkdir(ctx: &mut Ctx, targets: &[String], parents: bool) -> Result<(), CmdError> {
     let mut failed = false;
     for text in targets {
         let r = async {
@@ -120,7 +120,7 @@ pub async fn mkdir(ctx: &mut Ctx, targets: &[String], parents: bool) -> Result<(
 }
 
 /// `sfs mv`.
-pub async fn mv(ctx: &mut Ctx, from: &str, to: &str) -> Result<(), CmdError> {
+pub(crate) async fn mv(ctx: &mut Ctx, from: &str, to: &str) -> Result<(), CmdError> {
     let f = Target::parse(from)?;
     let mut t = Target::parse(to)?;
     if f.server.to_string() != t.server.to_string() {

@@ -7,7 +7,7 @@ use super::{CmdError, Ctx, Target, shown};
 
 /// Attributes as `--json` prints them.
 #[derive(Debug, Serialize)]
-pub struct AttrJson {
+pub(crate) struct AttrJson {
     /// Entry name (or the path given, for `stat`).
     pub name: String,
     /// `file`, `dir`, `symlink`, ...
@@ -52,7 +52,7 @@ fn secs(t: protocol::Time) -> f64 {
 }
 
 /// The JSON form of `a` named `name`.
-pub fn to_json(name: &str, a: &Attr) -> AttrJson {
+pub(crate) fn to_json(name: &str, a: &Attr) -> AttrJson {
     AttrJson {
         name: name.to_owned(),
         kind: kind(a.ftype),
@@ -165,7 +165,7 @@ fn long_line(name: &str, a: &Attr, now: i64) -> String {
 }
 
 /// `sfs ls`: one directory's entries sorted by name (or the file itself).
-pub async fn ls(ctx: &mut Ctx, targets: &[String], long: bool, json: bool) -> Result<(), CmdError> {
+pub(crate) async fn ls(ctx: &mut Ctx, targets: &[String], long: bool, json: bool) -> Result<(), CmdError> {
     let mut failed = None;
     let mut all = Vec::new();
     for text in targets {
@@ -247,7 +247,7 @@ async fn ls_one(
 }
 
 /// `sfs stat`.
-pub async fn stat(ctx: &mut Ctx, targets: &[String], json: bool) -> Result<(), CmdError> {
+pub(crate) async fn stat(ctx: &mut Ctx, targets: &[String], json: bool) -> Result<(), CmdError> {
     let mut failed = None;
     let mut all = Vec::new();
     for text in targets {

@@ -1,12 +1,12 @@
 //! Mount-free commands: each resolves a self-certifying path over a session and does one
 //! thing, with the messages and exit codes a shell user expects.
 
-pub mod dest;
-pub mod edit;
-pub mod list;
-pub mod mount;
-pub mod shown;
-pub mod transfer;
+pub(crate) mod dest;
+pub(crate) mod edit;
+pub(crate) mod list;
+pub(crate) mod mount;
+pub(crate) mod shown;
+pub(crate) mod transfer;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -18,7 +18,7 @@ use crate::session::{Client, Fetched, Options, SessionError};
 
 /// A remote path: the server and the path below its root.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     /// The server (without path).
     pub server: ServerName,
     /// The path below the root, `/`-separated, without empty components.
@@ -30,7 +30,7 @@ pub struct Target {
 impl Target {
     /// Parses `@HOST%PORT,HOSTID/path`, or `ALIAS:/path` with an alias from the bookmarks
     /// file ([`crate::bookmarks`]).
-    pub fn parse(text: &str) -> Result<Target, CmdError> {
+    pub(crate) fn parse(text: &str) -> Result<Target, CmdError> {
         let full = match crate::bookmarks::expand(text) {
             Ok(Some(full)) => full,
             Ok(None) => text.to_owned(),
@@ -54,12 +54,12 @@ impl Target {
     }
 
     /// The last component (the file's own name), if any.
-    pub fn file_name(&self) -> Option<&str> {
+    pub(crate) fn file_name(&self) -> Option<&str> {
         self.components.last().map(String::as_str)
     }
 
     /// The same server with `child` appended.
-    pub fn join(&self, child: &str) -> Target {
+    pub(crate) fn join(&self, child: &str) -> Target {
         let mut t = self.clone();
         t.components.push(child.to_owned());
         t.text = format!("{}/{}", self.text.trim_end_matches('/'), child);
@@ -69,7 +69,7 @@ impl Target {
 
 /// A command's failure, with what to print.
 #[derive(Debug)]
-pub enum CmdError {
+pub(crate) enum CmdError {
     /// Bad arguments (exit 2).
     Usage(String),
     /// A failure about one path: `sfs: CMD: PATH: message` (exit 1).
@@ -94,7 +94,7 @@ impl fmt::Display for CmdError {
 
 impl CmdError {
     /// The process exit status.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self {
             CmdError::Usage(_) => 2,
             _ => 1,
@@ -102,7 +102,7 @@ impl CmdError {
     }
 
     /// A session error about `path`.
-    pub fn at(path: &str, e: SessionError) -> CmdError {
+    pub(crate) fn at(path: &str, e: SessionError) -> CmdError {
         match e {
             SessionError::Nfs(_) => CmdError::Path(path.to_owned(), e.to_string()),
             other => CmdError::Other(other.into()),
@@ -123,7 +123,7 @@ impl From<std::io::Error> for CmdError {
 }
 
 /// Sessions by server, shared by the paths of one command.
-pub struct Ctx {
+pub(crate) struct Ctx {
     identity: Option<Identity>,
     opts: Options,
     clients: HashMap<String, Client>,
@@ -133,7 +133,7 @@ pub struct Ctx {
 
 impl Ctx {
     /// A context logging in as `identity` (anonymous when `None`), with session options `opts`.
-    pub fn new(identity: Option<Identity>, opts: Options) -> Ctx {
+    pub(crate) fn new(identity: Option<Identity>, opts: Options) -> Ctx {
         Ctx {
             identity,
             opts,
@@ -143,12 +143,12 @@ impl Ctx {
     }
 
     /// The identity and session options new sessions get.
-    pub fn session_settings(&self) -> (Option<Identity>, Options) {
+    pub(crate) fn session_settings(&self) -> (Option<Identity>, Options) {
         (self.identity.clone(), self.opts.clone())
     }
 
     /// The session with `server` and its root handle.
-    pub async fn client(&mut self, server: &ServerName) -> Result<(Client, FileHandle), CmdError> {
+    pub(crate) async fn client(&mut self, server: &ServerName) -> Result<(Client, FileHandle), CmdError> {
         let key = server.to_string();
         let c = self.session(server);
         if let Some(r) = self.roots.get(&key) {
@@ -172,7 +172,7 @@ impl Ctx {
     /// FETCH, which on a new session goes out with the LOGIN, so a small file arrives in the
     /// first round trip after the handshake. Where the server cannot FETCH, the walk and the
     /// reads are the usual ones (no bytes come back).
-    pub async fn fetch(
+    pub(crate) async fn fetch(
         &mut self,
         t: &Target,
     ) -> Result<(Client, FileHandle, Attr, Option<Fetched>), CmdError> {
@@ -191,7 +191,7 @@ impl Ctx {
     /// out with the LOGIN: no MOUNT and LOOKUPs, each a round trip), with the new object's
     /// name. `None` when `t` is the root, or the server cannot FETCH: the caller walks with
     /// [`Ctx::parent`].
-    pub async fn fetch_parent(
+    pub(crate) async fn fetch_parent(
         &mut self,
         t: &Target,
     ) -> Result<Option<(Client, FileHandle, String)>, CmdError> {
@@ -214,7 +214,7 @@ impl Ctx {
     }
 
     /// Resolves a target to its handle and attributes.
-    pub async fn resolve(&mut self, t: &Target) -> Result<(Client, FileHandle, Attr), CmdError> {
+    pub(crate) async fn resolve(&mut self, t: &Target) -> Result<(Client, FileHandle, Attr), CmdError> {
         let (c, mut fh) = self.client(&t.server).await?;
         let mut attr = c.getattr(&fh).await.map_err(|e| CmdError::at(&t.text, e))?;
         for comp in &t.components {
@@ -232,7 +232,7 @@ impl Ctx {
     }
 
     /// Resolves the parent directory of a target: (client, parent handle, own name).
-    pub async fn parent(&mut self, t: &Target) -> Result<(Client, FileHandle, String), CmdError> {
+    pub(crate) async fn parent(&mut self, t: &Target) -> Result<(Client, FileHandle, String), CmdError> {
         let Some(name) = t.file_name() else {
             return Err(CmdError::Path(
                 t.text.clone(),
@@ -253,7 +253,7 @@ impl Ctx {
 /// This process's umask: the permission bits a new object's mode loses, as for local `mkdir`
 /// and `open(O_CREAT)`. Read once, where Linux shows it (`/proc/self/status`, since 4.7)
 /// without changing it; elsewhere set and restored at once.
-pub fn umask() -> u32 {
+pub(crate) fn umask() -> u32 {
     static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *UMASK.get_or_init(|| {
         let shown = std::fs::read_to_string("/proc/self/status")
@@ -282,14 +282,14 @@ fn umask_in_status(status: &str) -> Option<u32> {
 /// The mode a local program would make an object with when it asks for `mode`: less the
 /// [`umask`], and never setuid or setgid (as `cp` without `-p`). Sent in every request that
 /// makes an object, so the server applies no default of its own.
-pub fn new_mode(mode: u32) -> u32 {
+pub(crate) fn new_mode(mode: u32) -> u32 {
     mode & 0o1777 & !umask()
 }
 
 /// Makes directory `name` in `parent`, or reuses it if a directory of that name already exists
 /// (`mkdir -p`, `put -r`); anything else already there is "File exists". Also says whether it
 /// made the directory.
-pub async fn mkdir_or_existing(
+pub(crate) async fn mkdir_or_existing(
     c: &Client,
     parent: &FileHandle,
     name: &str,

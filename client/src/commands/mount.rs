@@ -11,7 +11,7 @@ use super::{CmdError, Ctx, Target};
 use crate::nfs::SfsNfs;
 
 /// Starts the loopback NFS server for `name`; returns it bound (port known) but not serving.
-pub async fn start(
+pub(crate) async fn start(
     ctx: &mut Ctx,
     name: &str,
     listen: SocketAddr,
@@ -44,7 +44,7 @@ async fn serve_owner_only(l: &NFSTcpListener<SfsNfs>) -> std::io::Result<()> {
 }
 
 /// The mount(8) command for a loopback server on `port`.
-pub fn mount_command(port: u16, dir: &Path) -> String {
+pub(crate) fn mount_command(port: u16, dir: &Path) -> String {
     format!(
         "mount -t nfs -o vers=3,tcp,nolock,port={port},mountport={port},actimeo=0 127.0.0.1:/ {}",
         dir.display()
@@ -52,7 +52,7 @@ pub fn mount_command(port: u16, dir: &Path) -> String {
 }
 
 /// `sfs nfs`: serve until interrupted.
-pub async fn nfs(ctx: &mut Ctx, name: &str, listen: SocketAddr) -> Result<(), CmdError> {
+pub(crate) async fn nfs(ctx: &mut Ctx, name: &str, listen: SocketAddr) -> Result<(), CmdError> {
     let l = start(ctx, name, listen).await?;
     let port = l.get_listen_port();
     println!("sfs: NFSv3 for {name} on 127.0.0.1:{port}");
@@ -76,7 +76,7 @@ fn kernel_has_nfs() -> bool {
 }
 
 /// `sfs mount --nfs`: serve, mount, and keep serving until the file system is unmounted.
-pub async fn mount_nfs(
+pub(crate) async fn mount_nfs(
     ctx: &mut Ctx,
     name: &str,
     dir: &Path,
@@ -140,7 +140,7 @@ pub async fn mount_nfs(
 
 /// The mount table entry (mountinfo) for the mount point `dir`, if it is one: its file
 /// system type (`fuse.sfs`, `nfs`, ...). The last entry wins (mounts stack).
-pub fn mounted_type(dir: &Path) -> Option<String> {
+pub(crate) fn mounted_type(dir: &Path) -> Option<String> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = dir.to_string_lossy();
     let mut found = None;
@@ -223,7 +223,7 @@ fn fuse_unmount(dir: &Path, lazy: bool) -> Result<(), String> {
 }
 
 /// The default log file of a background mount on `dir`.
-pub fn default_log(dir: &Path) -> PathBuf {
+pub(crate) fn default_log(dir: &Path) -> PathBuf {
     let flat: String = absolute(dir)
         .to_string_lossy()
         .trim_matches('/')
@@ -268,7 +268,7 @@ fn mount_point(dir: &Path) -> Result<PathBuf, CmdError> {
 /// (standard output and error into the log file, its own process group so the terminal's
 /// signals do not reach it) and returns once the file system answers on `dir`, or reports
 /// why it did not, with the end of the log.
-pub fn daemonize(dir: &Path, log: Option<&Path>, verbose: u8) -> Result<(), CmdError> {
+pub(crate) fn daemonize(dir: &Path, log: Option<&Path>, verbose: u8) -> Result<(), CmdError> {
     use std::os::unix::process::CommandExt;
     let abs = mount_point(dir)?;
     let log = log
@@ -371,7 +371,7 @@ fn euid() -> u32 {
 
 /// `sfs mount -f` (and the background process): mounts with FUSE and serves until unmounted
 /// or signalled. `users`: many users on one stream (`Some`, with the identities directory).
-pub async fn mount_fuse(
+pub(crate) async fn mount_fuse(
     ctx: &mut Ctx,
     name: &str,
     dir: &Path,
@@ -416,7 +416,7 @@ pub async fn mount_fuse(
 
 /// `sfs mount --namespace DIR -f` (and the background process): the self-certifying
 /// namespace ([`crate::namespace`]), serving until unmounted or signalled.
-pub async fn mount_namespace(ctx: &mut Ctx, dir: &Path, idle: Duration) -> Result<(), CmdError> {
+pub(crate) async fn mount_namespace(ctx: &mut Ctx, dir: &Path, idle: Duration) -> Result<(), CmdError> {
     let abs = mount_point(dir)?;
     let (identity, opts) = ctx.session_settings();
     let ns = crate::namespace::Namespace::new(tokio::runtime::Handle::current(), identity, opts);
@@ -579,7 +579,7 @@ fn fuse_hint() -> &'static str {
 
 /// `sfs umount`: FUSE mounts through fusermount3 (which unprivileged users may use, and which
 /// also removes a mount whose process died), others with umount(8).
-pub fn umount(dir: &Path) -> Result<(), CmdError> {
+pub(crate) fn umount(dir: &Path) -> Result<(), CmdError> {
     let abs = absolute(dir);
     let shown = dir.display().to_string();
     match mounted_type(&abs) {

@@ -13,7 +13,7 @@ use std::io::IsTerminal;
 
 /// `name` as GNU `ls` shows it on a terminal: unchanged unless it holds a control character
 /// or bytes that are not UTF-8.
-pub fn quoted(name: &[u8]) -> Cow<'_, str> {
+pub(crate) fn quoted(name: &[u8]) -> Cow<'_, str> {
     match std::str::from_utf8(name) {
         Ok(s) if !s.chars().any(char::is_control) => Cow::Borrowed(s),
         _ => Cow::Owned(shell_escape(name)),
@@ -22,12 +22,12 @@ pub fn quoted(name: &[u8]) -> Cow<'_, str> {
 
 /// A string of ours that may carry server-chosen parts (an error message with a path): every
 /// control character escaped, as [`quoted`] does.
-pub fn escaped(text: &str) -> Cow<'_, str> {
+pub(crate) fn escaped(text: &str) -> Cow<'_, str> {
     quoted(text.as_bytes())
 }
 
 /// A name for standard output: [`quoted`] on a terminal, raw (lossy UTF-8) into a pipe or file.
-pub fn on_stdout(name: &[u8]) -> Cow<'_, str> {
+pub(crate) fn on_stdout(name: &[u8]) -> Cow<'_, str> {
     if std::io::stdout().is_terminal() {
         quoted(name)
     } else {

@@ -17,7 +17,7 @@ use crate::progress::Progress;
 use crate::session::{Client, Fetched, SessionError};
 
 /// `sfs cat`.
-pub async fn cat(ctx: &mut Ctx, targets: &[String]) -> Result<(), CmdError> {
+pub(crate) async fn cat(ctx: &mut Ctx, targets: &[String]) -> Result<(), CmdError> {
     let mut failed = false;
     for text in targets {
         let t = Target::parse(text)?;
@@ -77,7 +77,7 @@ fn write_in_pieces(out: &mut impl Write, data: &[u8]) -> std::io::Result<()> {
 /// error). In a tree, an entry whose name is not one component or is listed twice, or whose
 /// local file cannot be made, is reported and the copy goes on with the others (the command
 /// fails at the end); an error from the server stops it.
-pub async fn get(
+pub(crate) async fn get(
     ctx: &mut Ctx,
     remote: &str,
     local: Option<&Path>,
@@ -309,7 +309,7 @@ async fn get_tree(
 }
 
 /// `sfs put`.
-pub async fn put(
+pub(crate) async fn put(
     ctx: &mut Ctx,
     local: &Path,
     remote: &str,
@@ -503,7 +503,7 @@ fn put_tree<'a>(
 }
 
 /// A SETATTR that changes nothing.
-pub fn set_nothing() -> SetAttr {
+pub(crate) fn set_nothing() -> SetAttr {
     SetAttr {
         mode: None,
         uid: None,

@@ -11,7 +11,7 @@ use super::BLKSIZE;
 use crate::session::SessionError;
 
 /// Attributes for `.` and `..` in READDIRPLUS replies, which the kernel ignores.
-pub fn placeholder_dir() -> Attr {
+pub(crate) fn placeholder_dir() -> Attr {
     let t = protocol::Time {
         seconds: 0,
         nanos: 0,
@@ -41,7 +41,7 @@ pub(super) fn lease_left(a: &Attr, received: Instant) -> u32 {
 }
 
 /// The kernel cache timeout for attributes carrying this lease.
-pub fn ttl(a: &Attr) -> Duration {
+pub(crate) fn ttl(a: &Attr) -> Duration {
     Duration::from_millis(u64::from(a.lease_ms))
 }
 
@@ -66,7 +66,7 @@ fn time(t: protocol::Time) -> SystemTime {
     }
 }
 
-pub fn time_from(t: SystemTime) -> protocol::Time {
+pub(crate) fn time_from(t: SystemTime) -> protocol::Time {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => protocol::Time {
             seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
@@ -95,7 +95,7 @@ pub(super) fn set_time(t: Option<TimeOrNow>) -> SetTime {
 }
 
 /// The kernel's view of attributes for node `ino`.
-pub fn fattr(ino: u64, a: &Attr) -> FileAttr {
+pub(crate) fn fattr(ino: u64, a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: a.size,
@@ -175,7 +175,7 @@ pub(super) fn open_bits(flags: OpenFlags) -> u32 {
 }
 
 /// The errno the calling program sees for a session error.
-pub fn errno(e: SessionError) -> Errno {
+pub(crate) fn errno(e: SessionError) -> Errno {
     match e {
         SessionError::Nfs(s) => status_errno(s),
         SessionError::Connect { .. }

@@ -13,7 +13,7 @@ use crate::session::Invalidation;
 /// Turns the session's invalidations into kernel cache invalidations, on its own thread: the
 /// kernel may wait for locks held by requests we are answering, so the notifications must not
 /// be sent from the tasks that answer them.
-pub fn invalidator(
+pub(crate) fn invalidator(
     sh: Arc<ServerMount>,
     notifier: Notifier,
     rx: crate::session::invalidations::Receiver,

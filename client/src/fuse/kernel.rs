@@ -28,7 +28,7 @@ const MAX_WRITE: u32 = 1 << 20;
 
 /// The FUSE file system (the kernel-facing half): one mount ([`ServerMount`]), or the node ranges of a
 /// namespace ([`NodeRanges`]).
-pub struct SfsFuse<R: NodeRanges = OneServer> {
+pub(crate) struct SfsFuse<R: NodeRanges = OneServer> {
     ranges: R,
     rt: Handle,
 }
@@ -46,14 +46,14 @@ macro_rules! mount {
 
 impl SfsFuse {
     /// Serves the mount `sh` with tasks on `rt`.
-    pub fn new(sh: Arc<ServerMount>, rt: Handle) -> SfsFuse {
+    pub(crate) fn new(sh: Arc<ServerMount>, rt: Handle) -> SfsFuse {
         SfsFuse::with_ranges(OneServer(sh), rt)
     }
 }
 
 impl<R: NodeRanges> SfsFuse<R> {
     /// Serves the mounts of `ranges`, and its own nodes, with tasks on `rt`.
-    pub fn with_ranges(ranges: R, rt: Handle) -> SfsFuse<R> {
+    pub(crate) fn with_ranges(ranges: R, rt: Handle) -> SfsFuse<R> {
         SfsFuse { ranges, rt }
     }
 
@@ -113,7 +113,7 @@ pub(super) fn reply_empty(r: Result<(), Errno>, reply: ReplyEmpty) {
 }
 
 /// The kernel settings every sfs FUSE mount asks for.
-pub fn configure(config: &mut KernelConfig) {
+pub(super) fn configure(config: &mut KernelConfig) {
     // Best effort: an older kernel keeps its smaller limits.
     let _ = config.set_max_write(MAX_WRITE);
     let _ = config.set_max_readahead(MAX_WRITE);

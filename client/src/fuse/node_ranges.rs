@@ -22,7 +22,7 @@ use super::ServerMount;
 /// The mounts behind one FUSE file system, by node range, and the answers for the nodes no
 /// mount holds. Those answers default to `ESTALE`, what a mount answers for a node it does
 /// not know.
-pub trait NodeRanges: Send + Sync + 'static {
+pub(crate) trait NodeRanges: Send + Sync + 'static {
     /// The mount whose range holds `ino`; None: `ino` is one of the router's own nodes.
     fn mount(&self, ino: INodeNo) -> Option<Arc<ServerMount>>;
 
@@ -80,7 +80,7 @@ pub trait NodeRanges: Send + Sync + 'static {
 }
 
 /// A mount of one server: one range holding every node.
-pub struct OneServer(pub Arc<ServerMount>);
+pub(crate) struct OneServer(pub Arc<ServerMount>);
 
 impl NodeRanges for OneServer {
     fn mount(&self, _ino: INodeNo) -> Option<Arc<ServerMount>> {

@@ -96,7 +96,7 @@ impl ServerMount {
     }
 
     /// Removes the hidden names of files still open when the mount ends.
-    pub async fn remove_hidden(&self) {
+    pub(crate) async fn remove_hidden(&self) {
         let hidden: Vec<_> = self.table().hidden.drain().map(|(_, h)| h).collect();
         for (dir, name) in hidden {
             if let Err(e) = self.client.remove(&dir, &name, false).await {

@@ -9,7 +9,7 @@ use super::error::SessionError;
 
 /// What one APPEND did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Appended {
+pub(crate) struct Appended {
     /// Where the data went: the file's size just before, as the server placed it.
     pub offset: u64,
     /// Bytes written (all of them, unless the server ran out of room).
@@ -24,7 +24,7 @@ impl Client {
     /// twice). A server without APPEND (protocol version 2, which would close the connection
     /// on it) or that cannot append to this file answers `NotSupp`, and the caller decides what
     /// to do instead.
-    pub async fn append(
+    pub(crate) async fn append(
         &self,
         fh: &FileHandle,
         stable: StableHow,
@@ -63,7 +63,7 @@ impl Client {
     /// Reports a change of `fh` the kernel must learn of although no INVALIDATE will come
     /// (our own APPEND put data where the kernel did not expect it): it reaches the same hook
     /// as the server's INVALIDATEs, whose consumer tells the kernel from its own thread.
-    pub fn invalidate_locally(&self, fh: &FileHandle) {
+    pub(crate) fn invalidate_locally(&self, fh: &FileHandle) {
         self.inner
             .invalidated(super::Invalidation::Object(*fh, None));
     }

@@ -27,7 +27,7 @@ type CommitTask = JoinHandle<Result<([u8; 8], Option<Sent>), SessionError>>;
 
 impl Client {
     /// READs outstanding, as many as the window holds, so one stream can fill the link.
-    pub async fn read_all(
+    pub(crate) async fn read_all(
         &self,
         fh: &FileHandle,
         mut offset: u64,
@@ -107,7 +107,7 @@ impl Client {
     /// answered attempt went out before it on the connection that answered it (no reconnect,
     /// no WRITE sent again after it, the file did not grow); otherwise another COMMIT is sent
     /// after the last reply, as with older servers.
-    pub async fn write_file(
+    pub(crate) async fn write_file(
         &self,
         fh: &FileHandle,
         file: Arc<File>,

@@ -42,7 +42,7 @@ fn answered(result: &Result<ReplyBody, SessionError>) -> bool {
 impl Client {
     /// Sends a request and waits for its reply, reconnecting and retrying when the request is
     /// idempotent or went through a slot of the server's reply cache.
-    pub async fn call(&self, op: RequestOp) -> Result<ReplyBody, SessionError> {
+    pub(crate) async fn call(&self, op: RequestOp) -> Result<ReplyBody, SessionError> {
         self.call_sent(op, &mut |_| {}).await
     }
 

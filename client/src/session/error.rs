@@ -12,7 +12,7 @@ use protocol::{NfsStatus, Proc};
 
 /// What went wrong with a request.
 #[derive(Debug, thiserror::Error)]
-pub enum SessionError {
+pub(crate) enum SessionError {
     /// The server answered with an error status.
     #[error("{}", status_message(*.0))]
     Nfs(NfsStatus),
@@ -79,14 +79,14 @@ pub enum SessionError {
 
 impl SessionError {
     /// The message with its causes, `: `-separated (for logs, which print one line).
-    pub fn report(&self) -> Report<'_> {
+    pub(crate) fn report(&self) -> Report<'_> {
         Report(self)
     }
 }
 
 /// Why no connection could be made.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     /// Connecting, or reading or writing during the handshake, failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -109,7 +109,7 @@ pub enum ConnectError {
 
 /// A reply or exchange this client cannot make sense of.
 #[derive(Debug, thiserror::Error)]
-pub enum ProtocolError {
+pub(crate) enum ProtocolError {
     /// The LOGIN arguments could not be signed.
     #[error("cannot sign login")]
     SignLogin(#[source] protocol::LoginError),
@@ -135,7 +135,7 @@ pub enum ProtocolError {
 
 /// What the session did after a request timed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterTimeout {
+pub(crate) enum AfterTimeout {
     /// It tried to reconnect and could not (the error's source says why).
     ReconnectFailed,
     /// It retried on new connections; none answered in time either.
@@ -162,7 +162,7 @@ impl fmt::Display for AfterTimeout {
 }
 
 /// A [`SessionError`] with its chain of causes (see [`SessionError::report`]).
-pub struct Report<'a>(&'a SessionError);
+pub(crate) struct Report<'a>(&'a SessionError);
 
 impl fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -184,7 +184,7 @@ pub(super) fn secs(d: Duration) -> String {
 /// The message a shell user expects for a status (`ls` says "No such file or directory"): the
 /// protocol's [`NfsStatus::description`] in sentence case. NFS's "not owner" (PERM) reads as
 /// "Permission denied", the words a shell prints for both refusals.
-pub fn status_message(s: NfsStatus) -> String {
+pub(crate) fn status_message(s: NfsStatus) -> String {
     let s = if s == NfsStatus::Perm {
         NfsStatus::Acces
     } else {

@@ -8,7 +8,7 @@ use super::error::{ProtocolError, SessionError};
 
 /// What a FETCH found: the object and, for a regular file, its first bytes.
 #[derive(Debug)]
-pub struct Fetched {
+pub(crate) struct Fetched {
     pub fh: FileHandle,
     pub attr: Attr,
     /// The file's bytes from offset 0 (empty for other types).
@@ -26,14 +26,14 @@ impl Client {
     /// The object at `path` from the export's root, and a regular file's first bytes. `None`
     /// when the server cannot FETCH (a version before 5, or a backend without it): the caller
     /// walks with MOUNT and LOOKUP instead.
-    pub async fn fetch(&self, path: &str) -> Result<Option<Fetched>, SessionError> {
+    pub(crate) async fn fetch(&self, path: &str) -> Result<Option<Fetched>, SessionError> {
         self.fetch_up_to(path, COUNT).await
     }
 
     /// [`Client::fetch`] without the bytes: the object at `path` and its attributes, in the
     /// first round trip after the handshake on a new session (as MOUNT and a LOOKUP per
     /// component would tell, in one). `sfs put` finds the directory it creates in this way.
-    pub async fn fetch_object(&self, path: &str) -> Result<Option<Fetched>, SessionError> {
+    pub(crate) async fn fetch_object(&self, path: &str) -> Result<Option<Fetched>, SessionError> {
         self.fetch_up_to(path, 0).await
     }
 

@@ -27,20 +27,20 @@ struct Queue {
 }
 
 /// The reader task's end (never blocks); dropping it ends the receiver.
-pub struct Sender(Arc<Queue>);
+pub(crate) struct Sender(Arc<Queue>);
 
 /// The invalidating thread's end: iterate to wait for each invalidation in turn.
-pub struct Receiver(Arc<Queue>);
+pub(crate) struct Receiver(Arc<Queue>);
 
 /// A bounded queue of invalidations.
-pub fn channel() -> (Sender, Receiver) {
+pub(crate) fn channel() -> (Sender, Receiver) {
     let q = Arc::new(Queue::default());
     (Sender(q.clone()), Receiver(q))
 }
 
 impl Sender {
     /// Queues `what`; when the queue is full, replaces all of it by `Everything`.
-    pub fn send(&self, what: Invalidation) {
+    pub(crate) fn send(&self, what: Invalidation) {
         let mut st = self.0.state.lock();
         if st.queued.len() >= MAX_QUEUED_INVALIDATIONS {
             st.queued.clear();

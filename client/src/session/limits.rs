@@ -14,19 +14,19 @@
 /// Entries in one directory listing. A million is far more than any directory a person
 /// lists, and at about 300 bytes per entry in memory (name, handle, attributes) it is
 /// ~300 MiB at worst.
-pub const MAX_DIR_ENTRIES: usize = 1 << 20;
+pub(crate) const MAX_DIR_ENTRIES: usize = 1 << 20;
 
 /// Bytes of names in one directory listing: 64 bytes per entry on average at the entry
 /// bound; names are rarely longer than 30.
-pub const MAX_DIR_NAME_BYTES: usize = 64 << 20;
+pub(crate) const MAX_DIR_NAME_BYTES: usize = 64 << 20;
 
 /// READDIRPLUS requests for one listing. An honest server fills its pages (ours puts
 /// hundreds of entries in each); one that sends a few per page would still list the entry
 /// bound's worth in 65536 round trips, so more is a server stringing us along.
-pub const MAX_DIR_PAGES: usize = 1 << 16;
+pub(crate) const MAX_DIR_PAGES: usize = 1 << 16;
 
 /// Invalidations waiting for the FUSE side to pass them to the kernel. Past this the queue
 /// is replaced by one [`super::Invalidation::Everything`] (all that is cached of the server is
 /// dropped), which is always safe: a flood of INVALIDATEs costs the server's own cache hits,
 /// not our memory.
-pub const MAX_QUEUED_INVALIDATIONS: usize = 4096;
+pub(crate) const MAX_QUEUED_INVALIDATIONS: usize = 4096;

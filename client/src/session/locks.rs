@@ -19,7 +19,7 @@ impl Client {
     }
 
     /// LOCK: granted, or `Nfs(Denied)` when another holder's lock is in the way.
-    pub async fn lock(&self, args: LockArgs) -> Result<(), SessionError> {
+    pub(crate) async fn lock(&self, args: LockArgs) -> Result<(), SessionError> {
         match self.lock_call(RequestOp::Lock(args)).await? {
             ReplyBody::Lock => Ok(()),
             other => Err(self.unexpected(&other)),
@@ -27,7 +27,7 @@ impl Client {
     }
 
     /// UNLOCK: this session's user's locks of `args.owner` in the range go.
-    pub async fn unlock(&self, args: UnlockArgs) -> Result<(), SessionError> {
+    pub(crate) async fn unlock(&self, args: UnlockArgs) -> Result<(), SessionError> {
         match self.lock_call(RequestOp::Unlock(args)).await? {
             ReplyBody::Unlock => Ok(()),
             other => Err(self.unexpected(&other)),
@@ -35,7 +35,7 @@ impl Client {
     }
 
     /// TESTLOCK: the lock that would stand in the way of this LOCK now, if any.
-    pub async fn testlock(&self, args: TestLockArgs) -> Result<Option<LockConflict>, SessionError> {
+    pub(crate) async fn testlock(&self, args: TestLockArgs) -> Result<Option<LockConflict>, SessionError> {
         match self.lock_call(RequestOp::TestLock(args)).await? {
             ReplyBody::TestLock { conflict } => Ok(conflict),
             other => Err(self.unexpected(&other)),

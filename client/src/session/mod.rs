@@ -32,12 +32,12 @@ mod append;
 mod bulk;
 mod call;
 mod conn;
-pub mod error;
+pub(crate) mod error;
 mod fetch;
 mod handshake;
-pub mod invalidations;
+pub(crate) mod invalidations;
 mod known_keys;
-pub mod limits;
+pub(crate) mod limits;
 mod locks;
 mod ops;
 mod slots;
@@ -56,14 +56,14 @@ use crate::cache::AttrCache;
 use crate::caller_groups::Groups;
 use crate::identity::Identity;
 use conn::Conn;
-pub use fetch::Fetched;
+pub(crate) use fetch::Fetched;
 pub(crate) use xattr::absent_unless_listed;
 
-pub use error::SessionError;
+pub(crate) use error::SessionError;
 
 /// Tunables of a session.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// Connection attempts before giving up (each reconnect, and the first connect).
     pub connect_attempts: u32,
     /// Delay before the second attempt; doubled each time up to `max_backoff`.
@@ -94,7 +94,7 @@ pub struct Options {
 const MAX_TIMEOUT_RETRIES: u32 = 1;
 
 /// Default per-request timeout.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for Options {
     fn default() -> Self {
@@ -117,7 +117,7 @@ impl Default for Options {
 // Handles are inline (up to 113 bytes, Copy) since wrapped handles; invalidations are rare
 // and short-lived, so boxing would buy nothing.
 #[allow(clippy::large_enum_variant)]
-pub enum Invalidation {
+pub(crate) enum Invalidation {
     /// An INVALIDATE for one object (its new attributes when the server sent them).
     Object(FileHandle, Option<Attr>),
     /// A new connection replaced a broken one: INVALIDATEs may have been missed, so nothing
@@ -127,10 +127,10 @@ pub enum Invalidation {
 
 /// A callback told of every [`Invalidation`]; called on the connection's reader task, so it
 /// must not block (hand the work to another thread).
-pub type InvalidateHook = Box<dyn Fn(Invalidation) + Send + Sync>;
+pub(crate) type InvalidateHook = Box<dyn Fn(Invalidation) + Send + Sync>;
 
 /// Finds the identity of a local uid (for [`Client::as_uid`]).
-pub type IdentityResolver = Box<dyn Fn(u32) -> Option<Identity> + Send + Sync>;
+pub(crate) type IdentityResolver = Box<dyn Fn(u32) -> Option<Identity> + Send + Sync>;
 
 /// What the clones of one [`Client`] share: the server's name and key, the identity, the
 /// attribute cache, the live connection and the buffers kept for reuse.
@@ -210,7 +210,7 @@ impl ClientState {
 
 /// A session with one server, shared cheaply (`Clone`) between tasks.
 #[derive(Clone)]
-pub struct Client {
+pub(crate) struct Client {
     inner: Arc<ClientState>,
     /// The local user this handle acts for (None: the session's own identity).
     who: Option<u32>,
@@ -225,7 +225,7 @@ const MAX_NARROWED: usize = 1024;
 
 impl Client {
     /// A client for `name` (its path, if any, is ignored here); connects lazily.
-    pub fn new(name: &ServerName, identity: Option<Identity>, opts: Options) -> Client {
+    pub(crate) fn new(name: &ServerName, identity: Option<Identity>, opts: Options) -> Client {
         Client {
             inner: Arc::new(ClientState {
                 name: name.without_path(),
@@ -249,17 +249,17 @@ impl Client {
 
     /// Registers the callback told of INVALIDATEs and reconnects (at most one; later calls
     /// are ignored and return false). The attribute cache is updated before it runs.
-    pub fn on_invalidate(&self, hook: InvalidateHook) -> bool {
+    pub(crate) fn on_invalidate(&self, hook: InvalidateHook) -> bool {
         self.inner.on_invalidate.set(hook).is_ok()
     }
 
     /// The attribute cache.
-    pub fn cache(&self) -> &AttrCache {
+    pub(crate) fn cache(&self) -> &AttrCache {
         &self.inner.cache
     }
 
     /// The session's authno (0 when anonymous); connects if needed.
-    pub async fn authno(&self) -> Result<u32, SessionError> {
+    pub(crate) async fn authno(&self) -> Result<u32, SessionError> {
         let c = self.connection().await?;
         self.authno_on(&c).await
     }
@@ -267,7 +267,7 @@ impl Client {
     /// [`Client::authno`] if it is known without waiting: connected, this user logged in and
     /// its groups narrowed already (None otherwise, or while another task holds the
     /// connection slot). For answers from the cache on the kernel's thread.
-    pub fn authno_now(&self) -> Option<u32> {
+    pub(crate) fn authno_now(&self) -> Option<u32> {
         let conn = self.inner.conn.try_lock().ok()?.clone()?;
         if conn.is_dead() {
             return None;
@@ -285,7 +285,7 @@ impl Client {
     }
 
     /// Largest READ count and WRITE data per request on the current connection.
-    pub async fn io_sizes(&self) -> Result<(u32, u32), SessionError> {
+    pub(crate) async fn io_sizes(&self) -> Result<(u32, u32), SessionError> {
         let c = self.connection().await?;
         Ok((c.read_max, c.write_max))
     }
@@ -293,7 +293,7 @@ impl Client {
     /// Closes the connection (requests under way finish on it); the next call connects
     /// again. Cached attributes are dropped and [`Invalidation::Everything`] is reported,
     /// since no INVALIDATE can arrive while disconnected. Whether there was a connection.
-    pub async fn disconnect(&self) -> bool {
+    pub(crate) async fn disconnect(&self) -> bool {
         let was = self.inner.conn.lock().await.take().is_some();
         if was {
             self.inner.cache.clear();
@@ -362,7 +362,7 @@ impl Client {
 
     /// This session acting for local user `uid`: same connection and caches, but requests
     /// carry that user's authno (see [`Client::set_identity_resolver`]).
-    pub fn as_uid(&self, uid: u32) -> Client {
+    pub(crate) fn as_uid(&self, uid: u32) -> Client {
         Client {
             inner: self.inner.clone(),
             who: Some(uid),
@@ -372,7 +372,7 @@ impl Client {
 
     /// This client acting with the groups `g` of one local process (NARROW); None keeps the
     /// login's own groups.
-    pub fn with_groups(&self, g: Option<Groups>) -> Client {
+    pub(crate) fn with_groups(&self, g: Option<Groups>) -> Client {
         Client {
             inner: self.inner.clone(),
             who: self.who,
@@ -382,7 +382,7 @@ impl Client {
 
     /// How [`Client::as_uid`] finds a local user's identity (None: anonymous). At most one;
     /// later calls are ignored and return false.
-    pub fn set_identity_resolver(&self, r: IdentityResolver) -> bool {
+    pub(crate) fn set_identity_resolver(&self, r: IdentityResolver) -> bool {
         self.inner.resolver.set(r).is_ok()
     }
 

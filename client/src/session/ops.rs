@@ -28,7 +28,7 @@ macro_rules! let_reply {
 
 impl Client {
     /// MOUNT: the handle of `path` below the server's root.
-    pub async fn mount(&self, path: &str) -> Result<(FileHandle, Attr), SessionError> {
+    pub(crate) async fn mount(&self, path: &str) -> Result<(FileHandle, Attr), SessionError> {
         let path = if path.is_empty() { "/" } else { path };
         let op = RequestOp::Mount {
             path: path.as_bytes().to_vec(),
@@ -40,7 +40,7 @@ impl Client {
     }
 
     /// Attributes, from the cache while their lease lasts.
-    pub async fn getattr(&self, fh: &FileHandle) -> Result<Attr, SessionError> {
+    pub(crate) async fn getattr(&self, fh: &FileHandle) -> Result<Attr, SessionError> {
         if let Some(a) = self.inner.cache.get(fh) {
             return Ok(a);
         }
@@ -48,7 +48,7 @@ impl Client {
     }
 
     /// Attributes from the server, bypassing the cache.
-    pub async fn getattr_fresh(&self, fh: &FileHandle) -> Result<Attr, SessionError> {
+    pub(crate) async fn getattr_fresh(&self, fh: &FileHandle) -> Result<Attr, SessionError> {
         let op = RequestOp::GetAttr { fh: *fh };
         let since = self.inner.cache.stamp();
         let_reply!(self, ReplyBody::GetAttr { attr } = self.call(op).await?);
@@ -57,7 +57,7 @@ impl Client {
     }
 
     /// LOOKUP.
-    pub async fn lookup(
+    pub(crate) async fn lookup(
         &self,
         dir: &FileHandle,
         name: &[u8],
@@ -91,7 +91,7 @@ impl Client {
 
     /// ACCESS, cached per user while the attributes' lease lasts (the FUSE mount asks it for
     /// `access(2)` and `open(2)`; nfsserve answers ACCESS itself from the attributes).
-    pub async fn access(&self, fh: &FileHandle, bits: u32) -> Result<u32, SessionError> {
+    pub(crate) async fn access(&self, fh: &FileHandle, bits: u32) -> Result<u32, SessionError> {
         let authno = self.authno().await?;
         if let Some(g) = self.inner.cache.get_access(fh, authno, bits) {
             return Ok(g);
@@ -115,7 +115,7 @@ impl Client {
     }
 
     /// SETATTR.
-    pub async fn setattr(&self, fh: &FileHandle, attr: SetAttr) -> Result<Attr, SessionError> {
+    pub(crate) async fn setattr(&self, fh: &FileHandle, attr: SetAttr) -> Result<Attr, SessionError> {
         self.inner.cache.setattr_sending(fh);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::SetAttr {
@@ -132,7 +132,7 @@ impl Client {
     }
 
     /// READLINK.
-    pub async fn readlink(&self, fh: &FileHandle) -> Result<Vec<u8>, SessionError> {
+    pub(crate) async fn readlink(&self, fh: &FileHandle) -> Result<Vec<u8>, SessionError> {
         let op = RequestOp::ReadLink { fh: *fh };
         let_reply!(
             self,
@@ -142,7 +142,7 @@ impl Client {
     }
 
     /// One READ of at most the negotiated size: (data, eof).
-    pub async fn read(
+    pub(crate) async fn read(
         &self,
         fh: &FileHandle,
         offset: u64,
@@ -175,7 +175,7 @@ impl Client {
     }
 
     /// One WRITE of at most the negotiated size: (count written, verifier).
-    pub async fn write(
+    pub(crate) async fn write(
         &self,
         fh: &FileHandle,
         offset: u64,
@@ -253,7 +253,7 @@ impl Client {
     }
 
     /// COMMIT: the write verifier after the data is stable.
-    pub async fn commit(&self, fh: &FileHandle) -> Result<[u8; 8], SessionError> {
+    pub(crate) async fn commit(&self, fh: &FileHandle) -> Result<[u8; 8], SessionError> {
         self.commit_sent(fh, &mut |_| {}).await
     }
 
@@ -281,7 +281,7 @@ impl Client {
     /// bounds of [`super::limits`]: a listing that goes past them, or asks for a cookie it
     /// asked for before, is an error (a hostile server could otherwise keep us listing, and
     /// growing, for ever).
-    pub async fn readdir_all(&self, dir: &FileHandle) -> Result<Vec<DirEntryPlus>, SessionError> {
+    pub(crate) async fn readdir_all(&self, dir: &FileHandle) -> Result<Vec<DirEntryPlus>, SessionError> {
         let mut out = Vec::new();
         let mut cookie = 0u64;
         let mut verifier = [0u8; 8];
@@ -374,7 +374,7 @@ impl Client {
     }
 
     /// CREATE (unchecked: truncates an existing file when `size` is set to 0).
-    pub async fn create(
+    pub(crate) async fn create(
         &self,
         dir: &FileHandle,
         name: &[u8],
@@ -396,7 +396,7 @@ impl Client {
     }
 
     /// MKDIR.
-    pub async fn mkdir(
+    pub(crate) async fn mkdir(
         &self,
         dir: &FileHandle,
         name: &[u8],
@@ -440,7 +440,7 @@ impl Client {
     }
 
     /// SYMLINK.
-    pub async fn symlink(
+    pub(crate) async fn symlink(
         &self,
         dir: &FileHandle,
         name: &[u8],
@@ -464,7 +464,7 @@ impl Client {
     /// The handle and attributes of an object just made (asked for when the reply has none).
     /// MKNOD: a FIFO, socket or device node (the server makes it as the caller; the kernel
     /// there decides whether that user may make a device).
-    pub async fn mknod(
+    pub(crate) async fn mknod(
         &self,
         dir: &FileHandle,
         name: &[u8],
@@ -509,7 +509,7 @@ impl Client {
     }
 
     /// REMOVE or RMDIR.
-    pub async fn remove(
+    pub(crate) async fn remove(
         &self,
         dir: &FileHandle,
         name: &[u8],
@@ -531,7 +531,7 @@ impl Client {
     }
 
     /// LINK: a new name `dir/name` for `fh`; the object's attributes afterwards.
-    pub async fn link(
+    pub(crate) async fn link(
         &self,
         fh: &FileHandle,
         dir: &FileHandle,
@@ -556,7 +556,7 @@ impl Client {
     /// OPEN: the server keeps `fh` alive for this session's user until [`Client::close`] or
     /// the connection ends, so the file can lose its last name and still be used through its
     /// handle. A server without open states answers `NotSupp`.
-    pub async fn open(&self, fh: &FileHandle) -> Result<(), SessionError> {
+    pub(crate) async fn open(&self, fh: &FileHandle) -> Result<(), SessionError> {
         let op = RequestOp::Open { fh: *fh };
         let since = self.inner.cache.stamp();
         let_reply!(self, ReplyBody::Open { attr } = self.call(op).await?);
@@ -566,7 +566,7 @@ impl Client {
 
     /// CLOSE: drops this session's user's open state on `fh` (OPEN's, or the one CREATE keeps
     /// for a file made with a mode that denies its owner reading or writing).
-    pub async fn close(&self, fh: &FileHandle) -> Result<(), SessionError> {
+    pub(crate) async fn close(&self, fh: &FileHandle) -> Result<(), SessionError> {
         let_reply!(
             self,
             ReplyBody::Close = self.call(RequestOp::Close { fh: *fh }).await?
@@ -575,7 +575,7 @@ impl Client {
     }
 
     /// FSSTAT.
-    pub async fn fsstat(&self, fh: &FileHandle) -> Result<FsStat, SessionError> {
+    pub(crate) async fn fsstat(&self, fh: &FileHandle) -> Result<FsStat, SessionError> {
         let op = RequestOp::FsStat { fh: *fh };
         let since = self.inner.cache.stamp();
         let_reply!(self, ReplyBody::FsStat(s) = self.call(op).await?);
@@ -584,7 +584,7 @@ impl Client {
     }
 
     /// RENAME.
-    pub async fn rename(
+    pub(crate) async fn rename(
         &self,
         from_dir: &FileHandle,
         from_name: &[u8],
@@ -606,7 +606,7 @@ impl Client {
 
     /// RENAME2 with `flags` ([`protocol::rename_flags`]): with NOREPLACE the server fails with
     /// `Exist` rather than replace `to_name`, in the same system call as the rename.
-    pub async fn rename2(
+    pub(crate) async fn rename2(
         &self,
         from_dir: &FileHandle,
         from_name: &[u8],

@@ -14,7 +14,7 @@ impl Client {
     /// GETXATTR: the whole value of `name`. Answers (an absent attribute included) are
     /// cached per user while the object's attributes are: `ls -l` asks every file it lists
     /// for `security.selinux` and `system.posix_acl_access`, a round trip each otherwise.
-    pub async fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> Result<Vec<u8>, SessionError> {
+    pub(crate) async fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> Result<Vec<u8>, SessionError> {
         if self.known_without(fh, name) {
             return Err(SessionError::Nfs(NfsStatus::NoXattr));
         }
@@ -49,7 +49,7 @@ impl Client {
     /// GETXATTR's answer from the cache alone, with the authno it is cached for, if it is
     /// there and this client's authno is known without waiting ([`Client::authno_now`]): what
     /// [`Client::getxattr`] would answer without a request.
-    pub fn getxattr_cached(
+    pub(crate) fn getxattr_cached(
         &self,
         fh: &FileHandle,
         name: &[u8],
@@ -87,7 +87,7 @@ impl Client {
     }
 
     /// LISTXATTR's answer from the cache alone, as [`Client::getxattr_cached`].
-    pub fn listxattr_cached(&self, fh: &FileHandle) -> Option<(u32, Vec<Vec<u8>>)> {
+    pub(crate) fn listxattr_cached(&self, fh: &FileHandle) -> Option<(u32, Vec<Vec<u8>>)> {
         let authno = self.authno_now()?;
         match self.inner.cache.get_xattr(fh, &(authno, None))? {
             XattrAnswer::Names(names) => Some((authno, names)),
@@ -97,7 +97,7 @@ impl Client {
 
     /// SETXATTR with `flags` ([`protocol::xattr::flags`]). The object's ctime moves (and an
     /// ACL changes its mode), so its cached attributes are replaced by the reply's.
-    pub async fn setxattr(
+    pub(crate) async fn setxattr(
         &self,
         fh: &FileHandle,
         name: &[u8],
@@ -122,7 +122,7 @@ impl Client {
     }
 
     /// LISTXATTR: the names the server lets this user see, cached as GETXATTR's answers are.
-    pub async fn listxattr(&self, fh: &FileHandle) -> Result<Vec<Vec<u8>>, SessionError> {
+    pub(crate) async fn listxattr(&self, fh: &FileHandle) -> Result<Vec<Vec<u8>>, SessionError> {
         let key = (self.authno().await?, None);
         if let Some(XattrAnswer::Names(names)) = self.inner.cache.get_xattr(fh, &key) {
             return Ok(names);
@@ -139,7 +139,7 @@ impl Client {
     }
 
     /// REMOVEXATTR.
-    pub async fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> Result<(), SessionError> {
+    pub(crate) async fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> Result<(), SessionError> {
         self.inner.cache.xattr_changing(fh);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::RemoveXattr {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// The `sfsd` binary, built once per test process with the cargo that runs the tests (the
 /// server is another package, so `CARGO_BIN_EXE_sfsd` is not available here).
-pub fn sfsd() -> PathBuf {
+pub(crate) fn sfsd() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         let out = Command::new(env!("CARGO"))
@@ -45,7 +45,7 @@ pub fn sfsd() -> PathBuf {
 }
 
 /// A running `sfsd`, killed on drop.
-pub struct Server {
+pub(crate) struct Server {
     pub child: Child,
     /// Its self-certifying name, `@127.0.0.1%PORT,HOSTID`.
     pub name: String,
@@ -57,7 +57,7 @@ pub struct Server {
 
 impl Server {
     /// Starts `sfsd serve` on `port` (0: any) with extra flags.
-    pub fn start(state: &Path, export: &Path, port: u16, extra: &[&str]) -> Server {
+    pub(crate) fn start(state: &Path, export: &Path, port: u16, extra: &[&str]) -> Server {
         let mut child = Command::new(sfsd())
             .arg("serve")
             .arg("--state")
@@ -103,13 +103,13 @@ impl Server {
     }
 
     /// Kills the server (SIGKILL: no goodbye to clients).
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// Starts it again on the same port with the same state.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill();
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -141,7 +141,7 @@ impl Drop for Server {
 }
 
 /// A child killed on drop.
-pub struct Guard(pub Child);
+pub(crate) struct Guard(pub Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -151,7 +151,7 @@ impl Drop for Guard {
 }
 
 /// The `sfs` command with a clean environment (no identity unless given).
-pub fn sfs_cmd(home: &Path) -> Command {
+pub(crate) fn sfs_cmd(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sfs"));
     c.env("HOME", home)
         .env_remove("SFS_IDENTITY")
@@ -161,7 +161,7 @@ pub fn sfs_cmd(home: &Path) -> Command {
 }
 
 /// Runs `sfs` to completion within `limit`.
-pub fn run(mut cmd: Command, limit: Duration) -> Output {
+pub(crate) fn run(mut cmd: Command, limit: Duration) -> Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn sfs");
     let mut out = child.stdout.take().unwrap();
@@ -196,7 +196,7 @@ pub fn run(mut cmd: Command, limit: Duration) -> Output {
 }
 
 /// Deterministic pseudo-random bytes.
-pub fn data(len: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn data(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..len)
         .map(|_| {
@@ -209,7 +209,7 @@ pub fn data(len: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Hex SHA-256 of a file.
-pub fn sha256_file(p: &Path) -> String {
+pub(crate) fn sha256_file(p: &Path) -> String {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     let mut f = std::fs::File::open(p).unwrap();
@@ -218,7 +218,7 @@ pub fn sha256_file(p: &Path) -> String {
 }
 
 /// `sfs keygen --out key`: the public key.
-pub fn keygen(home: &Path, key: &Path) -> String {
+pub(crate) fn keygen(home: &Path, key: &Path) -> String {
     let mut c = sfs_cmd(home);
     c.args(["keygen", "--out"]).arg(key);
     let out = run(c, Duration::from_secs(120));
@@ -237,18 +237,18 @@ pub fn keygen(home: &Path, key: &Path) -> String {
 }
 
 /// A mounted tree; unmounted (lazily, so it never stays) and its process killed on drop.
-pub struct Mount {
+pub(crate) struct Mount {
     pub dir: PathBuf,
     pub pid: u32,
     pub log: PathBuf,
 }
 
 impl Mount {
-    pub fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         process_alive(self.pid)
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -260,7 +260,7 @@ impl Drop for Mount {
 }
 
 /// Whether process `pid` still runs (exists and is not a zombie).
-pub fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     !std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .unwrap_or_else(|_| ") Z ".into())
         .contains(") Z ")
@@ -268,7 +268,7 @@ pub fn process_alive(pid: u32) -> bool {
 
 /// Lazily unmounts `dir` and waits up to 5 s for its mount process `pid` to end, killing it
 /// after that.
-pub fn unmount(dir: &Path, pid: u32) {
+pub(crate) fn unmount(dir: &Path, pid: u32) {
     let _ = Command::new("fusermount3")
         .args(["-u", "-z", "--"])
         .arg(dir)
@@ -284,7 +284,7 @@ pub fn unmount(dir: &Path, pid: u32) {
 
 /// The mount process's pid from what `sfs mount` prints: "sfs: mounted on DIR (process PID,
 /// log FILE)".
-pub fn mounted_pid(stdout: &str) -> u32 {
+pub(crate) fn mounted_pid(stdout: &str) -> u32 {
     stdout
         .split("(process ")
         .nth(1)

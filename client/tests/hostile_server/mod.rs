@@ -26,7 +26,7 @@ use protocol::{
 
 /// What the fake server sends for one request, in order.
 #[allow(clippy::large_enum_variant)] // test-only, short-lived
-pub enum Out {
+pub(crate) enum Out {
     /// The reply to the request (its id is filled in).
     Reply(Result<ReplyBody, NfsStatus>),
     /// An INVALIDATE, unprompted.
@@ -34,10 +34,10 @@ pub enum Out {
 }
 
 /// Answers a request (LOGIN excepted, which is always accepted).
-pub type Handler = dyn Fn(&RequestOp) -> Vec<Out> + Send + Sync;
+pub(crate) type Handler = dyn Fn(&RequestOp) -> Vec<Out> + Send + Sync;
 
 /// A running fake server; stops (and closes its connections) when dropped.
-pub struct Hostile {
+pub(crate) struct Hostile {
     /// Its self-certifying name, `@127.0.0.1%PORT,HOSTID`.
     pub name: String,
     stop: Arc<AtomicBool>,
@@ -46,7 +46,7 @@ pub struct Hostile {
 
 impl Hostile {
     /// Listens on 127.0.0.1 (a free port) with a fresh host key, answering with `handler`.
-    pub fn start(handler: impl Fn(&RequestOp) -> Vec<Out> + Send + Sync + 'static) -> Hostile {
+    pub(crate) fn start(handler: impl Fn(&RequestOp) -> Vec<Out> + Send + Sync + 'static) -> Hostile {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().unwrap().port();
@@ -136,19 +136,19 @@ fn serve(mut s: TcpStream, key: &ServerKeypair, handler: &Handler, stop: &Atomic
 }
 
 /// The handle of node `id`.
-pub fn fh(id: u64) -> FileHandle {
+pub(crate) fn fh(id: u64) -> FileHandle {
     let mut b = [0u8; protocol::HANDLE_LEN];
     b[..8].copy_from_slice(&id.to_le_bytes());
     FileHandle::from_bytes(b)
 }
 
 /// The node id of a handle made by [`fh`].
-pub fn id_of(fh: &FileHandle) -> u64 {
+pub(crate) fn id_of(fh: &FileHandle) -> u64 {
     u64::from_le_bytes(fh.as_bytes()[..8].try_into().unwrap())
 }
 
 /// Attributes of node `id` of type `ftype` and `size` bytes, no lease (never cached).
-pub fn attr(id: u64, ftype: FileType, size: u64) -> Attr {
+pub(crate) fn attr(id: u64, ftype: FileType, size: u64) -> Attr {
     let t = Time {
         seconds: 1,
         nanos: 0,
@@ -177,7 +177,7 @@ pub fn attr(id: u64, ftype: FileType, size: u64) -> Attr {
 
 /// A node of a [`Tree`].
 #[derive(Clone)]
-pub enum Node {
+pub(crate) enum Node {
     /// A directory listing exactly these (name, node id) pairs, in order, duplicates and
     /// dot names included.
     Dir(Vec<(Vec<u8>, u64)>),
@@ -189,19 +189,19 @@ pub enum Node {
 
 /// A scripted file system; node 1 is the root (a directory).
 #[derive(Clone, Default)]
-pub struct Tree {
+pub(crate) struct Tree {
     pub nodes: HashMap<u64, Node>,
 }
 
 impl Tree {
     /// A tree whose root lists `entries`.
-    pub fn new(root: Vec<(&str, u64)>) -> Tree {
+    pub(crate) fn new(root: Vec<(&str, u64)>) -> Tree {
         let mut t = Tree::default();
         t.dir(1, root);
         t
     }
 
-    pub fn dir(&mut self, id: u64, entries: Vec<(&str, u64)>) -> &mut Tree {
+    pub(crate) fn dir(&mut self, id: u64, entries: Vec<(&str, u64)>) -> &mut Tree {
         let e = entries
             .into_iter()
             .map(|(n, i)| (n.as_bytes().to_vec(), i))
@@ -210,18 +210,18 @@ impl Tree {
         self
     }
 
-    pub fn file(&mut self, id: u64, data: &[u8]) -> &mut Tree {
+    pub(crate) fn file(&mut self, id: u64, data: &[u8]) -> &mut Tree {
         self.nodes.insert(id, Node::File(data.to_vec()));
         self
     }
 
-    pub fn link(&mut self, id: u64, target: &[u8]) -> &mut Tree {
+    pub(crate) fn link(&mut self, id: u64, target: &[u8]) -> &mut Tree {
         self.nodes.insert(id, Node::Link(target.to_vec()));
         self
     }
 
     /// The attributes of node `id`.
-    pub fn attr(&self, id: u64) -> Option<Attr> {
+    pub(crate) fn attr(&self, id: u64) -> Option<Attr> {
         Some(match self.nodes.get(&id)? {
             Node::Dir(_) => attr(id, FileType::Directory, 4096),
             Node::File(d) => attr(id, FileType::Regular, d.len() as u64),
@@ -231,7 +231,7 @@ impl Tree {
 
     /// The honest answer to `op` about this tree (directories listed in one page, with
     /// handles and attributes).
-    pub fn answer(&self, op: &RequestOp) -> Vec<Out> {
+    pub(crate) fn answer(&self, op: &RequestOp) -> Vec<Out> {
         vec![Out::Reply(self.reply(op))]
     }
 
@@ -312,7 +312,7 @@ impl Tree {
 
 /// Every path under `root` (not following symlinks) with its type and, for files and links,
 /// their contents or target: what a test compares before and after.
-pub fn snapshot(root: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
+pub(crate) fn snapshot(root: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(p) = stack.pop() {
