@@ -155,7 +155,12 @@ pub(super) fn seq_read(path: &Path, size: u64) -> anyhow::Result<Outcome> {
 
 /// `tar -xf TARBALL` into `dest` (`copies` times, into `dest/0`, `dest/1`...), then
 /// `sync -f`; the amount is `entries` per copy.
-pub(super) fn untar(tarball: &Path, dest: &Path, copies: usize, entries: u64) -> anyhow::Result<Outcome> {
+pub(super) fn untar(
+    tarball: &Path,
+    dest: &Path,
+    copies: usize,
+    entries: u64,
+) -> anyhow::Result<Outcome> {
     let start = Instant::now();
     for i in 0..copies {
         let d = dest.join(i.to_string());

@@ -188,7 +188,12 @@ pub(crate) struct Nginx {
 impl Nginx {
     /// Starts nginx under `dir`, pinned (with taskset) to `cpus` with one worker each,
     /// serving `root` with the TLS 1.3 suite `cipher` only.
-    pub(crate) fn start(dir: &Path, cpus: &[usize], cipher: &str, root: &Path) -> anyhow::Result<Nginx> {
+    pub(crate) fn start(
+        dir: &Path,
+        cpus: &[usize],
+        cipher: &str,
+        root: &Path,
+    ) -> anyhow::Result<Nginx> {
         std::fs::create_dir_all(dir)?;
         let (cert, key) = certificate(dir)?;
         let port = free_port()?;

@@ -5,7 +5,8 @@ use std::path::Path;
 use anyhow::Context;
 use plotters::prelude::*;
 
-use super::{Mode, Row};
+use super::Mode;
+use super::table::Row;
 
 /// One bar: a mode's median throughput at a CPU count.
 pub(super) struct Bar {

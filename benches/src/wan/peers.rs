@@ -134,7 +134,12 @@ pub(super) fn start_sfsd(
 
 /// nginx (TLS 1.3, one suite, the configuration `read --peer nginx` uses) on
 /// 10.77.0.2:443, one worker per CPU.
-pub(super) fn start_nginx(link: &Link, dir: &Path, root: &Path, cpus: usize) -> anyhow::Result<NsServer> {
+pub(super) fn start_nginx(
+    link: &Link,
+    dir: &Path,
+    root: &Path,
+    cpus: usize,
+) -> anyhow::Result<NsServer> {
     std::fs::create_dir_all(dir)?;
     let (cert, key) = nginx::certificate(dir)?;
     let conf = dir.join("nginx.conf");
@@ -184,7 +189,11 @@ pub(super) struct ClientRun {
 
 /// Runs `cmd` (already in namespace `a`) to completion with `stdin` written to it; fails
 /// with its stderr if it fails.
-pub(super) fn run_client(mut cmd: Command, stdin: Option<&str>, what: &str) -> anyhow::Result<ClientRun> {
+pub(super) fn run_client(
+    mut cmd: Command,
+    stdin: Option<&str>,
+    what: &str,
+) -> anyhow::Result<ClientRun> {
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
     } else {
@@ -287,7 +296,13 @@ impl SfsClient {
     }
 
     /// `sfs put LOCAL NAME/remote` from namespace `a`.
-    pub(super) fn put(&self, link: &Link, name: &ServerName, local: &Path, remote: &str) -> Command {
+    pub(super) fn put(
+        &self,
+        link: &Link,
+        name: &ServerName,
+        local: &Path,
+        remote: &str,
+    ) -> Command {
         let mut cmd = self.base(link);
         cmd.arg("put").arg(local).arg(format!("{name}/{remote}"));
         cmd
