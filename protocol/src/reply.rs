@@ -811,6 +811,11 @@ impl ReplyBody {
                         remaining: bits.len(),
                     });
                 }
+                // Bits beyond the last entry are zero (the encoding is canonical: a hostile
+                // server cannot say anything of entries it did not list).
+                if n % 8 != 0 && bits[n / 8] >> (n % 8) != 0 {
+                    return Err(DecodeError::NonZeroPadding("bare entries"));
+                }
                 let bare = (0..n).map(|i| bits[i / 8] & (1 << (i % 8)) != 0).collect();
                 ReplyBody::ListDir { page, bare }
             }

@@ -1046,4 +1046,9 @@ fn a_listdir_reply_has_one_bit_per_entry() {
         b.extend_from_slice(&[0xff; 4]);
         assert!(ServerMessage::decode(&b).is_err(), "{len} bytes of bits");
     }
+    // The second byte holds entry 8's bit only: a bit set above it says something of an entry
+    // that is not there, and decoding then encoding would not give the same bytes back.
+    let mut b = encoded.clone();
+    b[bits_at + 5] |= 1 << 3;
+    assert!(ServerMessage::decode(&b).is_err(), "a bit beyond the last entry");
 }
