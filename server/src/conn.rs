@@ -24,9 +24,7 @@ use std::time::{Duration, Instant};
 use libcolor::mio::net::TcpStream;
 use libcolor::{Color, ColorCell, IoRegistration};
 use protocol::sequence::Ticket;
-use protocol::server::{
-    CloseReason, Event, Phase as Proto, Sender, ServerConnection, login_refusal,
-};
+use protocol::server::{CloseReason, Event, Phase as Proto, Sender, ServerConnection};
 use protocol::{
     FileHandle, HandleData, NfsStatus, RecordStart, Reply, ReplyBody, Request, RequestOp,
     ServerMessage,
@@ -41,7 +39,11 @@ use crate::replies::{Begin, Record};
 use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
+mod admission;
+mod commit_order;
+mod identity;
 mod read_call;
+use commit_order::CommitOrder;
 pub use read_call::ReadCall;
 
 enum Phase {
@@ -97,13 +99,8 @@ pub struct Conn {
     /// Sequenced requests being done, by request id: their replies go into the reply cache
     /// (as many as requests in flight).
     tickets: HashMap<u64, (Arc<Record>, Ticket)>,
-    /// WRITEs and APPENDs being done, by request id, with their file: a COMMIT of that file
-    /// waits for them (as many as requests in flight).
-    writes: HashMap<u64, FileHandle>,
-    /// COMMITs that came behind WRITEs of their file still being done, in arrival order; run
-    /// when the last of those is answered (each is a request in flight, so at most
-    /// `max_in_flight`).
-    held_commits: Vec<(FileHandle, Dispatch, RequestOp)>,
+    /// COMMITs wait for the WRITEs of their file before them.
+    commits: CommitOrder,
 }
 
 /// A connection's state belongs to its color: every callback that touches it runs there, so
@@ -124,38 +121,6 @@ struct ReadRequest {
     handle: HandleData,
     offset: u64,
     count: usize,
-}
-
-/// Bytes of a FETCH reply's data given up for its handle, so the reply fits where a READ
-/// reply of the peer's largest count would.
-const FETCH_HANDLE_ROOM: usize = 4096;
-
-/// Reply bytes reserved for a request other than READ and READDIR: the largest fixed-size
-/// reply (READLINK with a 4 KiB target, attributes) with room to spare.
-const SMALL_REPLY: usize = 8 * 1024;
-
-/// The memory `op` holds until it is answered, reserved against the output limit when it is
-/// admitted: its largest reply, and a WRITE's data, which waits for a storage thread.
-fn reply_reservation(op: &RequestOp, read_count: usize) -> usize {
-    match op {
-        RequestOp::Read { .. } => read_count + 512,
-        RequestOp::Fetch { .. } => read_count + FETCH_HANDLE_ROOM + 512,
-        RequestOp::Write { data, .. } => data.len() + SMALL_REPLY,
-        // As WRITE: the data waits for a storage thread (or the NFS backend's turn).
-        RequestOp::Append { data, .. } => data.len() + SMALL_REPLY,
-        RequestOp::ReadDir { .. } | RequestOp::ReadDirPlus { .. } => {
-            crate::fs::local::MAX_DIR_REPLY + 512
-        }
-        // A bit per entry more: an entry takes at least 24 bytes of the page.
-        RequestOp::ListDir { .. } => crate::fs::local::MAX_DIR_REPLY * 33 / 32 + 512,
-        // The value waits for a storage thread, as a WRITE's data does.
-        RequestOp::SetXattr { value, .. } => value.len() + SMALL_REPLY,
-        RequestOp::GetXattr { .. } => protocol::xattr::MAX_VALUE_LEN + SMALL_REPLY,
-        // Each byte of a name list (a name and its NUL) takes at most 4 bytes encoded (a
-        // 1-byte name is 8 bytes for 2 of the list).
-        RequestOp::ListXattr { .. } => 4 * protocol::xattr::MAX_LIST_LEN + SMALL_REPLY,
-        _ => SMALL_REPLY,
-    }
 }
 
 impl Conn {
@@ -287,8 +252,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             logged_in: false,
             anonymous_told: false,
             tickets: HashMap::new(),
-            writes: HashMap::new(),
-            held_commits: Vec::new(),
+            commits: CommitOrder::default(),
         },
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
@@ -526,7 +490,8 @@ fn process_records(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
             }
             Event::Login { id, result } => {
                 c.requests += 1;
-                login(srv, c, id, result);
+                let result = identity::login(srv, c, result);
+                reply_now(srv, c, id, result);
             }
             Event::Request { request, sender } => {
                 c.requests += 1;
@@ -566,42 +531,6 @@ fn process_records(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
     }
 }
 
-/// A LOGIN whose signature was checked: the users file says whether its key may act as the
-/// user it claims, and with which credentials; the connection's table gives them an authno.
-fn login(
-    srv: &Arc<Server>,
-    c: &mut Conn,
-    id: u64,
-    verified: Result<protocol::VerifiedLogin, protocol::LoginError>,
-) {
-    let Some(sc) = c.phase.live() else {
-        return;
-    };
-    let result = match verified {
-        Ok(v) => match srv.users.lookup(&v.user, &v.public_key) {
-            Some(creds) => match sc.assign(creds.clone()) {
-                Some(Ok(authno)) => {
-                    tracing::info!(conn = c.id, user = %v.user, uid = creds.uid, authno, "login");
-                    Ok(ReplyBody::Login { authno })
-                }
-                _ => Err(NfsStatus::Acces),
-            },
-            None => {
-                tracing::warn!(conn = c.id, user = %v.user, "login refused: key not authorised");
-                Err(NfsStatus::Acces)
-            }
-        },
-        Err(e) => {
-            tracing::warn!(conn = c.id, error = %e, "login refused");
-            Err(login_refusal(&e))
-        }
-    };
-    if result.is_ok() {
-        c.logged_in(srv);
-    }
-    reply_now(srv, c, id, result)
-}
-
 fn reply_now(srv: &Arc<Server>, c: &mut Conn, id: u64, result: Result<ReplyBody, NfsStatus>) {
     c.settle_ticket(id, &result);
     c.send(srv, &ServerMessage::Reply(Reply { id, result }));
@@ -619,41 +548,11 @@ fn handle_request(
     let op = match op {
         RequestOp::Null => return reply_now(srv, c, id, Ok(ReplyBody::Null)),
         RequestOp::Session { client_id, slots } => {
-            let result = match &c.client {
-                // One record per connection: a client has one id.
-                Some(_) => Err(NfsStatus::Inval),
-                None => srv
-                    .clients
-                    .bind(&client_id, slots, c.id, Instant::now())
-                    .map(|bound| {
-                        tracing::debug!(
-                            conn = c.id,
-                            client = bound.record.key,
-                            resumed = bound.resumed,
-                            "session"
-                        );
-                        srv.locks
-                            .lock()
-                            .client_back(crate::locks::LockClient::record(bound.record.key));
-                        c.client = Some(bound.record);
-                        ReplyBody::Session {
-                            slots: bound.slots,
-                            resumed: bound.resumed,
-                        }
-                    }),
-            };
+            let result = identity::session(srv, c, client_id, slots);
             return reply_now(srv, c, id, result);
         }
         RequestOp::Narrow { gid, groups } => {
-            let result = match (&sender, c.phase.live().and_then(|sc| sc.auth_table())) {
-                (Sender::User(base), Some(auth)) => crate::narrow::assign(auth, base, gid, &groups)
-                    .inspect(|narrowed| {
-                        tracing::debug!(conn = c.id, user = %base.name, authno, narrowed, gid, "narrow");
-                    })
-                    .map(|authno| ReplyBody::Narrow { authno }),
-                // Anonymous (0) or never assigned: nothing to narrow.
-                _ => Err(NfsStatus::Acces),
-            };
+            let result = identity::narrow(c, authno, &sender, gid, &groups);
             return reply_now(srv, c, id, result);
         }
         op => op,
@@ -694,22 +593,8 @@ fn handle_request(
             return reply_now(srv, c, id, Err(NfsStatus::Acces));
         }
     }
-    // READ counts are clamped to what the peer can receive and to the server's own maximum
-    // (and, once the file is open, to its size).
     let mut op = op;
-    let read_count = match &mut op {
-        RequestOp::Read { count, .. } => (*count as usize).min(max_read).min(srv.max_io),
-        // A FETCH reply carries a handle beside the data: room is left for it.
-        RequestOp::Fetch { count, .. } => {
-            let clamped = (*count as usize)
-                .min(max_read.saturating_sub(FETCH_HANDLE_ROOM))
-                .min(srv.max_io);
-            *count = clamped as u32;
-            clamped
-        }
-        _ => 0,
-    };
-    let reserved = reply_reservation(&op, read_count);
+    let (read_count, reserved) = admission::reserve(&mut op, max_read, srv.max_io);
     if c.in_flight == 0 {
         srv.busy_conns.fetch_add(1, Ordering::Relaxed);
     }
@@ -761,42 +646,11 @@ fn handle_request(
     }
 }
 
-/// Connection color: hands `op` to the storage, except a COMMIT of a file this connection
-/// has WRITEs or APPENDs of still being done: it waits for them (protocol versions 9 and 10
-/// promise that a COMMIT covers every WRITE that came before it on the connection, so a
-/// client may send it behind its last WRITE rather than a round trip after the last reply).
-/// The storage threads would otherwise run them in any order.
+/// Connection color: hands `op` to the storage, unless it is a COMMIT that waits for WRITEs
+/// ([`CommitOrder`]).
 fn dispatch_in_order(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, op: RequestOp) {
-    match &op {
-        RequestOp::Commit { fh, .. } if c.writes.values().any(|w| w == fh) => {
-            let fh = *fh;
-            c.held_commits.push((fh, d, op));
-            return;
-        }
-        RequestOp::Write { fh, .. } | RequestOp::Append { fh, .. } => {
-            c.writes.insert(d.req_id, *fh);
-        }
-        _ => {}
-    }
-    srv.dispatch(d, op);
-}
-
-/// Connection color: request `id` was answered; if it was the last WRITE or APPEND of its
-/// file still being done, the COMMITs that waited for it go to the storage.
-fn release_commits(srv: &Arc<Server>, c: &mut Conn, id: u64) {
-    let Some(fh) = c.writes.remove(&id) else {
-        return;
-    };
-    if c.held_commits.is_empty() || c.writes.values().any(|w| *w == fh) {
-        return;
-    }
-    let held = std::mem::take(&mut c.held_commits);
-    for (file, d, op) in held {
-        if file == fh {
-            srv.dispatch(d, op);
-        } else {
-            c.held_commits.push((file, d, op));
-        }
+    if let Some((d, op)) = c.commits.admit(d, op) {
+        srv.dispatch(d, op);
     }
 }
 
@@ -909,7 +763,7 @@ fn release(srv: &Server, c: &mut Conn, reserved: usize) {
 fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
     release(srv, c, reserved);
     // Even on a closed connection: a held COMMIT's ticket must be settled.
-    release_commits(srv, c, reply.id);
+    c.commits.answered(reply.id, |d, op| srv.dispatch(d, op));
     // Even on a closed connection: its client may send the request again on another.
     c.settle_ticket(reply.id, &reply.result);
     if c.closed() {

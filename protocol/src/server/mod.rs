@@ -382,3 +382,243 @@ impl<C: Clone + PartialEq> ServerConnection<C> {
         self.pending = None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::ClientConnection;
+    use crate::handle::{FileHandle, HANDLE_LEN};
+    use crate::handshake::ClientHandshake;
+    use crate::keys::UserKeypair;
+    use crate::request::StableHow;
+
+    /// What the server keeps per authno in these tests: a uid.
+    type Uid = u32;
+
+    /// A server connection and a client connection, handshaken over bytes in memory, the
+    /// server's `Opened` event taken.
+    fn pair() -> (ServerConnection<Uid>, ClientConnection) {
+        pair_with(HandshakeConfig::default()).unwrap()
+    }
+
+    fn pair_with(
+        client_config: HandshakeConfig,
+    ) -> Result<(ServerConnection<Uid>, ClientConnection), (ServerConnection<Uid>, CloseReason)>
+    {
+        let key = ServerKeypair::generate();
+        let name = key.server_name("localhost".parse().unwrap());
+        let mut client = ClientHandshake::with_config(&name, client_config);
+        let mut server = ServerConnection::new(&key, HandshakeConfig::default(), name.host_id());
+        assert_eq!(server.phase(), Phase::Handshake);
+        let mut opened = false;
+        while !client.is_done() {
+            let to_client = server.take_output();
+            if client.receive(&to_client).is_err() {
+                break;
+            }
+            server.receive(&client.take_output());
+            match server.next_event(usize::MAX, Vec::new) {
+                Some(Event::Close(why)) => return Err((server, why)),
+                Some(Event::Opened) => opened = true,
+                Some(e) => panic!("{e:?} during the handshake"),
+                None => {}
+            }
+        }
+        assert!(opened, "the handshake's end is an event");
+        assert_eq!(server.phase(), Phase::Open);
+        let c = ClientConnection::new(client.into_session().unwrap(), name.host_id(), &[]);
+        Ok((server, c))
+    }
+
+    fn send(s: &mut ServerConnection<Uid>, c: &mut ClientConnection, authno: u32, op: RequestOp) {
+        let mut wire = Vec::new();
+        c.requests.send(authno, op, &mut wire).unwrap();
+        s.receive(&wire);
+    }
+
+    fn next(s: &mut ServerConnection<Uid>) -> Option<Event<Uid>> {
+        s.next_event(usize::MAX, Vec::new)
+    }
+
+    #[test]
+    fn a_request_comes_out_as_an_event_with_its_sender() {
+        let (mut s, mut c) = pair();
+        send(&mut s, &mut c, ANONYMOUS, RequestOp::Null);
+        let Some(Event::Request { request, sender }) = next(&mut s) else {
+            panic!("no request event");
+        };
+        assert_eq!((request.id, request.op), (1, RequestOp::Null));
+        assert_eq!(sender, Sender::Anonymous);
+        assert!(next(&mut s).is_none(), "one record, one event");
+    }
+
+    #[test]
+    fn a_verified_login_gets_an_authno_that_later_requests_map_to() {
+        let (mut s, mut c) = pair();
+        let key = UserKeypair::from_seed([5; 32]);
+        let args = c.login_args("alice", &key).unwrap();
+        send(&mut s, &mut c, ANONYMOUS, RequestOp::Login(args));
+        let Some(Event::Login { id, result }) = next(&mut s) else {
+            panic!("no login event");
+        };
+        let verified = result.unwrap();
+        assert_eq!((id, verified.user.as_str()), (1, "alice"));
+        assert_eq!(verified.public_key, key.public_key());
+        let authno = s.assign(1000).unwrap().unwrap();
+        assert_ne!(authno, ANONYMOUS);
+        send(&mut s, &mut c, authno, RequestOp::Null);
+        assert!(matches!(
+            next(&mut s),
+            Some(Event::Request {
+                sender: Sender::User(1000),
+                ..
+            })
+        ));
+        send(&mut s, &mut c, authno + 1, RequestOp::Null);
+        assert!(matches!(
+            next(&mut s),
+            Some(Event::Request {
+                sender: Sender::Unknown,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_login_with_a_wrong_signature_or_replayed_is_refused() {
+        let (mut s, mut c) = pair();
+        let key = UserKeypair::from_seed([6; 32]);
+        let mut bad = c.login_args("bob", &key).unwrap();
+        bad.signature[0] ^= 1;
+        send(&mut s, &mut c, ANONYMOUS, RequestOp::Login(bad));
+        let Some(Event::Login { result: Err(e), .. }) = next(&mut s) else {
+            panic!("a forged login verified");
+        };
+        assert_eq!(login_refusal(&e), NfsStatus::Acces);
+        let good = c.login_args("bob", &key).unwrap();
+        for expect_ok in [true, false] {
+            send(&mut s, &mut c, ANONYMOUS, RequestOp::Login(good.clone()));
+            let Some(Event::Login { result, .. }) = next(&mut s) else {
+                panic!("no login event");
+            };
+            assert_eq!(result.is_ok(), expect_ok, "a replayed login verified");
+        }
+        assert_eq!(s.phase(), Phase::Open, "a refused login does not close");
+    }
+
+    #[test]
+    fn a_tampered_record_closes_the_connection() {
+        let (mut s, mut c) = pair();
+        let mut wire = Vec::new();
+        c.requests
+            .send(ANONYMOUS, RequestOp::Null, &mut wire)
+            .unwrap();
+        let last = wire.len() - 1;
+        wire[last] ^= 1;
+        s.receive(&wire);
+        assert!(matches!(
+            next(&mut s),
+            Some(Event::Close(CloseReason::BadRecord(_)))
+        ));
+        assert_eq!(s.phase(), Phase::Closed);
+        assert!(next(&mut s).is_none());
+        assert!(!s.finished_cleanly());
+    }
+
+    #[test]
+    fn a_sealed_record_that_is_not_a_request_closes_the_connection() {
+        let (mut s, mut c) = pair();
+        let mut wire = Vec::new();
+        c.requests.seal_raw(&[0xff; 3], &mut wire).unwrap();
+        s.receive(&wire);
+        assert!(matches!(
+            next(&mut s),
+            Some(Event::Close(CloseReason::BadRequest(_)))
+        ));
+        assert_eq!(s.phase(), Phase::Closed);
+    }
+
+    #[test]
+    fn a_client_without_a_common_version_is_refused_and_told() {
+        let config = HandshakeConfig {
+            versions: vec![1],
+            ..HandshakeConfig::default()
+        };
+        let Err((mut s, why)) = pair_with(config) else {
+            panic!("a client with no common version got a session");
+        };
+        assert!(matches!(why, CloseReason::Handshake(_)));
+        assert_eq!(s.phase(), Phase::Closed);
+        assert!(!s.take_output().is_empty(), "the refusal goes out");
+    }
+
+    #[test]
+    fn a_large_write_alone_in_the_buffer_keeps_its_bytes_where_they_arrived() {
+        let (mut s, mut c) = pair();
+        let data = vec![9u8; 64 * 1024];
+        let op = RequestOp::Write {
+            fh: FileHandle::from_bytes([2; HANDLE_LEN]),
+            offset: 0,
+            stable: StableHow::Unstable,
+            data: data.clone().into(),
+        };
+        let mut wire = Vec::new();
+        c.requests.send(ANONYMOUS, op, &mut wire).unwrap();
+        let (mut fed, mut last_buf) = (0, 0..0);
+        while fed < wire.len() {
+            let buf = s.read_buf();
+            let n = buf.len().min(wire.len() - fed);
+            buf[..n].copy_from_slice(&wire[fed..fed + n]);
+            let at = buf.as_ptr().addr();
+            last_buf = at - fed..at + n;
+            s.advance(n);
+            fed += n;
+        }
+        let mut spares = 0;
+        let Some(Event::Request { request, .. }) = s.next_event(16 * 1024, || {
+            spares += 1;
+            Vec::new()
+        }) else {
+            panic!("no request event");
+        };
+        let RequestOp::Write { data: got, .. } = request.op else {
+            panic!("not a WRITE");
+        };
+        assert_eq!(&got[..], &data[..]);
+        assert!(
+            last_buf.contains(&got.as_ptr().addr()),
+            "the data was copied out of the receive buffer"
+        );
+        assert_eq!(spares, 1, "the reader went on in a spare buffer");
+        assert!(s.finished_cleanly());
+    }
+
+    #[test]
+    fn replies_are_sealed_for_the_client_and_one_too_large_goes_as_an_error() {
+        let (mut s, mut c) = pair();
+        let mut wire = Vec::new();
+        let ok = ServerMessage::Reply(Reply {
+            id: 4,
+            result: Ok(ReplyBody::Null),
+        });
+        assert!(s.seal(&ok, &mut wire).unwrap());
+        let huge = ServerMessage::Reply(Reply {
+            id: 5,
+            result: Ok(ReplyBody::ReadLink {
+                attr: None,
+                target: vec![b'a'; s.max_read() + 4096].into(),
+            }),
+        });
+        assert!(s.seal(&huge, &mut wire).unwrap());
+        c.messages.extend_from_slice(&wire);
+        assert_eq!(c.messages.next_message().unwrap(), Some(ok));
+        let fault = ServerMessage::Reply(Reply {
+            id: 5,
+            result: Err(NfsStatus::ServerFault),
+        });
+        assert_eq!(c.messages.next_message().unwrap(), Some(fault));
+        s.close();
+        assert_eq!(s.phase(), Phase::Closed);
+        assert!(s.defer_seal().is_none());
+    }
+}
