@@ -73,7 +73,9 @@ pub enum Event<C> {
     Opened,
     /// A LOGIN: `Ok` if its signature verified for this session (the server then looks the key
     /// up and answers with [`ServerConnection::assign`] or a refusal), `Err` if not (the
-    /// server refuses it: [`login_refusal`]).
+    /// server refuses it: [`login_refusal`]). The server assigns before it asks for the next
+    /// event: a request's sender is resolved when it comes out, in the order of the stream, so
+    /// a client may send requests with the authno its LOGIN will get without waiting.
     Login {
         /// The request id, for the reply.
         id: u64,
@@ -124,8 +126,8 @@ pub struct ServerConnection<C> {
     host: HostId,
     /// Handshake bytes to send.
     output: Vec<u8>,
-    /// An event from the handshake not yet handed out.
-    pending: Option<Event<C>>,
+    /// How the handshake ended, not yet handed out as an event (`Ok`: opened).
+    pending: Option<Result<(), CloseReason>>,
 }
 
 impl<C> std::fmt::Debug for ServerConnection<C> {
@@ -208,7 +210,7 @@ impl<C: Clone + PartialEq> ServerConnection<C> {
                             auth: AuthTable::new(),
                             max_read,
                         }));
-                        self.pending = Some(Event::Opened);
+                        self.pending = Some(Ok(()));
                     }
                     // A refused version: the refusal is already in the output.
                     Err(e) => self.fail(CloseReason::Handshake(e)),
@@ -219,7 +221,7 @@ impl<C: Clone + PartialEq> ServerConnection<C> {
 
     fn fail(&mut self, why: CloseReason) {
         self.state = State::Closed;
-        self.pending = Some(Event::Close(why));
+        self.pending = Some(Err(why));
     }
 
     /// Where the next bytes read from the socket go once the connection is open (empty
@@ -248,8 +250,10 @@ impl<C: Clone + PartialEq> ServerConnection<C> {
         reuse_above: usize,
         mut spare: impl FnMut() -> Vec<u8>,
     ) -> Option<Event<C>> {
-        if let Some(event) = self.pending.take() {
-            return Some(event);
+        match self.pending.take() {
+            Some(Ok(())) => return Some(Event::Opened),
+            Some(Err(why)) => return Some(Event::Close(why)),
+            None => {}
         }
         let State::Open(open) = &mut self.state else {
             return None;
@@ -401,10 +405,12 @@ mod tests {
         pair_with(HandshakeConfig::default()).unwrap()
     }
 
+    /// A server end whose handshake failed, and why.
+    type Refused = (ServerConnection<Uid>, CloseReason);
+
     fn pair_with(
         client_config: HandshakeConfig,
-    ) -> Result<(ServerConnection<Uid>, ClientConnection), (ServerConnection<Uid>, CloseReason)>
-    {
+    ) -> Result<(ServerConnection<Uid>, ClientConnection), Box<Refused>> {
         let key = ServerKeypair::generate();
         let name = key.server_name("localhost".parse().unwrap());
         let mut client = ClientHandshake::with_config(&name, client_config);
@@ -418,7 +424,7 @@ mod tests {
             }
             server.receive(&client.take_output());
             match server.next_event(usize::MAX, Vec::new) {
-                Some(Event::Close(why)) => return Err((server, why)),
+                Some(Event::Close(why)) => return Err(Box::new((server, why))),
                 Some(Event::Opened) => opened = true,
                 Some(e) => panic!("{e:?} during the handshake"),
                 None => {}
@@ -544,9 +550,10 @@ mod tests {
             versions: vec![1],
             ..HandshakeConfig::default()
         };
-        let Err((mut s, why)) = pair_with(config) else {
+        let Err(failed) = pair_with(config) else {
             panic!("a client with no common version got a session");
         };
+        let (mut s, why) = *failed;
         assert!(matches!(why, CloseReason::Handshake(_)));
         assert_eq!(s.phase(), Phase::Closed);
         assert!(!s.take_output().is_empty(), "the refusal goes out");
@@ -606,7 +613,7 @@ mod tests {
             id: 5,
             result: Ok(ReplyBody::ReadLink {
                 attr: None,
-                target: vec![b'a'; s.max_read() + 4096].into(),
+                target: vec![b'a'; s.max_read() + 4096],
             }),
         });
         assert!(s.seal(&huge, &mut wire).unwrap());
