@@ -21,6 +21,10 @@
 //!    session; the server gets an authno for their later requests.
 //! 6. **Handles** ([`handle`]): opaque, MACed file handles.
 //!
+//! Each end's connection puts layers 2 to 5 together over bytes: [`ServerConnection`]
+//! ([`server`]: phase, requests out as events, LOGIN verification, the authno table, sealing)
+//! and [`ClientConnection`] ([`client`]: request ids, sealing, LOGIN signing, messages out).
+//!
 //! ```
 //! use protocol::*;
 //!
@@ -70,6 +74,7 @@ pub mod record;
 pub mod reply;
 pub mod request;
 pub mod sequence;
+pub mod server;
 pub mod status;
 pub mod xattr;
 mod xdr;
@@ -101,6 +106,7 @@ pub use request::{
     CreateHow, Proc, RequestOp, SpecialKind, StableHow, access, create_keeps_open_state,
     rename_flags,
 };
+pub use server::ServerConnection;
 pub use status::NfsStatus;
 
 #[cfg(test)]

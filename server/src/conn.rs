@@ -1,8 +1,11 @@
 //! One client connection, run entirely in its own color.
 //!
-//! Readable -> read, handshake or open records, decode requests, authenticate (the session's
-//! authnos are per connection, so they live here, not in color 0), then `cpucb` to color 0.
-//! Replies come back to this color, are sealed here and written when the socket is writable.
+//! Readable -> read into the connection's [`ServerConnection`] (the sans-IO protocol end: the
+//! handshake, records, requests, LOGIN verification and the authno table, sealing), answer its
+//! events (the session's authnos are per connection, so they live here, not in color 0), then
+//! `cpucb` to color 0. Replies come back to this color, are sealed here (or on a lane) and
+//! written when the socket is writable. This file is the driver: readiness, admission, lanes,
+//! timers and dispatch.
 //!
 //! Backpressure: the connection is not read while it has `max_in_flight` requests being
 //! worked on, or when the replies its peer has not taken plus the replies being prepared (each
@@ -21,9 +24,10 @@ use std::time::{Duration, Instant};
 use libcolor::mio::net::TcpStream;
 use libcolor::{Color, ColorCell, IoRegistration};
 use protocol::sequence::Ticket;
+use protocol::server::{CloseReason, Event, Phase as Proto, Sender, ServerConnection};
 use protocol::{
-    AuthTable, FileHandle, HandleData, LoginVerifier, NfsStatus, Opened, RecordReader, RecordStart,
-    Reply, ReplyBody, Request, RequestOp, Sealer, ServerHandshake, ServerMessage,
+    FileHandle, HandleData, NfsStatus, RecordStart, Reply, ReplyBody, Request, RequestOp,
+    ServerMessage,
 };
 
 use crate::changes::Epoch;
@@ -35,30 +39,34 @@ use crate::replies::{Begin, Record};
 use crate::server::{Dispatch, Server};
 use crate::users::Creds;
 
+mod admission;
+mod commit_order;
+mod identity;
 mod read_call;
+use commit_order::CommitOrder;
 pub use read_call::ReadCall;
 
 enum Phase {
-    /// Accepted; the handshake machine and the server's first message are made by the
-    /// connection's first callback, in its own color: color 0, which accepts every connection
-    /// of a flood, does as little per connection as it can.
+    /// Accepted; the protocol end (its handshake machine and the server's first message) is
+    /// made by the connection's first callback, in its own color: color 0, which accepts every
+    /// connection of a flood, does as little per connection as it can.
     Accepted,
-    Handshake(Box<ServerHandshake>),
-    Open(Box<Open>),
+    /// In the handshake or open: [`ServerConnection::phase`] says which.
+    Live(Box<ServerConnection<Creds>>),
     Closed,
 }
 
-struct Open {
-    reader: RecordReader,
-    sealer: Sealer,
-    verifier: LoginVerifier,
-    auth: AuthTable<Creds>,
-    /// Largest READ this peer can receive in one record.
-    max_read: usize,
-    /// Cached descriptors and held leases of the READ fast path.
-    reads: ReadState,
-    /// The client's reply cache, once SESSION bound one ([`crate::replies`]).
-    client: Option<Arc<Record>>,
+impl Phase {
+    fn live(&mut self) -> Option<&mut ServerConnection<Creds>> {
+        match self {
+            Phase::Live(sc) => Some(sc),
+            _ => None,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        matches!(self, Phase::Live(sc) if sc.is_open())
+    }
 }
 
 pub struct Conn {
@@ -67,6 +75,10 @@ pub struct Conn {
     stream: TcpStream,
     reg: Option<IoRegistration>,
     phase: Phase,
+    /// Cached descriptors and held leases of the READ fast path.
+    reads: ReadState,
+    /// The client's reply cache, once SESSION bound one ([`crate::replies`]).
+    client: Option<Arc<Record>>,
     out: Output,
     in_flight: usize,
     /// Reply bytes reserved by requests being worked on (counted with `out_bytes`).
@@ -87,13 +99,8 @@ pub struct Conn {
     /// Sequenced requests being done, by request id: their replies go into the reply cache
     /// (as many as requests in flight).
     tickets: HashMap<u64, (Arc<Record>, Ticket)>,
-    /// WRITEs and APPENDs being done, by request id, with their file: a COMMIT of that file
-    /// waits for them (as many as requests in flight).
-    writes: HashMap<u64, FileHandle>,
-    /// COMMITs that came behind WRITEs of their file still being done, in arrival order; run
-    /// when the last of those is answered (each is a request in flight, so at most
-    /// `max_in_flight`).
-    held_commits: Vec<(FileHandle, Dispatch, RequestOp)>,
+    /// COMMITs wait for the WRITEs of their file before them.
+    commits: CommitOrder,
 }
 
 /// A connection's state belongs to its color: every callback that touches it runs there, so
@@ -114,38 +121,6 @@ struct ReadRequest {
     handle: HandleData,
     offset: u64,
     count: usize,
-}
-
-/// Bytes of a FETCH reply's data given up for its handle, so the reply fits where a READ
-/// reply of the peer's largest count would.
-const FETCH_HANDLE_ROOM: usize = 4096;
-
-/// Reply bytes reserved for a request other than READ and READDIR: the largest fixed-size
-/// reply (READLINK with a 4 KiB target, attributes) with room to spare.
-const SMALL_REPLY: usize = 8 * 1024;
-
-/// The memory `op` holds until it is answered, reserved against the output limit when it is
-/// admitted: its largest reply, and a WRITE's data, which waits for a storage thread.
-fn reply_reservation(op: &RequestOp, read_count: usize) -> usize {
-    match op {
-        RequestOp::Read { .. } => read_count + 512,
-        RequestOp::Fetch { .. } => read_count + FETCH_HANDLE_ROOM + 512,
-        RequestOp::Write { data, .. } => data.len() + SMALL_REPLY,
-        // As WRITE: the data waits for a storage thread (or the NFS backend's turn).
-        RequestOp::Append { data, .. } => data.len() + SMALL_REPLY,
-        RequestOp::ReadDir { .. } | RequestOp::ReadDirPlus { .. } => {
-            crate::fs::local::MAX_DIR_REPLY + 512
-        }
-        // A bit per entry more: an entry takes at least 24 bytes of the page.
-        RequestOp::ListDir { .. } => crate::fs::local::MAX_DIR_REPLY * 33 / 32 + 512,
-        // The value waits for a storage thread, as a WRITE's data does.
-        RequestOp::SetXattr { value, .. } => value.len() + SMALL_REPLY,
-        RequestOp::GetXattr { .. } => protocol::xattr::MAX_VALUE_LEN + SMALL_REPLY,
-        // Each byte of a name list (a name and its NUL) takes at most 4 bytes encoded (a
-        // 1-byte name is 8 bytes for 2 of the list).
-        RequestOp::ListXattr { .. } => 4 * protocol::xattr::MAX_LIST_LEN + SMALL_REPLY,
-        _ => SMALL_REPLY,
-    }
 }
 
 impl Conn {
@@ -172,40 +147,18 @@ impl Conn {
     }
 
     /// Seals one message and queues it.
+    /// Seals one message and queues it (a reply too large for the peer goes as an error:
+    /// [`ServerConnection::seal`]).
     fn send(&mut self, srv: &Arc<Server>, msg: &ServerMessage) {
-        let Phase::Open(open) = &mut self.phase else {
+        let Some(sc) = self.phase.live() else {
             return;
         };
         let mut buf = Vec::new();
-        if open
-            .sealer
-            .seal_with(&mut buf, |b| msg.encode_into(b))
-            .is_err()
-        {
-            // Too large for the peer (e.g. a huge READDIR page): say so instead. An extended
-            // attribute value or list too large for the peer's records is E2BIG to its caller,
-            // as one too large for its buffer would be.
-            let (id, status) = match msg {
-                ServerMessage::Reply(Reply {
-                    id,
-                    result: Ok(ReplyBody::GetXattr { .. } | ReplyBody::ListXattr { .. }),
-                }) => (*id, NfsStatus::Xattr2Big),
-                ServerMessage::Reply(r) => (r.id, NfsStatus::ServerFault),
-                ServerMessage::Invalidate(_) => return,
-            };
-            let fault = ServerMessage::Reply(Reply {
-                id,
-                result: Err(status),
-            });
-            if open
-                .sealer
-                .seal_with(&mut buf, |b| fault.encode_into(b))
-                .is_err()
-            {
-                return self.close(srv, "cannot seal");
-            }
+        match sc.seal(msg, &mut buf) {
+            Ok(true) => self.push(buf),
+            Ok(false) => {}
+            Err(_) => self.close(srv, "cannot seal"),
         }
-        self.push(buf);
     }
 
     /// A LOGIN succeeded: color 0 stops counting this connection among the starting ones
@@ -238,18 +191,18 @@ impl Conn {
         if self.closed() {
             return;
         }
-        if let Phase::Open(open) = &self.phase
-            && let Some(record) = &open.client
-        {
+        if let Some(record) = self.client.take() {
             // Its client may come back within the grace period for the replies and its locks.
             let now = Instant::now();
-            if srv.clients.unbind(record, self.id, now) {
+            if srv.clients.unbind(&record, self.id, now) {
                 srv.locks
                     .lock()
                     .client_gone(crate::locks::LockClient::record(record.key), now);
             }
         }
         self.phase = Phase::Closed;
+        // Its descriptors and leases go with it.
+        self.reads = ReadState::default();
         if let Some(reg) = self.reg.take() {
             let _ = reg.deregister(&mut self.stream);
         }
@@ -287,6 +240,8 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             stream,
             reg: None,
             phase: Phase::Accepted,
+            reads: ReadState::default(),
+            client: None,
             out: Output::with_first(Vec::new(), srv.limits.max_output),
             in_flight: 0,
             reserved: 0,
@@ -297,8 +252,7 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             logged_in: false,
             anonymous_told: false,
             tickets: HashMap::new(),
-            writes: HashMap::new(),
-            held_commits: Vec::new(),
+            commits: CommitOrder::default(),
         },
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
@@ -319,7 +273,12 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     srv.h.delaycb(srv.limits.handshake_timeout, color, move || {
         if let Some(conn) = c2.upgrade() {
             conn.with(|c| {
-                if matches!(c.phase, Phase::Accepted | Phase::Handshake(_)) {
+                let handshaking = match &c.phase {
+                    Phase::Accepted => true,
+                    Phase::Live(sc) => sc.phase() == Proto::Handshake,
+                    Phase::Closed => false,
+                };
+                if handshaking {
                     c.close(&srv2, "handshake timeout");
                 }
             });
@@ -337,10 +296,11 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             c.reg = Some(reg);
             tracing::info!(conn = c.id, peer = %c.peer, "connection opened");
             let _ = c.stream.set_nodelay(true);
-            let mut hs = ServerHandshake::with_config(&srv2.keypair, srv2.handshake.clone());
+            let mut sc =
+                ServerConnection::new(&srv2.keypair, srv2.handshake.clone(), srv2.name.host_id());
             // The server's first handshake message goes out before anything else.
-            c.push(hs.take_output());
-            c.phase = Phase::Handshake(Box::new(hs));
+            c.push(sc.take_output());
+            c.phase = Phase::Live(Box::new(sc));
             c.flush(&srv2);
             // Whatever arrived before the handshake existed (readiness is edge-triggered).
             pump_locked(&srv2, &c2, c);
@@ -358,7 +318,7 @@ pub fn drop_starting(srv: &Arc<Server>, conn: &ConnRef, in_handshake: bool) {
         if c.logged_in || c.closed() {
             return;
         }
-        if in_handshake && matches!(c.phase, Phase::Open(_)) {
+        if in_handshake && c.phase.is_open() {
             let (srv2, id) = (srv.clone(), c.id);
             srv.h.cpucb(Color::DEFAULT, move || srv2.conn_readmit(id));
             return;
@@ -407,40 +367,36 @@ fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
         if c.closed() || c.paused(srv) {
             return;
         }
-        let got = match &mut c.phase {
-            Phase::Closed | Phase::Accepted => return,
-            Phase::Handshake(_) => {
-                let mut buf = [0u8; 2048];
-                match c.stream.read(&mut buf) {
-                    Ok(0) => return c.close(srv, "eof during handshake"),
-                    Ok(n) => {
-                        c.last_active = Instant::now();
-                        handshake_input(srv, conn, c, &buf[..n]);
-                        continue;
-                    }
-                    Err(e) => Err(e),
+        let Phase::Live(sc) = &mut c.phase else {
+            return;
+        };
+        let got = if sc.is_open() {
+            // Straight into the record reader: a WRITE's data stays where the socket put it.
+            match c.stream.read(sc.read_buf()) {
+                Ok(n) => {
+                    sc.advance(n);
+                    c.last_active = Instant::now();
+                    Ok(n)
                 }
+                Err(e) => Err(e),
             }
-            Phase::Open(open) => {
-                let dst = open.reader.read_buf();
-                match c.stream.read(dst) {
-                    Ok(n) => {
-                        if let Phase::Open(open) = &mut c.phase {
-                            open.reader.advance(n);
-                        }
-                        c.last_active = Instant::now();
-                        Ok(n)
-                    }
-                    Err(e) => Err(e),
+        } else {
+            // The handshake reads little, into a small buffer here (a silent connection holds
+            // no receive buffer).
+            let mut buf = [0u8; 2048];
+            match c.stream.read(&mut buf) {
+                Ok(0) => return c.close(srv, "eof during handshake"),
+                Ok(n) => {
+                    c.last_active = Instant::now();
+                    sc.receive(&buf[..n]);
+                    continue;
                 }
+                Err(e) => Err(e),
             }
         };
         match got {
             Ok(0) => {
-                let clean = match &c.phase {
-                    Phase::Open(o) => o.reader.finish().is_ok(),
-                    _ => false,
-                };
+                let clean = matches!(&c.phase, Phase::Live(sc) if sc.finished_cleanly());
                 let why = if clean { "eof" } else { "eof inside a record" };
                 return c.close(srv, why);
             }
@@ -484,10 +440,12 @@ fn arm_release(srv: &Arc<Server>, conn: &ConnRef, id: ConnId, after: Duration) {
                 return Some(QUIET.saturating_sub(quiet_for).max(QUIET / 4));
             }
             c.release_armed = false;
-            if let Phase::Open(open) = &mut c.phase {
-                open.reader.release_buffer();
+            if let Phase::Live(sc) = &mut c.phase
+                && sc.is_open()
+            {
+                sc.release_buffer();
                 c.out.release_spare();
-                open.reads.sweep();
+                c.reads.sweep();
             }
             None
         });
@@ -497,95 +455,77 @@ fn arm_release(srv: &Arc<Server>, conn: &ConnRef, id: ConnId, after: Duration) {
     });
 }
 
-fn handshake_input(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, mut input: &[u8]) {
-    let Phase::Handshake(hs) = &mut c.phase else {
-        return;
-    };
-    match hs.receive(input) {
-        Ok(used) => input = &input[used..],
-        Err(e) => {
-            let out = hs.take_output();
-            c.push(out);
-            c.flush(srv);
-            tracing::info!(conn = c.id, error = %e, "handshake failed");
-            return c.close(srv, "handshake failed");
-        }
-    }
-    let out = hs.take_output();
-    let done = hs.is_done();
-    c.push(out);
-    if done {
-        let Phase::Handshake(hs) = std::mem::replace(&mut c.phase, Phase::Closed) else {
-            return;
-        };
-        match hs.into_session() {
-            Ok(session) => {
-                let max_read = protocol::max_io_size(session.sealer.max_payload()) as usize;
-                let mut reader = RecordReader::new(session.opener);
-                reader.extend_from_slice(input);
-                c.phase = Phase::Open(Box::new(Open {
-                    reader,
-                    verifier: LoginVerifier::new(session.session_id, srv.name.host_id()),
-                    sealer: session.sealer,
-                    auth: AuthTable::new(),
-                    max_read,
-                    reads: ReadState::default(),
-                    client: None,
-                }));
-                tracing::debug!(conn = c.id, "session established");
-                let (srv2, id) = (srv.clone(), c.id);
-                srv.h
-                    .cpucb(Color::DEFAULT, move || srv2.conn_handshake_done(id));
-                arm_idle_timer(srv, conn, c.id, srv.limits.idle_timeout);
-            }
-            Err(e) => {
-                // Refused version: the refusal is already queued.
-                c.phase = Phase::Handshake(Box::new(ServerHandshake::new(&srv.keypair)));
-                c.flush(srv);
-                tracing::info!(conn = c.id, error = %e, "handshake refused");
-                return c.close(srv, "handshake refused");
-            }
-        }
-    }
-    c.flush(srv);
-}
-
-/// Opens and handles every complete record, as long as the connection is not paused.
+/// Handles the protocol end's events (the handshake's end, requests, a failure) as long as
+/// the connection is not paused, and queues the handshake's output.
 fn process_records(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
     loop {
+        let Some(sc) = c.phase.live() else {
+            return;
+        };
+        let handshake = sc.take_output();
+        if !handshake.is_empty() {
+            c.push(handshake);
+            c.flush(srv);
+        }
         if c.paused(srv) {
             return;
         }
-        let Phase::Open(open) = &mut c.phase else {
+        let Some(sc) = c.phase.live() else {
             return;
         };
         // Only a WRITE is this large. Its record is normally alone in the receive buffer, which
         // then becomes the WRITE's data, the reader continuing in a buffer kept from earlier;
         // otherwise the data is copied into such a buffer.
         let out = &mut c.out;
-        let decoded = match open
-            .reader
-            .next_record_or_buffer(SPARE_MIN_CAPACITY, || out.take_spare())
-        {
-            Ok(None) => return,
-            Ok(Some(Opened::Buffer { buf, payload })) => Request::decode_owned(buf, payload),
-            Ok(Some(Opened::InPlace(payload))) if payload.len() >= SPARE_MIN_CAPACITY => {
-                Request::decode_reusing(payload, out.take_spare())
-            }
-            Ok(Some(Opened::InPlace(payload))) => Request::decode(payload),
-            Err(e) => {
-                tracing::warn!(conn = c.id, error = %e, "bad record; closing");
-                return c.close(srv, "bad record");
-            }
+        let Some(event) = sc.next_event(SPARE_MIN_CAPACITY, || out.take_spare()) else {
+            return;
         };
-        match decoded {
-            Ok(req) => {
-                c.requests += 1;
-                handle_request(srv, conn, c, req);
+        match event {
+            Event::Opened => {
+                tracing::debug!(conn = c.id, "session established");
+                let (srv2, id) = (srv.clone(), c.id);
+                srv.h
+                    .cpucb(Color::DEFAULT, move || srv2.conn_handshake_done(id));
+                arm_idle_timer(srv, conn, c.id, srv.limits.idle_timeout);
             }
-            Err(e) => {
-                tracing::warn!(conn = c.id, error = %e, "undecodable request; closing");
-                return c.close(srv, "bad request");
+            Event::Login { id, result } => {
+                c.requests += 1;
+                let result = identity::login(srv, c, result);
+                reply_now(srv, c, id, result);
+            }
+            Event::Request { request, sender } => {
+                c.requests += 1;
+                handle_request(srv, conn, c, request, sender);
+            }
+            Event::Close(why) => {
+                // A handshake refusal still goes out.
+                if let Some(sc) = c.phase.live() {
+                    let refusal = sc.take_output();
+                    if !refusal.is_empty() {
+                        c.push(refusal);
+                        c.flush(srv);
+                    }
+                }
+                let reason = match why {
+                    CloseReason::Handshake(e @ protocol::HandshakeError::VersionRefused { .. }) => {
+                        tracing::info!(conn = c.id, error = %e, "handshake refused");
+                        "handshake refused"
+                    }
+                    CloseReason::Handshake(e) => {
+                        tracing::info!(conn = c.id, error = %e, "handshake failed");
+                        "handshake failed"
+                    }
+                    CloseReason::BadRecord(e) => {
+                        tracing::warn!(conn = c.id, error = %e, "bad record; closing");
+                        "bad record"
+                    }
+                    CloseReason::BadRequest(e) => {
+                        tracing::warn!(conn = c.id, error = %e, "undecodable request; closing");
+                        "bad request"
+                    }
+                    _ => "protocol error",
+                };
+                return c.close(srv, reason);
             }
         }
     }
@@ -597,101 +537,37 @@ fn reply_now(srv: &Arc<Server>, c: &mut Conn, id: u64, result: Result<ReplyBody,
     c.flush(srv);
 }
 
-fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request) {
-    let Phase::Open(open) = &mut c.phase else {
-        return;
-    };
+fn handle_request(
+    srv: &Arc<Server>,
+    conn: &ConnRef,
+    c: &mut Conn,
+    req: Request,
+    sender: Sender<Creds>,
+) {
     let Request { id, authno, op } = req;
     let op = match op {
         RequestOp::Null => return reply_now(srv, c, id, Ok(ReplyBody::Null)),
-        RequestOp::Login(args) => {
-            let result = match open.verifier.verify(&args) {
-                Ok(v) => match srv.users.lookup(&v.user, &v.public_key) {
-                    Some(creds) => match open.auth.assign(creds.clone()) {
-                        Ok(authno) => {
-                            tracing::info!(conn = c.id, user = %v.user, uid = creds.uid, authno, "login");
-                            Ok(ReplyBody::Login { authno })
-                        }
-                        Err(_) => Err(NfsStatus::Acces),
-                    },
-                    None => {
-                        tracing::warn!(conn = c.id, user = %v.user, "login refused: key not authorised");
-                        Err(NfsStatus::Acces)
-                    }
-                },
-                Err(e) => {
-                    tracing::warn!(conn = c.id, error = %e, "login refused");
-                    Err(match e {
-                        protocol::LoginError::BadUserName(_) => NfsStatus::Inval,
-                        _ => NfsStatus::Acces,
-                    })
-                }
-            };
-            if result.is_ok() {
-                c.logged_in(srv);
-            }
-            return reply_now(srv, c, id, result);
-        }
         RequestOp::Session { client_id, slots } => {
-            let result = match &open.client {
-                // One record per connection: a client has one id.
-                Some(_) => Err(NfsStatus::Inval),
-                None => srv
-                    .clients
-                    .bind(&client_id, slots, c.id, Instant::now())
-                    .map(|bound| {
-                        tracing::debug!(
-                            conn = c.id,
-                            client = bound.record.key,
-                            resumed = bound.resumed,
-                            "session"
-                        );
-                        srv.locks
-                            .lock()
-                            .client_back(crate::locks::LockClient::record(bound.record.key));
-                        open.client = Some(bound.record);
-                        ReplyBody::Session {
-                            slots: bound.slots,
-                            resumed: bound.resumed,
-                        }
-                    }),
-            };
+            let result = identity::session(srv, c, client_id, slots);
             return reply_now(srv, c, id, result);
         }
         RequestOp::Narrow { gid, groups } => {
-            let result = match open.auth.get(authno).cloned() {
-                Some(base) => crate::narrow::assign(&mut open.auth, &base, gid, &groups)
-                    .inspect(|narrowed| {
-                        tracing::debug!(conn = c.id, user = %base.name, authno, narrowed, gid, "narrow");
-                    })
-                    .map(|authno| ReplyBody::Narrow { authno }),
-                // Anonymous (0) or never assigned: nothing to narrow.
-                None => Err(NfsStatus::Acces),
-            };
+            let result = identity::narrow(c, authno, &sender, gid, &groups);
             return reply_now(srv, c, id, result);
         }
         op => op,
     };
-    let creds = if authno == protocol::ANONYMOUS {
-        if !srv.anonymous_read {
-            return reply_now(srv, c, id, Err(NfsStatus::Acces));
-        }
-        srv.anonymous.clone()
-    } else {
-        match open.auth.get(authno) {
-            Some(c) => c.clone(),
-            None => return reply_now(srv, c, id, Err(NfsStatus::Acces)),
-        }
+    let creds = match sender {
+        Sender::Anonymous if srv.anonymous_read => srv.anonymous.clone(),
+        Sender::User(creds) => creds,
+        _ => return reply_now(srv, c, id, Err(NfsStatus::Acces)),
     };
     if creds.anonymous {
         c.anonymous_granted(srv);
     }
-    let Phase::Open(open) = &mut c.phase else {
-        return;
-    };
     let op = match op {
         RequestOp::Sequence { slot, seq, op } => {
-            let Some(record) = open.client.clone() else {
+            let Some(record) = c.client.clone() else {
                 return reply_now(srv, c, id, Err(NfsStatus::BadSession));
             };
             let ticket = Ticket { slot, seq };
@@ -705,8 +581,9 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
         }
         op => op,
     };
-    let Phase::Open(open) = &mut c.phase else {
-        return;
+    let max_read = match c.phase.live() {
+        Some(sc) => sc.max_read(),
+        None => return,
     };
     if crate::fs::is_mutating(&op) {
         if srv.read_only && !matches!(op, RequestOp::Commit { .. }) {
@@ -716,22 +593,8 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
             return reply_now(srv, c, id, Err(NfsStatus::Acces));
         }
     }
-    // READ counts are clamped to what the peer can receive and to the server's own maximum
-    // (and, once the file is open, to its size).
     let mut op = op;
-    let read_count = match &mut op {
-        RequestOp::Read { count, .. } => (*count as usize).min(open.max_read).min(srv.max_io),
-        // A FETCH reply carries a handle beside the data: room is left for it.
-        RequestOp::Fetch { count, .. } => {
-            let clamped = (*count as usize)
-                .min(open.max_read.saturating_sub(FETCH_HANDLE_ROOM))
-                .min(srv.max_io);
-            *count = clamped as u32;
-            clamped
-        }
-        _ => 0,
-    };
-    let reserved = reply_reservation(&op, read_count);
+    let (read_count, reserved) = admission::reserve(&mut op, max_read, srv.max_io);
     if c.in_flight == 0 {
         srv.busy_conns.fetch_add(1, Ordering::Relaxed);
     }
@@ -745,10 +608,7 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
     } else {
         srv.lease_ms_now.load(Ordering::Relaxed)
     };
-    let record = match &c.phase {
-        Phase::Open(open) => open.client.as_ref().map(|r| r.key),
-        _ => None,
-    };
+    let record = c.client.as_ref().map(|r| r.key);
     let d = Dispatch {
         conn: conn.clone(),
         id: c.id,
@@ -786,53 +646,22 @@ fn handle_request(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, req: Request)
     }
 }
 
-/// Connection color: hands `op` to the storage, except a COMMIT of a file this connection
-/// has WRITEs or APPENDs of still being done: it waits for them (protocol versions 9 and 10
-/// promise that a COMMIT covers every WRITE that came before it on the connection, so a
-/// client may send it behind its last WRITE rather than a round trip after the last reply).
-/// The storage threads would otherwise run them in any order.
+/// Connection color: hands `op` to the storage, unless it is a COMMIT that waits for WRITEs
+/// ([`CommitOrder`]).
 fn dispatch_in_order(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, op: RequestOp) {
-    match &op {
-        RequestOp::Commit { fh, .. } if c.writes.values().any(|w| w == fh) => {
-            let fh = *fh;
-            c.held_commits.push((fh, d, op));
-            return;
-        }
-        RequestOp::Write { fh, .. } | RequestOp::Append { fh, .. } => {
-            c.writes.insert(d.req_id, *fh);
-        }
-        _ => {}
-    }
-    srv.dispatch(d, op);
-}
-
-/// Connection color: request `id` was answered; if it was the last WRITE or APPEND of its
-/// file still being done, the COMMITs that waited for it go to the storage.
-fn release_commits(srv: &Arc<Server>, c: &mut Conn, id: u64) {
-    let Some(fh) = c.writes.remove(&id) else {
-        return;
-    };
-    if c.held_commits.is_empty() || c.writes.values().any(|w| *w == fh) {
-        return;
-    }
-    let held = std::mem::take(&mut c.held_commits);
-    for (file, d, op) in held {
-        if file == fh {
-            srv.dispatch(d, op);
-        } else {
-            c.held_commits.push((file, d, op));
-        }
+    if let Some((d, op)) = c.commits.admit(d, op) {
+        srv.dispatch(d, op);
     }
 }
 
 /// Connection color: hands a READ to the storage ([`crate::fs::Storage::read`]), which
 /// answers it here from a cached descriptor when it can, or later (see [`crate::read`]).
 fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
-    let Phase::Open(open) = &mut c.phase else {
+    if !c.phase.is_open() {
         return;
-    };
+    }
     let epoch = srv.changes.now();
-    let lease = open
+    let lease = c
         .reads
         .lease_for(&r.fh, key_of(&r.handle), d.lease_ms, &srv.changes);
     srv.storage.read(ReadCall {
@@ -868,18 +697,19 @@ fn finish_read(
         }
     };
     release(srv, c, d.reserved);
-    let Phase::Open(open) = &mut c.phase else {
+    let elsewhere = seal_elsewhere(srv, &c.out, buf.len());
+    let Some(sc) = c.phase.live().filter(|sc| sc.is_open()) else {
         return;
     };
     if lease.record {
-        open.reads.lease_announced(r.fh, lease.ms, epoch);
+        c.reads.lease_announced(r.fh, lease.ms, epoch);
     }
-    if seal_elsewhere(srv, &c.out, buf.len()) {
-        match open.sealer.defer() {
-            Ok(seal) => seal_on_lane(srv, c, &d.conn, seal, ReplyRecord { buf, start }),
-            Err(_) => c.close(srv, "cannot seal"),
+    if elsewhere {
+        match sc.defer_seal() {
+            Some(Ok(seal)) => seal_on_lane(srv, c, &d.conn, seal, ReplyRecord { buf, start }),
+            _ => c.close(srv, "cannot seal"),
         }
-    } else if open.sealer.finish(&mut buf, RecordStart::at(start)).is_ok() {
+    } else if let Some(Ok(())) = sc.seal_in_place(&mut buf, RecordStart::at(start)) {
         c.out.push_from(buf, start);
         c.flush(srv);
     } else {
@@ -933,7 +763,7 @@ fn release(srv: &Server, c: &mut Conn, reserved: usize) {
 fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
     release(srv, c, reserved);
     // Even on a closed connection: a held COMMIT's ticket must be settled.
-    release_commits(srv, c, reply.id);
+    c.commits.answered(reply.id, |d, op| srv.dispatch(d, op));
     // Even on a closed connection: its client may send the request again on another.
     c.settle_ticket(reply.id, &reply.result);
     if c.closed() {
@@ -1006,8 +836,10 @@ fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage) {
     if c.out.bytes() > srv.limits.max_output {
         return c.close(srv, "peer not reading its invalidations");
     }
-    if let (ServerMessage::Invalidate(inv), Phase::Open(open)) = (msg, &mut c.phase) {
-        open.reads.lease_ended(&inv.fh);
+    if let ServerMessage::Invalidate(inv) = msg
+        && c.phase.is_open()
+    {
+        c.reads.lease_ended(&inv.fh);
     }
     c.send(srv, msg);
     c.flush(srv);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use libcolor::Color;
 use protocol::{NfsStatus, Reply};
 
-use super::{Conn, Phase, ReadRequest, complete_locked, finish_read, pump_locked};
+use super::{Conn, ReadRequest, complete_locked, finish_read, pump_locked};
 use crate::changes::Epoch;
 use crate::fs::{Busy, OpCtx, ReadArgs};
 use crate::read::{LeaseChoice, ReplyRecord};
@@ -65,10 +65,11 @@ impl ReadCall<'_> {
     /// The descriptor this connection cached for this user and object, if it may still serve
     /// (see [`crate::read::ReadState::cached_file`]).
     pub fn cached_file(&mut self) -> Option<Arc<File>> {
-        let Phase::Open(open) = &mut self.c.phase else {
+        if !self.c.phase.is_open() {
             return None;
-        };
-        open.reads
+        }
+        self.c
+            .reads
             .cached_file(self.r.authno, &self.r.handle, &self.srv.changes)
     }
 
@@ -133,8 +134,10 @@ impl ReadReply {
         } = self;
         let conn = d.conn.clone();
         conn.with(|c| {
-            if let (Some(file), Phase::Open(open)) = (opened, &mut c.phase) {
-                open.reads
+            if let Some(file) = opened
+                && c.phase.is_open()
+            {
+                c.reads
                     .remember_file(r.authno, &r.handle, file, epoch, &srv.file_budget);
             }
             finish_read(&srv, c, &d, &r, lease, epoch, res);
