@@ -418,7 +418,13 @@ impl AttrCache {
     /// server INVALIDATEs lease holders when an attribute changes (its ctime moves), so the
     /// answer is as fresh as the attributes. Nothing is kept without a lease, nor a value
     /// longer than [`MAX_CACHED_VALUE`].
-    pub(crate) fn put_xattr(&self, fh: FileHandle, key: XattrKey, answer: XattrAnswer, since: Stamp) {
+    pub(crate) fn put_xattr(
+        &self,
+        fh: FileHandle,
+        key: XattrKey,
+        answer: XattrAnswer,
+        since: Stamp,
+    ) {
         if matches!(&answer, XattrAnswer::Value(v) if v.len() > MAX_CACHED_VALUE) {
             return;
         }

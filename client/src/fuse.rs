@@ -142,7 +142,11 @@ impl ServerMount {
 
     /// Like [`ServerMount::new`]; with `Some(owner)`, callers other than local uid `owner` act as
     /// themselves ([`Client::as_uid`]).
-    pub(crate) fn with_users(client: Client, root: FileHandle, owner: Option<u32>) -> Arc<ServerMount> {
+    pub(crate) fn with_users(
+        client: Client,
+        root: FileHandle,
+        owner: Option<u32>,
+    ) -> Arc<ServerMount> {
         ServerMount::with_base(client, root, owner, ROOT)
     }
 

@@ -1050,5 +1050,8 @@ fn a_listdir_reply_has_one_bit_per_entry() {
     // that is not there, and decoding then encoding would not give the same bytes back.
     let mut b = encoded.clone();
     b[bits_at + 5] |= 1 << 3;
-    assert!(ServerMessage::decode(&b).is_err(), "a bit beyond the last entry");
+    assert!(
+        ServerMessage::decode(&b).is_err(),
+        "a bit beyond the last entry"
+    );
 }

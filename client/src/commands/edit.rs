@@ -75,7 +75,11 @@ fn remove_tree<'a>(
 }
 
 /// `sfs mkdir`.
-pub(crate) async fn mkdir(ctx: &mut Ctx, targets: &[String], parents: bool) -> Result<(), CmdError> {
+pub(crate) async fn mkdir(
+    ctx: &mut Ctx,
+    targets: &[String],
+    parents: bool,
+) -> Result<(), CmdError> {
     let mut failed = false;
     for text in targets {
         let r = async {

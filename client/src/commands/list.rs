@@ -165,7 +165,12 @@ fn long_line(name: &str, a: &Attr, now: i64) -> String {
 }
 
 /// `sfs ls`: one directory's entries sorted by name (or the file itself).
-pub(crate) async fn ls(ctx: &mut Ctx, targets: &[String], long: bool, json: bool) -> Result<(), CmdError> {
+pub(crate) async fn ls(
+    ctx: &mut Ctx,
+    targets: &[String],
+    long: bool,
+    json: bool,
+) -> Result<(), CmdError> {
     let mut failed = None;
     let mut all = Vec::new();
     for text in targets {

@@ -148,7 +148,10 @@ impl Ctx {
     }
 
     /// The session with `server` and its root handle.
-    pub(crate) async fn client(&mut self, server: &ServerName) -> Result<(Client, FileHandle), CmdError> {
+    pub(crate) async fn client(
+        &mut self,
+        server: &ServerName,
+    ) -> Result<(Client, FileHandle), CmdError> {
         let key = server.to_string();
         let c = self.session(server);
         if let Some(r) = self.roots.get(&key) {
@@ -214,7 +217,10 @@ impl Ctx {
     }
 
     /// Resolves a target to its handle and attributes.
-    pub(crate) async fn resolve(&mut self, t: &Target) -> Result<(Client, FileHandle, Attr), CmdError> {
+    pub(crate) async fn resolve(
+        &mut self,
+        t: &Target,
+    ) -> Result<(Client, FileHandle, Attr), CmdError> {
         let (c, mut fh) = self.client(&t.server).await?;
         let mut attr = c.getattr(&fh).await.map_err(|e| CmdError::at(&t.text, e))?;
         for comp in &t.components {
@@ -232,7 +238,10 @@ impl Ctx {
     }
 
     /// Resolves the parent directory of a target: (client, parent handle, own name).
-    pub(crate) async fn parent(&mut self, t: &Target) -> Result<(Client, FileHandle, String), CmdError> {
+    pub(crate) async fn parent(
+        &mut self,
+        t: &Target,
+    ) -> Result<(Client, FileHandle, String), CmdError> {
         let Some(name) = t.file_name() else {
             return Err(CmdError::Path(
                 t.text.clone(),

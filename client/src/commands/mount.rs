@@ -416,7 +416,11 @@ pub(crate) async fn mount_fuse(
 
 /// `sfs mount --namespace DIR -f` (and the background process): the self-certifying
 /// namespace ([`crate::namespace`]), serving until unmounted or signalled.
-pub(crate) async fn mount_namespace(ctx: &mut Ctx, dir: &Path, idle: Duration) -> Result<(), CmdError> {
+pub(crate) async fn mount_namespace(
+    ctx: &mut Ctx,
+    dir: &Path,
+    idle: Duration,
+) -> Result<(), CmdError> {
     let abs = mount_point(dir)?;
     let (identity, opts) = ctx.session_settings();
     let ns = crate::namespace::Namespace::new(tokio::runtime::Handle::current(), identity, opts);

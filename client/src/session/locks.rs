@@ -35,7 +35,10 @@ impl Client {
     }
 
     /// TESTLOCK: the lock that would stand in the way of this LOCK now, if any.
-    pub(crate) async fn testlock(&self, args: TestLockArgs) -> Result<Option<LockConflict>, SessionError> {
+    pub(crate) async fn testlock(
+        &self,
+        args: TestLockArgs,
+    ) -> Result<Option<LockConflict>, SessionError> {
         match self.lock_call(RequestOp::TestLock(args)).await? {
             ReplyBody::TestLock { conflict } => Ok(conflict),
             other => Err(self.unexpected(&other)),

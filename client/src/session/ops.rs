@@ -115,7 +115,11 @@ impl Client {
     }
 
     /// SETATTR.
-    pub(crate) async fn setattr(&self, fh: &FileHandle, attr: SetAttr) -> Result<Attr, SessionError> {
+    pub(crate) async fn setattr(
+        &self,
+        fh: &FileHandle,
+        attr: SetAttr,
+    ) -> Result<Attr, SessionError> {
         self.inner.cache.setattr_sending(fh);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::SetAttr {
@@ -281,7 +285,10 @@ impl Client {
     /// bounds of [`super::limits`]: a listing that goes past them, or asks for a cookie it
     /// asked for before, is an error (a hostile server could otherwise keep us listing, and
     /// growing, for ever).
-    pub(crate) async fn readdir_all(&self, dir: &FileHandle) -> Result<Vec<DirEntryPlus>, SessionError> {
+    pub(crate) async fn readdir_all(
+        &self,
+        dir: &FileHandle,
+    ) -> Result<Vec<DirEntryPlus>, SessionError> {
         let mut out = Vec::new();
         let mut cookie = 0u64;
         let mut verifier = [0u8; 8];

@@ -14,7 +14,11 @@ impl Client {
     /// GETXATTR: the whole value of `name`. Answers (an absent attribute included) are
     /// cached per user while the object's attributes are: `ls -l` asks every file it lists
     /// for `security.selinux` and `system.posix_acl_access`, a round trip each otherwise.
-    pub(crate) async fn getxattr(&self, fh: &FileHandle, name: &[u8]) -> Result<Vec<u8>, SessionError> {
+    pub(crate) async fn getxattr(
+        &self,
+        fh: &FileHandle,
+        name: &[u8],
+    ) -> Result<Vec<u8>, SessionError> {
         if self.known_without(fh, name) {
             return Err(SessionError::Nfs(NfsStatus::NoXattr));
         }
@@ -139,7 +143,11 @@ impl Client {
     }
 
     /// REMOVEXATTR.
-    pub(crate) async fn removexattr(&self, fh: &FileHandle, name: &[u8]) -> Result<(), SessionError> {
+    pub(crate) async fn removexattr(
+        &self,
+        fh: &FileHandle,
+        name: &[u8],
+    ) -> Result<(), SessionError> {
         self.inner.cache.xattr_changing(fh);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::RemoveXattr {

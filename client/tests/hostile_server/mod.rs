@@ -46,7 +46,9 @@ pub(crate) struct Hostile {
 
 impl Hostile {
     /// Listens on 127.0.0.1 (a free port) with a fresh host key, answering with `handler`.
-    pub(crate) fn start(handler: impl Fn(&RequestOp) -> Vec<Out> + Send + Sync + 'static) -> Hostile {
+    pub(crate) fn start(
+        handler: impl Fn(&RequestOp) -> Vec<Out> + Send + Sync + 'static,
+    ) -> Hostile {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().unwrap().port();
