@@ -21,19 +21,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::fs::ObjKey;
 
 /// Slots of the per-object change counters.
-pub const BUCKETS: usize = 4096;
+pub(crate) const BUCKETS: usize = 4096;
 
 /// A point in the change log: compare it later with [`Changes::object_changed_since`] and
 /// [`Changes::access_changed_since`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Epoch {
+pub(crate) struct Epoch {
     any: u64,
     access: u64,
 }
 
 /// The change log. Objects are noted by color 0 (where leases are recorded, so the order of
 /// notes and grants is color 0's); access changes by the storage thread that made them.
-pub struct Changes {
+pub(crate) struct Changes {
     /// Number of the last change recorded.
     counter: AtomicU64,
     /// Number of the last change that may have changed who can open what (SETATTR, RENAME,
@@ -51,7 +51,7 @@ impl Default for Changes {
 }
 
 impl Changes {
-    pub fn new() -> Changes {
+    pub(crate) fn new() -> Changes {
         Changes {
             counter: AtomicU64::new(0),
             access: AtomicU64::new(0),
@@ -61,7 +61,7 @@ impl Changes {
     }
 
     /// Now, as a point to compare with later. Take it *before* reading what it protects.
-    pub fn now(&self) -> Epoch {
+    pub(crate) fn now(&self) -> Epoch {
         Epoch {
             any: self.counter.load(Ordering::Acquire),
             access: self.access.load(Ordering::Acquire),
@@ -76,13 +76,13 @@ impl Changes {
     }
 
     /// Color 0: `key` changed (its storage operation has completed).
-    pub fn note(&self, key: ObjKey) {
+    pub(crate) fn note(&self, key: ObjKey) {
         let n = self.counter.fetch_add(1, Ordering::AcqRel) + 1;
         self.slot(key).fetch_max(n, Ordering::AcqRel);
     }
 
     /// Color 0: any object may have changed (another instance's changes were lost).
-    pub fn note_all(&self) {
+    pub(crate) fn note_all(&self) {
         let n = self.counter.fetch_add(1, Ordering::AcqRel) + 1;
         for slot in self.buckets.iter() {
             slot.fetch_max(n, Ordering::AcqRel);
@@ -90,19 +90,19 @@ impl Changes {
     }
 
     /// An operation that may change access rights completed (any thread, as soon as it did).
-    pub fn note_access(&self) {
+    pub(crate) fn note_access(&self) {
         let n = self.counter.fetch_add(1, Ordering::AcqRel) + 1;
         self.access.fetch_max(n, Ordering::AcqRel);
     }
 
     /// Whether `key` may have changed after `since` (true also for an unrelated object in
     /// the same slot).
-    pub fn object_changed_since(&self, key: ObjKey, since: &Epoch) -> bool {
+    pub(crate) fn object_changed_since(&self, key: ObjKey, since: &Epoch) -> bool {
         self.slot(key).load(Ordering::Acquire) > since.any
     }
 
     /// Whether anything that may change access rights happened after `since`.
-    pub fn access_changed_since(&self, since: &Epoch) -> bool {
+    pub(crate) fn access_changed_since(&self, since: &Epoch) -> bool {
         self.access.load(Ordering::Acquire) > since.access
     }
 }

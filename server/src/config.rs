@@ -10,7 +10,7 @@ use crate::cli::ServeArgs;
 
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FileConfig {
+pub(crate) struct FileConfig {
     pub state: Option<PathBuf>,
     pub export: Option<PathBuf>,
     pub backend: Option<String>,
@@ -45,7 +45,7 @@ pub struct FileConfig {
 }
 
 /// Reads and parses the config file (unknown keys are an error).
-pub fn load(path: &Path) -> Result<FileConfig> {
+pub(crate) fn load(path: &Path) -> Result<FileConfig> {
     crate::trust::check_mine(path, crate::trust::Kind::Trusted)?;
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -54,7 +54,7 @@ pub fn load(path: &Path) -> Result<FileConfig> {
 
 /// Fills the flags not given from the file (defaults come later, in
 /// [`crate::settings::Settings::resolve`]).
-pub fn merge(mut a: ServeArgs, f: FileConfig) -> ServeArgs {
+pub(crate) fn merge(mut a: ServeArgs, f: FileConfig) -> ServeArgs {
     macro_rules! opt {
         ($($field:ident),*) => { $( if a.$field.is_none() { a.$field = f.$field; } )* };
     }

@@ -36,7 +36,7 @@ use crate::leases::{ConnId, Holder, Principal};
 use crate::output::{Flushed, Output, SPARE_MIN_CAPACITY};
 use crate::read::{LeaseChoice, ReadState, ReplyRecord};
 use crate::replies::{Begin, Record};
-use crate::server::{Dispatch, Server};
+use crate::server::{InFlight, Server};
 use crate::users::Creds;
 
 mod admission;
@@ -44,7 +44,7 @@ mod commit_order;
 mod identity;
 mod read_call;
 use commit_order::CommitOrder;
-pub use read_call::ReadCall;
+pub(crate) use read_call::ReadCall;
 
 enum Phase {
     /// Accepted; the protocol end (its handshake machine and the server's first message) is
@@ -69,7 +69,7 @@ impl Phase {
     }
 }
 
-pub struct Conn {
+pub(crate) struct Conn {
     pub id: ConnId,
     peer: SocketAddr,
     stream: TcpStream,
@@ -105,7 +105,7 @@ pub struct Conn {
 
 /// A connection's state belongs to its color: every callback that touches it runs there, so
 /// it needs no lock (libcolor checks the running color on every access).
-pub type ConnRef = Arc<ColorCell<Conn>>;
+pub(crate) type ConnRef = Arc<ColorCell<Conn>>;
 
 /// Smallest READ reply worth sealing on another worker (below it the hops cost more than the
 /// cipher).
@@ -165,8 +165,8 @@ impl Conn {
     /// (told once).
     fn logged_in(&mut self, srv: &Arc<Server>) {
         if !std::mem::replace(&mut self.logged_in, true) {
-            let (srv2, id) = (srv.clone(), self.id);
-            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_logged_in(id));
+            let id = self.id;
+            srv.in_color(Color::DEFAULT, move |srv| srv.conn_logged_in(id));
         }
     }
 
@@ -174,8 +174,8 @@ impl Conn {
     /// ones (told once).
     fn anonymous_granted(&mut self, srv: &Arc<Server>) {
         if !self.logged_in && !std::mem::replace(&mut self.anonymous_told, true) {
-            let (srv2, id) = (srv.clone(), self.id);
-            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_anonymous(id));
+            let id = self.id;
+            srv.in_color(Color::DEFAULT, move |srv| srv.conn_anonymous(id));
         }
     }
 
@@ -210,14 +210,13 @@ impl Conn {
         self.out.clear();
         srv.open_conns.fetch_sub(1, Ordering::SeqCst);
         tracing::info!(conn = self.id, peer = %self.peer, requests = self.requests, why, "connection closed");
-        let srv2 = srv.clone();
         let id = self.id;
-        srv.h.cpucb(Color::DEFAULT, move || srv2.forget_conn(id));
+        srv.in_color(Color::DEFAULT, move |srv| srv.forget_conn(id));
     }
 }
 
 /// Color 0 (listener): sets up a new connection in its own color.
-pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketAddr) {
+pub(crate) fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketAddr) {
     let reg = match srv.h.register(
         &mut stream,
         libcolor::mio::Interest::READABLE | libcolor::mio::Interest::WRITABLE,
@@ -258,20 +257,22 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
     srv.register_conn(id, &conn, lease_capped, peer.ip());
     {
-        let (srv2, c2) = (srv.clone(), conn.clone());
-        reg.on_readable(color, move || pump(&srv2, &c2));
-        let (srv2, c2) = (srv.clone(), conn.clone());
+        let (srv, conn) = (srv.clone(), conn.clone());
+        reg.on_readable(color, move || pump(&srv, &conn));
+    }
+    {
+        let (srv, conn) = (srv.clone(), conn.clone());
         reg.on_writable(color, move || {
-            c2.with(|c| {
-                c.flush(&srv2);
-                pump_locked(&srv2, &c2, c);
+            conn.with(|c| {
+                c.flush(&srv);
+                pump_borrowed(&srv, &conn, c);
             })
         });
     }
     // A peer that never finishes the handshake must not hold a connection slot forever.
-    let (srv2, c2) = (srv.clone(), Arc::downgrade(&conn));
-    srv.h.delaycb(srv.limits.handshake_timeout, color, move || {
-        if let Some(conn) = c2.upgrade() {
+    let weak = Arc::downgrade(&conn);
+    srv.in_color_after(srv.limits.handshake_timeout, color, move |srv| {
+        if let Some(conn) = weak.upgrade() {
             conn.with(|c| {
                 let handshaking = match &c.phase {
                     Phase::Accepted => true,
@@ -279,16 +280,15 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
                     Phase::Closed => false,
                 };
                 if handshaking {
-                    c.close(&srv2, "handshake timeout");
+                    c.close(srv, "handshake timeout");
                 }
             });
         }
     });
     // The registration moves into the state, the handshake begins and the first flush runs,
     // in the connection's color like everything else.
-    let (srv2, c2) = (srv.clone(), conn);
-    srv.h.cpucb(color, move || {
-        c2.with(|c| {
+    srv.in_color(color, move |srv| {
+        conn.with(|c| {
             if c.closed() {
                 let _ = reg.deregister(&mut c.stream);
                 return;
@@ -297,13 +297,13 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
             tracing::info!(conn = c.id, peer = %c.peer, "connection opened");
             let _ = c.stream.set_nodelay(true);
             let mut sc =
-                ServerConnection::new(&srv2.keypair, srv2.handshake.clone(), srv2.name.host_id());
+                ServerConnection::new(&srv.keypair, srv.handshake.clone(), srv.name.host_id());
             // The server's first handshake message goes out before anything else.
             c.push(sc.take_output());
             c.phase = Phase::Live(Box::new(sc));
-            c.flush(&srv2);
+            c.flush(srv);
             // Whatever arrived before the handshake existed (readiness is edge-triggered).
-            pump_locked(&srv2, &c2, c);
+            pump_borrowed(srv, &conn, c);
         })
     });
 }
@@ -312,15 +312,15 @@ pub fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketA
 /// starting connections. Closed unless it has logged in since, or color 0 thought it
 /// `in_handshake` but it has finished the handshake since (then it asks to come back:
 /// [`crate::startups::Startups::readmit`]).
-pub fn drop_starting(srv: &Arc<Server>, conn: &ConnRef, in_handshake: bool) {
+pub(crate) fn drop_starting(srv: &Arc<Server>, conn: &ConnRef, in_handshake: bool) {
     srv.doomed.fetch_sub(1, Ordering::SeqCst);
     conn.with(|c| {
         if c.logged_in || c.closed() {
             return;
         }
         if in_handshake && c.phase.is_open() {
-            let (srv2, id) = (srv.clone(), c.id);
-            srv.h.cpucb(Color::DEFAULT, move || srv2.conn_readmit(id));
+            let id = c.id;
+            srv.in_color(Color::DEFAULT, move |srv| srv.conn_readmit(id));
             return;
         }
         c.close(srv, "too many starting connections");
@@ -330,35 +330,37 @@ pub fn drop_starting(srv: &Arc<Server>, conn: &ConnRef, in_handshake: bool) {
 /// Connection color, every `idle_timeout` at most: closes a connection that sent nothing for
 /// that long and has nothing in flight (a client reconnects when it needs the server again).
 fn arm_idle_timer(srv: &Arc<Server>, conn: &ConnRef, id: ConnId, after: std::time::Duration) {
-    let (srv2, weak) = (srv.clone(), Arc::downgrade(conn));
-    srv.h.delaycb(after, Color(id), move || {
+    let weak = Arc::downgrade(conn);
+    srv.in_color_after(after, Color(id), move |srv| {
         let Some(conn) = weak.upgrade() else {
             return;
         };
-        let limit = srv2.limits.idle_timeout;
+        let limit = srv.limits.idle_timeout;
         let again = conn.with(|c| {
             if c.closed() {
                 return None;
             }
             let idle = c.last_active.elapsed();
             if idle >= limit && c.in_flight == 0 {
-                c.close(&srv2, "idle timeout");
+                c.close(srv, "idle timeout");
                 return None;
             }
             Some(limit.saturating_sub(idle).max(limit / 8))
         });
         if let Some(after) = again {
-            arm_idle_timer(&srv2, &conn, id, after);
+            arm_idle_timer(srv, &conn, id, after);
         }
     });
 }
 
 /// Readable: read and process until the socket is drained or the connection must pause.
 fn pump(srv: &Arc<Server>, conn: &ConnRef) {
-    conn.with(|c| pump_locked(srv, conn, c));
+    conn.with(|c| pump_borrowed(srv, conn, c));
 }
 
-fn pump_locked(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
+/// [`pump`] with the connection's state already borrowed from its cell (the caller runs in
+/// the connection's color).
+fn pump_borrowed(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
     loop {
         if c.closed() {
             return;
@@ -426,8 +428,8 @@ fn release_when_quiet(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
 }
 
 fn arm_release(srv: &Arc<Server>, conn: &ConnRef, id: ConnId, after: Duration) {
-    let (srv2, weak) = (srv.clone(), Arc::downgrade(conn));
-    srv.h.delaycb(after, Color(id), move || {
+    let weak = Arc::downgrade(conn);
+    srv.in_color_after(after, Color(id), move |srv| {
         let Some(conn) = weak.upgrade() else {
             return;
         };
@@ -450,7 +452,7 @@ fn arm_release(srv: &Arc<Server>, conn: &ConnRef, id: ConnId, after: Duration) {
             None
         });
         if let Some(after) = again {
-            arm_release(&srv2, &conn, id, after);
+            arm_release(srv, &conn, id, after);
         }
     });
 }
@@ -483,9 +485,8 @@ fn process_records(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn) {
         match event {
             Event::Opened => {
                 tracing::debug!(conn = c.id, "session established");
-                let (srv2, id) = (srv.clone(), c.id);
-                srv.h
-                    .cpucb(Color::DEFAULT, move || srv2.conn_handshake_done(id));
+                let id = c.id;
+                srv.in_color(Color::DEFAULT, move |srv| srv.conn_handshake_done(id));
                 arm_idle_timer(srv, conn, c.id, srv.limits.idle_timeout);
             }
             Event::Login { id, result } => {
@@ -609,7 +610,7 @@ fn handle_request(
         srv.lease_ms_now.load(Ordering::Relaxed)
     };
     let record = c.client.as_ref().map(|r| r.key);
-    let d = Dispatch {
+    let d = InFlight {
         conn: conn.clone(),
         id: c.id,
         req_id: id,
@@ -632,7 +633,7 @@ fn handle_request(
                     count: read_count,
                 },
             ),
-            Err(e) => complete_locked(
+            Err(e) => complete_borrowed(
                 srv,
                 c,
                 reserved,
@@ -648,7 +649,7 @@ fn handle_request(
 
 /// Connection color: hands `op` to the storage, unless it is a COMMIT that waits for WRITEs
 /// ([`CommitOrder`]).
-fn dispatch_in_order(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, op: RequestOp) {
+fn dispatch_in_order(srv: &Arc<Server>, c: &mut Conn, d: InFlight, op: RequestOp) {
     if let Some((d, op)) = c.commits.admit(d, op) {
         srv.dispatch(d, op);
     }
@@ -656,7 +657,7 @@ fn dispatch_in_order(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, op: RequestOp
 
 /// Connection color: hands a READ to the storage ([`crate::fs::Storage::read`]), which
 /// answers it here from a cached descriptor when it can, or later (see [`crate::read`]).
-fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
+fn start_read(srv: &Arc<Server>, c: &mut Conn, d: InFlight, r: ReadRequest) {
     if !c.phase.is_open() {
         return;
     }
@@ -680,7 +681,7 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: Dispatch, r: ReadRequest) {
 fn finish_read(
     srv: &Arc<Server>,
     c: &mut Conn,
-    d: &Dispatch,
+    d: &InFlight,
     r: &ReadRequest,
     lease: LeaseChoice,
     epoch: Epoch,
@@ -693,7 +694,7 @@ fn finish_read(
                 id: d.req_id,
                 result: Err(status),
             };
-            return complete_locked(srv, c, d.reserved, reply);
+            return complete_borrowed(srv, c, d.reserved, reply);
         }
     };
     release(srv, c, d.reserved);
@@ -725,16 +726,16 @@ fn finish_read(
             conn: d.id,
             who: Principal::of(&d.creds),
         };
-        let (srv2, key, fh) = (srv.clone(), key_of(&r.handle), r.fh);
-        srv.h.cpucb(Color::DEFAULT, move || {
-            srv2.record_read_lease(holder, key, fh, lease.ms, epoch)
+        let (key, fh) = (key_of(&r.handle), r.fh);
+        srv.in_color(Color::DEFAULT, move |srv| {
+            srv.record_read_lease(holder, key, fh, lease.ms, epoch)
         });
     }
 }
 
 /// Connection color: a reply from the dispatcher, and the request's data buffer back (empty
 /// if it had none) for the next request.
-pub fn complete(
+pub(crate) fn complete(
     srv: &Arc<Server>,
     conn: &ConnRef,
     reserved: usize,
@@ -745,8 +746,8 @@ pub fn complete(
         if !c.closed() {
             c.out.keep_spare(returned_buffer);
         }
-        complete_locked(srv, c, reserved, reply);
-        pump_locked(srv, conn, c);
+        complete_borrowed(srv, c, reserved, reply);
+        pump_borrowed(srv, conn, c);
     });
 }
 
@@ -760,7 +761,8 @@ fn release(srv: &Server, c: &mut Conn, reserved: usize) {
     srv.in_flight.fetch_sub(1, Ordering::SeqCst);
 }
 
-fn complete_locked(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
+/// [`complete`] with the connection's state already borrowed from its cell.
+fn complete_borrowed(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
     release(srv, c, reserved);
     // Even on a closed connection: a held COMMIT's ticket must be settled.
     c.commits.answered(reply.id, |d, op| srv.dispatch(d, op));
@@ -802,28 +804,27 @@ fn seal_on_lane(
         c.id.wrapping_add(SEAL_LANE_OFFSET)
             .wrapping_add((token % lanes) as u32),
     );
-    let (srv2, conn, id) = (srv.clone(), conn.clone(), c.id);
-    srv.h.cpucb(lane, move || {
+    let (conn, id) = (conn.clone(), c.id);
+    srv.in_color(lane, move |srv| {
         let sealed = seal.finish(&mut buf, RecordStart::at(start)).is_ok();
-        let srv3 = srv2.clone();
-        srv2.h.cpucb(Color(id), move || {
+        srv.in_color(Color(id), move |srv| {
             conn.with(|c| {
                 if c.closed() {
                     return;
                 }
                 if !sealed || !c.out.fill(token, buf, start) {
-                    return c.close(&srv3, "cannot seal");
+                    return c.close(srv, "cannot seal");
                 }
-                c.flush(&srv3);
+                c.flush(srv);
                 // Output drained: a connection paused on its output limit reads again.
-                pump_locked(&srv3, &conn, c);
+                pump_borrowed(srv, &conn, c);
             })
         });
     });
 }
 
 /// Connection color: an INVALIDATE caused by another connection.
-pub fn send_unsolicited(srv: &Arc<Server>, conn: &ConnRef, msg: &ServerMessage) {
+pub(crate) fn send_unsolicited(srv: &Arc<Server>, conn: &ConnRef, msg: &ServerMessage) {
     conn.with(|c| send_unsolicited_in(srv, c, msg));
 }
 

@@ -26,11 +26,11 @@ use crate::fs::ObjKey;
 use crate::users::Creds;
 
 /// Connection identifier (also its color).
-pub type ConnId = u32;
+pub(crate) type ConnId = u32;
 
 /// Whom a lease is charged to besides its connection and address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Principal {
+pub(crate) enum Principal {
     /// Anonymous requests, whatever their connection: one allowance for all.
     Anonymous,
     /// A logged-in user, by uid (the same user on several connections shares one allowance).
@@ -39,7 +39,7 @@ pub enum Principal {
 
 impl Principal {
     /// Whom a request running as `creds` charges.
-    pub fn of(creds: &Creds) -> Principal {
+    pub(crate) fn of(creds: &Creds) -> Principal {
         if creds.anonymous {
             Principal::Anonymous
         } else {
@@ -50,14 +50,14 @@ impl Principal {
 
 /// Who asks for a lease: a connection, on behalf of a principal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Holder {
+pub(crate) struct Holder {
     pub conn: ConnId,
     pub who: Principal,
 }
 
 /// How many leases each kind of holder may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shares {
+pub(crate) struct Shares {
     pub per_conn: usize,
     pub per_addr: usize,
     pub per_user: usize,
@@ -72,7 +72,7 @@ impl Shares {
     /// However many anonymous connections there are, logged-in users thus keep three quarters
     /// of the table, and on the anonymous crowd's own address whatever of that address's share
     /// the crowd cannot take; no one address or user can take more than half of it.
-    pub fn new(max: usize, per_conn: usize) -> Shares {
+    pub(crate) fn new(max: usize, per_conn: usize) -> Shares {
         let per_conn = per_conn.max(1);
         Shares {
             per_conn,
@@ -104,7 +104,7 @@ struct ConnLeases {
 }
 
 #[derive(Debug)]
-pub struct Leases {
+pub(crate) struct Leases {
     duration: Duration,
     max: usize,
     shares: Shares,
@@ -117,7 +117,7 @@ pub struct Leases {
 }
 
 impl Leases {
-    pub fn new(duration: Duration, max: usize, shares: Shares) -> Leases {
+    pub(crate) fn new(duration: Duration, max: usize, shares: Shares) -> Leases {
         Leases {
             duration,
             max,
@@ -132,7 +132,7 @@ impl Leases {
     }
 
     /// The lease to grant now, in milliseconds (0 when the table is full).
-    pub fn lease_ms(&self) -> u32 {
+    pub(crate) fn lease_ms(&self) -> u32 {
         if self.len >= self.max {
             0
         } else {
@@ -141,7 +141,7 @@ impl Leases {
     }
 
     /// Connection `conn`, from `addr`, may hold leases (until [`Leases::drop_conn`]).
-    pub fn open_conn(&mut self, conn: ConnId, addr: IpAddr) {
+    pub(crate) fn open_conn(&mut self, conn: ConnId, addr: IpAddr) {
         self.conns.entry(conn).or_insert_with(|| ConnLeases {
             addr,
             keys: HashSet::new(),
@@ -150,7 +150,7 @@ impl Leases {
 
     /// Whether `conn` can be granted no new lease whoever it asks for: it, or its address,
     /// holds its whole share (its replies then carry lease 0).
-    pub fn over_share(&self, conn: ConnId) -> bool {
+    pub(crate) fn over_share(&self, conn: ConnId) -> bool {
         let Some(c) = self.conns.get(&conn) else {
             return true;
         };
@@ -159,7 +159,7 @@ impl Leases {
     }
 
     /// Whether anonymous requests hold their whole allowance (theirs then carry lease 0).
-    pub fn anonymous_full(&self) -> bool {
+    pub(crate) fn anonymous_full(&self) -> bool {
         self.anonymous >= self.shares.anonymous
     }
 
@@ -181,7 +181,13 @@ impl Leases {
     /// Grants `h` a lease of `lease_ms` on `key` if the table and every share it is charged to
     /// allow it (renewing a lease its connection holds always does); returns whether it did. A
     /// reply must carry lease 0 for every object this refuses.
-    pub fn try_grant(&mut self, h: Holder, key: ObjKey, fh: FileHandle, lease_ms: u32) -> bool {
+    pub(crate) fn try_grant(
+        &mut self,
+        h: Holder,
+        key: ObjKey,
+        fh: FileHandle,
+        lease_ms: u32,
+    ) -> bool {
         if lease_ms == 0 || !self.conns.contains_key(&h.conn) {
             return false;
         }
@@ -234,7 +240,7 @@ impl Leases {
 
     /// `key` changed because of `by`: returns the other live holders (their leases end) and
     /// the handle to name in the INVALIDATE.
-    pub fn changed(&mut self, key: ObjKey, by: ConnId) -> (Vec<ConnId>, Option<FileHandle>) {
+    pub(crate) fn changed(&mut self, key: ObjKey, by: ConnId) -> (Vec<ConnId>, Option<FileHandle>) {
         let now = Instant::now();
         let Some(e) = self.objects.get_mut(&key) else {
             return (Vec::new(), None);
@@ -263,7 +269,7 @@ impl Leases {
 
     /// Every object may have changed: every lease ends. Returns the live holders and the
     /// handles to name in their INVALIDATEs.
-    pub fn changed_all(&mut self) -> Vec<(ConnId, FileHandle)> {
+    pub(crate) fn changed_all(&mut self) -> Vec<(ConnId, FileHandle)> {
         let keys: Vec<ObjKey> = self.objects.keys().copied().collect();
         let mut ended = Vec::new();
         for key in keys {
@@ -277,7 +283,7 @@ impl Leases {
 
     /// Drops everything a closed connection held (only its own entries are visited) and
     /// forgets it.
-    pub fn drop_conn(&mut self, conn: ConnId) {
+    pub(crate) fn drop_conn(&mut self, conn: ConnId) {
         let Some(keys) = self.conns.get(&conn).map(|c| c.keys.clone()) else {
             return;
         };
@@ -297,7 +303,7 @@ impl Leases {
     }
 
     /// Drops expired leases; returns how many.
-    pub fn reap(&mut self) -> usize {
+    pub(crate) fn reap(&mut self) -> usize {
         let now = Instant::now();
         let mut expired = Vec::new();
         self.objects.retain(|&key, e| {

@@ -3,7 +3,7 @@
 
 /// Limits applied per server and per connection.
 #[derive(Debug, Clone)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections served at once; more are accepted and closed at once.
     pub max_connections: usize,
     /// Connections not yet logged in, at most (a quarter of `max_connections` at most; see
@@ -23,22 +23,22 @@ pub struct Limits {
 }
 
 /// Descriptors the READ fast path may keep open, server-wide ([`crate::read`]).
-pub const CACHED_FILES: usize = 256;
+pub(crate) const CACHED_FILES: usize = 256;
 
 /// Open states (descriptors kept for connections' users), server-wide
 /// ([`crate::fs::local`]'s `open`).
-pub const OPEN_STATES: usize = 1024;
+pub(crate) const OPEN_STATES: usize = 1024;
 
 /// Descriptors kept for files, the listener, logs and the runtime: per storage thread a few
 /// open objects (an operation holds at most about six), the READ path's cached descriptors,
 /// the open states, plus a fixed margin.
-pub fn reserved_fds(storage_threads: usize) -> u64 {
+pub(crate) fn reserved_fds(storage_threads: usize) -> u64 {
     64 + 8 * storage_threads as u64 + CACHED_FILES as u64 + OPEN_STATES as u64
 }
 
 /// Raises the soft open-file limit to the hard limit and returns the number of connections the
 /// server can hold with room left for files: `wanted`, or less if the limit is lower.
-pub fn fit_connections_to_fd_limit(wanted: usize, storage_threads: usize) -> usize {
+pub(crate) fn fit_connections_to_fd_limit(wanted: usize, storage_threads: usize) -> usize {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut lim = getrlimit(Resource::Nofile);
     if let Some(hard) = lim.maximum

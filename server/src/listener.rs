@@ -24,7 +24,7 @@ const BACKLOG: i32 = 4096;
 
 /// Deepens `listener`'s accept queue to [`BACKLOG`] (listen(2) again on a listening socket
 /// only changes its backlog).
-pub fn deepen_backlog(listener: &std::net::TcpListener) -> std::io::Result<()> {
+pub(crate) fn deepen_backlog(listener: &std::net::TcpListener) -> std::io::Result<()> {
     rustix::net::listen(listener, BACKLOG)?;
     Ok(())
 }
@@ -37,7 +37,7 @@ struct Listening {
 }
 
 /// Starts accepting on `listener` (in color 0) and arms the termination signals.
-pub fn start(srv: &Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
+pub(crate) fn start(srv: &Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
     let mut listener = listener;
     let reg = srv.h.register(&mut listener, Interest::READABLE)?;
     // Color 0's own state: reached only from color-0 callbacks.
@@ -51,13 +51,15 @@ pub fn start(srv: &Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
         },
     ));
     let mut next: u32 = 0;
-    let (srv2, st2) = (srv.clone(), state.clone());
-    reg.on_readable(Color::DEFAULT, move || {
-        st2.with(|l| accept_all(&srv2, l, &mut next))
-    });
-    let st2 = state.clone();
+    {
+        let (srv, state) = (srv.clone(), state.clone());
+        reg.on_readable(Color::DEFAULT, move || {
+            state.with(|l| accept_all(&srv, l, &mut next))
+        });
+    }
+    let listening = state.clone();
     srv.h.cpucb(Color::DEFAULT, move || {
-        st2.with(|l| {
+        listening.with(|l| {
             if l.stopping {
                 let _ = reg.deregister(&mut l.listener);
             } else {
@@ -66,40 +68,41 @@ pub fn start(srv: &Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
         });
     });
     for signal in [libc::SIGINT, libc::SIGTERM] {
-        let (srv2, st2) = (srv.clone(), state.clone());
-        srv.h.on_signal(signal, Color::DEFAULT, move || {
-            if srv2.draining.swap(true, Ordering::SeqCst) {
+        let h = srv.h.clone();
+        let (srv, state) = (srv.clone(), state.clone());
+        h.on_signal(signal, Color::DEFAULT, move || {
+            if srv.draining.swap(true, Ordering::SeqCst) {
                 return;
             }
             tracing::info!(signal, "stopping: no new connections, draining requests");
-            st2.with(|l| {
+            state.with(|l| {
                 l.stopping = true;
                 if let Some(reg) = l.reg.take() {
                     let _ = reg.deregister(&mut l.listener);
                 }
             });
-            drain(srv2.clone(), Instant::now());
+            drain(srv.clone(), Instant::now());
         })?;
     }
     Ok(())
 }
 
 /// Color 0, readable: accepts every pending connection.
-fn accept_all(srv2: &Arc<Server>, l: &mut Listening, next: &mut u32) {
+fn accept_all(srv: &Arc<Server>, l: &mut Listening, next: &mut u32) {
     if l.stopping {
         return;
     }
     loop {
         match l.listener.accept() {
             Ok((stream, peer)) => {
-                if srv2.at_connection_limit() {
+                if srv.at_connection_limit() {
                     tracing::warn!(%peer, "connection limit reached; refusing");
                     drop(stream);
                     continue;
                 }
                 // Colors 1..: never 0, which is the shared state's.
                 *next = next.checked_add(1).unwrap_or(1);
-                conn::start(srv2, *next, stream, peer);
+                conn::start(srv, *next, stream, peer);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -125,9 +128,7 @@ fn drain(srv: Arc<Server>, since: Instant) {
             .delaycb(Duration::from_millis(50), Color::DEFAULT, move || h.stop());
         return;
     }
-    let srv2 = srv.clone();
-    srv.h
-        .delaycb(Duration::from_millis(20), Color::DEFAULT, move || {
-            drain(srv2, since)
-        });
+    srv.in_color_after(Duration::from_millis(20), Color::DEFAULT, move |srv| {
+        drain(srv.clone(), since)
+    });
 }

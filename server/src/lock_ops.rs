@@ -19,23 +19,23 @@ use protocol::{LockKind, NfsStatus, Reply, ReplyBody, RequestOp, access};
 use crate::conn;
 use crate::fs::{ObjKey, OpCtx, Outcome};
 use crate::locks::{Holder, LockClient, Range};
-use crate::server::{Dispatch, Server};
+use crate::server::{InFlight, Server};
 
 /// A lock request, split from the other operations by [`take`].
-pub enum LockOp {
+pub(crate) enum LockOp {
     Lock(protocol::LockArgs),
     Unlock(protocol::UnlockArgs),
     Test(protocol::TestLockArgs),
 }
 
 /// A request: a lock request, or any other.
-pub enum Split {
+pub(crate) enum Split {
     Lock(LockOp),
     Other(RequestOp),
 }
 
 /// `op` as a lock request, or back as it was.
-pub fn take(op: RequestOp) -> Split {
+pub(crate) fn take(op: RequestOp) -> Split {
     match op {
         RequestOp::Lock(a) => Split::Lock(LockOp::Lock(a)),
         RequestOp::Unlock(a) => Split::Lock(LockOp::Unlock(a)),
@@ -73,7 +73,7 @@ struct ReplyTo {
 
 impl Server {
     /// Connection color: checks what needs no storage, then has the backend check access.
-    pub(crate) fn dispatch_lock(self: &Arc<Self>, d: Dispatch, op: LockOp) {
+    pub(crate) fn dispatch_lock(self: &Arc<Self>, d: InFlight, op: LockOp) {
         let refused = if d.creds.anonymous {
             Some(NfsStatus::Acces)
         } else {
@@ -117,7 +117,7 @@ impl Server {
     /// After the access check: the table's answer.
     fn apply_lock(
         &self,
-        d: &Dispatch,
+        d: &InFlight,
         op: &LockOp,
         outcome: Outcome,
     ) -> Result<ReplyBody, NfsStatus> {
@@ -173,7 +173,7 @@ impl Server {
     }
 
     /// The reply, sent in the connection's color.
-    fn answer_lock(self: &Arc<Self>, d: Dispatch, result: Result<ReplyBody, NfsStatus>) {
+    fn answer_lock(self: &Arc<Self>, d: InFlight, result: Result<ReplyBody, NfsStatus>) {
         let to = ReplyTo {
             conn: d.conn,
             id: d.id,

@@ -33,41 +33,41 @@ use protocol::{LockConflict, LockKind, NfsStatus};
 use crate::fs::ObjKey;
 
 /// Ranges one client may hold (each lock range, of any file, counts one).
-pub const MAX_PER_CLIENT: usize = 4096;
+pub(crate) const MAX_PER_CLIENT: usize = 4096;
 /// Ranges all clients together may hold.
-pub const MAX_TOTAL: usize = 65536;
+pub(crate) const MAX_TOTAL: usize = 65536;
 /// Ranges one server user may hold, on all its clients together: four clients' worth, a
 /// quarter of the table, so one user opening many connections cannot take every lock from
 /// the others.
-pub const MAX_PER_USER: usize = 4 * MAX_PER_CLIENT;
+pub(crate) const MAX_PER_USER: usize = 4 * MAX_PER_CLIENT;
 
 /// Who a lock is charged to and kept for: the client's reply-cache record when its connection
 /// has one (SESSION: the same on each of the client's connections, so its locks survive a
 /// reconnect), else the connection. Either way they outlive the last connection by the grace
 /// period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockClient(pub u64);
+pub(crate) struct LockClient(pub u64);
 
 impl LockClient {
     /// A connection without a reply-cache record.
-    pub fn conn(id: crate::leases::ConnId) -> LockClient {
+    pub(crate) fn conn(id: crate::leases::ConnId) -> LockClient {
         LockClient(u64::from(id))
     }
 
     /// The client of reply-cache record `key` (numbers above every connection id's).
-    pub fn record(key: u64) -> LockClient {
+    pub(crate) fn record(key: u64) -> LockClient {
         LockClient((1 << 32) + key)
     }
 
     /// Who a request on connection `id`, bound to record `record` if any, locks as.
-    pub fn of(id: crate::leases::ConnId, record: Option<u64>) -> LockClient {
+    pub(crate) fn of(id: crate::leases::ConnId, record: Option<u64>) -> LockClient {
         record.map_or(LockClient::conn(id), LockClient::record)
     }
 }
 
 /// The holder of a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Holder {
+pub(crate) struct Holder {
     pub client: LockClient,
     /// Server uid of the requesting authno.
     pub uid: u32,
@@ -77,14 +77,14 @@ pub struct Holder {
 
 /// A byte range, both ends included (`end == u64::MAX`: to the end of the file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Range {
+pub(crate) struct Range {
     pub start: u64,
     pub end: u64,
 }
 
 impl Range {
     /// The wire's (start, len), len 0 meaning to the end of the file; `INVAL` past 2^64.
-    pub fn from_wire(start: u64, len: u64) -> Result<Range, NfsStatus> {
+    pub(crate) fn from_wire(start: u64, len: u64) -> Result<Range, NfsStatus> {
         let end = match len {
             0 => u64::MAX,
             n => start.checked_add(n - 1).ok_or(NfsStatus::Inval)?,
@@ -93,7 +93,7 @@ impl Range {
     }
 
     /// The whole file (`flock`).
-    pub const ALL: Range = Range {
+    pub(crate) const ALL: Range = Range {
         start: 0,
         end: u64::MAX,
     };
@@ -168,7 +168,7 @@ impl From<Refused> for NfsStatus {
 
 /// Every lock of every file.
 #[derive(Debug)]
-pub struct LockTable {
+pub(crate) struct LockTable {
     files: HashMap<ObjKey, FileLocks>,
     clients: HashMap<LockClient, ClientState>,
     /// Ranges held per server uid.
@@ -216,7 +216,7 @@ fn cut(e: Entry, r: Range) -> impl Iterator<Item = Entry> {
 
 impl LockTable {
     /// An empty table whose closed connections keep their locks for `grace`.
-    pub fn new(grace: Duration) -> LockTable {
+    pub(crate) fn new(grace: Duration) -> LockTable {
         LockTable::with_bounds(grace, MAX_PER_CLIENT, MAX_PER_USER, MAX_TOTAL)
     }
 
@@ -249,12 +249,12 @@ impl LockTable {
 
     /// Ranges held in all.
     #[cfg(test)]
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.total
     }
 
     /// The first lock of another holder that a `kind` lock on `r` would conflict with.
-    pub fn test(
+    pub(crate) fn test(
         &self,
         key: ObjKey,
         holder: Holder,
@@ -272,7 +272,7 @@ impl LockTable {
 
     /// Takes a `kind` lock on `r` for `holder` (POSIX semantics; `flock`: the whole file), or
     /// says why not; nothing changes when it is refused.
-    pub fn lock(
+    pub(crate) fn lock(
         &mut self,
         key: ObjKey,
         holder: Holder,
@@ -335,7 +335,7 @@ impl LockTable {
 
     /// Releases `holder`'s locks on `r` (`flock`: its whole-file lock), splitting a range it
     /// covers part of. Refused (`NOLCK`) only when a split needs a range beyond the bounds.
-    pub fn unlock(
+    pub(crate) fn unlock(
         &mut self,
         key: ObjKey,
         holder: Holder,
@@ -403,14 +403,14 @@ impl LockTable {
     }
 
     /// `client`'s connection closed at `now`: its locks go once the grace has passed.
-    pub fn client_gone(&mut self, client: LockClient, now: Instant) {
+    pub(crate) fn client_gone(&mut self, client: LockClient, now: Instant) {
         if let Some(c) = self.clients.get_mut(&client) {
             c.gone = Some(now);
         }
     }
 
     /// `client` is connected again (a new connection bound its record): its locks stay.
-    pub fn client_back(&mut self, client: LockClient) {
+    pub(crate) fn client_back(&mut self, client: LockClient) {
         if let Some(c) = self.clients.get_mut(&client) {
             c.gone = None;
         }
@@ -419,7 +419,7 @@ impl LockTable {
     /// Moves `from`'s locks (a closed connection's, within its grace) to `to`, which keeps
     /// them as its own.
     #[allow(dead_code)] // Called once clients have an identity that survives reconnects.
-    pub fn rebind(&mut self, from: LockClient, to: LockClient) {
+    pub(crate) fn rebind(&mut self, from: LockClient, to: LockClient) {
         let Some(moved) = self.clients.remove(&from) else {
             return;
         };
@@ -438,7 +438,7 @@ impl LockTable {
 
     /// Releases the locks of every client gone for longer than the grace; returns how many
     /// ranges went.
-    pub fn reap(&mut self, now: Instant) -> usize {
+    pub(crate) fn reap(&mut self, now: Instant) -> usize {
         let grace = self.grace;
         let expired: Vec<LockClient> = self
             .clients

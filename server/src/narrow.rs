@@ -14,13 +14,13 @@ use crate::users::Creds;
 
 /// Most authnos one user may hold on one connection (its login and the narrowed ones), so one
 /// local user cannot use up the connection's table (1024 authnos) that others log in through.
-pub const MAX_AUTHNOS_PER_USER: usize = 64;
+pub(crate) const MAX_AUTHNOS_PER_USER: usize = 64;
 
 /// The credentials `base` narrowed to primary group `gid` and supplementary `groups`: `gid`
 /// must be one of `base`'s groups (`Perm` otherwise: a process's effective gid decides the
 /// group of what it creates, so a silent substitute would not behave as locally), and of
 /// `groups` only those `base` has are kept, once each, in `base`'s order.
-pub fn narrowed(base: &Creds, gid: u32, groups: &[u32]) -> Result<Creds, NfsStatus> {
+pub(crate) fn narrowed(base: &Creds, gid: u32, groups: &[u32]) -> Result<Creds, NfsStatus> {
     if base.anonymous {
         return Err(NfsStatus::Acces);
     }
@@ -47,7 +47,7 @@ pub fn narrowed(base: &Creds, gid: u32, groups: &[u32]) -> Result<Creds, NfsStat
 /// Assigns an authno in `table` to `base` (the credentials of the request's authno) narrowed
 /// to `gid` and `groups`, or returns the one those credentials already have; refused when the
 /// user already holds [`MAX_AUTHNOS_PER_USER`] authnos on this connection.
-pub fn assign(
+pub(crate) fn assign(
     table: &mut AuthTable<Creds>,
     base: &Creds,
     gid: u32,

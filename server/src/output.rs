@@ -14,7 +14,7 @@ use std::io::{self, IoSlice, Write};
 const SPARE_BUFFERS: usize = 4;
 /// Smallest buffer worth keeping (a READ reply's or a WRITE's data); requests at least this
 /// large are decoded into a spare buffer.
-pub const SPARE_MIN_CAPACITY: usize = 16 * 1024;
+pub(crate) const SPARE_MIN_CAPACITY: usize = 16 * 1024;
 /// Buffers handed to one `writev`.
 const WRITEV_MAX: usize = 16;
 
@@ -28,7 +28,7 @@ enum Slot {
 
 /// Queued output of one connection.
 #[derive(Default)]
-pub struct Output {
+pub(crate) struct Output {
     slots: VecDeque<Slot>,
     /// Bytes of the front slot already written.
     front_written: usize,
@@ -45,7 +45,7 @@ pub struct Output {
 
 /// What a write attempt did.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Flushed {
+pub(crate) enum Flushed {
     /// Everything ready was written (pending slots may remain).
     Done,
     /// The socket is full: wait until it is writable.
@@ -57,7 +57,7 @@ pub enum Flushed {
 impl Output {
     /// An output that keeps at most `spare_budget` bytes of buffers for reuse, with `first`
     /// queued.
-    pub fn with_first(first: Vec<u8>, spare_budget: usize) -> Output {
+    pub(crate) fn with_first(first: Vec<u8>, spare_budget: usize) -> Output {
         let mut out = Output {
             spare_budget,
             ..Output::default()
@@ -67,25 +67,25 @@ impl Output {
     }
 
     /// Bytes queued and not yet written.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
 
     /// Records being sealed elsewhere.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.pending
     }
 
-    pub fn push(&mut self, buf: Vec<u8>) {
+    pub(crate) fn push(&mut self, buf: Vec<u8>) {
         self.push_from(buf, 0);
     }
 
     /// Queues the bytes of `buf` from `from` on.
-    pub fn push_from(&mut self, buf: Vec<u8>, from: usize) {
+    pub(crate) fn push_from(&mut self, buf: Vec<u8>, from: usize) {
         if buf.len() > from {
             self.bytes += buf.len() - from;
             self.slots.push_back(Slot::Ready(buf, from));
@@ -94,7 +94,7 @@ impl Output {
 
     /// Holds the next place for a record of `bytes` being sealed elsewhere; returns the token
     /// to [`Output::fill`] it with.
-    pub fn push_pending(&mut self, bytes: usize) -> u64 {
+    pub(crate) fn push_pending(&mut self, bytes: usize) -> u64 {
         let token = self.next_token;
         self.next_token += 1;
         self.bytes += bytes;
@@ -105,7 +105,7 @@ impl Output {
 
     /// The record for `token` is sealed: the bytes of `buf` from `from` on. False if there is
     /// no such pending slot (the output was cleared).
-    pub fn fill(&mut self, token: u64, buf: Vec<u8>, from: usize) -> bool {
+    pub(crate) fn fill(&mut self, token: u64, buf: Vec<u8>, from: usize) -> bool {
         let slot = self
             .slots
             .iter_mut()
@@ -124,7 +124,7 @@ impl Output {
     }
 
     /// Drops everything queued (the connection closed).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         *self = Output {
             next_token: self.next_token,
             spare_budget: self.spare_budget,
@@ -135,7 +135,7 @@ impl Output {
     /// A buffer for the next reply, or the next receive buffer (a sent one, if any). It may
     /// still hold bytes of this connection's earlier messages: whoever takes it clears it, or
     /// (the receive buffer) only ever reads what it wrote, and so need not zero it again.
-    pub fn take_spare(&mut self) -> Vec<u8> {
+    pub(crate) fn take_spare(&mut self) -> Vec<u8> {
         let buf = self.spare.pop().unwrap_or_default();
         self.spare_bytes -= buf.capacity();
         buf
@@ -143,7 +143,7 @@ impl Output {
 
     /// Keeps `buf` for a later reply or request (a sent reply's, or a written WRITE's data)
     /// if it is large and few are kept.
-    pub fn keep_spare(&mut self, buf: Vec<u8>) {
+    pub(crate) fn keep_spare(&mut self, buf: Vec<u8>) {
         if self.spare.len() < SPARE_BUFFERS
             && buf.capacity() >= SPARE_MIN_CAPACITY
             && self.spare_bytes + buf.capacity() <= self.spare_budget
@@ -154,13 +154,13 @@ impl Output {
     }
 
     /// Lets the spare buffers go (the connection is quiet).
-    pub fn release_spare(&mut self) {
+    pub(crate) fn release_spare(&mut self) {
         self.spare = Vec::new();
         self.spare_bytes = 0;
     }
 
     /// Writes ready records, in order, until done, blocked or failed.
-    pub fn write_to(&mut self, w: &mut impl Write) -> io::Result<Flushed> {
+    pub(crate) fn write_to(&mut self, w: &mut impl Write) -> io::Result<Flushed> {
         loop {
             let mut slices = [IoSlice::new(&[]); WRITEV_MAX];
             let mut n = 0;

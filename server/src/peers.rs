@@ -57,34 +57,34 @@ use crate::fs::ObjKey;
 use crate::server::Server;
 
 /// Keys in one datagram.
-pub const MAX_KEYS: usize = 64;
+pub(crate) const MAX_KEYS: usize = 64;
 const MAGIC: &[u8; 4] = b"SFSP";
 const VERSION: u8 = 1;
 /// magic, version, reserved, key count (u16), sender (u64), sequence (u64), time (u64 ms).
 const HEADER: usize = 4 + 1 + 1 + 2 + 8 + 8 + 8;
 const TAG: usize = 32;
 /// Largest datagram (1088 bytes: below any path MTU, no fragmentation).
-pub const MAX_DATAGRAM: usize = HEADER + MAX_KEYS * 16 + TAG;
+pub(crate) const MAX_DATAGRAM: usize = HEADER + MAX_KEYS * 16 + TAG;
 /// How long color 0 gathers changed keys before sending them: the delay a client of another
 /// instance waits for its INVALIDATE, beyond the network and that instance's color 0.
-pub const FLUSH_DELAY: Duration = Duration::from_millis(2);
+pub(crate) const FLUSH_DELAY: Duration = Duration::from_millis(2);
 /// Interval of the heartbeats that reveal a lost datagram when nothing else is sent.
-pub const HEARTBEAT: Duration = Duration::from_secs(1);
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Largest difference between a datagram's time stamp and the receiver's clock.
-pub const MAX_SKEW: Duration = Duration::from_secs(60);
+pub(crate) const MAX_SKEW: Duration = Duration::from_secs(60);
 /// Senders whose last sequence number is remembered.
-pub const MAX_SENDERS: usize = 64;
+pub(crate) const MAX_SENDERS: usize = 64;
 /// Received batches waiting for color 0.
-pub const MAX_QUEUED: usize = 64;
+pub(crate) const MAX_QUEUED: usize = 64;
 /// Color of the receiving socket (connection colors count up from 1 and never get here).
 const RECEIVE_COLOR: Color = Color(u32::MAX);
 
 /// The channel's key: HMAC-SHA256 of a fixed label under the state directory's handle secret
 /// (so the secret itself never keys two different things).
-pub struct PeerKey(hmac::Key);
+pub(crate) struct PeerKey(hmac::Key);
 
 impl PeerKey {
-    pub fn derive(secret: &[u8]) -> PeerKey {
+    pub(crate) fn derive(secret: &[u8]) -> PeerKey {
         let root = hmac::Key::new(hmac::HMAC_SHA256, secret);
         let tag = hmac::sign(&root, b"sfsd peer channel v1");
         PeerKey(hmac::Key::new(hmac::HMAC_SHA256, tag.as_ref()))
@@ -93,7 +93,7 @@ impl PeerKey {
 
 /// One datagram's content.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
+pub(crate) struct Message {
     pub sender: u64,
     pub seq: u64,
     /// Sender's wall clock, milliseconds since the Unix epoch.
@@ -104,7 +104,7 @@ pub struct Message {
 
 /// Why a datagram was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reject {
+pub(crate) enum Reject {
     /// Not the size its key count says, or too large.
     Size,
     /// Not this protocol or version.
@@ -114,7 +114,7 @@ pub enum Reject {
 }
 
 /// Encodes and tags `m` (at most [`MAX_KEYS`] keys; more are a bug of the caller).
-pub fn seal(key: &PeerKey, m: &Message) -> Vec<u8> {
+pub(crate) fn seal(key: &PeerKey, m: &Message) -> Vec<u8> {
     assert!(m.keys.len() <= MAX_KEYS, "a datagram holds {MAX_KEYS} keys");
     let mut b = Vec::with_capacity(HEADER + m.keys.len() * 16 + TAG);
     b.extend_from_slice(MAGIC);
@@ -141,7 +141,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// Checks and decodes a datagram. Sizes are checked before the tag is computed, the tag
 /// (in constant time) before anything is decoded.
-pub fn open(key: &PeerKey, b: &[u8]) -> Result<Message, Reject> {
+pub(crate) fn open(key: &PeerKey, b: &[u8]) -> Result<Message, Reject> {
     if b.len() < HEADER + TAG || b.len() > MAX_DATAGRAM {
         return Err(Reject::Size);
     }
@@ -170,7 +170,7 @@ pub fn open(key: &PeerKey, b: &[u8]) -> Result<Message, Reject> {
 
 /// What a receiver makes of an authentic datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// New: act on its keys; `gap`: datagrams before it were lost (or this sender was not
     /// heard from its first datagram on), so invalidate everything.
     Fresh { gap: bool },
@@ -180,7 +180,7 @@ pub enum Verdict {
 
 /// The last sequence number accepted from each sender (at most [`MAX_SENDERS`]).
 #[derive(Default)]
-pub struct Senders {
+pub(crate) struct Senders {
     /// sender -> (last sequence number, when it was heard: a counter of accepted datagrams).
     last: HashMap<u64, (u64, u64)>,
     heard: u64,
@@ -188,7 +188,7 @@ pub struct Senders {
 
 impl Senders {
     /// Whether `m` is new, at our time `now_ms`.
-    pub fn accept(&mut self, m: &Message, now_ms: u64) -> Verdict {
+    pub(crate) fn accept(&mut self, m: &Message, now_ms: u64) -> Verdict {
         if now_ms.abs_diff(m.time_ms) > MAX_SKEW.as_millis() as u64 {
             return Verdict::Stale;
         }
@@ -229,7 +229,7 @@ struct Inbox {
 }
 
 /// The channel of one instance: its socket, the peers it tells, and both sides' state.
-pub struct Peers {
+pub(crate) struct Peers {
     key: PeerKey,
     socket: UdpSocket,
     local: SocketAddr,
@@ -250,7 +250,7 @@ pub struct Peers {
 impl Peers {
     /// Binds `listen` and prepares to tell `peers` (the instance's own address among them is
     /// skipped, so every instance may be given the same list).
-    pub fn bind(
+    pub(crate) fn bind(
         h: &Handle,
         secret: &[u8],
         listen: SocketAddr,
@@ -295,12 +295,12 @@ impl Peers {
     }
 
     /// The address peers send to.
-    pub fn local_addr(&self) -> SocketAddr {
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
     /// Color 0: `key` changed here; the peers will hear of it within [`FLUSH_DELAY`].
-    pub fn changed(&self, srv: &Arc<Server>, key: ObjKey) {
+    pub(crate) fn changed(&self, srv: &Arc<Server>, key: ObjKey) {
         if self.to.is_empty() {
             return;
         }
@@ -407,25 +407,24 @@ impl Peers {
             self.lost.store(true, Ordering::Release);
             return;
         }
-        let srv2 = srv.clone();
-        srv.h.cpucb(Color::DEFAULT, move || {
-            if let Some(p) = &srv2.peers {
+        srv.in_color(Color::DEFAULT, move |srv| {
+            if let Some(p) = &srv.peers {
                 p.queued.fetch_sub(1, Ordering::AcqRel);
                 let everything = gap || p.lost.swap(false, Ordering::AcqRel);
-                srv2.peer_changed(&keys, everything);
+                srv.peer_changed(&keys, everything);
             }
         });
     }
 }
 
 /// Starts receiving (in its own color) and the heartbeats (color 0).
-pub fn start(srv: &Arc<Server>) {
+pub(crate) fn start(srv: &Arc<Server>) {
     let Some(p) = &srv.peers else { return };
     if let Some(reg) = p.reg.lock().as_ref() {
-        let srv2 = srv.clone();
+        let srv = srv.clone();
         reg.on_readable(RECEIVE_COLOR, move || {
-            if let Some(p) = &srv2.peers {
-                p.receive(&srv2);
+            if let Some(p) = &srv.peers {
+                p.receive(&srv);
             }
         });
     }

@@ -38,16 +38,16 @@ use crate::changes::{Changes, Epoch};
 use crate::fs::ObjKey;
 
 /// How long a cached descriptor may serve without being opened again.
-pub const OPEN_FILE_TTL: Duration = Duration::from_secs(1);
+pub(crate) const OPEN_FILE_TTL: Duration = Duration::from_secs(1);
 /// Cached descriptors per connection.
-pub const OPEN_FILES_PER_CONN: usize = 4;
+pub(crate) const OPEN_FILES_PER_CONN: usize = 4;
 /// Leases a connection remembers holding (beyond it, the memory is cleared: every READ then
 /// asks color 0 again until it fills).
 const LEASES_REMEMBERED: usize = 4096;
 
 /// A server-wide bound on cached descriptors.
 #[derive(Clone, Debug)]
-pub struct FileBudget {
+pub(crate) struct FileBudget {
     used: Arc<AtomicUsize>,
     max: usize,
 }
@@ -63,7 +63,7 @@ impl Drop for BudgetToken {
 }
 
 impl FileBudget {
-    pub fn new(max: usize) -> FileBudget {
+    pub(crate) fn new(max: usize) -> FileBudget {
         FileBudget {
             used: Arc::new(AtomicUsize::new(0)),
             max,
@@ -81,7 +81,7 @@ impl FileBudget {
 
     /// Descriptors cached now, server-wide.
     #[cfg(test)]
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)
     }
 }
@@ -110,7 +110,7 @@ struct HeldLease {
 
 /// The lease a READ reply carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseChoice {
+pub(crate) struct LeaseChoice {
     pub ms: u32,
     /// Color 0 must record it (false when the reply reuses a lease already held).
     pub record: bool,
@@ -118,14 +118,14 @@ pub struct LeaseChoice {
 
 /// Per connection: cached descriptors and the leases it holds.
 #[derive(Debug, Default)]
-pub struct ReadState {
+pub(crate) struct ReadState {
     files: HashMap<FileKey, CachedFile>,
     leases: HashMap<FileHandle, HeldLease>,
 }
 
 impl ReadState {
     /// The descriptor cached for this user and object, if it may still serve.
-    pub fn cached_file(
+    pub(crate) fn cached_file(
         &mut self,
         authno: u32,
         handle: &HandleData,
@@ -148,7 +148,7 @@ impl ReadState {
     }
 
     /// Caches `file`, opened for `authno` after `epoch`, if the budgets allow.
-    pub fn remember_file(
+    pub(crate) fn remember_file(
         &mut self,
         authno: u32,
         handle: &HandleData,
@@ -186,7 +186,7 @@ impl ReadState {
     }
 
     /// Closes descriptors that can no longer serve (called when the connection is quiet).
-    pub fn sweep(&mut self) {
+    pub(crate) fn sweep(&mut self) {
         self.files.retain(|_, e| e.opened.elapsed() < OPEN_FILE_TTL);
         let now = Instant::now();
         self.leases.retain(|_, l| l.expires > now);
@@ -194,14 +194,14 @@ impl ReadState {
 
     /// Cached descriptors of this connection.
     #[cfg(test)]
-    pub fn cached_files(&self) -> usize {
+    pub(crate) fn cached_files(&self) -> usize {
         self.files.len()
     }
 
     /// The lease to put in a READ reply for `fh` whose read starts at `epoch`: what remains of
     /// one this connection holds (if nothing changed since it was granted and at least half
     /// remains), else `offered_ms`, to be recorded by color 0.
-    pub fn lease_for(
+    pub(crate) fn lease_for(
         &self,
         fh: &FileHandle,
         key: ObjKey,
@@ -227,7 +227,7 @@ impl ReadState {
     }
 
     /// A reply announced a lease of `ms` on `fh`, read from `epoch` on; color 0 records it.
-    pub fn lease_announced(&mut self, fh: FileHandle, ms: u32, epoch: Epoch) {
+    pub(crate) fn lease_announced(&mut self, fh: FileHandle, ms: u32, epoch: Epoch) {
         if self.leases.len() >= LEASES_REMEMBERED {
             self.leases.clear();
         }
@@ -241,14 +241,14 @@ impl ReadState {
     }
 
     /// The lease on `fh` ended (an INVALIDATE went out for it).
-    pub fn lease_ended(&mut self, fh: &FileHandle) {
+    pub(crate) fn lease_ended(&mut self, fh: &FileHandle) {
         self.leases.remove(fh);
     }
 }
 
 /// Why a READ could not be answered here.
 #[derive(Debug)]
-pub enum ReadFailure {
+pub(crate) enum ReadFailure {
     /// The data is not in the page cache (or the file system cannot say): read it on a
     /// storage thread.
     WouldBlock,
@@ -257,7 +257,7 @@ pub enum ReadFailure {
 
 /// A READ reply record in its buffer: the record starts at `start` (the bytes before it pad
 /// the file data onto a cache-line boundary).
-pub struct ReplyRecord {
+pub(crate) struct ReplyRecord {
     pub buf: Vec<u8>,
     pub start: usize,
 }
@@ -276,7 +276,7 @@ const DATA_ALIGN: usize = 64;
 /// overwritten, not zeroed first (zeroing the data area cost 1-2% of the server's CPU on a
 /// read benchmark). They are this connection's own earlier replies, and only what the read
 /// filled is sent.
-pub fn read_reply(
+pub(crate) fn read_reply(
     mut buf: Vec<u8>,
     req_id: u64,
     file: &File,

@@ -28,7 +28,7 @@ use protocol::{NfsStatus, ReplyBody};
 use crate::leases::ConnId;
 
 /// A client's secret id.
-pub type ClientId = [u8; CLIENT_ID_LEN];
+pub(crate) type ClientId = [u8; CLIENT_ID_LEN];
 
 /// What one slot holds.
 #[derive(Debug)]
@@ -66,7 +66,7 @@ struct RecordState {
 
 /// One client's reply cache.
 #[derive(Debug)]
-pub struct Record {
+pub(crate) struct Record {
     /// A number for the client, never reused while the server runs (so locks and other
     /// state can be held by the client rather than by one of its connections).
     pub key: u64,
@@ -77,7 +77,7 @@ pub struct Record {
 #[derive(Debug, PartialEq, Eq)]
 // Short-lived (matched at once by the caller): boxing the answer would only add an allocation.
 #[allow(clippy::large_enum_variant)]
-pub enum Begin {
+pub(crate) enum Begin {
     /// Do it, then [`Record::complete`] the ticket with its result.
     Run,
     /// Answer this without doing anything.
@@ -86,7 +86,7 @@ pub enum Begin {
 
 impl Record {
     /// A request through `ticket`, running as server uid `uid`, arrives.
-    pub fn begin(&self, ticket: Ticket, uid: u32) -> Begin {
+    pub(crate) fn begin(&self, ticket: Ticket, uid: u32) -> Begin {
         let mut st = self.state.lock();
         if ticket.slot >= st.granted {
             return Begin::Answer(Err(NfsStatus::BadSlot));
@@ -129,7 +129,7 @@ impl Record {
 
     /// The request through `ticket` ended with `result`. A JUKEBOX means it was not done: the
     /// slot is left empty, so the same request sent again is done then.
-    pub fn complete(&self, ticket: Ticket, result: &Result<ReplyBody, NfsStatus>) {
+    pub(crate) fn complete(&self, ticket: Ticket, result: &Result<ReplyBody, NfsStatus>) {
         let mut st = self.state.lock();
         if let Some(s) = st.slots.get_mut(ticket.slot as usize)
             && s.seq == ticket.seq
@@ -144,7 +144,7 @@ impl Record {
 
     /// Slots the record has.
     #[cfg(test)]
-    pub fn slots(&self) -> u32 {
+    pub(crate) fn slots(&self) -> u32 {
         self.state.lock().granted
     }
 }
@@ -162,20 +162,21 @@ fn replayed(reply: &Result<ReplyBody, NfsStatus>) -> Result<ReplyBody, NfsStatus
 }
 
 /// Every client's record.
-pub struct ClientRecords {
-    inner: Mutex<Inner>,
+pub(crate) struct ClientRecords {
+    inner: Mutex<RecordTable>,
     grace: Duration,
     max: usize,
 }
 
-struct Inner {
+/// The records by client id, behind the table's one mutex.
+struct RecordTable {
     by_id: HashMap<ClientId, Arc<Record>>,
     next_key: u64,
 }
 
 /// A connection bound to a record.
 #[derive(Debug)]
-pub struct Bound {
+pub(crate) struct Bound {
     pub record: Arc<Record>,
     /// Slots granted.
     pub slots: u32,
@@ -185,9 +186,9 @@ pub struct Bound {
 
 impl ClientRecords {
     /// A table of at most `max` records, each kept `grace` after its last connection closed.
-    pub fn new(max: usize, grace: Duration) -> ClientRecords {
+    pub(crate) fn new(max: usize, grace: Duration) -> ClientRecords {
         ClientRecords {
-            inner: Mutex::new(Inner {
+            inner: Mutex::new(RecordTable {
                 by_id: HashMap::new(),
                 next_key: 1,
             }),
@@ -199,7 +200,7 @@ impl ClientRecords {
     /// Connection `conn` (SESSION) names client `id` and wants `slots` slots: binds it to the
     /// client's record, made if there is none (or it expired). A record still bound to
     /// another connection moves to this one: its client has given that one up.
-    pub fn bind(
+    pub(crate) fn bind(
         &self,
         id: &ClientId,
         slots: u32,
@@ -245,7 +246,7 @@ impl ClientRecords {
 
     /// Connection `conn`, bound to `record`, closed: the record's grace period starts (unless
     /// another connection has taken it over). Whether it did (the client has no connection).
-    pub fn unbind(&self, record: &Record, conn: ConnId, now: Instant) -> bool {
+    pub(crate) fn unbind(&self, record: &Record, conn: ConnId, now: Instant) -> bool {
         let mut st = record.state.lock();
         if st.bound == Some(conn) {
             st.bound = None;
@@ -257,12 +258,12 @@ impl ClientRecords {
 
     /// Records in the table.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.inner.lock().by_id.len()
     }
 
     /// Drops records unbound for longer than the grace period.
-    fn reap(&self, inner: &mut Inner, now: Instant) {
+    fn reap(&self, inner: &mut RecordTable, now: Instant) {
         let grace = self.grace;
         inner.by_id.retain(|_, r| {
             let st = r.state.lock();
@@ -272,7 +273,7 @@ impl ClientRecords {
     }
 
     /// Drops the record unbound longest; false if every record is bound.
-    fn evict_oldest_unbound(inner: &mut Inner) -> bool {
+    fn evict_oldest_unbound(inner: &mut RecordTable) -> bool {
         let oldest = inner
             .by_id
             .iter()

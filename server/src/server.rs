@@ -40,7 +40,7 @@ use crate::startups::{Dropped, Startups};
 use crate::users::{Creds, Users};
 
 /// A connection as color 0 knows it.
-pub struct Registered {
+pub(crate) struct Registered {
     pub conn: Weak<ColorCell<Conn>>,
     /// Set by color 0 while the connection holds its whole share of leases; the connection's
     /// color reads it to grant lease 0 in its replies.
@@ -48,7 +48,7 @@ pub struct Registered {
 }
 
 /// State only color 0 touches (libcolor serialises color 0's callbacks, so no lock).
-pub struct Color0 {
+pub(crate) struct Color0 {
     pub leases: Leases,
     pub conns: HashMap<ConnId, Registered>,
     /// Connections not yet logged in (see [`crate::startups`]).
@@ -56,7 +56,7 @@ pub struct Color0 {
 }
 
 /// Everything the connection colors and color 0 share.
-pub struct Server {
+pub(crate) struct Server {
     pub h: Handle,
     pub keypair: ServerKeypair,
     pub name: ServerName,
@@ -107,8 +107,31 @@ pub struct Server {
 }
 
 impl Server {
+    /// Runs `f` with this server in `color` (a hop: the closure owns its own reference).
+    /// Color 0 ([`Color::DEFAULT`]) is the dispatcher's: leases, the connection registry.
+    pub(crate) fn in_color(
+        self: &Arc<Self>,
+        color: Color,
+        f: impl FnOnce(&Arc<Server>) + Send + 'static,
+    ) {
+        let srv = self.clone();
+        self.h.cpucb(color, move || f(&srv));
+    }
+
+    /// Runs `f` with this server in `color` once `delay` has passed (a timer that does not
+    /// keep the server alive beyond the runtime's timers).
+    pub(crate) fn in_color_after(
+        self: &Arc<Self>,
+        delay: Duration,
+        color: Color,
+        f: impl FnOnce(&Arc<Server>) + Send + 'static,
+    ) {
+        let srv = self.clone();
+        self.h.delaycb(delay, color, move || f(&srv));
+    }
+
     /// The server for `settings`, serving `storage` on runtime `h`.
-    pub fn new(
+    pub(crate) fn new(
         h: Handle,
         st: crate::state::State,
         storage: Arc<dyn Storage>,
@@ -195,8 +218,9 @@ fn changes_access(op: &RequestOp) -> bool {
     }
 }
 
-/// A request on its way to storage: who asked, on which connection.
-pub struct Dispatch {
+/// A request in flight from its connection to storage and back: who asked, on which
+/// connection, what it reserved of the connection's output, and the lease to grant.
+pub(crate) struct InFlight {
     pub conn: ConnRef,
     pub id: ConnId,
     pub req_id: u64,
@@ -215,7 +239,7 @@ impl Server {
     /// [`crate::read`]). If the grant does not fit, or the object changed after the read
     /// started (a change color 0 handled before this grant found no holder to invalidate),
     /// the reader gets an INVALIDATE, which ends the announced lease.
-    pub fn record_read_lease(
+    pub(crate) fn record_read_lease(
         self: &Arc<Self>,
         holder: Holder,
         key: ObjKey,
@@ -253,14 +277,14 @@ impl Server {
     /// runs a short one right here: see [`crate::fs::BlockingStorage::execute_inline`]); its
     /// completion runs in color 0, which owns the lease table, then the reply goes back to the
     /// connection's color.
-    pub fn dispatch(self: &Arc<Self>, d: Dispatch, op: RequestOp) {
+    pub(crate) fn dispatch(self: &Arc<Self>, d: InFlight, op: RequestOp) {
         let mut op = match crate::lock_ops::take(op) {
             crate::lock_ops::Split::Lock(lock) => return self.dispatch_lock(d, lock),
             crate::lock_ops::Split::Other(op) => op,
         };
         // One default mode for objects made without one, whichever backend makes them.
         crate::fs::fill_default_mode(&mut op);
-        let Dispatch {
+        let InFlight {
             conn,
             id,
             req_id,
@@ -279,16 +303,15 @@ impl Server {
             conn: id,
         };
         let srv = self.clone();
-        let conn2 = conn.clone();
+        let replying_to = conn.clone();
         let access = changes_access(&op);
         let completed = move |outcome: crate::fs::Outcome| {
             if access && !outcome.changed.is_empty() {
                 // As soon as it is done, so no cached descriptor serves after this reply.
                 srv.changes.note_access();
             }
-            let srv2 = srv.clone();
-            srv.h.cpucb(Color::DEFAULT, move || {
-                srv2.finish(conn2, holder, req_id, reserved, lease_ms, outcome)
+            srv.in_color(Color::DEFAULT, move |srv| {
+                srv.finish(replying_to, holder, req_id, reserved, lease_ms, outcome)
             });
         };
         if self.storage.submit(ctx, op, Box::new(completed)).is_err() {
@@ -369,7 +392,7 @@ impl Server {
     /// `everything`, may have changed anything: its datagrams were lost). The leases this
     /// instance granted on them end, and their holders get INVALIDATE, as for a local change
     /// (without attributes: this instance has not seen them).
-    pub fn peer_changed(self: &Arc<Self>, keys: &[ObjKey], everything: bool) {
+    pub(crate) fn peer_changed(self: &Arc<Self>, keys: &[ObjKey], everything: bool) {
         let mut invalidations = Vec::new();
         self.color0.with(|c0| {
             let mut ended = Vec::new();
@@ -445,7 +468,7 @@ impl Server {
     /// Color 0: a connection opened (from `peer`, which its leases are charged to). It joins
     /// the starting connections; if they are too many, the one [`Startups::admit`] picks is
     /// closed (in its own color, which knows whether it has logged in meanwhile).
-    pub fn register_conn(
+    pub(crate) fn register_conn(
         self: &Arc<Self>,
         id: ConnId,
         conn: &ConnRef,
@@ -488,7 +511,7 @@ impl Server {
 
     /// Color 0: connection `id`, dropped while it was thought to be in the handshake, had
     /// finished it: it comes back (see [`Startups::readmit`]), and another makes room.
-    pub fn conn_readmit(self: &Arc<Self>, id: ConnId) {
+    pub(crate) fn conn_readmit(self: &Arc<Self>, id: ConnId) {
         // Its drop was counted and did not happen.
         self.startups_dropped.fetch_sub(1, Ordering::Relaxed);
         let victim = self.color0.with(|c0| {
@@ -502,23 +525,23 @@ impl Server {
     }
 
     /// Color 0: connection `id` finished its handshake (see [`Startups::handshake_done`]).
-    pub fn conn_handshake_done(&self, id: ConnId) {
+    pub(crate) fn conn_handshake_done(&self, id: ConnId) {
         self.color0.with(|c0| c0.startups.handshake_done(id));
     }
 
     /// Color 0: connection `id` logged in: it is no longer a starting connection.
-    pub fn conn_logged_in(&self, id: ConnId) {
+    pub(crate) fn conn_logged_in(&self, id: ConnId) {
         self.color0.with(|c0| c0.startups.logged_in(id));
     }
 
     /// Color 0: connection `id` was granted anonymous access: it leaves the starting
     /// connections if anonymous ones have room (see [`Startups::anonymous`]).
-    pub fn conn_anonymous(&self, id: ConnId) {
+    pub(crate) fn conn_anonymous(&self, id: ConnId) {
         self.color0.with(|c0| c0.startups.anonymous(id));
     }
 
     /// Color 0: a connection closed; its leases go.
-    pub fn forget_conn(&self, id: ConnId) {
+    pub(crate) fn forget_conn(&self, id: ConnId) {
         self.color0.with(|c0| {
             c0.conns.remove(&id);
             c0.startups.closed(id);
@@ -534,7 +557,7 @@ impl Server {
     }
 
     /// Color 0, periodically: reap expired leases.
-    pub fn start_reaper(self: &Arc<Self>, every: Duration) {
+    pub(crate) fn start_reaper(self: &Arc<Self>, every: Duration) {
         let srv = self.clone();
         self.h.delaycb(every, Color::DEFAULT, move || {
             let reaped = srv.color0.with(|c0| {
@@ -562,7 +585,7 @@ impl Server {
     /// Whether a new connection must be refused: the connection limit is reached, not counting
     /// up to `max_startups` connections on their way out (their descriptors are the only thing
     /// they still hold, taken from the room left for files).
-    pub fn at_connection_limit(&self) -> bool {
+    pub(crate) fn at_connection_limit(&self) -> bool {
         let open = self.open_conns.load(Ordering::SeqCst);
         let doomed = self
             .doomed
@@ -571,7 +594,7 @@ impl Server {
         open.saturating_sub(doomed) >= self.limits.max_connections
     }
 
-    pub fn drain_pending(&self) -> usize {
+    pub(crate) fn drain_pending(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
     }
 }

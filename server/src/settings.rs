@@ -15,55 +15,55 @@ use crate::config::FileConfig;
 use crate::limits::Limits;
 
 /// The defaults of every setting that has one.
-pub mod defaults {
+pub(crate) mod defaults {
     use std::time::Duration;
 
     /// Address to listen on.
-    pub const LISTEN: &str = "0.0.0.0:4004";
+    pub(crate) const LISTEN: &str = "0.0.0.0:4004";
     /// Attribute lease length.
-    pub const LEASE: Duration = Duration::from_secs(60);
+    pub(crate) const LEASE: Duration = Duration::from_secs(60);
     /// Lease table entries (beyond it, replies carry no lease).
-    pub const MAX_LEASES: usize = 100_000;
+    pub(crate) const MAX_LEASES: usize = 100_000;
     /// Leases one connection may hold.
-    pub const MAX_LEASES_PER_CONN: usize = 4096;
+    pub(crate) const MAX_LEASES_PER_CONN: usize = 4096;
     /// uid and gid of anonymous requests ("nobody"/"nogroup").
-    pub const ANONYMOUS_ID: u32 = crate::users::NOBODY;
+    pub(crate) const ANONYMOUS_ID: u32 = crate::users::NOBODY;
     /// Storage threads per worker, and the fewest storage threads.
-    pub const STORAGE_THREADS_PER_WORKER: usize = 4;
+    pub(crate) const STORAGE_THREADS_PER_WORKER: usize = 4;
     /// Fewest storage threads.
-    pub const MIN_STORAGE_THREADS: usize = 8;
+    pub(crate) const MIN_STORAGE_THREADS: usize = 8;
     /// Simultaneous connections (lowered at start to fit the open-file limit).
-    pub const MAX_CONNECTIONS: usize = 4096;
+    pub(crate) const MAX_CONNECTIONS: usize = 4096;
     /// Connections not yet logged in. sshd's MaxStartups stops at 100 for connections that
     /// each cost it a process; one here costs a descriptor and a few KiB, and a bigger pool
     /// gives a real client longer to finish its handshake before a flood's arrivals push it
     /// out (see [`crate::startups`]). At most a quarter of the connection limit.
-    pub const MAX_STARTUPS: usize = 256;
+    pub(crate) const MAX_STARTUPS: usize = 256;
     /// Requests in flight per connection.
-    pub const MAX_IN_FLIGHT: usize = 32;
+    pub(crate) const MAX_IN_FLIGHT: usize = 32;
     /// Unsent reply bytes per connection before it is no longer read.
-    pub const MAX_OUTPUT: usize = 4 << 20;
+    pub(crate) const MAX_OUTPUT: usize = 4 << 20;
     /// Largest record payload.
-    pub const MAX_RECORD: usize = protocol::record::DEFAULT_MAX_PAYLOAD;
+    pub(crate) const MAX_RECORD: usize = protocol::record::DEFAULT_MAX_PAYLOAD;
     /// Range a `--max-record` is clamped to.
-    pub const MAX_RECORD_RANGE: std::ops::RangeInclusive<usize> = 4096..=1 << 30;
+    pub(crate) const MAX_RECORD_RANGE: std::ops::RangeInclusive<usize> = 4096..=1 << 30;
     /// Time a client has to complete the handshake.
-    pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+    pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
     /// Time an authenticated connection may stay silent.
-    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+    pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
     /// Connections to an NFS backend.
-    pub const BACKEND_CONNECTIONS: usize = 2;
+    pub(crate) const BACKEND_CONNECTIONS: usize = 2;
     /// Range `--backend-connections` is clamped to.
-    pub const BACKEND_CONNECTIONS_RANGE: std::ops::RangeInclusive<usize> = 1..=64;
+    pub(crate) const BACKEND_CONNECTIONS_RANGE: std::ops::RangeInclusive<usize> = 1..=64;
     /// How long start-up waits for a backend that is not answering yet.
-    pub const BACKEND_START_WAIT: Duration = Duration::from_secs(60);
+    pub(crate) const BACKEND_START_WAIT: Duration = Duration::from_secs(60);
     /// Time a backend call may go unanswered before its connection is dropped.
-    pub const BACKEND_CALL_TIMEOUT: Duration = crate::fs::nfs::link::CALL_TIMEOUT;
+    pub(crate) const BACKEND_CALL_TIMEOUT: Duration = crate::fs::nfs::link::CALL_TIMEOUT;
 }
 
 /// An NFS server the files are on (`--backend`), instead of a local export.
 #[derive(Debug, Clone)]
-pub struct BackendSettings {
+pub(crate) struct BackendSettings {
     pub url: crate::fs::nfs::BackendUrl,
     /// The URL as given (for logs and errors).
     pub text: String,
@@ -75,7 +75,7 @@ pub struct BackendSettings {
 
 /// The channel to the other instances sharing the state directory (see [`crate::peers`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerSettings {
+pub(crate) struct PeerSettings {
     /// Where this instance hears them.
     pub listen: SocketAddr,
     /// Where it tells them.
@@ -84,7 +84,7 @@ pub struct PeerSettings {
 
 /// How the runtime runs its workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Workers {
+pub(crate) enum Workers {
     /// The single-threaded runtime.
     Uniprocessor,
     /// This many workers (None: one per CPU).
@@ -93,7 +93,7 @@ pub enum Workers {
 
 /// Where the workers run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Pinning {
+pub(crate) enum Pinning {
     /// Anywhere the kernel puts them.
     None,
     /// Worker i on CPU i.
@@ -104,7 +104,7 @@ pub enum Pinning {
 
 /// `sfsd serve`, resolved.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// State directory (host key, handle secret, location).
     pub state: PathBuf,
     /// The exported directory (empty with a backend).
@@ -138,7 +138,7 @@ pub struct Settings {
 impl Settings {
     /// `flags` over `file` over [`defaults`]. Fails when no state directory or export is
     /// given, or the listening address does not parse.
-    pub fn resolve(flags: ServeArgs, file: Option<FileConfig>) -> Result<Settings> {
+    pub(crate) fn resolve(flags: ServeArgs, file: Option<FileConfig>) -> Result<Settings> {
         let a = match file {
             Some(f) => crate::config::merge(flags, f),
             None => flags,
@@ -252,7 +252,7 @@ impl Settings {
     }
 
     /// Worker threads the runtime will have (`cpus`: the CPUs available).
-    pub fn worker_count(&self, cpus: usize) -> usize {
+    pub(crate) fn worker_count(&self, cpus: usize) -> usize {
         match self.workers {
             Workers::Uniprocessor => 1,
             Workers::Count(n) => n.unwrap_or(cpus),
@@ -261,7 +261,7 @@ impl Settings {
 
     /// Storage threads for `workers` workers (one with an NFS backend, whose calls complete as
     /// callbacks).
-    pub fn storage_threads(&self, workers: usize) -> usize {
+    pub(crate) fn storage_threads(&self, workers: usize) -> usize {
         if self.backend.is_some() {
             return 1;
         }

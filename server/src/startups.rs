@@ -41,7 +41,7 @@ enum Stage {
 
 /// A starting connection to close to make room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dropped {
+pub(crate) struct Dropped {
     pub conn: ConnId,
     /// Whether color 0 had it in the handshake (if the connection finished it meanwhile, it
     /// comes back: [`Startups::readmit`]).
@@ -50,7 +50,7 @@ pub struct Dropped {
 
 /// Starting connections, oldest first per stage.
 #[derive(Debug)]
-pub struct Startups {
+pub(crate) struct Startups {
     size: usize,
     /// Order of arrival (connection ids wrap; this does not).
     next: u64,
@@ -64,21 +64,21 @@ pub struct Startups {
 
 /// The most connections anonymous access lets out of the pool: half of `max_connections`, so
 /// logged-in users always have the other half.
-pub fn anonymous_limit(max_connections: usize) -> usize {
+pub(crate) fn anonymous_limit(max_connections: usize) -> usize {
     (max_connections / 2).max(1)
 }
 
 /// The pool's size for `wanted` (`--max-startups`) and `max_connections`: at most a quarter of
 /// the connection limit, so starting connections can never take the slots logged-in users
 /// need; at least one.
-pub fn pool_size(wanted: usize, max_connections: usize) -> usize {
+pub(crate) fn pool_size(wanted: usize, max_connections: usize) -> usize {
     wanted.min(max_connections / 4).max(1)
 }
 
 impl Startups {
     /// A pool of `size` (see [`pool_size`]) letting out at most `anonymous_max` anonymous
     /// connections (see [`anonymous_limit`]).
-    pub fn new(size: usize, anonymous_max: usize) -> Startups {
+    pub(crate) fn new(size: usize, anonymous_max: usize) -> Startups {
         Startups {
             size: size.max(1),
             next: 0,
@@ -93,7 +93,7 @@ impl Startups {
     /// Connection `id` was accepted. Returns the member to drop to make room, if the pool
     /// is full (it has already left the pool).
     #[must_use]
-    pub fn admit(&mut self, id: ConnId) -> Option<Dropped> {
+    pub(crate) fn admit(&mut self, id: ConnId) -> Option<Dropped> {
         self.leave(id);
         let victim = self.make_room();
         self.insert(id, Stage::Handshake);
@@ -105,7 +105,7 @@ impl Startups {
     /// and another makes room. Without this, the lag of color 0 under a flood would make a
     /// real client's handshake a race against half a pool of arrivals plus that lag.
     #[must_use]
-    pub fn readmit(&mut self, id: ConnId) -> Option<Dropped> {
+    pub(crate) fn readmit(&mut self, id: ConnId) -> Option<Dropped> {
         if self.members.contains_key(&id) || self.anonymous.contains(&id) {
             return None;
         }
@@ -143,7 +143,7 @@ impl Startups {
     }
 
     /// Connection `id` finished the handshake (it keeps its place in the order of arrival).
-    pub fn handshake_done(&mut self, id: ConnId) {
+    pub(crate) fn handshake_done(&mut self, id: ConnId) {
         if let Some((stage @ Stage::Handshake, seq)) = self.members.get_mut(&id) {
             self.handshake.remove(seq);
             self.session.insert(*seq, id);
@@ -152,14 +152,14 @@ impl Startups {
     }
 
     /// Connection `id` logged in: it is not starting.
-    pub fn logged_in(&mut self, id: ConnId) {
+    pub(crate) fn logged_in(&mut self, id: ConnId) {
         self.leave(id);
         self.anonymous.remove(&id);
     }
 
     /// Connection `id` was granted anonymous access: it leaves the pool if anonymous
     /// connections have room ([`anonymous_limit`]), else it stays. Returns whether it left.
-    pub fn anonymous(&mut self, id: ConnId) -> bool {
+    pub(crate) fn anonymous(&mut self, id: ConnId) -> bool {
         if !self.members.contains_key(&id) || self.anonymous.len() >= self.anonymous_max {
             return false;
         }
@@ -168,7 +168,7 @@ impl Startups {
     }
 
     /// Connection `id` closed.
-    pub fn closed(&mut self, id: ConnId) {
+    pub(crate) fn closed(&mut self, id: ConnId) {
         self.leave(id);
         self.anonymous.remove(&id);
     }

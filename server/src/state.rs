@@ -21,7 +21,7 @@ const HANDLE_SECRET: &str = "handle.secret";
 const LOCATION: &str = "location";
 
 /// What `sfsd init` creates and `sfsd serve` loads.
-pub struct State {
+pub(crate) struct State {
     pub keypair: ServerKeypair,
     pub handle_key: HandleKey,
     pub location: Location,
@@ -29,7 +29,7 @@ pub struct State {
 
 impl State {
     /// The server's self-certifying name.
-    pub fn name(&self) -> ServerName {
+    pub(crate) fn name(&self) -> ServerName {
         self.keypair.server_name(self.location.clone())
     }
 }
@@ -47,13 +47,13 @@ fn write_secret(path: &Path, text: &str) -> Result<()> {
 }
 
 /// Parses `HOST%PORT` or `HOST` (port 4004).
-pub fn parse_location(text: &str) -> Result<Location> {
+pub(crate) fn parse_location(text: &str) -> Result<Location> {
     text.parse()
         .map_err(|e| anyhow::anyhow!("bad location {text:?}: {e}"))
 }
 
 /// Creates a new state directory. Fails if it already holds a key.
-pub fn init(dir: &Path, location: &Location) -> Result<State> {
+pub(crate) fn init(dir: &Path, location: &Location) -> Result<State> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -77,13 +77,13 @@ pub fn init(dir: &Path, location: &Location) -> Result<State> {
 }
 
 /// `host%port` as written in the state dir and names.
-pub fn location_text(l: &Location) -> String {
+pub(crate) fn location_text(l: &Location) -> String {
     format!("{}%{}", l.host(), l.port())
 }
 
 /// Loads an existing state directory. `location` overrides the stored one (e.g. when the
 /// listening port was chosen by the OS).
-pub fn load(dir: &Path, location: Option<&Location>) -> Result<State> {
+pub(crate) fn load(dir: &Path, location: Option<&Location>) -> Result<State> {
     trust::check_mine(dir, Kind::Directory)?;
     let read = |name: &str| -> Result<String> {
         let p: PathBuf = dir.join(name);
@@ -111,6 +111,6 @@ pub fn load(dir: &Path, location: Option<&Location>) -> Result<State> {
 }
 
 /// Whether `dir` already holds a state (a host key).
-pub fn exists(dir: &Path) -> bool {
+pub(crate) fn exists(dir: &Path) -> bool {
     dir.join(HOST_KEY).exists()
 }

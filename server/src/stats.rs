@@ -48,7 +48,7 @@ fn nanos(d: std::time::Duration) -> u64 {
 }
 
 /// The JSON text of the line (without the `sfsd-stats: ` prefix).
-pub fn json(s: &libcolor::Stats, startups_dropped: u64) -> String {
+pub(crate) fn json(s: &libcolor::Stats, startups_dropped: u64) -> String {
     let busiest = s.busiest_slot();
     let line = StatsLine {
         amdahl_bound: (s.amdahl_bound(s.workers.len()) * 1000.0).round() / 1000.0,

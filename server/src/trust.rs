@@ -12,7 +12,7 @@ use anyhow::{Result, bail};
 
 /// What a file is, for the rules it must follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// The state directory.
     Directory,
     /// A key or secret: no access for group or others at all.
@@ -23,7 +23,7 @@ pub enum Kind {
 
 /// Checks `path` against the rules for `kind` (see the module docs), for a process whose
 /// effective uid is `euid`.
-pub fn check(path: &Path, kind: Kind, euid: u32) -> Result<()> {
+pub(crate) fn check(path: &Path, kind: Kind, euid: u32) -> Result<()> {
     let meta =
         std::fs::symlink_metadata(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let shown = path.display();
@@ -52,7 +52,7 @@ pub fn check(path: &Path, kind: Kind, euid: u32) -> Result<()> {
 }
 
 /// [`check`] for the running process.
-pub fn check_mine(path: &Path, kind: Kind) -> Result<()> {
+pub(crate) fn check_mine(path: &Path, kind: Kind) -> Result<()> {
     check(path, kind, rustix::process::geteuid().as_raw())
 }
 

@@ -12,7 +12,7 @@ use protocol::UserPublicKey;
 /// The credentials a request runs with: the storage thread's fsuid, fsgid and supplementary
 /// groups for the operation (see `fs::creds`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Creds {
+pub(crate) struct Creds {
     /// Who (for logs).
     pub name: String,
     pub uid: u32,
@@ -23,11 +23,11 @@ pub struct Creds {
 }
 
 /// Default uid/gid for anonymous requests ("nobody").
-pub const NOBODY: u32 = 65534;
+pub(crate) const NOBODY: u32 = 65534;
 
 impl Creds {
     /// The credentials anonymous requests run with (`--anonymous-uid/--anonymous-gid`).
-    pub fn anonymous(uid: u32, gid: u32) -> Creds {
+    pub(crate) fn anonymous(uid: u32, gid: u32) -> Creds {
         Creds {
             name: "anonymous".into(),
             uid,
@@ -36,7 +36,7 @@ impl Creds {
         }
     }
 
-    pub fn primary_gid(&self) -> u32 {
+    pub(crate) fn primary_gid(&self) -> u32 {
         self.gids.first().copied().unwrap_or(NOBODY)
     }
 }
@@ -44,12 +44,12 @@ impl Creds {
 /// Authorised users, keyed by (name, key). Read-only once loaded, so connection colors can
 /// consult it without going through color 0.
 #[derive(Debug, Default)]
-pub struct Users {
+pub(crate) struct Users {
     by_key: HashMap<(String, [u8; 32]), Creds>,
 }
 
 impl Users {
-    pub fn load(path: &Path) -> Result<Users> {
+    pub(crate) fn load(path: &Path) -> Result<Users> {
         // Whoever can write this file can act as any uid: it must be sfsd's own.
         crate::trust::check_mine(path, crate::trust::Kind::Trusted)?;
         let text =
@@ -57,7 +57,7 @@ impl Users {
         Users::parse(&text).with_context(|| format!("in users file {}", path.display()))
     }
 
-    pub fn parse(text: &str) -> Result<Users> {
+    pub(crate) fn parse(text: &str) -> Result<Users> {
         let mut by_key = HashMap::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -94,11 +94,11 @@ impl Users {
         Ok(Users { by_key })
     }
 
-    pub fn lookup(&self, name: &str, key: &UserPublicKey) -> Option<&Creds> {
+    pub(crate) fn lookup(&self, name: &str, key: &UserPublicKey) -> Option<&Creds> {
         self.by_key.get(&(name.to_string(), key.to_bytes()))
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.by_key.len()
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use protocol::{FileHandle, RequestOp};
 
-use crate::server::Dispatch;
+use crate::server::InFlight;
 
 #[derive(Default)]
 pub(super) struct CommitOrder {
@@ -18,13 +18,13 @@ pub(super) struct CommitOrder {
     /// COMMITs that came behind WRITEs of their file still being done, in arrival order; run
     /// when the last of those is answered (each is a request in flight, so at most
     /// `max_in_flight`).
-    held: Vec<(FileHandle, Dispatch, RequestOp)>,
+    held: Vec<(FileHandle, InFlight, RequestOp)>,
 }
 
 impl CommitOrder {
     /// `op` is admitted: it is given back to go to the storage now, unless it is a COMMIT
     /// that must wait (then it is kept).
-    pub(super) fn admit(&mut self, d: Dispatch, op: RequestOp) -> Option<(Dispatch, RequestOp)> {
+    pub(super) fn admit(&mut self, d: InFlight, op: RequestOp) -> Option<(InFlight, RequestOp)> {
         match &op {
             RequestOp::Commit { fh, .. } if self.writes.values().any(|w| w == fh) => {
                 let fh = *fh;
@@ -41,7 +41,7 @@ impl CommitOrder {
 
     /// Request `id` was answered; if it was the last WRITE or APPEND of its file still being
     /// done, the COMMITs that waited for it go to `run`, in arrival order.
-    pub(super) fn answered(&mut self, id: u64, mut run: impl FnMut(Dispatch, RequestOp)) {
+    pub(super) fn answered(&mut self, id: u64, mut run: impl FnMut(InFlight, RequestOp)) {
         let Some(fh) = self.writes.remove(&id) else {
             return;
         };

@@ -10,17 +10,17 @@ use std::sync::Arc;
 use libcolor::Color;
 use protocol::{NfsStatus, Reply};
 
-use super::{Conn, ReadRequest, complete_locked, finish_read, pump_locked};
+use super::{Conn, ReadRequest, complete_borrowed, finish_read, pump_borrowed};
 use crate::changes::Epoch;
 use crate::fs::{Busy, OpCtx, ReadArgs};
 use crate::read::{LeaseChoice, ReplyRecord};
-use crate::server::{Dispatch, Server};
+use crate::server::{InFlight, Server};
 
 /// A READ being answered, borrowed from its connection (its color is running).
-pub struct ReadCall<'a> {
+pub(crate) struct ReadCall<'a> {
     pub(super) srv: &'a Arc<Server>,
     pub(super) c: &'a mut Conn,
-    pub(super) d: Dispatch,
+    pub(super) d: InFlight,
     pub(super) r: ReadRequest,
     pub(super) lease: LeaseChoice,
     /// The change log when the read started.
@@ -29,7 +29,7 @@ pub struct ReadCall<'a> {
 
 impl ReadCall<'_> {
     /// What the READ asks.
-    pub fn args(&self) -> ReadArgs {
+    pub(crate) fn args(&self) -> ReadArgs {
         ReadArgs {
             hd: self.r.handle,
             offset: self.r.offset,
@@ -39,7 +39,7 @@ impl ReadCall<'_> {
     }
 
     /// The credentials and lease the read runs with (the lease its reply carries).
-    pub fn ctx(&self) -> OpCtx {
+    pub(crate) fn ctx(&self) -> OpCtx {
         OpCtx {
             creds: self.d.creds.clone(),
             lease_ms: self.lease.ms,
@@ -48,23 +48,23 @@ impl ReadCall<'_> {
     }
 
     /// The lease the reply carries.
-    pub fn lease_ms(&self) -> u32 {
+    pub(crate) fn lease_ms(&self) -> u32 {
         self.lease.ms
     }
 
     /// The connection the READ came on.
-    pub fn conn_id(&self) -> crate::leases::ConnId {
+    pub(crate) fn conn_id(&self) -> crate::leases::ConnId {
         self.d.id
     }
 
     /// The connection's color, where the reply is sealed.
-    pub fn color(&self) -> Color {
+    pub(crate) fn color(&self) -> Color {
         Color(self.d.id)
     }
 
     /// The descriptor this connection cached for this user and object, if it may still serve
     /// (see [`crate::read::ReadState::cached_file`]).
-    pub fn cached_file(&mut self) -> Option<Arc<File>> {
+    pub(crate) fn cached_file(&mut self) -> Option<Arc<File>> {
         if !self.c.phase.is_open() {
             return None;
         }
@@ -74,12 +74,12 @@ impl ReadCall<'_> {
     }
 
     /// A sent reply's buffer to build the reply record in (empty if there is none).
-    pub fn spare_buffer(&mut self) -> Vec<u8> {
+    pub(crate) fn spare_buffer(&mut self) -> Vec<u8> {
         self.c.out.take_spare()
     }
 
     /// Answers now, in the connection's color: seals the record in place and queues it.
-    pub fn answer(self, res: Result<ReplyRecord, NfsStatus>) {
+    pub(crate) fn answer(self, res: Result<ReplyRecord, NfsStatus>) {
         finish_read(
             self.srv, self.c, &self.d, &self.r, self.lease, self.epoch, res,
         );
@@ -88,7 +88,7 @@ impl ReadCall<'_> {
     /// Detaches the READ from the connection for `submit` to answer later through the
     /// [`ReadReply`] it is given. `Err(Busy)` from `submit`: the backend has no room, and the
     /// READ is answered JUKEBOX ("try later") here and now.
-    pub fn later(self, submit: impl FnOnce(ReadReply) -> Result<(), Busy>) {
+    pub(crate) fn later(self, submit: impl FnOnce(ReadReply) -> Result<(), Busy>) {
         let ReadCall {
             srv,
             c,
@@ -107,15 +107,15 @@ impl ReadCall<'_> {
         };
         if submit(reply).is_err() {
             let result = Err(NfsStatus::Jukebox);
-            complete_locked(srv, c, reserved, Reply { id: req_id, result });
+            complete_borrowed(srv, c, reserved, Reply { id: req_id, result });
         }
     }
 }
 
 /// A READ detached from its connection ([`ReadCall::later`]), to be answered once.
-pub struct ReadReply {
+pub(crate) struct ReadReply {
     srv: Arc<Server>,
-    d: Dispatch,
+    d: InFlight,
     r: ReadRequest,
     lease: LeaseChoice,
     epoch: Epoch,
@@ -124,7 +124,7 @@ pub struct ReadReply {
 impl ReadReply {
     /// In the connection's color ([`ReadCall::color`]): answers with `res`; `opened`, a
     /// descriptor the backend opened for this user and object, is cached for the next READs.
-    pub fn complete(self, res: Result<ReplyRecord, NfsStatus>, opened: Option<Arc<File>>) {
+    pub(crate) fn complete(self, res: Result<ReplyRecord, NfsStatus>, opened: Option<Arc<File>>) {
         let ReadReply {
             srv,
             d,
@@ -141,12 +141,12 @@ impl ReadReply {
                     .remember_file(r.authno, &r.handle, file, epoch, &srv.file_budget);
             }
             finish_read(&srv, c, &d, &r, lease, epoch, res);
-            pump_locked(&srv, &conn, c);
+            pump_borrowed(&srv, &conn, c);
         })
     }
 
     /// From any thread: [`ReadReply::complete`] in the connection's color.
-    pub fn send(self, res: Result<ReplyRecord, NfsStatus>, opened: Option<Arc<File>>) {
+    pub(crate) fn send(self, res: Result<ReplyRecord, NfsStatus>, opened: Option<Arc<File>>) {
         let (srv, color) = (self.srv.clone(), Color(self.d.id));
         srv.h.cpucb(color, move || self.complete(res, opened));
     }

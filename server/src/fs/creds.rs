@@ -21,7 +21,7 @@ use crate::users::Creds;
 
 /// How the server applies request credentials.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Running as root: each operation runs with the request's fsuid/fsgid/groups.
     PerRequest,
     /// Not root: every operation runs as the server's own user.
@@ -30,7 +30,7 @@ pub enum Mode {
 
 impl Mode {
     /// Detects the mode from the process's effective uid.
-    pub fn detect() -> Mode {
+    pub(crate) fn detect() -> Mode {
         if rustix::process::geteuid().is_root() {
             Mode::PerRequest
         } else {
@@ -91,12 +91,12 @@ fn apply(uid: u32, gid: u32, groups: &[u32]) -> std::io::Result<()> {
 
 /// Switches the calling thread's file-system credentials for the length of one operation.
 #[derive(Debug, Clone, Copy)]
-pub struct Switcher {
+pub(crate) struct Switcher {
     mode: Mode,
 }
 
 impl Switcher {
-    pub fn new(mode: Mode) -> Switcher {
+    pub(crate) fn new(mode: Mode) -> Switcher {
         Switcher { mode }
     }
 
@@ -104,7 +104,7 @@ impl Switcher {
     /// server's own. If the credentials cannot be applied, `f` does not run and the error is
     /// returned; if they cannot be restored the process aborts (a thread left with another
     /// user's credentials must never serve the next request).
-    pub fn run<T>(&self, creds: &Creds, f: impl FnOnce() -> T) -> std::io::Result<T> {
+    pub(crate) fn run<T>(&self, creds: &Creds, f: impl FnOnce() -> T) -> std::io::Result<T> {
         if self.mode == Mode::ServerUser {
             return Ok(f());
         }
@@ -133,7 +133,7 @@ impl Switcher {
 
     /// Inside [`Switcher::run`]: runs `f` with the server's own credentials (the export walk,
     /// which indexes objects no single user may see), then switches back to `creds`.
-    pub fn as_server<T>(&self, creds: &Creds, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn as_server<T>(&self, creds: &Creds, f: impl FnOnce() -> T) -> T {
         if self.mode == Mode::ServerUser || !SWITCHED.with(Cell::get) {
             return f();
         }

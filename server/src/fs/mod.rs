@@ -9,30 +9,30 @@
 //! before they reach storage). The storage threads ([`pool`]) are shared fairly between
 //! connections.
 
-pub mod creds;
-pub mod local;
-pub mod nfs;
-pub mod open_states;
-pub mod pool;
-pub mod pooled;
+pub(crate) mod creds;
+pub(crate) mod local;
+pub(crate) mod nfs;
+pub(crate) mod open_states;
+pub(crate) mod pool;
+pub(crate) mod pooled;
 
 use protocol::{Attr, FileHandle, HandleData, NfsStatus, ReplyBody, RequestOp};
 
-pub use crate::conn::ReadCall;
+pub(crate) use crate::conn::ReadCall;
 use crate::users::Creds;
-pub use pool::Busy;
+pub(crate) use pool::Busy;
 
 /// Server-side identity of an object: (device, inode).
-pub type ObjKey = (u64, u64);
+pub(crate) type ObjKey = (u64, u64);
 
 /// The key of a verified handle.
-pub fn key_of(h: &HandleData) -> ObjKey {
+pub(crate) fn key_of(h: &HandleData) -> ObjKey {
     (h.device, h.inode)
 }
 
 /// Per-request context a storage operation runs with.
 #[derive(Debug, Clone)]
-pub struct OpCtx {
+pub(crate) struct OpCtx {
     pub creds: Creds,
     /// The connection the request came on (open states are its own).
     pub conn: crate::leases::ConnId,
@@ -42,7 +42,7 @@ pub struct OpCtx {
 
 /// What an operation did, for the dispatcher's lease bookkeeping.
 #[derive(Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub result: Result<ReplyBody, NfsStatus>,
     /// Objects whose attributes the reply carries: the connection now holds leases on them.
     pub leased: Vec<(ObjKey, FileHandle)>,
@@ -54,7 +54,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn err(status: NfsStatus) -> Outcome {
+    pub(crate) fn err(status: NfsStatus) -> Outcome {
         Outcome {
             result: Err(status),
             leased: Vec::new(),
@@ -69,7 +69,7 @@ impl Outcome {
 /// operation is submitted with its completion and never blocks the caller: a blocking backend
 /// runs behind the storage threads of [`pooled::Pooled`], the NFS backend sends an RPC and
 /// completes when the reply arrives.
-pub trait Storage: Send + Sync + 'static {
+pub(crate) trait Storage: Send + Sync + 'static {
     /// Runs any request except NULL, LOGIN, READ and the lock operations. `done` runs once
     /// with the outcome, on whatever thread or color the backend completes in (possibly
     /// before this returns, on the caller's worker). `Err(Busy)`: the backend has no room for
@@ -90,7 +90,7 @@ pub trait Storage: Send + Sync + 'static {
 
 /// A storage backend whose methods may block (disk I/O): [`pooled::Pooled`] calls them on the
 /// storage threads ([`pool`]), never on a worker, except [`BlockingStorage::execute_inline`].
-pub trait BlockingStorage: Send + Sync + 'static {
+pub(crate) trait BlockingStorage: Send + Sync + 'static {
     /// Runs any request except NULL, LOGIN and READ.
     fn execute(&self, ctx: &OpCtx, op: RequestOp) -> Outcome;
     /// Runs `op` on the calling worker if it is one the backend answers without waiting
@@ -110,11 +110,11 @@ pub trait BlockingStorage: Send + Sync + 'static {
 }
 
 /// A completion: runs once with the result, in whatever color the backend completes in.
-pub type Done<T> = Box<dyn FnOnce(T) + Send>;
+pub(crate) type Done<T> = Box<dyn FnOnce(T) + Send>;
 
 /// What a READ asks, once its handle is verified.
 #[derive(Debug, Clone, Copy)]
-pub struct ReadArgs {
+pub(crate) struct ReadArgs {
     pub hd: HandleData,
     pub offset: u64,
     /// Already clamped to the client's and the server's limits.
@@ -127,21 +127,21 @@ pub struct ReadArgs {
 /// (docs/PROTOCOL.md, "Modes of new objects"). [`fill_default_mode`] writes it into the
 /// request before any backend sees it, so an NFS server's own choice (NFS-Ganesha makes such
 /// a directory 000) never applies.
-pub mod default_mode {
+pub(crate) mod default_mode {
     /// MKDIR.
-    pub const DIRECTORY: u32 = 0o755;
+    pub(crate) const DIRECTORY: u32 = 0o755;
     /// CREATE (UNCHECKED or GUARDED) of a regular file, and MKNOD of a special file.
-    pub const FILE: u32 = 0o644;
+    pub(crate) const FILE: u32 = 0o644;
     /// SYMLINK (Linux gives every symlink 0777 and ignores any mode asked).
-    pub const SYMLINK: u32 = 0o777;
+    pub(crate) const SYMLINK: u32 = 0o777;
     /// EXCLUSIVE CREATE, which carries no attributes: private until the SETATTR the client
     /// sends next sets the mode it wants. (The NFS backend cannot pass a mode in that call;
     /// the NFS server chooses, and NFS-Ganesha's choice is also 0600.)
-    pub const EXCLUSIVE: u32 = 0o600;
+    pub(crate) const EXCLUSIVE: u32 = 0o600;
 }
 
 /// Gives a request that makes an object without a mode the [`default_mode`] for its kind.
-pub fn fill_default_mode(op: &mut RequestOp) {
+pub(crate) fn fill_default_mode(op: &mut RequestOp) {
     use protocol::CreateHow;
     let (attr, default) = match op {
         RequestOp::Mkdir { attr, .. } => (attr, default_mode::DIRECTORY),
@@ -158,7 +158,7 @@ pub fn fill_default_mode(op: &mut RequestOp) {
 
 /// Procedures that change the file system (refused on read-only exports and to anonymous
 /// users).
-pub fn is_mutating(op: &RequestOp) -> bool {
+pub(crate) fn is_mutating(op: &RequestOp) -> bool {
     matches!(
         op,
         RequestOp::SetAttr { .. }

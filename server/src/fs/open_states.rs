@@ -15,20 +15,21 @@ use super::{ObjKey, OpCtx};
 use crate::leases::ConnId;
 
 /// Most open states one connection may hold.
-pub const MAX_PER_HOLDER: usize = 256;
+pub(crate) const MAX_PER_HOLDER: usize = 256;
 
-/// How many closed connections are remembered (see [`Inner::closed`]).
+/// How many closed connections are remembered (see [`StateTable::closed`]).
 const CLOSED_REMEMBERED: usize = 1024;
 
 /// Who holds a state: a connection and the server uid its request ran as.
-pub type Holder = (ConnId, u32);
+pub(crate) type Holder = (ConnId, u32);
 
 /// The holder a request acts for.
-pub fn holder(ctx: &OpCtx) -> Holder {
+pub(crate) fn holder(ctx: &OpCtx) -> Holder {
     (ctx.conn, ctx.creds.uid)
 }
 
-struct Inner<T> {
+/// The states by object and by connection, behind the table's one mutex.
+struct StateTable<T> {
     by_obj: HashMap<ObjKey, HashMap<Holder, T>>,
     by_conn: HashMap<ConnId, HashSet<(u32, ObjKey)>>,
     /// States held, all connections together.
@@ -39,14 +40,14 @@ struct Inner<T> {
 }
 
 /// Every connection's open states, each with a `T`.
-pub struct OpenStates<T> {
-    inner: Mutex<Inner<T>>,
+pub(crate) struct OpenStates<T> {
+    inner: Mutex<StateTable<T>>,
 }
 
 impl<T> Default for OpenStates<T> {
     fn default() -> Self {
         OpenStates {
-            inner: Mutex::new(Inner {
+            inner: Mutex::new(StateTable {
                 by_obj: HashMap::new(),
                 by_conn: HashMap::new(),
                 total: 0,
@@ -60,7 +61,7 @@ impl<T> OpenStates<T> {
     /// Keeps `value` for `holder` on object `key`; a state the holder has already is replaced
     /// only if `replaces` says so of the old value. Whether the holder holds a state now
     /// (false when its connection closed or the bounds are reached).
-    pub fn keep(
+    pub(crate) fn keep(
         &self,
         holder: Holder,
         key: ObjKey,
@@ -91,7 +92,7 @@ impl<T> OpenStates<T> {
     }
 
     /// `f` of `holder`'s value on `key`, if it holds one.
-    pub fn get<R>(
+    pub(crate) fn get<R>(
         &self,
         holder: Holder,
         key: ObjKey,
@@ -102,18 +103,18 @@ impl<T> OpenStates<T> {
     }
 
     /// `f` of some holder's value on `key`, if anybody holds one.
-    pub fn any<R>(&self, key: ObjKey, f: impl FnOnce(&T) -> Option<R>) -> Option<R> {
+    pub(crate) fn any<R>(&self, key: ObjKey, f: impl FnOnce(&T) -> Option<R>) -> Option<R> {
         let g = self.inner.lock();
         f(g.by_obj.get(&key)?.values().next()?)
     }
 
     /// Whether anybody holds a state on `key`.
-    pub fn is_held(&self, key: ObjKey) -> bool {
+    pub(crate) fn is_held(&self, key: ObjKey) -> bool {
         self.inner.lock().by_obj.contains_key(&key)
     }
 
     /// Drops `holder`'s state on `key` (none is fine); whether `key` is now held by nobody.
-    pub fn close(&self, holder: Holder, key: ObjKey) -> bool {
+    pub(crate) fn close(&self, holder: Holder, key: ObjKey) -> bool {
         let mut g = self.inner.lock();
         if let Some(held) = g.by_conn.get_mut(&holder.0) {
             let removed = held.remove(&(holder.1, key));
@@ -129,7 +130,7 @@ impl<T> OpenStates<T> {
     }
 
     /// Drops every state of connection `conn` (it closed); the objects now held by nobody.
-    pub fn close_conn(&self, conn: ConnId) -> Vec<ObjKey> {
+    pub(crate) fn close_conn(&self, conn: ConnId) -> Vec<ObjKey> {
         let mut g = self.inner.lock();
         if g.closed.len() >= CLOSED_REMEMBERED {
             g.closed.pop_front();
@@ -147,13 +148,13 @@ impl<T> OpenStates<T> {
 
     /// States held by connection `conn`.
     #[cfg(test)]
-    pub fn held_by(&self, conn: ConnId) -> usize {
+    pub(crate) fn held_by(&self, conn: ConnId) -> usize {
         self.inner.lock().by_conn.get(&conn).map_or(0, HashSet::len)
     }
 
     /// States held in all.
     #[cfg(test)]
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.inner.lock().total
     }
 }

@@ -21,7 +21,7 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 
 /// The pool is full (for this connection or in total).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Busy;
+pub(crate) struct Busy;
 
 #[derive(Default)]
 struct Queues {
@@ -32,7 +32,8 @@ struct Queues {
     stopping: bool,
 }
 
-struct Shared {
+/// What the storage threads share: the queues and the condition they wait on.
+struct PoolState {
     queues: Mutex<Queues>,
     work: Condvar,
     per_conn: usize,
@@ -40,15 +41,15 @@ struct Shared {
 }
 
 /// A fixed set of threads running jobs round robin by connection.
-pub struct FsPool {
-    shared: Arc<Shared>,
+pub(crate) struct FsPool {
+    shared: Arc<PoolState>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl FsPool {
     /// Starts `threads` threads.
-    pub fn new(threads: usize, per_conn: usize, total: usize) -> std::io::Result<FsPool> {
-        let shared = Arc::new(Shared {
+    pub(crate) fn new(threads: usize, per_conn: usize, total: usize) -> std::io::Result<FsPool> {
+        let shared = Arc::new(PoolState {
             queues: Mutex::new(Queues::default()),
             work: Condvar::new(),
             per_conn: per_conn.max(1),
@@ -70,7 +71,11 @@ impl FsPool {
     }
 
     /// Queues `job` for `conn`.
-    pub fn submit(&self, conn: ConnId, job: impl FnOnce() + Send + 'static) -> Result<(), Busy> {
+    pub(crate) fn submit(
+        &self,
+        conn: ConnId,
+        job: impl FnOnce() + Send + 'static,
+    ) -> Result<(), Busy> {
         let mut q = self.shared.queues.lock();
         if q.stopping || q.queued >= self.shared.total {
             return Err(Busy);
@@ -91,7 +96,7 @@ impl FsPool {
     }
 
     /// No job starts after this; running jobs finish; the threads are joined.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         {
             let mut q = self.shared.queues.lock();
             q.stopping = true;
@@ -113,7 +118,7 @@ impl Drop for FsPool {
 }
 
 /// One thread: take the next connection's next job, run it, repeat.
-fn serve(s: &Shared) {
+fn serve(s: &PoolState) {
     loop {
         let job = {
             let mut q = s.queues.lock();

@@ -19,13 +19,13 @@ use super::{BlockingStorage, Busy, Done, OpCtx, Outcome, ReadCall, Storage};
 use crate::read::{ReadFailure, ReplyRecord, read_reply};
 
 /// A blocking backend and the storage threads that run it.
-pub struct Pooled<S: BlockingStorage> {
+pub(crate) struct Pooled<S: BlockingStorage> {
     storage: Arc<S>,
     pool: FsPool,
 }
 
 impl<S: BlockingStorage> Pooled<S> {
-    pub fn new(storage: S, pool: FsPool) -> Pooled<S> {
+    pub(crate) fn new(storage: S, pool: FsPool) -> Pooled<S> {
         Pooled {
             storage: Arc::new(storage),
             pool,

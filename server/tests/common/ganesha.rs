@@ -18,12 +18,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Whether the tests run against the NFS backend.
-pub fn enabled() -> bool {
+pub(crate) fn enabled() -> bool {
     std::env::var("SFSD_TEST_BACKEND").is_ok_and(|v| v == "nfs")
 }
 
 /// Why Ganesha cannot run here, if it cannot.
-pub fn unavailable() -> Option<String> {
+pub(crate) fn unavailable() -> Option<String> {
     for bin in ["ganesha.nfsd", "rpcbind", "unshare"] {
         let found = std::env::var_os("PATH")
             .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
@@ -50,7 +50,7 @@ fn free_port() -> u16 {
 }
 
 /// A running Ganesha (and its rpcbind), killed with its process group on drop.
-pub struct Ganesha {
+pub(crate) struct Ganesha {
     child: Option<Child>,
     pub nfs_port: u16,
     pub mount_port: u16,
@@ -58,7 +58,7 @@ pub struct Ganesha {
 
 impl Ganesha {
     /// Starts Ganesha exporting `export` as `/`; files (config, log) go in `dir`.
-    pub fn start(dir: &Path, export: &Path) -> Ganesha {
+    pub(crate) fn start(dir: &Path, export: &Path) -> Ganesha {
         if let Some(why) = unavailable() {
             panic!("SFSD_TEST_BACKEND=nfs but NFS-Ganesha cannot run: {why}");
         }
@@ -166,7 +166,7 @@ exec ganesha.nfsd -F -f '{}' -L '{}' -p /run/ganesha/ganesha.pid -N NIV_EVENT",
     }
 
     /// Stops Ganesha and starts it again on the same ports (a backend restart).
-    pub fn restart(&mut self, dir: &Path, export: &Path) {
+    pub(crate) fn restart(&mut self, dir: &Path, export: &Path) {
         self.stop();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -185,7 +185,7 @@ exec ganesha.nfsd -F -f '{}' -L '{}' -p /run/ganesha/ganesha.pid -N NIV_EVENT",
     }
 
     /// The `--backend` URL for sfsd.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!(
             "nfs://127.0.0.1:{}/?mountport={}",
             self.nfs_port, self.mount_port
@@ -193,7 +193,7 @@ exec ganesha.nfsd -F -f '{}' -L '{}' -p /run/ganesha/ganesha.pid -N NIV_EVENT",
     }
 
     /// Kills Ganesha and rpcbind (the whole process group) and waits for them.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             // SAFETY: kill(2) on the process group this harness created (the group id is the
             // leader's pid, which is still unreaped, so it cannot name another group).

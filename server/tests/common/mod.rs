@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use protocol::*;
 
-pub mod ganesha;
-pub mod stack;
+pub(crate) mod ganesha;
+pub(crate) mod stack;
 
-pub const TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(20);
 
-pub struct Sfsd {
+pub(crate) struct Sfsd {
     pub child: Option<Child>,
     pub name: ServerName,
     pub addr: SocketAddr,
@@ -29,27 +29,27 @@ pub struct Sfsd {
 }
 
 /// A temp area: `state/`, `export/`, `users`, `log`.
-pub struct Area {
+pub(crate) struct Area {
     pub tmp: tempfile::TempDir,
 }
 
 impl Area {
-    pub fn new() -> Area {
+    pub(crate) fn new() -> Area {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir(tmp.path().join("export")).unwrap();
         Area { tmp }
     }
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.tmp.path()
     }
-    pub fn export(&self) -> PathBuf {
+    pub(crate) fn export(&self) -> PathBuf {
         self.tmp.path().join("export")
     }
-    pub fn state(&self) -> PathBuf {
+    pub(crate) fn state(&self) -> PathBuf {
         self.tmp.path().join("state")
     }
     /// Writes a users file for `(name, seed, uid, gids)` and returns its path.
-    pub fn users(&self, users: &[(&str, u8, u32, &str)]) -> PathBuf {
+    pub(crate) fn users(&self, users: &[(&str, u8, u32, &str)]) -> PathBuf {
         let mut text = String::new();
         for (name, seed, uid, gids) in users {
             let k = UserKeypair::from_seed([*seed; 32]).public_key();
@@ -59,22 +59,22 @@ impl Area {
         std::fs::write(&p, text).unwrap();
         p
     }
-    pub fn start(&self, extra: &[&str]) -> Sfsd {
+    pub(crate) fn start(&self, extra: &[&str]) -> Sfsd {
         Sfsd::start(self.tmp.path(), extra)
     }
 }
 
 impl Sfsd {
-    pub fn start(dir: &Path, extra: &[&str]) -> Sfsd {
+    pub(crate) fn start(dir: &Path, extra: &[&str]) -> Sfsd {
         Sfsd::start_with(dir, extra, |_| {})
     }
 
-    pub fn connect(&self) -> Client {
+    pub(crate) fn connect(&self) -> Client {
         Client::connect(&self.name, self.addr)
     }
 
     /// SIGTERM, wait (bounded); returns whether it exited 0.
-    pub fn terminate(&mut self) -> bool {
+    pub(crate) fn terminate(&mut self) -> bool {
         let Some(mut child) = self.child.take() else {
             return false;
         };
@@ -99,14 +99,14 @@ impl Sfsd {
         }
     }
 
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         match &mut self.child {
             Some(c) => c.try_wait().unwrap().is_none(),
             None => false,
         }
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
     }
 }
@@ -130,7 +130,7 @@ impl Drop for Sfsd {
 
 /// sfsd's test client: protocol's blocking client over a `TcpStream` (reached through `Deref`:
 /// `stream`, `conn`, `invalidations`), with panicking helpers for the tests.
-pub struct Client {
+pub(crate) struct Client {
     pub inner: protocol::client::blocking::BlockingClient<TcpStream>,
     /// The largest READ or WRITE this connection's records carry.
     pub max_io: u32,
@@ -150,42 +150,42 @@ impl std::ops::DerefMut for Client {
 }
 
 impl Client {
-    pub fn connect(name: &ServerName, addr: SocketAddr) -> Client {
+    pub(crate) fn connect(name: &ServerName, addr: SocketAddr) -> Client {
         Client::try_connect_with(name, addr, HandshakeConfig::default(), TIMEOUT).unwrap()
     }
 
-    pub fn send(&mut self, authno: u32, op: RequestOp) -> u64 {
+    pub(crate) fn send(&mut self, authno: u32, op: RequestOp) -> u64 {
         self.inner.send(authno, op).unwrap()
     }
 
     /// `op` sealed as this connection's next record, not sent: for tests that tamper with the
     /// bytes, replay them or send only part of them.
-    pub fn seal_request(&mut self, id: u64, authno: u32, op: RequestOp) -> Vec<u8> {
+    pub(crate) fn seal_request(&mut self, id: u64, authno: u32, op: RequestOp) -> Vec<u8> {
         let mut wire = Vec::new();
         self.conn.requests.seal(id, authno, op, &mut wire).unwrap();
         wire
     }
 
     /// The next server message (None at EOF or error).
-    pub fn next_message(&mut self) -> Option<ServerMessage> {
+    pub(crate) fn next_message(&mut self) -> Option<ServerMessage> {
         self.inner.next_message().ok().flatten()
     }
 
-    pub fn wait_reply(&mut self, id: u64) -> Result<ReplyBody, NfsStatus> {
+    pub(crate) fn wait_reply(&mut self, id: u64) -> Result<ReplyBody, NfsStatus> {
         self.inner.wait_reply(id).expect("connection closed")
     }
 
-    pub fn call(&mut self, authno: u32, op: RequestOp) -> Result<ReplyBody, NfsStatus> {
+    pub(crate) fn call(&mut self, authno: u32, op: RequestOp) -> Result<ReplyBody, NfsStatus> {
         let id = self.send(authno, op);
         self.wait_reply(id)
     }
 
-    pub fn login(&mut self, user: &str, seed: u8) -> Result<u32, NfsStatus> {
+    pub(crate) fn login(&mut self, user: &str, seed: u8) -> Result<u32, NfsStatus> {
         let key = UserKeypair::from_seed([seed; 32]);
         self.inner.login(user, &key).unwrap()
     }
 
-    pub fn mount(&mut self, authno: u32) -> FileHandle {
+    pub(crate) fn mount(&mut self, authno: u32) -> FileHandle {
         match self
             .call(
                 authno,
@@ -200,7 +200,12 @@ impl Client {
         }
     }
 
-    pub fn lookup(&mut self, a: u32, dir: FileHandle, name: &str) -> Result<FileHandle, NfsStatus> {
+    pub(crate) fn lookup(
+        &mut self,
+        a: u32,
+        dir: FileHandle,
+        name: &str,
+    ) -> Result<FileHandle, NfsStatus> {
         match self.call(
             a,
             RequestOp::Lookup {
@@ -213,14 +218,14 @@ impl Client {
         }
     }
 
-    pub fn getattr(&mut self, a: u32, fh: FileHandle) -> Result<Attr, NfsStatus> {
+    pub(crate) fn getattr(&mut self, a: u32, fh: FileHandle) -> Result<Attr, NfsStatus> {
         match self.call(a, RequestOp::GetAttr { fh })? {
             ReplyBody::GetAttr { attr } => Ok(attr),
             other => panic!("unexpected {other:?}"),
         }
     }
 
-    pub fn create(
+    pub(crate) fn create(
         &mut self,
         a: u32,
         dir: FileHandle,
@@ -244,7 +249,7 @@ impl Client {
         }
     }
 
-    pub fn mkdir(
+    pub(crate) fn mkdir(
         &mut self,
         a: u32,
         dir: FileHandle,
@@ -267,7 +272,7 @@ impl Client {
         }
     }
 
-    pub fn write(
+    pub(crate) fn write(
         &mut self,
         a: u32,
         fh: FileHandle,
@@ -288,7 +293,7 @@ impl Client {
         }
     }
 
-    pub fn read(
+    pub(crate) fn read(
         &mut self,
         a: u32,
         fh: FileHandle,
@@ -302,7 +307,7 @@ impl Client {
     }
 
     /// Reads a whole file in `max_io` chunks.
-    pub fn read_all(&mut self, a: u32, fh: FileHandle) -> Result<Vec<u8>, NfsStatus> {
+    pub(crate) fn read_all(&mut self, a: u32, fh: FileHandle) -> Result<Vec<u8>, NfsStatus> {
         let mut out = Vec::new();
         loop {
             let (data, eof) = self.read(a, fh, out.len() as u64, self.max_io)?;
@@ -314,7 +319,11 @@ impl Client {
         }
     }
 
-    pub fn readdir_names(&mut self, a: u32, dir: FileHandle) -> Result<Vec<String>, NfsStatus> {
+    pub(crate) fn readdir_names(
+        &mut self,
+        a: u32,
+        dir: FileHandle,
+    ) -> Result<Vec<String>, NfsStatus> {
         let mut names = Vec::new();
         let mut cookie = 0;
         loop {
@@ -343,7 +352,7 @@ impl Client {
     }
 
     /// Whether the server has closed this connection (reads EOF or an error soon).
-    pub fn is_closed(&mut self) -> bool {
+    pub(crate) fn is_closed(&mut self) -> bool {
         self.stream
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
@@ -354,7 +363,7 @@ impl Client {
 
 impl Client {
     /// The next message within `t` (None on timeout or EOF).
-    pub fn next_message_timeout(&mut self, t: Duration) -> Option<ServerMessage> {
+    pub(crate) fn next_message_timeout(&mut self, t: Duration) -> Option<ServerMessage> {
         self.stream.set_read_timeout(Some(t)).unwrap();
         let m = self.next_message();
         self.stream.set_read_timeout(Some(TIMEOUT)).unwrap();
@@ -367,14 +376,14 @@ impl Client {
 impl Area {
     /// Like [`Area::start`], with `setup` applied to the `Command` before it is spawned (e.g. a
     /// `pre_exec` that sets resource limits or the umask of the server process).
-    pub fn start_with(&self, extra: &[&str], setup: impl FnOnce(&mut Command)) -> Sfsd {
+    pub(crate) fn start_with(&self, extra: &[&str], setup: impl FnOnce(&mut Command)) -> Sfsd {
         Sfsd::start_with(self.tmp.path(), extra, setup)
     }
 }
 
 impl Sfsd {
     /// [`Sfsd::start`] with extra `Command` setup (same arguments, environment and output).
-    pub fn start_with(dir: &Path, extra: &[&str], setup: impl FnOnce(&mut Command)) -> Sfsd {
+    pub(crate) fn start_with(dir: &Path, extra: &[&str], setup: impl FnOnce(&mut Command)) -> Sfsd {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -449,12 +458,12 @@ impl Sfsd {
     }
 
     /// The server process's pid (None once terminated).
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
 
     /// A field of `/proc/<pid>/status` in kB (`VmRSS`, `VmHWM`...).
-    pub fn status_kb(&self, field: &str) -> u64 {
+    pub(crate) fn status_kb(&self, field: &str) -> u64 {
         let pid = self.pid().expect("sfsd not running");
         let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_else(|e| panic!("reading /proc/{pid}/status: {e}"));
@@ -467,27 +476,27 @@ impl Sfsd {
     }
 
     /// Resident memory of the server in bytes.
-    pub fn rss(&self) -> u64 {
+    pub(crate) fn rss(&self) -> u64 {
         self.status_kb("VmRSS") * 1024
     }
 
     /// Peak resident memory of the server in bytes.
-    pub fn hwm(&self) -> u64 {
+    pub(crate) fn hwm(&self) -> u64 {
         self.status_kb("VmHWM") * 1024
     }
 
     /// A connection, or why not (the server may refuse or close it).
-    pub fn try_connect(&self) -> Result<Client, String> {
+    pub(crate) fn try_connect(&self) -> Result<Client, String> {
         Client::try_connect_with(&self.name, self.addr, HandshakeConfig::default(), TIMEOUT)
     }
 
     /// [`Sfsd::try_connect`] giving up on the connect and handshake after `t`.
-    pub fn try_connect_within(&self, t: Duration) -> Result<Client, String> {
+    pub(crate) fn try_connect_within(&self, t: Duration) -> Result<Client, String> {
         Client::try_connect_with(&self.name, self.addr, HandshakeConfig::default(), t)
     }
 
     /// A connection offering `config` in the handshake (e.g. a huge maximum record).
-    pub fn connect_with(&self, config: HandshakeConfig) -> Client {
+    pub(crate) fn connect_with(&self, config: HandshakeConfig) -> Client {
         Client::try_connect_with(&self.name, self.addr, config, TIMEOUT).unwrap()
     }
 }
@@ -495,7 +504,7 @@ impl Sfsd {
 impl Client {
     /// Like [`Client::connect`] with a chosen handshake configuration and a bound `t` on the
     /// connect and each handshake read; errors instead of panics.
-    pub fn try_connect_with(
+    pub(crate) fn try_connect_with(
         name: &ServerName,
         addr: SocketAddr,
         config: HandshakeConfig,
@@ -515,12 +524,12 @@ impl Client {
     }
 
     /// Sends a request without panicking when the connection is gone.
-    pub fn try_send(&mut self, authno: u32, op: RequestOp) -> Option<u64> {
+    pub(crate) fn try_send(&mut self, authno: u32, op: RequestOp) -> Option<u64> {
         self.inner.send(authno, op).ok()
     }
 
     /// The reply to `id` within `t`; None on timeout or a closed connection.
-    pub fn wait_reply_within(
+    pub(crate) fn wait_reply_within(
         &mut self,
         id: u64,
         t: Duration,
@@ -543,7 +552,7 @@ impl Client {
     }
 
     /// `call` bounded by `t`: None if no reply came in time (or the connection closed).
-    pub fn call_within(
+    pub(crate) fn call_within(
         &mut self,
         authno: u32,
         op: RequestOp,
@@ -555,7 +564,7 @@ impl Client {
 }
 
 /// chown + chmod, not following a symlink (chmod after chown: chown clears setuid/setgid bits).
-pub fn own(p: &Path, uid: u32, gid: u32, mode: u32) {
+pub(crate) fn own(p: &Path, uid: u32, gid: u32, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::os::unix::fs::lchown(p, Some(uid), Some(gid))
         .unwrap_or_else(|e| panic!("chown {}: {e}", p.display()));
@@ -564,7 +573,7 @@ pub fn own(p: &Path, uid: u32, gid: u32, mode: u32) {
 }
 
 /// Sets the open-file limits the server process starts with (for [`Area::start_with`]).
-pub fn with_nofile(cmd: &mut Command, soft: u64, hard: u64) {
+pub(crate) fn with_nofile(cmd: &mut Command, soft: u64, hard: u64) {
     use std::os::unix::process::CommandExt;
     // SAFETY: setrlimit is async-signal-safe; the closure only touches the child's limits.
     unsafe {
@@ -582,7 +591,7 @@ pub fn with_nofile(cmd: &mut Command, soft: u64, hard: u64) {
 }
 
 /// SETATTR of the size alone (truncate).
-pub fn setattr_size(fh: FileHandle, size: u64) -> RequestOp {
+pub(crate) fn setattr_size(fh: FileHandle, size: u64) -> RequestOp {
     RequestOp::SetAttr {
         fh,
         attr: SetAttr {

@@ -9,11 +9,11 @@ use protocol::NfsStatus;
 
 /// Held while a test runs the stack: both tests use Gluster's fixed paths and glusterd's
 /// port, so the second waits for the first.
-pub const LOCK: &str = "/var/tmp/sfs-scale-out-test.lock";
+pub(crate) const LOCK: &str = "/var/tmp/sfs-scale-out-test.lock";
 
 /// Why the stack cannot run here, if it cannot: a skip, not a failure (the packages are
 /// optional; `.ci/run` installs them where it can). `extra` names further programs needed.
-pub fn unavailable(extra: &[&str]) -> Option<String> {
+pub(crate) fn unavailable(extra: &[&str]) -> Option<String> {
     if !rustix::process::geteuid().is_root() {
         return Some("the scale-out stack needs root".into());
     }
@@ -48,7 +48,7 @@ pub fn unavailable(extra: &[&str]) -> Option<String> {
 }
 
 /// Takes [`LOCK`], waiting up to five minutes for another run to end.
-pub fn lock() -> Option<std::fs::File> {
+pub(crate) fn lock() -> Option<std::fs::File> {
     let file = std::fs::File::create(LOCK).unwrap();
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
@@ -66,14 +66,14 @@ pub fn lock() -> Option<std::fs::File> {
 }
 
 /// The `sfs` client binary next to this test's `sfsd`, if it is built.
-pub fn sfs_client() -> Option<PathBuf> {
+pub(crate) fn sfs_client() -> Option<PathBuf> {
     let sfs = Path::new(env!("CARGO_BIN_EXE_sfsd")).with_file_name("sfs");
     sfs.is_file().then_some(sfs)
 }
 
 /// Retries a call the server answers JUKEBOX ("try later": a backend connection is down or
 /// not reached yet).
-pub fn retry<T>(mut f: impl FnMut() -> Result<T, NfsStatus>) -> T {
+pub(crate) fn retry<T>(mut f: impl FnMut() -> Result<T, NfsStatus>) -> T {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match f() {

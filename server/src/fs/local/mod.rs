@@ -59,9 +59,9 @@ use resolve::{Index, Obj, WalkGate, stat_fd};
 
 /// The only export this server has (handles carry it so a future multi-export server can tell
 /// them apart).
-pub const EXPORT_ID: u32 = 1;
+pub(crate) const EXPORT_ID: u32 = 1;
 /// Longest name component accepted.
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 /// Bound on the objects the index holds.
 const MAX_INDEX: usize = 1 << 20;
 /// Minimum time between two walks of the export.
@@ -69,7 +69,7 @@ const WALK_INTERVAL: Duration = Duration::from_secs(1);
 /// A walk may take at most this share of the time (a walk of 0.5 s allows the next after 5 s).
 const WALK_DUTY: u32 = 10;
 /// Largest READDIR/READDIRPLUS reply, whatever the client asks.
-pub const MAX_DIR_REPLY: usize = 64 * 1024;
+pub(crate) const MAX_DIR_REPLY: usize = 64 * 1024;
 /// Longest symlink target accepted or returned.
 const MAX_LINK: usize = 4096;
 
@@ -92,7 +92,7 @@ fn io_status(e: &io::Error) -> NfsStatus {
 }
 
 /// The local-directory backend.
-pub struct LocalFs {
+pub(crate) struct LocalFs {
     root: OwnedFd,
     root_key: ObjKey,
     key: HandleKey,
@@ -109,7 +109,7 @@ pub struct LocalFs {
 }
 
 impl LocalFs {
-    pub fn open(
+    pub(crate) fn open(
         export: &Path,
         key: HandleKey,
         max_io: u32,

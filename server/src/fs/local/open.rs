@@ -32,21 +32,27 @@ use super::LocalFs;
 use crate::fs::open_states::{Holder, OpenStates};
 use crate::fs::{ObjKey, OpCtx, Outcome};
 
-pub use crate::fs::open_states::holder;
+pub(super) use crate::fs::open_states::holder;
 
 /// One kept descriptor.
-pub struct State {
+pub(super) struct State {
     fd: Arc<OwnedFd>,
     /// Opened for reading and writing by the CREATE that made the file.
     granted: bool,
 }
 
 /// The local backend's open states: a descriptor per holder and object.
-pub type Descriptors = OpenStates<State>;
+pub(super) type Descriptors = OpenStates<State>;
 
 /// Keeps `fd` for `holder` on `key` (`granted`: the read-write descriptor of the CREATE that
 /// made the file, never replaced by a plain one). Whether it was kept.
-pub fn keep(states: &Descriptors, holder: Holder, key: ObjKey, fd: OwnedFd, granted: bool) -> bool {
+pub(super) fn keep(
+    states: &Descriptors,
+    holder: Holder,
+    key: ObjKey,
+    fd: OwnedFd,
+    granted: bool,
+) -> bool {
     let state = State {
         fd: Arc::new(fd),
         granted,
@@ -55,7 +61,7 @@ pub fn keep(states: &Descriptors, holder: Holder, key: ObjKey, fd: OwnedFd, gran
 }
 
 /// The read-write descriptor CREATE kept for `holder` on `key`, if any.
-pub fn granted(states: &Descriptors, holder: Holder, key: ObjKey) -> Option<File> {
+pub(super) fn granted(states: &Descriptors, holder: Holder, key: ObjKey) -> Option<File> {
     states.get(holder, key, |s| {
         s.granted
             .then(|| s.fd.try_clone().ok().map(File::from))
@@ -64,7 +70,7 @@ pub fn granted(states: &Descriptors, holder: Holder, key: ObjKey) -> Option<File
 }
 
 /// A descriptor of `key` some holder keeps (the object may have no name left), duplicated.
-pub fn anchor(states: &Descriptors, key: ObjKey) -> Option<OwnedFd> {
+pub(super) fn anchor(states: &Descriptors, key: ObjKey) -> Option<OwnedFd> {
     states.any(key, |s| s.fd.try_clone().ok())
 }
 

@@ -60,7 +60,7 @@ pub(super) const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_XDEV);
 
 /// Deepest path the index rebuilds.
-pub const MAX_DEPTH: usize = 2048;
+pub(super) const MAX_DEPTH: usize = 2048;
 
 /// A resolved object: an `O_PATH` descriptor and its metadata, read from that descriptor.
 pub(super) struct Obj {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use protocol::{Data, FileType, NfsStatus, Proc, ReplyBody, StableHow};
 
-use super::{Inner, Obj, Outcome, leased, ops, outcome, results};
+use super::{NfsState, Obj, Outcome, leased, ops, outcome, results};
 use crate::fs::{Done, ObjKey};
 use crate::users::Creds;
 
@@ -37,19 +37,19 @@ struct Queues {
 
 /// Turns on objects: one holder per object at a time, the others queued in arrival order.
 #[derive(Default)]
-pub struct Turns {
+pub(crate) struct Turns {
     queues: Mutex<Queues>,
 }
 
 /// The right to append to one object; the next waiter gets it when this is dropped.
-pub struct Turn {
+pub(crate) struct Turn {
     turns: Arc<Turns>,
     key: ObjKey,
 }
 
 impl Turns {
     /// Runs `waiter` with the turn on `key`: now if no one holds it, else after those before.
-    pub fn take(self: &Arc<Self>, key: ObjKey, waiter: Waiter) {
+    pub(crate) fn take(self: &Arc<Self>, key: ObjKey, waiter: Waiter) {
         let mut q = self.queues.lock();
         let total = q.total;
         match q.waiting.get_mut(&key) {
@@ -111,7 +111,7 @@ pub(super) struct Pending {
     pub done: Done<Outcome>,
 }
 
-impl Inner {
+impl NfsState {
     /// APPEND of `p.data` to `p.o`, in `p.o`'s turn: GETATTR, then WRITE at the size it gave.
     pub(super) fn append(self: &Arc<Self>, p: Pending) {
         let me = self.clone();
@@ -136,7 +136,8 @@ impl Inner {
         let args = ops::pack(&nfs3_types::nfs3::GETATTR3args {
             object: ops::fh3(o.b.as_slice()),
         });
-        let c2 = creds.clone();
+        // The WRITE at the size found goes as the same user.
+        let write_creds = creds.clone();
         self.call(&creds, Proc::GetAttr, args, move |me, res| {
             let size = results(res, ops::fattr).and_then(|a| match a.ftype {
                 _ if a.nlink == 0 => Err(NfsStatus::Stale),
@@ -153,7 +154,7 @@ impl Inner {
             let sent = data.len() as u32;
             let args = ops::write(o.b.as_slice(), size, stable, &data);
             drop(data);
-            me.call(&c2, Proc::Write, args, move |_, res| {
+            me.call(&write_creds, Proc::Write, args, move |_, res| {
                 let r = results(res, |r| {
                     let a = ops::wcc(r)?;
                     let count = r.u32("count")?;

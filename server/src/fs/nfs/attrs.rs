@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use protocol::{Attr, FileHandle, Proc, ReplyBody, SetAttr, Time, access};
 
-use super::{Inner, MAX_DIR_REPLY, alive, leased, ops, outcome, results};
+use super::{MAX_DIR_REPLY, NfsState, alive, leased, ops, outcome, results};
 use crate::fs::{Done, OpCtx, Outcome};
 
-impl Inner {
+impl NfsState {
     /// GETATTR.
     pub(super) fn getattr(self: &Arc<Self>, ctx: OpCtx, fh: FileHandle, done: Done<Outcome>) {
         let c = &ctx.creds;

@@ -7,11 +7,11 @@ use protocol::{
 };
 
 use super::ops::Raw;
-use super::{Inner, Obj, key, leased, new_component, ops, outcome, results};
+use super::{NfsState, Obj, key, leased, new_component, ops, outcome, results};
 use crate::fs::{Done, OpCtx, Outcome};
 use crate::users::Creds;
 
-impl Inner {
+impl NfsState {
     /// CREATE.
     pub(super) fn create(
         self: &Arc<Self>,

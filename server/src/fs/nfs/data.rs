@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use protocol::{Data, FileHandle, NfsStatus, Proc, ReplyBody, StableHow};
 
-use super::{EXPORT_ID, Inner, alive, append, leased, ops, outcome, results};
+use super::{EXPORT_ID, NfsState, alive, append, leased, ops, outcome, results};
 use crate::fs::{Done, OpCtx, Outcome, ReadArgs};
 
-impl Inner {
+impl NfsState {
     /// WRITE, answered with the backend's own `committed` level and verifier.
     pub(super) fn write(
         self: &Arc<Self>,

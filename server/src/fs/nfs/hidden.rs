@@ -16,14 +16,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use protocol::{Attr, BackendFh, FileHandle, NfsStatus, Proc, ReplyBody};
 
-use super::{Done, Inner, Obj, Outcome, ops, results};
+use super::{Done, NfsState, Obj, Outcome, ops, results};
 use crate::fs::open_states::{OpenStates, holder};
 use crate::fs::{ObjKey, OpCtx};
 use crate::leases::ConnId;
 use crate::users::Creds;
 
 /// Prefix of hidden names (never listed).
-pub const HIDDEN_PREFIX: &[u8] = b".sfs-open-";
+pub(crate) const HIDDEN_PREFIX: &[u8] = b".sfs-open-";
 
 /// Where a held file that lost its last name is kept.
 struct HiddenName {
@@ -35,7 +35,7 @@ struct HiddenName {
 
 /// The NFS backend's open states, and the hidden names of held files.
 #[derive(Default)]
-pub struct Opens {
+pub(crate) struct Opens {
     states: OpenStates<()>,
     hidden: Mutex<HashMap<ObjKey, HiddenName>>,
     next: AtomicU64,
@@ -44,12 +44,12 @@ pub struct Opens {
 impl Opens {
     /// Whether removing a name of `key` must hide the file instead: it is held, and not
     /// already kept under a hidden name (a second name of it can simply go).
-    pub fn must_hide(&self, key: ObjKey) -> bool {
+    pub(crate) fn must_hide(&self, key: ObjKey) -> bool {
         self.states.is_held(key) && !self.hidden.lock().contains_key(&key)
     }
 }
 
-impl Inner {
+impl NfsState {
     /// OPEN: remembers that this connection's user holds `fh`.
     pub(super) fn open(&self, ctx: OpCtx, fh: FileHandle, done: Done<Outcome>) {
         let o = or_fail!(self.unwrap(&fh), done);

@@ -24,7 +24,7 @@ use libcolor::{Color, ColorCell, Handle, IoRegistration};
 use super::rpc::{self, RecordReader, RpcError};
 
 /// By default, a call unanswered this long takes its link down (and is answered JUKEBOX).
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// How often a link checks for calls past [`CALL_TIMEOUT`].
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// First and longest wait before reconnecting.
@@ -37,7 +37,7 @@ const LINK_COLOR_BASE: u32 = 0x4e46_0000;
 
 /// Why a call has no reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallError {
+pub(crate) enum CallError {
     /// The connection to the backend is down or went down with the call in flight.
     Down,
     /// This link has as many calls in flight as it may.
@@ -47,22 +47,22 @@ pub enum CallError {
 }
 
 /// A reply's results: the record and where the procedure's results start in it.
-pub struct Body {
+pub(crate) struct Body {
     record: Vec<u8>,
     start: usize,
 }
 
 impl Body {
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.record[self.start..]
     }
 }
 
-pub type Waiter = Box<dyn FnOnce(Result<Body, CallError>) + Send>;
+pub(crate) type Waiter = Box<dyn FnOnce(Result<Body, CallError>) + Send>;
 
 /// Limits of one link.
 #[derive(Debug, Clone, Copy)]
-pub struct LinkLimits {
+pub(crate) struct LinkLimits {
     /// Largest reply record accepted (a READ of the largest size plus headers).
     pub max_record: usize,
     /// Calls in flight on one link.
@@ -81,7 +81,7 @@ struct Sock {
 }
 
 /// One connection to the backend's NFS service and its calls in flight.
-pub struct Link {
+pub(crate) struct Link {
     index: usize,
     addr: SocketAddr,
     limits: LinkLimits,
@@ -98,7 +98,7 @@ pub struct Link {
 type LinkRef = Arc<ColorCell<Link>>;
 
 /// A small pool of links, used round robin.
-pub struct Pool {
+pub(crate) struct Pool {
     h: Handle,
     links: Vec<LinkRef>,
     next: AtomicUsize,
@@ -107,7 +107,7 @@ pub struct Pool {
 
 impl Pool {
     /// Creates `n` links to `addr` and starts connecting them.
-    pub fn start(h: &Handle, addr: SocketAddr, n: usize, limits: LinkLimits) -> Arc<Pool> {
+    pub(crate) fn start(h: &Handle, addr: SocketAddr, n: usize, limits: LinkLimits) -> Arc<Pool> {
         let links: Vec<LinkRef> = (0..n.max(1))
             .map(|index| {
                 Arc::new(ColorCell::new(
@@ -144,13 +144,13 @@ impl Pool {
     }
 
     /// The runtime the links run on.
-    pub fn handle(&self) -> &Handle {
+    pub(crate) fn handle(&self) -> &Handle {
         &self.h
     }
 
     /// Sends one call; `done` runs in the link's color with the results or why there are
     /// none. `encode(xid, out)` appends the call's record.
-    pub fn call(&self, encode: impl FnOnce(u32, &mut Vec<u8>), done: Waiter) {
+    pub(crate) fn call(&self, encode: impl FnOnce(u32, &mut Vec<u8>), done: Waiter) {
         let xid = self.xid.fetch_add(1, Ordering::Relaxed);
         let mut rec = Vec::new();
         encode(xid, &mut rec);

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use protocol::{Attr, BackendFh, FileHandle, FileType, NfsStatus, Proc, ReplyBody, access};
 
-use super::{Inner, alive, component, key, leased, ops, outcome, results};
+use super::{NfsState, alive, component, key, leased, ops, outcome, results};
 use crate::fs::{Done, OpCtx, Outcome};
 use crate::users::Creds;
 
-impl Inner {
+impl NfsState {
     /// MOUNT of `path` below the export's root.
     pub(super) fn mount(self: &Arc<Self>, ctx: OpCtx, path: Vec<u8>, done: Done<Outcome>) {
         let comps = or_fail!(path_components(&path), done);

@@ -21,7 +21,7 @@
 //! same way): nothing acknowledged as stable is lost.
 //!
 //! **Files.** As the local backend's (`fs/local/`), one per kind of operation, each a method
-//! of [`Inner`] that [`Inner::submit`] calls in one line: [`lookup`] (MOUNT, FETCH, LOOKUP,
+//! of [`NfsState`] that [`NfsState::submit`] calls in one line: [`lookup`] (MOUNT, FETCH, LOOKUP,
 //! READLINK), [`attrs`] (GETATTR, SETATTR, ACCESS, FSSTAT, FSINFO, PATHCONF), [`data`] (WRITE,
 //! APPEND, COMMIT, READ), [`create`] (CREATE, MKDIR, SYMLINK, LINK), [`remove`] (REMOVE,
 //! RMDIR, RENAME), [`readdir`], [`hidden`] (OPEN, CLOSE, and removed files still held open),
@@ -38,19 +38,19 @@ macro_rules! or_fail {
     };
 }
 
-pub mod append;
+pub(crate) mod append;
 mod attrs;
 mod create;
 mod data;
-pub mod hidden;
-pub mod link;
+pub(crate) mod hidden;
+pub(crate) mod link;
 mod lookup;
-pub mod ops;
+pub(crate) mod ops;
 mod readdir;
 mod remove;
-pub mod rpc;
-pub mod setup;
-pub mod xdr;
+pub(crate) mod rpc;
+pub(crate) mod setup;
+pub(crate) mod xdr;
 
 use std::sync::Arc;
 
@@ -68,11 +68,11 @@ use super::{Busy, Done, ObjKey, OpCtx, Outcome, ReadCall, Storage};
 use crate::read::ReplyRecord;
 use crate::users::Creds;
 
-pub use self::setup::BackendUrl;
+pub(crate) use self::setup::BackendUrl;
 
 /// Export id of wrapped handles (local handles use 1): one never resolves in the other
 /// backend.
-pub const EXPORT_ID: u32 = 2;
+pub(crate) const EXPORT_ID: u32 = 2;
 /// Longest name component accepted (as the local backend).
 const NAME_MAX: usize = 255;
 /// Largest READDIR/READDIRPLUS reply, whatever the client asks (as the local backend).
@@ -85,7 +85,7 @@ const ENTRY_PLUS_COST: usize = 4 + protocol::attr::ATTR_LEN + 4 + 4 + protocol::
 
 /// Settings of the backend.
 #[derive(Debug, Clone)]
-pub struct NfsConfig {
+pub(crate) struct NfsConfig {
     pub url: BackendUrl,
     /// RPC connections to the backend.
     pub connections: usize,
@@ -100,7 +100,9 @@ pub struct NfsConfig {
     pub start_wait: std::time::Duration,
 }
 
-struct Inner {
+/// What the backend's operations share: the RPC connections, the handle key, the export's root
+/// handle, its limits, open states and APPEND turns.
+struct NfsState {
     pool: Arc<Pool>,
     key: HandleKey,
     root: BackendFh,
@@ -113,14 +115,14 @@ struct Inner {
 }
 
 /// The NFS backend (see the module docs).
-pub struct NfsBackend {
-    inner: Arc<Inner>,
+pub(crate) struct NfsBackend {
+    state: Arc<NfsState>,
 }
 
 impl NfsBackend {
     /// MOUNTs the export (blocking, before the runtime runs; waiting up to `cfg.start_wait`
     /// for a backend that is not answering yet) and starts the connections.
-    pub fn start(h: &Handle, cfg: &NfsConfig, key: HandleKey) -> anyhow::Result<NfsBackend> {
+    pub(crate) fn start(h: &Handle, cfg: &NfsConfig, key: HandleKey) -> anyhow::Result<NfsBackend> {
         let m = setup::mount_waiting(&cfg.url, cfg.start_wait)?;
         let root = BackendFh::new(&m.root_fh)?;
         tracing::info!(backend = %m.nfs_addr, export = %cfg.url.export, "mounted the NFS backend");
@@ -135,7 +137,7 @@ impl NfsBackend {
             },
         );
         Ok(NfsBackend {
-            inner: Arc::new(Inner {
+            state: Arc::new(NfsState {
                 pool,
                 key,
                 root,
@@ -240,7 +242,7 @@ fn leased(mut a: Option<Attr>, lease_ms: u32) -> Option<Attr> {
     a
 }
 
-/// What [`Inner::peek`] found under a name: its key and handle.
+/// What [`NfsState::peek`] found under a name: its key and handle.
 type Peeked = (ObjKey, FileHandle);
 
 /// A client handle, verified, with its backend handle.
@@ -251,7 +253,7 @@ struct Obj {
     b: BackendFh,
 }
 
-impl Inner {
+impl NfsState {
     fn unwrap(&self, fh: &FileHandle) -> Result<Obj, NfsStatus> {
         let hd = self.key.verify(fh)?;
         match hd.backend {
@@ -416,7 +418,7 @@ fn outcome<T>(
 impl Storage for NfsBackend {
     /// Never refuses: past its bound of calls in flight the backend answers JUKEBOX itself.
     fn submit(&self, ctx: OpCtx, op: RequestOp, done: Done<Outcome>) -> Result<(), Busy> {
-        self.inner.submit(ctx, op, done);
+        self.state.submit(ctx, op, done);
         Ok(())
     }
 
@@ -428,12 +430,12 @@ impl Storage for NfsBackend {
             let done: Done<Result<Vec<u8>, NfsStatus>> = Box::new(move |res| {
                 reply.complete(res.map(|buf| ReplyRecord { buf, start: 0 }), None)
             });
-            self.inner.read(color, ctx, args, done);
+            self.state.read(color, ctx, args, done);
             Ok(())
         });
     }
 
     fn connection_closed(&self, conn: crate::leases::ConnId) {
-        self.inner.connection_closed(conn);
+        self.state.connection_closed(conn);
     }
 }

@@ -20,12 +20,12 @@ use protocol::{
 use super::xdr::{Malformed, Xdr};
 
 /// Longest name in a directory entry or path accepted from the backend.
-pub const MAX_NAME: usize = 1024;
+pub(crate) const MAX_NAME: usize = 1024;
 /// Longest symlink target accepted from the backend.
-pub const MAX_LINK: usize = 4096;
+pub(crate) const MAX_LINK: usize = 4096;
 
 /// Already-packed arguments.
-pub struct Raw(pub Vec<u8>);
+pub(crate) struct Raw(pub Vec<u8>);
 
 impl Pack for Raw {
     fn packed_size(&self) -> usize {
@@ -40,20 +40,20 @@ impl Pack for Raw {
 }
 
 /// Packs `args` (our own values: cannot fail).
-pub fn pack(args: &impl Pack) -> Raw {
+pub(crate) fn pack(args: &impl Pack) -> Raw {
     let mut v = Vec::with_capacity(args.packed_size());
     let ok = args.pack(&mut v).is_ok();
     debug_assert!(ok);
     Raw(v)
 }
 
-pub fn fh3(b: &[u8]) -> nfs_fh3 {
+pub(crate) fn fh3(b: &[u8]) -> nfs_fh3 {
     nfs_fh3 {
         data: Opaque::owned(b.to_vec()),
     }
 }
 
-pub fn dirop<'a>(dir: &[u8], name: &'a [u8]) -> diropargs3<'a> {
+pub(crate) fn dirop<'a>(dir: &[u8], name: &'a [u8]) -> diropargs3<'a> {
     diropargs3 {
         dir: fh3(dir),
         name: filename3(Opaque::borrowed(name)),
@@ -72,7 +72,7 @@ fn opt<T: Pack + nfs3_types::xdr_codec::Unpack>(v: Option<T>) -> Nfs3Option<T> {
     v.map_or(Nfs3Option::None, Nfs3Option::Some)
 }
 
-pub fn sattr(s: &SetAttr) -> sattr3 {
+pub(crate) fn sattr(s: &SetAttr) -> sattr3 {
     sattr3 {
         mode: opt(s.mode),
         uid: opt(s.uid),
@@ -91,7 +91,7 @@ pub fn sattr(s: &SetAttr) -> sattr3 {
     }
 }
 
-pub fn setattr(fh: &[u8], s: &SetAttr, guard: Option<Time>) -> Raw {
+pub(crate) fn setattr(fh: &[u8], s: &SetAttr, guard: Option<Time>) -> Raw {
     pack(&n3::SETATTR3args {
         object: fh3(fh),
         new_attributes: sattr(s),
@@ -99,7 +99,7 @@ pub fn setattr(fh: &[u8], s: &SetAttr, guard: Option<Time>) -> Raw {
     })
 }
 
-pub fn create(dir: &[u8], name: &[u8], how: &CreateHow) -> Raw {
+pub(crate) fn create(dir: &[u8], name: &[u8], how: &CreateHow) -> Raw {
     pack(&n3::CREATE3args {
         where_: dirop(dir, name),
         how: match how {
@@ -110,7 +110,7 @@ pub fn create(dir: &[u8], name: &[u8], how: &CreateHow) -> Raw {
     })
 }
 
-pub fn symlink(dir: &[u8], name: &[u8], attr: &SetAttr, target: &[u8]) -> Raw {
+pub(crate) fn symlink(dir: &[u8], name: &[u8], attr: &SetAttr, target: &[u8]) -> Raw {
     pack(&n3::SYMLINK3args {
         where_: dirop(dir, name),
         symlink: symlinkdata3 {
@@ -120,7 +120,7 @@ pub fn symlink(dir: &[u8], name: &[u8], attr: &SetAttr, target: &[u8]) -> Raw {
     })
 }
 
-pub fn write(fh: &[u8], offset: u64, stable: StableHow, data: &[u8]) -> Raw {
+pub(crate) fn write(fh: &[u8], offset: u64, stable: StableHow, data: &[u8]) -> Raw {
     pack(&n3::WRITE3args {
         file: fh3(fh),
         offset,
@@ -134,7 +134,7 @@ pub fn write(fh: &[u8], offset: u64, stable: StableHow, data: &[u8]) -> Raw {
     })
 }
 
-pub fn readdir(dir: &[u8], cookie: u64, verifier: [u8; 8], count: u32) -> Raw {
+pub(crate) fn readdir(dir: &[u8], cookie: u64, verifier: [u8; 8], count: u32) -> Raw {
     pack(&n3::READDIR3args {
         dir: fh3(dir),
         cookie,
@@ -143,7 +143,13 @@ pub fn readdir(dir: &[u8], cookie: u64, verifier: [u8; 8], count: u32) -> Raw {
     })
 }
 
-pub fn readdirplus(dir: &[u8], cookie: u64, verifier: [u8; 8], dircount: u32, max: u32) -> Raw {
+pub(crate) fn readdirplus(
+    dir: &[u8],
+    cookie: u64,
+    verifier: [u8; 8],
+    dircount: u32,
+    max: u32,
+) -> Raw {
     pack(&n3::READDIRPLUS3args {
         dir: fh3(dir),
         cookie,
@@ -154,12 +160,12 @@ pub fn readdirplus(dir: &[u8], cookie: u64, verifier: [u8; 8], dircount: u32, ma
 }
 
 /// MOUNT's MNT argument: the export path.
-pub fn mnt(path: &[u8]) -> Raw {
+pub(crate) fn mnt(path: &[u8]) -> Raw {
     pack(&nfs3_types::mount::dirpath(Opaque::borrowed(path)))
 }
 
 /// PMAP GETPORT's argument.
-pub fn getport(prog: u32, vers: u32) -> Raw {
+pub(crate) fn getport(prog: u32, vers: u32) -> Raw {
     pack(&nfs3_types::portmap::mapping {
         prog,
         vers,
@@ -171,7 +177,7 @@ pub fn getport(prog: u32, vers: u32) -> Raw {
 // ---- results ----
 
 /// The status that starts every NFSv3 result; anything but OK ends the decoding.
-pub fn status(r: &mut Xdr<'_>) -> Result<Result<(), NfsStatus>, Malformed> {
+pub(crate) fn status(r: &mut Xdr<'_>) -> Result<Result<(), NfsStatus>, Malformed> {
     let code = r.u32("nfs status")?;
     Ok(match code {
         0 => Ok(()),
@@ -210,7 +216,7 @@ fn time(r: &mut Xdr<'_>) -> Result<Time, Malformed> {
 }
 
 /// `fattr3`, with lease 0 (the backend sets the lease).
-pub fn fattr(r: &mut Xdr<'_>) -> Result<Attr, Malformed> {
+pub(crate) fn fattr(r: &mut Xdr<'_>) -> Result<Attr, Malformed> {
     Ok(Attr {
         ftype: ftype(r)?,
         mode: r.u32("mode")? & 0o7777,
@@ -229,7 +235,7 @@ pub fn fattr(r: &mut Xdr<'_>) -> Result<Attr, Malformed> {
     })
 }
 
-pub fn post_op_attr(r: &mut Xdr<'_>) -> Result<Option<Attr>, Malformed> {
+pub(crate) fn post_op_attr(r: &mut Xdr<'_>) -> Result<Option<Attr>, Malformed> {
     if r.bool("post_op_attr")? {
         Ok(Some(fattr(r)?))
     } else {
@@ -238,18 +244,18 @@ pub fn post_op_attr(r: &mut Xdr<'_>) -> Result<Option<Attr>, Malformed> {
 }
 
 /// `wcc_data`: the attributes after the change (those before are skipped).
-pub fn wcc(r: &mut Xdr<'_>) -> Result<Option<Attr>, Malformed> {
+pub(crate) fn wcc(r: &mut Xdr<'_>) -> Result<Option<Attr>, Malformed> {
     if r.bool("pre_op_attr")? {
         r.fixed::<24>("wcc_attr")?;
     }
     post_op_attr(r)
 }
 
-pub fn fh<'a>(r: &mut Xdr<'a>) -> Result<&'a [u8], Malformed> {
+pub(crate) fn fh<'a>(r: &mut Xdr<'a>) -> Result<&'a [u8], Malformed> {
     r.opaque(protocol::handle::BACKEND_FH_MAX, "nfs_fh3")
 }
 
-pub fn post_op_fh<'a>(r: &mut Xdr<'a>) -> Result<Option<&'a [u8]>, Malformed> {
+pub(crate) fn post_op_fh<'a>(r: &mut Xdr<'a>) -> Result<Option<&'a [u8]>, Malformed> {
     if r.bool("post_op_fh3")? {
         Ok(Some(fh(r)?))
     } else {
@@ -257,7 +263,7 @@ pub fn post_op_fh<'a>(r: &mut Xdr<'a>) -> Result<Option<&'a [u8]>, Malformed> {
     }
 }
 
-pub fn stable(r: &mut Xdr<'_>) -> Result<StableHow, Malformed> {
+pub(crate) fn stable(r: &mut Xdr<'_>) -> Result<StableHow, Malformed> {
     Ok(match r.u32("stable_how")? {
         0 => StableHow::Unstable,
         1 => StableHow::DataSync,
@@ -273,7 +279,7 @@ pub fn stable(r: &mut Xdr<'_>) -> Result<StableHow, Malformed> {
 
 /// A READDIR(PLUS) entry as the backend sent it.
 #[derive(Debug)]
-pub struct Entry<'a> {
+pub(crate) struct Entry<'a> {
     pub fileid: u64,
     pub name: &'a [u8],
     pub cookie: u64,
@@ -283,7 +289,7 @@ pub struct Entry<'a> {
 
 /// A directory page: attributes, verifier, entries, eof.
 #[derive(Debug)]
-pub struct Page<'a> {
+pub(crate) struct Page<'a> {
     pub dir_attr: Option<Attr>,
     pub verifier: [u8; 8],
     pub entries: Vec<Entry<'a>>,
@@ -292,7 +298,7 @@ pub struct Page<'a> {
 
 /// READDIR or READDIRPLUS results. The entry list is as long as the (bounded) reply allows,
 /// at least 20 bytes an entry.
-pub fn dir_page<'a>(r: &mut Xdr<'a>, plus: bool) -> Result<Page<'a>, Malformed> {
+pub(crate) fn dir_page<'a>(r: &mut Xdr<'a>, plus: bool) -> Result<Page<'a>, Malformed> {
     let dir_attr = post_op_attr(r)?;
     let verifier = r.fixed::<8>("cookie verifier")?;
     let mut entries = Vec::new();
@@ -322,7 +328,7 @@ pub fn dir_page<'a>(r: &mut Xdr<'a>, plus: bool) -> Result<Page<'a>, Malformed> 
     })
 }
 
-pub fn fsstat(r: &mut Xdr<'_>) -> Result<FsStat, Malformed> {
+pub(crate) fn fsstat(r: &mut Xdr<'_>) -> Result<FsStat, Malformed> {
     Ok(FsStat {
         attr: post_op_attr(r)?,
         tbytes: r.u64("tbytes")?,
@@ -335,7 +341,7 @@ pub fn fsstat(r: &mut Xdr<'_>) -> Result<FsStat, Malformed> {
     })
 }
 
-pub fn fsinfo(r: &mut Xdr<'_>) -> Result<FsInfo, Malformed> {
+pub(crate) fn fsinfo(r: &mut Xdr<'_>) -> Result<FsInfo, Malformed> {
     Ok(FsInfo {
         attr: post_op_attr(r)?,
         rtmax: r.u32("rtmax")?,
@@ -351,7 +357,7 @@ pub fn fsinfo(r: &mut Xdr<'_>) -> Result<FsInfo, Malformed> {
     })
 }
 
-pub fn pathconf(r: &mut Xdr<'_>) -> Result<PathConf, Malformed> {
+pub(crate) fn pathconf(r: &mut Xdr<'_>) -> Result<PathConf, Malformed> {
     Ok(PathConf {
         attr: post_op_attr(r)?,
         linkmax: r.u32("linkmax")?,
@@ -365,7 +371,7 @@ pub fn pathconf(r: &mut Xdr<'_>) -> Result<PathConf, Malformed> {
 
 /// MOUNT MNT results: the export's root handle (the auth flavors are not needed: sfsd
 /// always speaks AUTH_SYS, and a refusal shows up as an RPC auth error).
-pub fn mnt_result<'a>(r: &mut Xdr<'a>) -> Result<Result<&'a [u8], u32>, Malformed> {
+pub(crate) fn mnt_result<'a>(r: &mut Xdr<'a>) -> Result<Result<&'a [u8], u32>, Malformed> {
     match r.u32("mount status")? {
         0 => Ok(Ok(fh(r)?)),
         code => Ok(Err(code)),

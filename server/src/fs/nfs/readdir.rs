@@ -6,11 +6,12 @@ use std::sync::Arc;
 use protocol::{DirEntry, DirEntryPlus, DirPage, FileHandle, NfsStatus, Proc, ReplyBody};
 
 use super::{
-    ENTRY_COST, ENTRY_PLUS_COST, Inner, MAX_DIR_REPLY, key, leased, listed, ops, outcome, results,
+    ENTRY_COST, ENTRY_PLUS_COST, MAX_DIR_REPLY, NfsState, key, leased, listed, ops, outcome,
+    results,
 };
 use crate::fs::{Done, OpCtx, Outcome};
 
-impl Inner {
+impl NfsState {
     /// READDIR: one backend page, cut to the client's count, never `.`, `..` or a hidden name.
     pub(super) fn readdir(
         self: &Arc<Self>,

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use protocol::{Attr, FileHandle, NfsStatus, Proc, ReplyBody};
 
-use super::{Inner, Obj, Peeked, key, leased, old_component, ops, outcome, results};
+use super::{NfsState, Obj, Peeked, key, leased, old_component, ops, outcome, results};
 use crate::fs::{Done, ObjKey, OpCtx, Outcome};
 use crate::users::Creds;
 
-impl Inner {
+impl NfsState {
     /// REMOVE of `name` in `dir`.
     pub(super) fn remove(
         self: &Arc<Self>,

@@ -12,7 +12,7 @@ use nfs3_types::xdr_codec::{Opaque, Pack};
 use super::xdr::{Malformed, Xdr};
 
 /// AUTH_SYS carries at most 16 supplementary groups (RFC 5531, `authsys_parms`).
-pub const AUTH_SYS_MAX_GIDS: usize = 16;
+pub(crate) const AUTH_SYS_MAX_GIDS: usize = 16;
 /// The machine name sfsd puts in its AUTH_SYS credentials.
 const MACHINE_NAME: &[u8] = b"sfsd";
 /// The last-fragment bit of a record mark.
@@ -20,7 +20,7 @@ const LAST_FRAGMENT: u32 = 0x8000_0000;
 
 /// The identity a call is made for (the requesting user's mapped ids).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuthSys {
+pub(crate) struct AuthSys {
     pub uid: u32,
     pub gid: u32,
     /// Supplementary groups; only the first [`AUTH_SYS_MAX_GIDS`] are sent.
@@ -41,7 +41,7 @@ impl AuthSys {
 }
 
 /// Appends one call, as one record (record mark included), to `out`.
-pub fn encode_call(
+pub(crate) fn encode_call(
     out: &mut Vec<u8>,
     xid: u32,
     prog: u32,
@@ -73,7 +73,7 @@ pub fn encode_call(
 
 /// Why a call did not get a result from the backend.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RpcError {
+pub(crate) enum RpcError {
     #[error("the backend refused the call: {0}")]
     Refused(&'static str),
     #[error("malformed reply: {0}")]
@@ -82,7 +82,7 @@ pub enum RpcError {
 
 /// Reads a reply record's header: its xid, then either the procedure's results (the rest of
 /// the record) or why there are none.
-pub fn decode_reply(record: &[u8]) -> Result<(u32, Result<&[u8], RpcError>), Malformed> {
+pub(crate) fn decode_reply(record: &[u8]) -> Result<(u32, Result<&[u8], RpcError>), Malformed> {
     let mut r = Xdr::new(record);
     let xid = r.u32("xid")?;
     let mtype = r.u32("message type")?;
@@ -139,14 +139,14 @@ pub fn decode_reply(record: &[u8]) -> Result<(u32, Result<&[u8], RpcError>), Mal
 /// A record larger than the bound, or a stream that is not record-marked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("backend record of {len} bytes or more exceeds the limit of {max}")]
-pub struct TooLarge {
+pub(crate) struct TooLarge {
     pub len: usize,
     pub max: usize,
 }
 
 /// Assembles records from a byte stream, never buffering more than one bounded record.
 #[derive(Debug)]
-pub struct RecordReader {
+pub(crate) struct RecordReader {
     /// Bytes received and not yet assembled (at most one fragment header's worth past the
     /// bound, see [`RecordReader::push`]).
     input: Vec<u8>,
@@ -156,7 +156,7 @@ pub struct RecordReader {
 }
 
 impl RecordReader {
-    pub fn new(max: usize) -> RecordReader {
+    pub(crate) fn new(max: usize) -> RecordReader {
         RecordReader {
             input: Vec::new(),
             record: Vec::new(),
@@ -166,12 +166,12 @@ impl RecordReader {
 
     /// Adds received bytes. The caller must drain [`RecordReader::next_record`] after each
     /// push; with that, the buffer holds at most one record plus one read.
-    pub fn push(&mut self, data: &[u8]) {
+    pub(crate) fn push(&mut self, data: &[u8]) {
         self.input.extend_from_slice(data);
     }
 
     /// The next complete record, if one has arrived.
-    pub fn next_record(&mut self) -> Result<Option<Vec<u8>>, TooLarge> {
+    pub(crate) fn next_record(&mut self) -> Result<Option<Vec<u8>>, TooLarge> {
         loop {
             if self.input.len() < 4 {
                 return Ok(None);

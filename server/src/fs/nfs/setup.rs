@@ -15,16 +15,16 @@ use super::xdr::Xdr;
 const PMAP_PROG: u32 = 100_000;
 const PMAP_VERS: u32 = 2;
 const PMAP_GETPORT: u32 = 3;
-pub const MOUNT_PROG: u32 = 100_005;
-pub const MOUNT_VERS: u32 = 3;
+pub(crate) const MOUNT_PROG: u32 = 100_005;
+pub(crate) const MOUNT_VERS: u32 = 3;
 const MOUNT_MNT: u32 = 1;
-pub const NFS_PROG: u32 = 100_003;
-pub const NFS_VERS: u32 = 3;
+pub(crate) const NFS_PROG: u32 = 100_003;
+pub(crate) const NFS_VERS: u32 = 3;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `nfs://HOST[:PORT]/EXPORT[?mountport=N]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackendUrl {
+pub(crate) struct BackendUrl {
     pub host: String,
     pub nfs_port: Option<u16>,
     pub mount_port: Option<u16>,
@@ -144,7 +144,7 @@ fn getport(host: SocketAddr, prog: u32, vers: u32, auth: &AuthSys) -> Result<u16
 
 /// What start-up learned: where the NFS service is, and the export's root handle.
 #[derive(Debug)]
-pub struct Mounted {
+pub(crate) struct Mounted {
     pub nfs_addr: SocketAddr,
     pub root_fh: Vec<u8>,
 }
@@ -178,7 +178,7 @@ fn not_answering(e: &anyhow::Error) -> bool {
 /// [`mount`], tried again with backoff while the backend is not answering (see
 /// [`not_answering`]) for up to `wait`, so sfsd can start alongside its NFS server. An answer
 /// that refuses (MOUNT denied, a malformed reply) ends the wait at once.
-pub fn mount_waiting(url: &BackendUrl, wait: Duration) -> Result<Mounted> {
+pub(crate) fn mount_waiting(url: &BackendUrl, wait: Duration) -> Result<Mounted> {
     let started = Instant::now();
     let mut delay = Duration::from_millis(100);
     loop {
@@ -206,7 +206,7 @@ pub fn mount_waiting(url: &BackendUrl, wait: Duration) -> Result<Mounted> {
 
 /// Resolves the URL's host, finds the ports and MOUNTs the export (as root, the way a kernel
 /// client mounts; every later call carries the requesting user's credentials).
-pub fn mount(url: &BackendUrl) -> Result<Mounted> {
+pub(crate) fn mount(url: &BackendUrl) -> Result<Mounted> {
     let host = (url.host.as_str(), 0)
         .to_socket_addrs()
         .with_context(|| format!("resolving {}", url.host))?

@@ -9,7 +9,7 @@
 
 /// A reply that does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Malformed {
+pub(crate) enum Malformed {
     #[error("reply ends inside {0}")]
     Short(&'static str),
     #[error("{what} is {len} bytes, more than its limit of {max}")]
@@ -23,22 +23,22 @@ pub enum Malformed {
 }
 
 /// Reads XDR from a byte slice.
-pub struct Xdr<'a> {
+pub(crate) struct Xdr<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Xdr<'a> {
-    pub fn new(buf: &'a [u8]) -> Xdr<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Xdr<'a> {
         Xdr { buf, pos: 0 }
     }
 
-    pub fn remaining(&self) -> usize {
+    pub(crate) fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
 
     /// The bytes not read yet.
-    pub fn rest(&self) -> &'a [u8] {
+    pub(crate) fn rest(&self) -> &'a [u8] {
         &self.buf[self.pos..]
     }
 
@@ -51,18 +51,18 @@ impl<'a> Xdr<'a> {
         Ok(s)
     }
 
-    pub fn u32(&mut self, what: &'static str) -> Result<u32, Malformed> {
+    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32, Malformed> {
         let b = self.take(4, what)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    pub fn u64(&mut self, what: &'static str) -> Result<u64, Malformed> {
+    pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64, Malformed> {
         let hi = u64::from(self.u32(what)?);
         let lo = u64::from(self.u32(what)?);
         Ok(hi << 32 | lo)
     }
 
-    pub fn bool(&mut self, what: &'static str) -> Result<bool, Malformed> {
+    pub(crate) fn bool(&mut self, what: &'static str) -> Result<bool, Malformed> {
         match self.u32(what)? {
             0 => Ok(false),
             1 => Ok(true),
@@ -71,7 +71,10 @@ impl<'a> Xdr<'a> {
     }
 
     /// Fixed-length opaque data of `N` bytes (padded to 4).
-    pub fn fixed<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], Malformed> {
+    pub(crate) fn fixed<const N: usize>(
+        &mut self,
+        what: &'static str,
+    ) -> Result<[u8; N], Malformed> {
         let b = self.take(N.div_ceil(4) * 4, what)?;
         let mut out = [0u8; N];
         out.copy_from_slice(&b[..N]);
@@ -79,7 +82,7 @@ impl<'a> Xdr<'a> {
     }
 
     /// Variable-length opaque data of at most `max` bytes, borrowed from the reply.
-    pub fn opaque(&mut self, max: usize, what: &'static str) -> Result<&'a [u8], Malformed> {
+    pub(crate) fn opaque(&mut self, max: usize, what: &'static str) -> Result<&'a [u8], Malformed> {
         let len = self.u32(what)? as usize;
         if len > max {
             return Err(Malformed::TooLong { what, len, max });
