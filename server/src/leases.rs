@@ -178,11 +178,13 @@ impl Leases {
         }
     }
 
-    /// Grants `h` a lease of `lease_ms` on `key` if the table and every share it is charged to
-    /// allow it (renewing a lease its connection holds always does); returns whether it did. A
-    /// reply must carry lease 0 for every object this refuses.
+    /// Grants `h` a lease of `lease_ms` from `now` on `key` if the table and every share it is
+    /// charged to allow it (renewing a lease its connection holds always does); returns whether
+    /// it did. A reply must carry lease 0 for every object this refuses. Time is an input
+    /// (here and in [`Leases::changed`] and [`Leases::reap`]) so tests drive it.
     pub(crate) fn try_grant(
         &mut self,
+        now: Instant,
         h: Holder,
         key: ObjKey,
         fh: FileHandle,
@@ -191,7 +193,7 @@ impl Leases {
         if lease_ms == 0 || !self.conns.contains_key(&h.conn) {
             return false;
         }
-        let expiry = Instant::now() + Duration::from_millis(lease_ms as u64);
+        let expiry = now + Duration::from_millis(lease_ms as u64);
         if let Some(held) = self
             .objects
             .get_mut(&key)
@@ -238,10 +240,14 @@ impl Leases {
         }
     }
 
-    /// `key` changed because of `by`: returns the other live holders (their leases end) and
-    /// the handle to name in the INVALIDATE.
-    pub(crate) fn changed(&mut self, key: ObjKey, by: ConnId) -> (Vec<ConnId>, Option<FileHandle>) {
-        let now = Instant::now();
+    /// `key` changed at `now` because of `by`: returns the other holders whose leases were still
+    /// running (they end) and the handle to name in the INVALIDATE.
+    pub(crate) fn changed(
+        &mut self,
+        now: Instant,
+        key: ObjKey,
+        by: ConnId,
+    ) -> (Vec<ConnId>, Option<FileHandle>) {
         let Some(e) = self.objects.get_mut(&key) else {
             return (Vec::new(), None);
         };
@@ -269,12 +275,12 @@ impl Leases {
 
     /// Every object may have changed: every lease ends. Returns the live holders and the
     /// handles to name in their INVALIDATEs.
-    pub(crate) fn changed_all(&mut self) -> Vec<(ConnId, FileHandle)> {
+    pub(crate) fn changed_all(&mut self, now: Instant) -> Vec<(ConnId, FileHandle)> {
         let keys: Vec<ObjKey> = self.objects.keys().copied().collect();
         let mut ended = Vec::new();
         for key in keys {
             // Connection 0 is never a holder (connections count from 1).
-            if let (who, Some(fh)) = self.changed(key, 0) {
+            if let (who, Some(fh)) = self.changed(now, key, 0) {
                 ended.extend(who.into_iter().map(|c| (c, fh)));
             }
         }
@@ -302,9 +308,8 @@ impl Leases {
         self.conns.remove(&conn);
     }
 
-    /// Drops expired leases; returns how many.
-    pub(crate) fn reap(&mut self) -> usize {
-        let now = Instant::now();
+    /// Drops the leases expired at `now`; returns how many.
+    pub(crate) fn reap(&mut self, now: Instant) -> usize {
         let mut expired = Vec::new();
         self.objects.retain(|&key, e| {
             e.holders.retain(|&c, held| {
@@ -380,55 +385,85 @@ mod tests {
 
     #[test]
     fn grant_change_reap_bound() {
+        let t0 = Instant::now();
         let mut l = Leases::new(Duration::from_secs(60), 2, roomy(10));
         for c in 1..=3 {
             l.open_conn(c, ip(c as u8));
         }
-        assert!(l.try_grant(h(1, A), (1, 1), fh(), l.lease_ms()));
-        assert!(l.try_grant(h(2, A), (1, 1), fh(), 60_000));
+        assert!(l.try_grant(t0, h(1, A), (1, 1), fh(), l.lease_ms()));
+        assert!(l.try_grant(t0, h(2, A), (1, 1), fh(), 60_000));
         assert_eq!(l.lease_ms(), 0, "full table grants no lease");
-        assert!(!l.try_grant(h(3, A), (1, 1), fh(), 60_000), "full: refused");
         assert!(
-            l.try_grant(h(2, B), (1, 1), fh(), 60_000),
+            !l.try_grant(t0, h(3, A), (1, 1), fh(), 60_000),
+            "full: refused"
+        );
+        assert!(
+            l.try_grant(t0, h(2, B), (1, 1), fh(), 60_000),
             "a renewal is not a new entry"
         );
-        let (who, _) = l.changed((1, 1), 1);
+        let (who, _) = l.changed(t0, (1, 1), 1);
         assert_eq!(who, vec![2]);
         assert_eq!(l.count(), 1);
         assert_eq!(l.held_by(2), 0);
         l.drop_conn(1);
         assert_eq!(l.count(), 0);
-        assert!(l.try_grant(h(3, A), (2, 2), fh(), 1));
-        std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(l.reap(), 1);
+        assert!(l.try_grant(t0, h(3, A), (2, 2), fh(), 1));
+        assert_eq!(l.reap(t0), 0, "1 ms is still running");
+        assert_eq!(l.reap(t0 + Duration::from_millis(1)), 1);
         assert_eq!((l.count(), l.held_by(3)), (0, 0));
         assert_empty(&l);
         assert!(
-            !l.try_grant(h(1, A), (3, 3), fh(), 60_000),
+            !l.try_grant(t0, h(1, A), (3, 3), fh(), 60_000),
             "a closed connection gets none"
         );
     }
 
+    /// A change INVALIDATEs only holders whose lease was still running when it happened; a
+    /// lease that ran out is dropped without a word (its holder asks again anyway), and
+    /// the reaper drops it at its expiry, not a moment before.
+    #[test]
+    fn a_change_tells_only_holders_whose_lease_runs() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut l = Leases::new(Duration::from_secs(60), 100, roomy(10));
+        for c in 1..=3 {
+            l.open_conn(c, ip(c as u8));
+        }
+        assert!(l.try_grant(t0, h(1, A), (1, 1), fh(), 100));
+        assert!(l.try_grant(t0, h(2, B), (1, 1), fh(), 300));
+        assert!(l.try_grant(t0, h(3, A), (2, 2), fh(), 100));
+        // At 200 ms connection 1's lease has run out, connection 2's runs.
+        let (told, named) = l.changed(t0 + ms(200), (1, 1), 3);
+        assert_eq!((told, named), (vec![2], Some(fh())));
+        assert_eq!(l.count(), 1, "both leases on (1, 1) ended");
+        // A renewal keeps the later expiry.
+        assert!(l.try_grant(t0 + ms(50), h(3, A), (2, 2), fh(), 20));
+        assert_eq!(l.reap(t0 + ms(99)), 0);
+        assert_eq!(l.reap(t0 + ms(100)), 1);
+        assert_empty(&l);
+    }
+
     #[test]
     fn share_per_connection() {
+        let t0 = Instant::now();
         let mut l = Leases::new(Duration::from_secs(60), 1000, roomy(3));
         l.open_conn(1, ip(1));
         l.open_conn(2, ip(2));
         for i in 0..3 {
-            assert!(l.try_grant(h(1, A), (1, i), fh(), l.lease_ms()));
+            assert!(l.try_grant(t0, h(1, A), (1, i), fh(), l.lease_ms()));
         }
         assert!(l.over_share(1), "connection 1 holds its whole share");
         assert!(
-            !l.try_grant(h(1, A), (1, 9), fh(), 60_000),
+            !l.try_grant(t0, h(1, A), (1, 9), fh(), 60_000),
             "over its share: refused"
         );
         assert!(
-            l.try_grant(h(2, A), (1, 9), fh(), 60_000),
+            l.try_grant(t0, h(2, A), (1, 9), fh(), 60_000),
             "others are unaffected"
         );
         assert!(!l.over_share(2), "others are unaffected");
         assert_ne!(l.lease_ms(), 0);
-        l.changed((1, 0), 3);
+        l.changed(t0, (1, 0), 3);
         assert!(!l.over_share(1), "a lease ended: below the share again");
         l.drop_conn(1);
         l.drop_conn(2);
@@ -437,6 +472,7 @@ mod tests {
 
     #[test]
     fn share_per_address() {
+        let t0 = Instant::now();
         let shares = Shares {
             per_addr: 4,
             ..roomy(3)
@@ -447,19 +483,19 @@ mod tests {
             l.open_conn(c, ip(1));
         }
         l.open_conn(4, ip(2));
-        assert!(l.try_grant(h(1, A), (1, 0), fh(), 60_000));
-        assert!(l.try_grant(h(1, B), (1, 1), fh(), 60_000));
-        assert!(l.try_grant(h(2, A), (1, 2), fh(), 60_000));
-        assert!(l.try_grant(h(3, ANON), (1, 3), fh(), 60_000));
+        assert!(l.try_grant(t0, h(1, A), (1, 0), fh(), 60_000));
+        assert!(l.try_grant(t0, h(1, B), (1, 1), fh(), 60_000));
+        assert!(l.try_grant(t0, h(2, A), (1, 2), fh(), 60_000));
+        assert!(l.try_grant(t0, h(3, ANON), (1, 3), fh(), 60_000));
         assert!(l.over_share(2), "the address holds its whole share");
-        assert!(!l.try_grant(h(2, B), (1, 4), fh(), 60_000), "refused");
-        assert!(!l.try_grant(h(3, A), (1, 0), fh(), 60_000), "refused");
+        assert!(!l.try_grant(t0, h(2, B), (1, 4), fh(), 60_000), "refused");
+        assert!(!l.try_grant(t0, h(3, A), (1, 0), fh(), 60_000), "refused");
         assert!(
-            l.try_grant(h(1, A), (1, 0), fh(), 60_000),
+            l.try_grant(t0, h(1, A), (1, 0), fh(), 60_000),
             "renewals still are"
         );
         assert!(
-            l.try_grant(h(4, A), (1, 4), fh(), 60_000),
+            l.try_grant(t0, h(4, A), (1, 4), fh(), 60_000),
             "another address"
         );
         l.drop_conn(3);
@@ -467,7 +503,7 @@ mod tests {
             !l.over_share(2),
             "a connection closed: below the share again"
         );
-        assert!(l.try_grant(h(2, B), (1, 4), fh(), 60_000));
+        assert!(l.try_grant(t0, h(2, B), (1, 4), fh(), 60_000));
         for c in 1..=4 {
             l.drop_conn(c);
         }
@@ -477,6 +513,7 @@ mod tests {
 
     #[test]
     fn share_per_user() {
+        let t0 = Instant::now();
         let shares = Shares {
             per_user: 2,
             ..roomy(10)
@@ -485,18 +522,21 @@ mod tests {
         l.open_conn(1, ip(1));
         l.open_conn(2, ip(2));
         // One user on two connections from two addresses: one allowance.
-        assert!(l.try_grant(h(1, A), (1, 0), fh(), 60_000));
-        assert!(l.try_grant(h(2, A), (1, 1), fh(), 60_000));
+        assert!(l.try_grant(t0, h(1, A), (1, 0), fh(), 60_000));
+        assert!(l.try_grant(t0, h(2, A), (1, 1), fh(), 60_000));
         assert!(
-            !l.try_grant(h(2, A), (1, 2), fh(), 60_000),
+            !l.try_grant(t0, h(2, A), (1, 2), fh(), 60_000),
             "user A is full"
         );
         assert!(!l.over_share(2), "the connection itself is not");
-        assert!(l.try_grant(h(2, B), (1, 2), fh(), 60_000), "user B is not");
-        let (ended, _) = l.changed((1, 0), 2);
+        assert!(
+            l.try_grant(t0, h(2, B), (1, 2), fh(), 60_000),
+            "user B is not"
+        );
+        let (ended, _) = l.changed(t0, (1, 0), 2);
         assert_eq!(ended, vec![1]);
         assert!(
-            l.try_grant(h(2, A), (1, 3), fh(), 60_000),
+            l.try_grant(t0, h(2, A), (1, 3), fh(), 60_000),
             "A below its share"
         );
         l.drop_conn(1);
@@ -506,6 +546,7 @@ mod tests {
 
     #[test]
     fn anonymous_share_all_connections_together() {
+        let t0 = Instant::now();
         let shares = Shares {
             anonymous: 5,
             ..roomy(3)
@@ -517,17 +558,17 @@ mod tests {
         let mut granted = 0;
         for c in 1..=9 {
             for i in 0..3 {
-                granted += usize::from(l.try_grant(h(c, ANON), (1, i), fh(), 60_000));
+                granted += usize::from(l.try_grant(t0, h(c, ANON), (1, i), fh(), 60_000));
             }
         }
         assert_eq!(granted, 5, "nine anonymous connections share five leases");
         assert!(l.anonymous_full());
         assert!(
-            l.try_grant(h(10, A), (1, 0), fh(), 60_000),
+            l.try_grant(t0, h(10, A), (1, 0), fh(), 60_000),
             "a user is unaffected"
         );
-        assert!(!l.try_grant(h(10, ANON), (1, 1), fh(), 60_000));
-        assert_eq!(l.reap(), 0);
+        assert!(!l.try_grant(t0, h(10, ANON), (1, 1), fh(), 60_000));
+        assert_eq!(l.reap(t0), 0);
         l.drop_conn(1);
         assert!(
             !l.anonymous_full(),
@@ -555,6 +596,7 @@ mod tests {
 
     #[test]
     fn many_grants_and_drops_leave_nothing() {
+        let t0 = Instant::now();
         let shares = Shares {
             per_conn: 7,
             per_addr: 15,
@@ -572,14 +614,14 @@ mod tests {
                 for i in 0..12u64 {
                     let who = whos[(n + i as usize) % whos.len()];
                     let ms = if i % 4 == 0 { 1 } else { 60_000 };
-                    l.try_grant(h(c, who), (1, i + u64::from(round % 5)), fh(), ms);
+                    l.try_grant(t0, h(c, who), (1, i + u64::from(round % 5)), fh(), ms);
                 }
             }
             // Some leases end by changes, some by expiry, the rest with their connections.
-            l.changed((1, u64::from(round % 7)), conns[0]);
+            l.changed(t0, (1, u64::from(round % 7)), conns[0]);
             if round % 10 == 0 {
-                std::thread::sleep(Duration::from_millis(2));
-                l.reap();
+                // The 1 ms leases have run out.
+                l.reap(t0 + Duration::from_millis(2));
             }
             let by_addr: usize = l.by_addr.values().sum();
             let by_who: usize = l.by_user.values().sum::<usize>() + l.anonymous;

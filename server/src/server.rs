@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Weak};
 
 use libcolor::ColorCell;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use libcolor::{Color, Handle};
 use protocol::{
@@ -252,7 +252,9 @@ impl Server {
             if !c0.conns.contains_key(&id) {
                 return false;
             }
-            let granted = c0.leases.try_grant(holder, key, fh, lease_ms);
+            let granted = c0
+                .leases
+                .try_grant(Instant::now(), holder, key, fh, lease_ms);
             self.publish_share(c0, id);
             self.publish_table(c0);
             !granted || self.changes.object_changed_since(key, &read_from)
@@ -334,6 +336,7 @@ impl Server {
         let mut invalidations = Vec::new();
         let mut result = outcome.result;
         self.color0.with(|c0| {
+            let now = Instant::now();
             // Every attribute in the reply keeps its lease only if the table and the shares of
             // this connection, its address and its user allow the grant; the others are sent
             // with lease 0.
@@ -343,7 +346,7 @@ impl Server {
                     let key = (attr.fsid, attr.fileid);
                     let granted = handles
                         .get(&key)
-                        .is_some_and(|fh| c0.leases.try_grant(holder, key, *fh, lease_ms));
+                        .is_some_and(|fh| c0.leases.try_grant(now, holder, key, *fh, lease_ms));
                     if !granted {
                         attr.lease_ms = 0;
                     }
@@ -353,7 +356,7 @@ impl Server {
                 self.changes.note(*key);
             }
             for (key, fh, attr) in &outcome.changed {
-                let (who, _) = c0.leases.changed(*key, id);
+                let (who, _) = c0.leases.changed(now, *key, id);
                 for other in who {
                     self.publish_share(c0, other);
                     if let Some(target) = c0.conns.get(&other).and_then(|r| r.conn.upgrade()) {
@@ -400,12 +403,12 @@ impl Server {
                 // Cached descriptors too: access may have changed.
                 self.changes.note_access();
                 self.changes.note_all();
-                ended = c0.leases.changed_all();
+                ended = c0.leases.changed_all(Instant::now());
             } else {
                 for key in keys {
                     self.changes.note(*key);
                     // Connection 0 holds nothing (connections count from 1): every holder.
-                    if let (who, Some(fh)) = c0.leases.changed(*key, 0) {
+                    if let (who, Some(fh)) = c0.leases.changed(Instant::now(), *key, 0) {
                         ended.extend(who.into_iter().map(|c| (c, fh)));
                     }
                 }
@@ -561,7 +564,7 @@ impl Server {
         let srv = self.clone();
         self.h.delaycb(every, Color::DEFAULT, move || {
             let reaped = srv.color0.with(|c0| {
-                let reaped = c0.leases.reap();
+                let reaped = c0.leases.reap(Instant::now());
                 let ids: Vec<ConnId> = c0.conns.keys().copied().collect();
                 for id in ids {
                     srv.publish_share(c0, id);
