@@ -70,7 +70,7 @@ impl Common {
         let stopping = Arc::new(CachePadded::new(AtomicBool::new(false)));
         Ok(Common {
             id: NEXT_RUNTIME_ID.fetch_add(1, Ordering::Relaxed),
-            reactor: Reactor::new().map_err(Error::Start)?,
+            reactor: Reactor::new(workers).map_err(Error::Start)?,
             timers: Timers::default(),
             pool: Pool::new(helpers, helper_queue, stopping.clone()).map_err(Error::Start)?,
             stats: StatsBoard::new(workers),
@@ -125,6 +125,10 @@ pub(crate) trait Core: Send + Sync + 'static {
     fn queue_depths(&self) -> Vec<usize>;
     fn queue_depth_for(&self, color: Color) -> usize;
     fn workers(&self) -> usize;
+    /// The epoll a new registration goes in: the one of `color`'s home worker (so that its
+    /// events are harvested where its callbacks run), or without a color the calling
+    /// worker's.
+    fn reactor_for(&self, color: Option<Color>) -> usize;
 }
 
 /// Runs one task with panic containment, in its color. Its time is accounted by the caller,

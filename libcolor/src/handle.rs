@@ -150,13 +150,43 @@ impl Handle {
     }
 
     /// Registers a mio source with the runtime's poller; arm callbacks on the returned
-    /// registration.
+    /// registration. On the multiprocessor flavour the source goes in the epoll of the
+    /// calling worker (worker 0's from a thread that is not a worker); prefer
+    /// [`Handle::register_in`] when the color its callbacks will run in is known.
     pub fn register<S: Source + ?Sized>(
         &self,
         source: &mut S,
         interest: Interest,
     ) -> io::Result<IoRegistration> {
-        let entry = self.core.common().reactor.register(source, interest)?;
+        self.register_at(source, interest, self.core.reactor_for(None))
+    }
+
+    /// Registers a mio source whose callbacks will run in `color`: on the multiprocessor
+    /// flavour it goes in the epoll of the color's home worker, so that the worker that runs
+    /// the color also harvests its events (a source's socket, its state and its epoll stay on
+    /// one CPU, as with one copy of a server per CPU). Callbacks may still be armed in any
+    /// color; only where events are first seen depends on it.
+    pub fn register_in<S: Source + ?Sized>(
+        &self,
+        color: impl Into<Color>,
+        source: &mut S,
+        interest: Interest,
+    ) -> io::Result<IoRegistration> {
+        let poll = self.core.reactor_for(Some(color.into()));
+        self.register_at(source, interest, poll)
+    }
+
+    fn register_at<S: Source + ?Sized>(
+        &self,
+        source: &mut S,
+        interest: Interest,
+        poll: usize,
+    ) -> io::Result<IoRegistration> {
+        let entry = self
+            .core
+            .common()
+            .reactor
+            .register(source, interest, poll)?;
         Ok(IoRegistration {
             entry,
             handle: self.clone(),
@@ -343,7 +373,11 @@ impl IoRegistration {
 
     /// Removes the source from the poller and drops both callbacks.
     pub fn deregister<S: Source + ?Sized>(self, source: &mut S) -> io::Result<()> {
-        self.handle.core.common().reactor.deregister(source)
+        self.handle
+            .core
+            .common()
+            .reactor
+            .deregister(&self.entry, source)
         // `Drop` forgets the entry and its callbacks.
     }
 }

@@ -29,15 +29,25 @@
 //!   Running slots are on no run queue, so a thief cannot take one: exclusion holds by
 //!   construction (a slot is on at most one run queue, and only the worker that took it off
 //!   runs it), order by the slot's FIFO. The slot's home follows the thief;
-//! * the poller is whichever worker would otherwise park (tokio's driver model): an idle
-//!   worker that can take the reactor announces itself, re-checks every run queue it could
-//!   take work from, and only then blocks in `epoll_wait` until the next timer. Busy workers
-//!   take a non-blocking look every millisecond if the reactor is free, so timers, signals and
-//!   I/O are never starved by CPU work; a worker leaving the reactor with work to do wakes a
-//!   parked one to take over polling;
-//! * sleeping follows the Dekker pattern: a worker announces itself idle (`SeqCst`), fences,
-//!   re-checks; a poster that queued a slot fences and wakes an idle worker if the idle count
-//!   is non-zero. Either the worker sees the slot or the poster sees the worker.
+//! * every worker has its own epoll (N copies of a uniprocessor server keep each connection,
+//!   its socket and its epoll on one CPU; one shared epoll made one worker harvest every
+//!   connection's events while another ran half of them). [`Handle::register_in`] puts a
+//!   source in the epoll of its color's home worker; a color stolen later leaves its
+//!   registrations where they are (its events then cross, as every event did before). An
+//!   idle worker blocks in its own epoll, until the next timer; a busy worker takes a
+//!   non-blocking look at it every 250 µs between turns, so timers, signals and I/O are
+//!   never starved by CPU work;
+//! * no event waits behind a long callback: an epoll that nobody has looked at for 1 ms
+//!   (its owner is in a long callback; between short turns it looks every 250 µs) is polled
+//!   by another worker, busy (between its turns) or idle (an idle worker blocks for at most
+//!   1 ms while another worker is awake). The events go to their colors' queues as any
+//!   other, and an idle worker steals what the stuck worker cannot run;
+//! * sleeping follows the Dekker pattern: a worker takes its own epoll, announces itself
+//!   idle (`SeqCst`), fences, re-checks; a poster that queued a slot fences and wakes an idle
+//!   worker (through its epoll's waker) if the idle count is non-zero. Either the worker sees
+//!   the slot or the poster sees the worker. A thread polling another's epoll discards the
+//!   wakes it finds there, which is why the owner takes its epoll *before* announcing: a
+//!   wake aimed at the announced owner stays in the epoll for it.
 //!
 //! Priorities: a slot queued by a callback with a positive priority goes on a runtime-wide
 //! priority injector that every worker serves first. Overload shedding compares the slot's
@@ -57,16 +67,15 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::*, fence};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering::*, fence};
 use std::time::{Duration, Instant};
 
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
-use crossbeam_utils::sync::{Parker, Unparker};
 
 use crate::color::{COLOR_SLOTS, Color};
-use crate::core::{CLOCK_EVERY, Common, Core, poll_once, poll_timeout, run_task};
+use crate::core::{CLOCK_EVERY, Common, Core, nanos, run_task};
 use crate::error::Error;
 use crate::handle::Handle;
 use crate::state::SlotState;
@@ -83,15 +92,20 @@ pub enum QueueMode {
 }
 
 const AWAKE: u8 = 0;
-const PARKED: u8 = 1;
-const POLLING: u8 = 2;
+const POLLING: u8 = 1;
 
 /// Callbacks a worker runs from one slot before yielding it.
 pub(crate) const BUDGET: u32 = 64;
 /// Wall time after which a worker yields a slot even within the budget.
 pub(crate) const TURN_TIME: Duration = Duration::from_micros(500);
-/// How often a busy worker takes a non-blocking look at the reactor (if it is free).
-const POLL_INTERVAL: Duration = Duration::from_millis(1);
+/// How often a busy worker takes a non-blocking look at its own epoll (and at any that has
+/// gone unwatched for [`TAKEOVER_AFTER`]).
+const POLL_INTERVAL: Duration = Duration::from_micros(250);
+/// An epoll nobody has looked at for this long belongs to a worker stuck in a long callback
+/// (a worker between short turns looks at its own every [`POLL_INTERVAL`], and a turn yields
+/// after [`TURN_TIME`]): another worker polls it for it, so no event waits behind the
+/// callback. It is also how often an idle worker wakes to check while another one is busy.
+const TAKEOVER_AFTER: Duration = Duration::from_millis(1);
 /// Every this many turns a worker serves its inbox before its own deque (fairness between
 /// slots queued locally and slots queued by other threads).
 const INBOX_EVERY: u32 = 31;
@@ -161,16 +175,20 @@ impl Slot {
 }
 
 struct WorkerShared {
-    /// AWAKE, PARKED or POLLING; a waker claims a sleeping worker by CAS to AWAKE.
+    /// AWAKE or POLLING (blocked in its own epoll); a waker claims a sleeping worker by CAS
+    /// to AWAKE.
     sleep: CachePadded<AtomicU8>,
+    /// Set before a worker blocks without a time bound (every other worker was polling too):
+    /// a worker that wakes with work wakes it, so that it watches for long callbacks again.
+    unbounded: AtomicBool,
+    /// When a thread last polled this worker's epoll (nanoseconds since the runtime's epoch).
+    looked_at: CachePadded<AtomicU64>,
     inbox: Injector<usize>,
     stealer: Stealer<usize>,
-    unparker: Unparker,
 }
 
 /// What a worker thread is handed when it starts.
 pub(crate) struct WorkerSeat {
-    parker: Parker,
     deque: Worker<usize>,
 }
 
@@ -195,8 +213,10 @@ pub(crate) struct Mp {
     urgent: Injector<usize>,
     mode: QueueMode,
     steal: bool,
-    /// Workers parked or polling (announced before their last re-check).
+    /// Workers blocked in their epoll (announced before their last re-check).
     idle: CachePadded<AtomicUsize>,
+    /// The origin of `WorkerShared::looked_at`.
+    epoch: Instant,
 }
 
 pub(crate) struct MpConfig {
@@ -221,7 +241,6 @@ impl Mp {
         let workers = config.workers.max(1);
         let seats: Vec<WorkerSeat> = (0..workers)
             .map(|_| WorkerSeat {
-                parker: Parker::new(),
                 deque: Worker::new_fifo(),
             })
             .collect();
@@ -236,9 +255,10 @@ impl Mp {
                 .iter()
                 .map(|seat| WorkerShared {
                     sleep: CachePadded::new(AtomicU8::new(AWAKE)),
+                    unbounded: AtomicBool::new(false),
+                    looked_at: CachePadded::new(AtomicU64::new(0)),
                     inbox: Injector::new(),
                     stealer: seat.deque.stealer(),
-                    unparker: seat.parker.unparker().clone(),
                 })
                 .collect(),
             shared: Injector::new(),
@@ -246,6 +266,7 @@ impl Mp {
             mode: config.mode,
             steal: config.steal && config.mode == QueueMode::PerWorker && workers > 1,
             idle: CachePadded::new(AtomicUsize::new(0)),
+            epoch: Instant::now(),
         };
         (Arc::new(mp), seats)
     }
@@ -273,7 +294,7 @@ impl Mp {
                     }
                     let deque = Rc::new(seat.deque);
                     LOCAL.with(|l| *l.borrow_mut() = Some((mp.common.id, index, deque.clone())));
-                    mp.worker_loop(index, &deque, &seat.parker);
+                    mp.worker_loop(index, &deque);
                     LOCAL.with(|l| l.borrow_mut().take());
                     // Slot indices left in the deque are dropped with it; the slots' FIFOs
                     // are drained below.
@@ -318,7 +339,7 @@ impl Mp {
         self.slots.iter().map(Slot::drain).sum()
     }
 
-    fn worker_loop(&self, index: usize, deque: &Worker<usize>, parker: &Parker) {
+    fn worker_loop(&self, index: usize, deque: &Worker<usize>) {
         let mut clock = WorkerClock::new(self.common.stats.worker(index));
         let mut tick: u32 = 0;
         // A deadline, not an interval: this is checked between every two turns.
@@ -327,13 +348,13 @@ impl Mp {
             tick = tick.wrapping_add(1);
             if clock.now >= next_poll {
                 next_poll = clock.now + POLL_INTERVAL;
-                self.poll_while_busy(&mut clock);
+                self.poll_while_busy(index, &mut clock);
             }
             clock.maybe_flush();
             match self.find_work(index, deque, tick, &mut clock) {
                 Some(slot) => self.run_slot(index, slot, deque, &mut clock),
                 None => {
-                    self.idle(index, deque, parker, &mut clock);
+                    self.idle(index, deque, &mut clock);
                     next_poll = clock.now + POLL_INTERVAL;
                 }
             }
@@ -491,54 +512,122 @@ impl Mp {
         }
     }
 
-    /// Nothing to run: become the poller if the reactor is free, else park.
-    fn idle(
-        &self,
-        index: usize,
-        deque: &Worker<usize>,
-        parker: &Parker,
-        clock: &mut WorkerClock<'_>,
-    ) {
+    /// Nothing to run: poll the epolls of workers stuck in long callbacks, then block in
+    /// this worker's own epoll.
+    ///
+    /// The worker takes its epoll *before* announcing itself, so that a wake written after
+    /// the announcement stays in the epoll for it: a thread polling another's epoll (which
+    /// discards wakes) can only do so before the owner announces, and then the owner's
+    /// re-check sees whatever the waker had queued.
+    fn idle(&self, index: usize, deque: &Worker<usize>, clock: &mut WorkerClock<'_>) {
+        clock.now = Instant::now();
+        if self.poll_stalled(index, clock) > 0 {
+            return;
+        }
         let me = &self.workers[index];
-        if let Some(held) = self.common.reactor.try_begin() {
-            me.sleep.store(POLLING, SeqCst);
-            self.idle.fetch_add(1, SeqCst);
-            fence(SeqCst);
-            let may_block = !self.has_work(index, deque) && !self.common.is_stopping();
-            if may_block {
-                clock.idle_start();
+        let mut held = self.common.reactor.begin(index);
+        me.sleep.store(POLLING, SeqCst);
+        self.idle.fetch_add(1, SeqCst);
+        fence(SeqCst);
+        let may_block = !self.has_work(index, deque) && !self.common.is_stopping();
+        let timeout = if may_block {
+            clock.idle_start();
+            self.idle_timeout(index)
+        } else {
+            Some(Duration::ZERO)
+        };
+        let ready = self.common.reactor.poll_held(&mut held, timeout);
+        me.sleep.store(AWAKE, SeqCst);
+        self.idle.fetch_sub(1, SeqCst);
+        drop(held);
+        if may_block {
+            clock.idle_end();
+            self.looked(index, clock.now);
+        } else {
+            self.looked(index, Instant::now());
+        }
+        let scheduled = self.dispatch(ready);
+        if !may_block {
+            clock.polled();
+        }
+        if scheduled > 0 {
+            // This worker is about to run callbacks: a peer blocked without a bound must
+            // watch for them running long.
+            self.wake_unbounded(index);
+        }
+    }
+
+    /// How long an idle worker may block: until the next timer, and no longer than
+    /// [`TAKEOVER_AFTER`] while another worker is awake (it may be in a long callback whose
+    /// epoll this worker must then poll).
+    ///
+    /// `unbounded` is stored before the peers' states are read, and a waking worker stores
+    /// its state before reading `unbounded` (both `SeqCst`): either this worker sees the
+    /// peer awake, or the peer sees this worker blocking without a bound and wakes it.
+    fn idle_timeout(&self, index: usize) -> Option<Duration> {
+        let me = &self.workers[index];
+        me.unbounded.store(true, SeqCst);
+        let peer_awake = self
+            .workers
+            .iter()
+            .enumerate()
+            .any(|(w, worker)| w != index && worker.sleep.load(SeqCst) != POLLING);
+        let timer = self
+            .common
+            .timers
+            .next_deadline()
+            .map(|at| at.saturating_duration_since(Instant::now()));
+        if peer_awake {
+            me.unbounded.store(false, SeqCst);
+            Some(timer.map_or(TAKEOVER_AFTER, |t| t.min(TAKEOVER_AFTER)))
+        } else {
+            timer
+        }
+    }
+
+    /// After leaving its epoll with work: wakes a peer that blocked without a time bound.
+    fn wake_unbounded(&self, index: usize) {
+        for w in 0..self.workers.len() {
+            if w != index && self.workers[w].unbounded.load(SeqCst) && self.try_wake(w, POLLING) {
+                return;
             }
-            let mut held = held;
+        }
+    }
+
+    /// Records that worker `w`'s epoll was polled at `now`.
+    fn looked(&self, w: usize, now: Instant) {
+        self.workers[w]
+            .looked_at
+            .store(nanos(now.saturating_duration_since(self.epoch)), Relaxed);
+    }
+
+    /// Polls, without blocking, every other worker's epoll that nobody has looked at for
+    /// [`TAKEOVER_AFTER`] and that its owner does not hold (it is in a callback or a long
+    /// turn). The events go to their colors' run queues as any other: a color homed on the
+    /// busy worker is then stolen by an idle one. Returns how many tasks it scheduled.
+    fn poll_stalled(&self, index: usize, clock: &mut WorkerClock<'_>) -> usize {
+        let now = nanos(clock.now.saturating_duration_since(self.epoch));
+        let mut scheduled = 0;
+        for w in 0..self.workers.len() {
+            if w == index
+                || now.saturating_sub(self.workers[w].looked_at.load(Relaxed))
+                    < nanos(TAKEOVER_AFTER)
+            {
+                continue;
+            }
+            let Some(mut held) = self.common.reactor.try_begin(w) else {
+                continue; // its owner (or another thief) is polling it
+            };
             let ready = self
                 .common
                 .reactor
-                .poll_held(&mut held, poll_timeout(&self.common, may_block));
-            me.sleep.store(AWAKE, SeqCst);
-            self.idle.fetch_sub(1, SeqCst);
+                .poll_held(&mut held, Some(Duration::ZERO));
             drop(held);
-            if may_block {
-                clock.idle_end();
-            }
-            let scheduled = self.dispatch(ready);
-            if !may_block {
-                clock.polled();
-            }
-            if scheduled > 0 || may_block {
-                // This worker is about to run something: hand polling to a parked worker.
-                self.hand_off_polling();
-            }
-        } else {
-            me.sleep.store(PARKED, SeqCst);
-            self.idle.fetch_add(1, SeqCst);
-            fence(SeqCst);
-            if !self.has_work(index, deque) && !self.common.is_stopping() {
-                clock.idle_start();
-                parker.park();
-                clock.idle_end();
-            }
-            me.sleep.store(AWAKE, SeqCst);
-            self.idle.fetch_sub(1, SeqCst);
+            self.looked(w, clock.now);
+            scheduled += self.dispatch(ready);
+            clock.counters().took_over();
         }
+        scheduled
     }
 
     /// Schedules what a poll found (ready I/O callbacks, due timers).
@@ -560,31 +649,24 @@ impl Mp {
         }
     }
 
-    /// A busy worker's periodic look at the reactor, if nobody else holds it.
-    fn poll_while_busy(&self, clock: &mut WorkerClock<'_>) {
-        if let Some(held) = self.common.reactor.try_begin() {
-            clock.now = Instant::now();
-            poll_once(self, held, poll_timeout(&self.common, false));
+    /// A busy worker's periodic look at its own epoll (unless a thief holds it) and at any
+    /// peer's that has gone unwatched.
+    fn poll_while_busy(&self, index: usize, clock: &mut WorkerClock<'_>) {
+        clock.now = Instant::now();
+        if let Some(mut held) = self.common.reactor.try_begin(index) {
+            let ready = self
+                .common
+                .reactor
+                .poll_held(&mut held, Some(Duration::ZERO));
+            drop(held);
+            self.looked(index, clock.now);
+            self.dispatch(ready);
             clock.polled();
-            clock.flush();
-            self.hand_off_polling();
         }
-    }
-
-    /// If workers are parked but none is polling, wakes one: it will take the reactor, so
-    /// I/O and timers are watched while this worker runs callbacks.
-    fn hand_off_polling(&self) {
-        if self.idle.load(SeqCst) == 0 {
-            return;
+        if self.workers.len() > 1 {
+            self.poll_stalled(index, clock);
         }
-        if self.workers.iter().any(|w| w.sleep.load(SeqCst) == POLLING) {
-            return;
-        }
-        for w in 0..self.workers.len() {
-            if self.try_wake(w, PARKED) {
-                return;
-            }
-        }
+        clock.flush();
     }
 
     /// Claims worker `w` if it is sleeping in state `state` and wakes it.
@@ -598,30 +680,25 @@ impl Mp {
         {
             return false;
         }
-        match state {
-            PARKED => worker.unparker.unpark(),
-            _ => self.common.reactor.wake(),
-        }
+        self.common.reactor.wake(w);
         true
     }
 
-    /// After queuing a slot that any worker may take: wakes one idle worker (`prefer` first,
-    /// then a parked one, then the poller), if any is idle.
+    /// After queuing a slot that any worker may take: wakes one idle worker (`prefer` first),
+    /// if any is idle.
     fn notify_any(&self, prefer: Option<usize>) {
         fence(SeqCst);
         if self.idle.load(SeqCst) == 0 {
             return;
         }
         if let Some(w) = prefer
-            && (self.try_wake(w, PARKED) || self.try_wake(w, POLLING))
+            && self.try_wake(w, POLLING)
         {
             return;
         }
-        for state in [PARKED, POLLING] {
-            for w in 0..self.workers.len() {
-                if self.try_wake(w, state) {
-                    return;
-                }
+        for w in 0..self.workers.len() {
+            if self.try_wake(w, POLLING) {
+                return;
             }
         }
     }
@@ -629,7 +706,7 @@ impl Mp {
     /// After queuing a slot only worker `w` may take (no stealing): wakes it if it sleeps.
     fn notify_worker(&self, w: usize) {
         fence(SeqCst);
-        let _ = self.try_wake(w, PARKED) || self.try_wake(w, POLLING);
+        let _ = self.try_wake(w, POLLING);
     }
 
     /// Puts a slot that just became queued on a run queue.
@@ -698,21 +775,19 @@ impl Core for Mp {
         }
     }
 
+    /// A new earliest timer: one blocked worker recomputes its timeout (and any poll fires
+    /// due timers). With none blocked, every busy worker polls every [`POLL_INTERVAL`].
     fn wake_poller(&self) {
         for w in 0..self.workers.len() {
             if self.workers[w].sleep.load(SeqCst) == POLLING {
-                self.common.reactor.wake();
+                self.common.reactor.wake(w);
                 return;
             }
         }
-        self.hand_off_polling();
     }
 
     fn wake_all(&self) {
-        for worker in self.workers.iter() {
-            worker.unparker.unpark();
-        }
-        self.common.reactor.wake();
+        self.common.reactor.wake_all();
     }
 
     fn queue_depths(&self) -> Vec<usize> {
@@ -735,6 +810,22 @@ impl Core for Mp {
 
     fn workers(&self) -> usize {
         self.workers.len()
+    }
+
+    fn reactor_for(&self, color: Option<Color>) -> usize {
+        match color {
+            Some(color) => {
+                let s = color.slot();
+                match self.mode {
+                    QueueMode::PerWorker => self.table[s].load(Relaxed),
+                    QueueMode::Shared => s % self.workers.len(),
+                }
+            }
+            None => LOCAL.with(|l| match &*l.borrow() {
+                Some((runtime, me, _)) if *runtime == self.common.id => *me,
+                _ => 0,
+            }),
+        }
     }
 }
 

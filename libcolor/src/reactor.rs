@@ -1,4 +1,5 @@
-//! The I/O side: one mio `Poll`, the registrations it reports on, and their callback slots.
+//! The I/O side: the mio `Poll`s (one per worker), the registrations they report on, and
+//! their callback slots.
 //!
 //! mio is edge-triggered, so a readiness edge must never be lost: an edge that arrives while
 //! no callback is armed (or while the callback is running) is remembered and delivered as soon
@@ -32,54 +33,90 @@ pub(crate) enum Direction {
     Write = 1,
 }
 
-pub(crate) struct Reactor {
+/// One epoll instance: the right to poll it, its registry and waker, and the registrations it
+/// reports on.
+struct PollSet {
     poll: Mutex<(Poll, Events)>,
     registry: Registry,
     waker: Waker,
     entries: Mutex<HashMap<usize, Arc<IoEntry>>>,
+}
+
+impl PollSet {
+    fn new() -> io::Result<PollSet> {
+        let poll = Poll::new()?;
+        let registry = poll.registry().try_clone()?;
+        let waker = Waker::new(&registry, WAKER_TOKEN)?;
+        Ok(PollSet {
+            poll: Mutex::new((poll, Events::with_capacity(EVENTS_PER_POLL))),
+            registry,
+            waker,
+            entries: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+/// The runtime's pollers: one epoll per worker (one in all for the uniprocessor flavour), so
+/// that a source registered for a color is watched by the worker that runs the color and its
+/// events do not cross CPUs. Any thread may poll any of them while holding its lock; which
+/// thread does is the flavour's policy.
+pub(crate) struct Reactor {
+    sets: Box<[PollSet]>,
     next_token: AtomicUsize,
 }
 
 /// A ready callback slot found by a poll.
 pub(crate) type Ready = (Arc<IoEntry>, Direction);
 
-/// The right to poll: one thread at a time.
-pub(crate) type PollerGuard<'a> = MutexGuard<'a, (Poll, Events)>;
+/// The right to poll one of the reactor's epolls: one thread at a time per epoll.
+pub(crate) struct PollerGuard<'a> {
+    set: &'a PollSet,
+    held: MutexGuard<'a, (Poll, Events)>,
+}
 
 impl Reactor {
-    pub(crate) fn new() -> io::Result<Reactor> {
-        let poll = Poll::new()?;
-        let registry = poll.registry().try_clone()?;
-        let waker = Waker::new(&registry, WAKER_TOKEN)?;
+    /// A reactor of `polls` epolls (at least one).
+    pub(crate) fn new(polls: usize) -> io::Result<Reactor> {
         Ok(Reactor {
-            poll: Mutex::new((poll, Events::with_capacity(EVENTS_PER_POLL))),
-            registry,
-            waker,
-            entries: Mutex::new(HashMap::new()),
+            sets: (0..polls.max(1))
+                .map(|_| PollSet::new())
+                .collect::<io::Result<_>>()?,
             next_token: AtomicUsize::new(0),
         })
     }
 
-    /// Interrupts a blocking poll (from any thread).
-    pub(crate) fn wake(&self) {
-        if let Err(err) = self.waker.wake() {
+    /// Interrupts a blocking poll of epoll `poll` (from any thread).
+    pub(crate) fn wake(&self, poll: usize) {
+        if let Err(err) = self.sets[poll].waker.wake() {
             tracing::error!(%err, "libcolor: cannot wake the poller");
         }
     }
 
+    /// Interrupts every blocking poll.
+    pub(crate) fn wake_all(&self) {
+        for poll in 0..self.sets.len() {
+            self.wake(poll);
+        }
+    }
+
+    /// Registers `source` in epoll `poll` (taken modulo the number of epolls).
     pub(crate) fn register<S: Source + ?Sized>(
         &self,
         source: &mut S,
         interest: Interest,
+        poll: usize,
     ) -> io::Result<Arc<IoEntry>> {
+        let poll = poll % self.sets.len();
+        let set = &self.sets[poll];
         let token = self.next_token.fetch_add(1, Relaxed);
         let entry = Arc::new(IoEntry {
             token,
+            poll,
             dirs: Mutex::new(Default::default()),
         });
-        self.entries.lock().insert(token, entry.clone());
-        if let Err(err) = self.registry.register(source, Token(token), interest) {
-            self.entries.lock().remove(&token);
+        set.entries.lock().insert(token, entry.clone());
+        if let Err(err) = set.registry.register(source, Token(token), interest) {
+            set.entries.lock().remove(&token);
             return Err(err);
         }
         Ok(entry)
@@ -91,17 +128,22 @@ impl Reactor {
         source: &mut S,
         interest: Interest,
     ) -> io::Result<()> {
-        self.registry
+        self.sets[entry.poll]
+            .registry
             .reregister(source, Token(entry.token), interest)
     }
 
-    pub(crate) fn deregister<S: Source + ?Sized>(&self, source: &mut S) -> io::Result<()> {
-        self.registry.deregister(source)
+    pub(crate) fn deregister<S: Source + ?Sized>(
+        &self,
+        entry: &IoEntry,
+        source: &mut S,
+    ) -> io::Result<()> {
+        self.sets[entry.poll].registry.deregister(source)
     }
 
     /// Forgets an entry and drops its callbacks (which may own the very registration).
     pub(crate) fn forget(&self, entry: &IoEntry) {
-        self.entries.lock().remove(&entry.token);
+        self.sets[entry.poll].entries.lock().remove(&entry.token);
         let dropped = entry.disarm_all();
         drop(dropped);
     }
@@ -109,16 +151,28 @@ impl Reactor {
     /// Drops every registration's callbacks: used at shutdown to break reference cycles
     /// between callbacks and the runtime.
     pub(crate) fn clear(&self) {
-        let entries: Vec<_> = self.entries.lock().drain().map(|(_, e)| e).collect();
-        for entry in entries {
-            drop(entry.disarm_all());
+        for set in self.sets.iter() {
+            let entries: Vec<_> = set.entries.lock().drain().map(|(_, e)| e).collect();
+            for entry in entries {
+                drop(entry.disarm_all());
+            }
         }
     }
 
-    /// Takes the poller if no other thread holds it: whoever holds it polls (the worker that
-    /// would otherwise park, or a busy worker's periodic non-blocking look).
-    pub(crate) fn try_begin(&self) -> Option<PollerGuard<'_>> {
-        self.poll.try_lock()
+    /// Takes the right to poll epoll `poll` if no other thread holds it.
+    pub(crate) fn try_begin(&self, poll: usize) -> Option<PollerGuard<'_>> {
+        let set = &self.sets[poll];
+        set.poll.try_lock().map(|held| PollerGuard { set, held })
+    }
+
+    /// Takes the right to poll epoll `poll`, waiting while another thread holds it (callers
+    /// that take another worker's epoll only hold it for a non-blocking poll).
+    pub(crate) fn begin(&self, poll: usize) -> PollerGuard<'_> {
+        let set = &self.sets[poll];
+        PollerGuard {
+            set,
+            held: set.poll.lock(),
+        }
     }
 
     /// Polls once with the poller held (blocking up to `timeout`, `None` = until an event)
@@ -126,17 +180,17 @@ impl Reactor {
     /// result to [`Reactor::dispatch`].
     pub(crate) fn poll_held(
         &self,
-        held: &mut PollerGuard<'_>,
+        guard: &mut PollerGuard<'_>,
         timeout: Option<Duration>,
     ) -> io::Result<Vec<Ready>> {
         let mut ready = Vec::new();
-        let (poll, events) = &mut **held;
+        let (poll, events) = &mut *guard.held;
         match poll.poll(events, timeout) {
             Ok(()) => {}
             Err(err) if err.kind() == io::ErrorKind::Interrupted => return Ok(ready),
             Err(err) => return Err(err),
         }
-        let entries = self.entries.lock();
+        let entries = guard.set.entries.lock();
         for event in events.iter() {
             if event.token() == WAKER_TOKEN {
                 continue;
@@ -191,6 +245,8 @@ struct Slot {
 /// One registered source: a callback slot per direction.
 pub(crate) struct IoEntry {
     token: usize,
+    /// The epoll it is registered in.
+    poll: usize,
     dirs: Mutex<[Slot; 2]>,
 }
 

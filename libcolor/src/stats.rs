@@ -32,6 +32,7 @@ pub(crate) struct WorkerCounters {
     other_ns: AtomicU64,
     poll_ns: AtomicU64,
     polls: AtomicU64,
+    takeovers: AtomicU64,
     shed: AtomicU64,
     queue_high_water: AtomicU64,
     cpu_ns: AtomicU64,
@@ -51,6 +52,7 @@ impl Default for WorkerCounters {
             other_ns: AtomicU64::new(0),
             poll_ns: AtomicU64::new(0),
             polls: AtomicU64::new(0),
+            takeovers: AtomicU64::new(0),
             shed: AtomicU64::new(0),
             queue_high_water: AtomicU64::new(0),
             cpu_ns: AtomicU64::new(0),
@@ -71,6 +73,11 @@ impl WorkerCounters {
     pub(crate) fn polled(&self, nanos: u64) {
         bump(&self.polls, 1);
         bump(&self.poll_ns, nanos);
+    }
+
+    /// This worker polled another worker's epoll, left unwatched by a long callback.
+    pub(crate) fn took_over(&self) {
+        bump(&self.takeovers, 1);
     }
 
     pub(crate) fn idled(&self, nanos: u64) {
@@ -106,6 +113,7 @@ impl WorkerCounters {
             other_busy: Duration::from_nanos(self.other_ns.load(Relaxed)),
             poll_busy: Duration::from_nanos(self.poll_ns.load(Relaxed)),
             polls: self.polls.load(Relaxed),
+            takeovers: self.takeovers.load(Relaxed),
             shed: self.shed.load(Relaxed),
             queue_high_water: self.queue_high_water.load(Relaxed),
             cpu: Duration::from_nanos(self.cpu_ns.load(Relaxed)),
@@ -306,6 +314,9 @@ pub struct WorkerStats {
     pub poll_busy: Duration,
     /// Poll turns taken by this worker (blocking or not).
     pub polls: u64,
+    /// Polls of another worker's epoll, which its owner had not looked at for a while (it
+    /// was in a long callback).
+    pub takeovers: u64,
     /// Callbacks replaced by their drop alternative because their color was overloaded.
     pub shed: u64,
     /// Deepest color FIFO this worker has started a turn of.
@@ -409,6 +420,7 @@ impl Stats {
                 other_busy: now.other_busy.saturating_sub(then.other_busy),
                 poll_busy: now.poll_busy.saturating_sub(then.poll_busy),
                 polls: now.polls - then.polls,
+                takeovers: now.takeovers - then.takeovers,
                 shed: now.shed - then.shed,
                 queue_high_water: now.queue_high_water,
                 cpu: now.cpu.saturating_sub(then.cpu),

@@ -60,7 +60,7 @@ impl Uni {
         self.inbox_full.store(true, SeqCst);
         fence(SeqCst);
         if self.sleep.load(SeqCst) == POLLING {
-            self.common.reactor.wake();
+            self.common.reactor.wake(0);
         }
     }
 
@@ -183,7 +183,7 @@ impl Uni {
 
     /// The poller's turn: non-blocking while work is queued, else until the next timer.
     fn poll(&self, clock: &mut WorkerClock<'_>) {
-        let Some(held) = self.common.reactor.try_begin() else {
+        let Some(held) = self.common.reactor.try_begin(0) else {
             return; // only this thread polls; cannot happen
         };
         let busy = self.with_queue(|q| {
@@ -262,12 +262,12 @@ impl Core for Uni {
 
     fn wake_poller(&self) {
         if self.sleep.load(SeqCst) == POLLING {
-            self.common.reactor.wake();
+            self.common.reactor.wake(0);
         }
     }
 
     fn wake_all(&self) {
-        self.common.reactor.wake();
+        self.common.reactor.wake(0);
     }
 
     fn queue_depths(&self) -> Vec<usize> {
@@ -280,5 +280,9 @@ impl Core for Uni {
 
     fn workers(&self) -> usize {
         1
+    }
+
+    fn reactor_for(&self, _color: Option<Color>) -> usize {
+        0
     }
 }
