@@ -1,10 +1,12 @@
-//! A `loom` model of the scheduling protocol: post, queue, steal, park, run, with two
-//! workers and a producer, over the real slot state machine ([`crate::state::SlotState`],
+//! A `loom` model of the scheduling protocol: post, queue, steal, sleep in the worker's own
+//! epoll, take over the other worker's epoll, run, with two workers and a producer, over the
+//! real slot state machine ([`crate::state::SlotState`],
 //! compiled against loom's atomics). Run queues and the slot FIFO are modelled as loom
 //! mutexes around `VecDeque`s (crossbeam's deques are not loom-instrumented; their
 //! linearizability is crossbeam's to prove): what is checked is the protocol on top of them —
 //! exclusion (no two workers run the slot), per-color FIFO order, no lost callback and no lost
-//! wakeup (loom reports a deadlock if a worker sleeps forever with work queued). A turn's
+//! wakeup (loom reports a deadlock if a worker sleeps forever with work queued), also when
+//! the other worker's takeover poll discards the wakes it finds in a worker's epoll. A turn's
 //! look at a lane before popping it (`Slot::pop`: `is_empty`, then `pop`) is, with the owner
 //! the lane's only consumer, the modelled `pop_front` that finds the FIFO empty.
 //!
@@ -21,30 +23,61 @@ use std::collections::VecDeque;
 use crate::state::SlotState;
 
 const AWAKE: usize = 0;
-const PARKED: usize = 1;
+const POLLING: usize = 1;
 
-struct Parker {
-    token: Mutex<bool>,
+/// A worker's epoll as far as waking goes: the right to poll it (`poll`) and its waker's
+/// pending edge (`edge`: an eventfd write, which needs no lock to make). Whoever polls it
+/// consumes the edge: the owner's blocking poll waits for one; the other worker's
+/// non-blocking takeover poll discards it (it only looks for I/O events).
+///
+/// The right to poll is a flag rather than a loom mutex, so that a worker that stops where
+/// it would block (`Model::probe`) keeps it.
+struct Epoll {
+    held: AtomicBool,
+    edge: Mutex<bool>,
     cv: Condvar,
 }
 
-impl Parker {
-    fn new() -> Parker {
-        Parker {
-            token: Mutex::new(false),
+impl Epoll {
+    fn new() -> Epoll {
+        Epoll {
+            held: AtomicBool::new(false),
+            edge: Mutex::new(false),
             cv: Condvar::new(),
         }
     }
-    fn park(&self) {
-        let mut token = self.token.lock().unwrap();
-        while !*token {
-            token = self.cv.wait(token).unwrap();
-        }
-        *token = false;
+    /// Takes the right to poll if it is free.
+    fn try_begin(&self) -> bool {
+        self.held
+            .compare_exchange(false, true, SeqCst, Relaxed)
+            .is_ok()
     }
-    fn unpark(&self) {
-        *self.token.lock().unwrap() = true;
+    /// Takes the right to poll, waiting while the other worker holds it.
+    fn begin(&self) {
+        while !self.try_begin() {
+            loom::thread::yield_now();
+        }
+    }
+    fn end(&self) {
+        self.held.store(false, SeqCst);
+    }
+    /// The waker.
+    fn wake(&self) {
+        *self.edge.lock().unwrap() = true;
         self.cv.notify_one();
+    }
+    /// A blocking poll (the caller holds `poll`).
+    fn wait(&self) {
+        let mut edge = self.edge.lock().unwrap();
+        while !*edge {
+            edge = self.cv.wait(edge).unwrap();
+        }
+        *edge = false;
+    }
+    /// A non-blocking poll (the caller should hold the right to poll): takes a pending
+    /// wake, if any, and says whether there was one.
+    fn discard(&self) -> bool {
+        std::mem::take(&mut *self.edge.lock().unwrap())
     }
 }
 
@@ -53,7 +86,17 @@ struct Model {
     fifo: Mutex<VecDeque<usize>>,
     queues: [Mutex<VecDeque<()>>; 2],
     sleep: [AtomicUsize; 2],
-    parkers: [Parker; 2],
+    epolls: [Epoll; 2],
+    /// Whether a takeover poll takes the epoll's lock (false: the defect loom must find).
+    takeover_locks: bool,
+    /// Stealing on (the color is homed on worker 0, either worker runs it), or off (homed
+    /// on worker 1, which alone runs it: worker 0 only takes over worker 1's epoll).
+    steal: bool,
+    /// A worker stops where it would block, keeping its epoll and its announcement (loom
+    /// aborts, rather than panics, on a deadlock with the worker's state on its stack, so a
+    /// lost wake is checked by an assertion at the end instead, as in `uni_inbox`).
+    probe: bool,
+    slept: [AtomicBool; 2],
     idle: AtomicUsize,
     running: AtomicBool,
     next: AtomicUsize,
@@ -64,35 +107,53 @@ impl Model {
     fn post(&self, task: usize) {
         self.fifo.lock().unwrap().push_back(task);
         if self.state.notify() {
-            // Home worker 0.
-            self.queues[0].lock().unwrap().push_back(());
+            let home = self.home();
+            self.queues[home].lock().unwrap().push_back(());
             fence(SeqCst);
-            if self.idle.load(SeqCst) > 0 {
-                self.wake_one();
+            if self.steal {
+                if self.idle.load(SeqCst) > 0 {
+                    self.wake_one();
+                }
+            } else {
+                self.wake(home); // `Mp::notify_worker`
             }
+        }
+    }
+
+    fn home(&self) -> usize {
+        if self.steal { 0 } else { 1 }
+    }
+
+    fn wake(&self, w: usize) {
+        if self.sleep[w]
+            .compare_exchange(POLLING, AWAKE, SeqCst, Relaxed)
+            .is_ok()
+        {
+            self.epolls[w].wake();
         }
     }
 
     fn wake_one(&self) {
         for w in 0..2 {
             if self.sleep[w]
-                .compare_exchange(PARKED, AWAKE, SeqCst, Relaxed)
+                .compare_exchange(POLLING, AWAKE, SeqCst, Relaxed)
                 .is_ok()
             {
-                self.parkers[w].unpark();
+                self.epolls[w].wake();
                 return;
             }
         }
     }
 
-    /// Own queue first, then steal from the other's.
+    /// Own queue first, then (stealing) the other's.
     fn find(&self, me: usize) -> bool {
         self.queues[me].lock().unwrap().pop_front().is_some()
-            || self.queues[1 - me].lock().unwrap().pop_front().is_some()
+            || (self.steal && self.queues[1 - me].lock().unwrap().pop_front().is_some())
     }
 
-    fn has_work(&self) -> bool {
-        self.queues.iter().any(|q| !q.lock().unwrap().is_empty())
+    fn has_work(&self, me: usize) -> bool {
+        !self.queues[me].lock().unwrap().is_empty()
+            || (self.steal && !self.queues[1 - me].lock().unwrap().is_empty())
     }
 
     /// A turn with a budget of one callback, as `Mp::run_slot`.
@@ -115,8 +176,8 @@ impl Model {
             self.running.store(false, SeqCst);
             if task + 1 == self.total {
                 // Done: let the other worker see it.
-                for p in &self.parkers {
-                    p.unpark();
+                for e in &self.epolls {
+                    e.wake();
                 }
             }
             if self.fifo.lock().unwrap().is_empty() {
@@ -127,9 +188,11 @@ impl Model {
             }
             self.state.yield_now();
             self.queues[me].lock().unwrap().push_back(());
-            fence(SeqCst);
-            if self.idle.load(SeqCst) > 0 {
-                self.wake_one();
+            if self.steal {
+                fence(SeqCst);
+                if self.idle.load(SeqCst) > 0 {
+                    self.wake_one();
+                }
             }
             return;
         }
@@ -141,29 +204,52 @@ impl Model {
                 self.run_slot(me);
                 continue;
             }
-            self.sleep[me].store(PARKED, SeqCst);
+            // `Mp::poll_stalled`, in the worst case: the other worker's epoll is always taken
+            // over when its owner does not hold it.
+            let other = &self.epolls[1 - me];
+            if self.takeover_locks {
+                if other.try_begin() {
+                    other.discard();
+                    other.end();
+                }
+            } else {
+                other.discard();
+            }
+            // `Mp::idle`: take the own epoll, then announce, re-check, block.
+            self.epolls[me].begin();
+            self.sleep[me].store(POLLING, SeqCst);
             self.idle.fetch_add(1, SeqCst);
             fence(SeqCst);
-            if !self.has_work() && self.next.load(SeqCst) < self.total {
-                self.parkers[me].park();
+            if !self.has_work(me) && self.next.load(SeqCst) < self.total {
+                if !self.probe {
+                    self.epolls[me].wait();
+                } else if !self.epolls[me].discard() {
+                    // Blocked from here on: a wake would leave its edge in the epoll.
+                    self.slept[me].store(true, SeqCst);
+                    return;
+                }
             }
             self.sleep[me].store(AWAKE, SeqCst);
             self.idle.fetch_sub(1, SeqCst);
+            self.epolls[me].end();
         }
     }
 }
 
-#[test]
-fn loom_model_post_steal_park_run() {
+fn post_steal_sleep_run(steal: bool, probe: bool, takeover_locks: bool) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(3);
-    builder.check(|| {
+    builder.check(move || {
         let model = Arc::new(Model {
             state: SlotState::new(),
             fifo: Mutex::new(VecDeque::new()),
             queues: [Mutex::new(VecDeque::new()), Mutex::new(VecDeque::new())],
             sleep: [AtomicUsize::new(AWAKE), AtomicUsize::new(AWAKE)],
-            parkers: [Parker::new(), Parker::new()],
+            epolls: [Epoll::new(), Epoll::new()],
+            takeover_locks,
+            steal,
+            probe,
+            slept: [AtomicBool::new(false), AtomicBool::new(false)],
             idle: AtomicUsize::new(0),
             running: AtomicBool::new(false),
             next: AtomicUsize::new(0),
@@ -182,8 +268,39 @@ fn loom_model_post_steal_park_run() {
         for w in workers {
             w.join().unwrap();
         }
-        assert_eq!(model.next.load(SeqCst), 3);
+        for w in 0..2 {
+            let stranded = !model.queues[w].lock().unwrap().is_empty();
+            let woken = *model.epolls[w].edge.lock().unwrap();
+            assert!(
+                !(model.slept[w].load(SeqCst) && stranded && !woken),
+                "worker {w} slept with its color queued and nobody woke it"
+            );
+        }
+        if !probe {
+            assert_eq!(model.next.load(SeqCst), 3);
+        }
     });
+}
+
+#[test]
+fn loom_model_post_steal_sleep_in_own_epoll_take_over_run() {
+    post_steal_sleep_run(true, false, true);
+}
+
+/// Without stealing only the home worker runs the color, so a lost wake of it is not masked
+/// by the other worker running the callbacks.
+#[test]
+fn loom_model_post_sleep_in_own_epoll_take_over_run_without_stealing() {
+    post_steal_sleep_run(false, false, true);
+    post_steal_sleep_run(false, true, true);
+}
+
+/// A takeover poll that does not hold the epoll can discard the wake of a worker blocked in
+/// it: loom finds the worker asleep with its color queued.
+#[test]
+#[should_panic(expected = "nobody woke it")]
+fn loom_model_a_takeover_without_the_epoll_loses_a_wakeup() {
+    post_steal_sleep_run(false, true, false);
 }
 
 /// The uniprocessor inbox: a loop thread that drains an inbox and otherwise sleeps, and a
