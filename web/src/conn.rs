@@ -101,7 +101,7 @@ pub type ConnRef = Arc<ColorCell<Conn>>;
 pub fn start(srv: &Arc<Server>, color: Color, mut stream: TcpStream) {
     let reg = match srv
         .h
-        .register(&mut stream, libcolor::mio::Interest::READABLE)
+        .register_in(color, &mut stream, libcolor::mio::Interest::READABLE)
     {
         Ok(r) => r,
         Err(_) => {
