@@ -217,7 +217,11 @@ impl Conn {
 
 /// Color 0 (listener): sets up a new connection in its own color.
 pub(crate) fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: SocketAddr) {
-    let reg = match srv.h.register(
+    let color = Color(id);
+    // In the epoll of the color's home worker: the worker that runs the connection also
+    // harvests its events.
+    let reg = match srv.h.register_in(
+        color,
         &mut stream,
         libcolor::mio::Interest::READABLE | libcolor::mio::Interest::WRITABLE,
     ) {
@@ -228,7 +232,6 @@ pub(crate) fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: 
         }
     };
     let lease_capped = Arc::new(AtomicBool::new(false));
-    let color = Color(id);
 
     let conn = Arc::new(ColorCell::new(
         &srv.h,

@@ -206,7 +206,9 @@ impl Link {
             }
         };
         let _ = stream.set_nodelay(true);
-        let reg = match h.register(
+        let color = me.color();
+        let reg = match h.register_in(
+            color,
             &mut stream,
             libcolor::mio::Interest::READABLE | libcolor::mio::Interest::WRITABLE,
         ) {
@@ -216,7 +218,6 @@ impl Link {
                 return self.retry_later(h, me);
             }
         };
-        let color = me.color();
         {
             let (h2, l2) = (h.clone(), me.clone());
             reg.on_readable(color, move || run(&l2, |l| l.on_readable(&h2, &l2)));
