@@ -53,6 +53,19 @@ const FIRST_AUTHNO: u32 = 1;
 /// On a live connection, whose window is open, a FETCH asks for a whole record.
 pub(super) const FIRST_FLIGHT_FETCH: u32 = 8 * 1024;
 
+/// Whether `op` may go out with a new connection's LOGIN on a connection of `version`: a
+/// FETCH or a CREATEAT, where the version has it. A CREATEAT goes unsequenced there (the
+/// SESSION that binds the reply cache is in the same flight); a session that has just begun
+/// has nothing to replay, and if its answer is lost the caller makes the file again the
+/// ordinary way.
+fn rides_with_login(op: &RequestOp, version: u32) -> bool {
+    match op {
+        RequestOp::Fetch { .. } => protocol::handshake::has_fetch(version),
+        RequestOp::CreateAt { .. } => protocol::handshake::has_create_at(version),
+        _ => false,
+    }
+}
+
 /// Requests waiting for replies on one connection.
 #[derive(Default)]
 struct Pending {
@@ -230,12 +243,12 @@ impl Client {
         Ok(self.connection_with(None).await?.0)
     }
 
-    /// [`Client::connection`]; when a new connection is made, `early` (a FETCH's path and
-    /// count) goes out with its LOGIN and SESSION, and its answer comes back beside the
+    /// [`Client::connection`]; when a new connection is made, `early` (a FETCH or a
+    /// CREATEAT) goes out with its LOGIN and SESSION, and its answer comes back beside the
     /// connection (see [`Client::establish`]).
     pub(super) async fn connection_with(
         &self,
-        early: Option<(&[u8], u32)>,
+        early: Option<RequestOp>,
     ) -> Result<(Arc<Conn>, Option<EarlyReply>), SessionError> {
         let mut slot = self.inner.conn.lock().await;
         if let Some(c) = slot.as_ref()
@@ -252,7 +265,8 @@ impl Client {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(opts.max_backoff);
             }
-            match tokio::time::timeout(opts.connect_timeout, self.establish(early)).await {
+            let establish = self.establish(early.clone());
+            match tokio::time::timeout(opts.connect_timeout, establish).await {
                 Ok(Ok((c, early_reply))) => {
                     if reconnect {
                         // INVALIDATEs may have been missed while disconnected.
@@ -284,16 +298,16 @@ impl Client {
 
     /// TCP connect, handshake, tasks, login.
     ///
-    /// SESSION and LOGIN go out together behind the handshake's last message, and so does a
-    /// FETCH of `early` (of at most [`FIRST_FLIGHT_FETCH`] bytes) where the version has it,
-    /// sent with the authno the LOGIN will get:
+    /// SESSION and LOGIN go out together behind the handshake's last message, and so does
+    /// `early` (a FETCH or a CREATEAT) where the version has it, sent with the authno the
+    /// LOGIN will get:
     /// the server gives authnos 1, 2, ... in the order of LOGINs and checks a connection's
     /// requests in order, so the FETCH runs as the user once the LOGIN before it succeeded
     /// (docs/PROTOCOL.md, section 8). Its answer is returned only if the LOGIN did get that
     /// authno; otherwise (refused: the user is anonymous) the caller asks again.
     async fn establish(
         &self,
-        early: Option<(&[u8], u32)>,
+        early: Option<RequestOp>,
     ) -> Result<(Conn, Option<EarlyReply>), SessionError> {
         let name = &self.inner.name;
         let mut stream = TcpStream::connect(name.location().socket_addr_string())
@@ -345,7 +359,7 @@ impl Client {
             Some(_) => FIRST_AUTHNO,
             None => protocol::ANONYMOUS,
         };
-        let early = early.filter(|_| protocol::handshake::has_fetch(version));
+        let early = early.filter(|op| rides_with_login(op, version));
         let (epoch, authno, early_reply) = tokio::join!(
             async {
                 match sessions {
@@ -359,14 +373,7 @@ impl Client {
                     None => Ok(None),
                 }
             },
-            async {
-                let (path, count) = early?;
-                let op = RequestOp::Fetch {
-                    path: path.to_vec(),
-                    count: count.min(FIRST_FLIGHT_FETCH),
-                };
-                self.send_early(&conn, expected_authno, op).await
-            }
+            async { self.send_early(&conn, expected_authno, early?).await }
         );
         conn.epoch = epoch?;
         if let Some(authno) = authno? {

@@ -430,7 +430,7 @@ impl Client {
     /// [`Client::new_object`] for an object the request made new when `made`: the cache then
     /// knows it has no `security.capability` ([`crate::cache::AttrCache::made_new`]). Not when
     /// the reply carries no handle: the name looked up may be another object by then.
-    async fn made(
+    pub(super) async fn made(
         &self,
         dir: &FileHandle,
         name: &[u8],

@@ -149,11 +149,28 @@ pub(crate) fn fill_default_mode(op: &mut RequestOp) {
             how: CreateHow::Unchecked(attr) | CreateHow::Guarded(attr),
             ..
         }
+        | RequestOp::CreateAt {
+            how: CreateHow::Unchecked(attr) | CreateHow::Guarded(attr),
+            ..
+        }
         | RequestOp::Mknod { attr, .. } => (attr, default_mode::FILE),
         RequestOp::Symlink { attr, .. } => (attr, default_mode::SYMLINK),
         _ => return,
     };
     attr.mode.get_or_insert(default);
+}
+
+/// A CREATEAT path split into its directory's path and the new name (its last non-empty
+/// component; a path ending in `/` names no file).
+pub(crate) fn split_create_path(path: &[u8]) -> Result<(&[u8], &[u8]), NfsStatus> {
+    let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&b""[..], path),
+    };
+    if name.is_empty() || name == b"." || name == b".." {
+        return Err(NfsStatus::Inval);
+    }
+    Ok((dir, name))
 }
 
 /// Procedures that change the file system (refused on read-only exports and to anonymous
@@ -165,6 +182,7 @@ pub(crate) fn is_mutating(op: &RequestOp) -> bool {
             | RequestOp::Write { .. }
             | RequestOp::Append { .. }
             | RequestOp::Create { .. }
+            | RequestOp::CreateAt { .. }
             | RequestOp::Mkdir { .. }
             | RequestOp::Symlink { .. }
             | RequestOp::Mknod { .. }

@@ -325,6 +325,7 @@ impl NfsState {
             Op::Append { fh, stable, data } => self.append_data(ctx, fh, stable, data, done),
             Op::Commit { fh, offset, count } => self.commit(ctx, fh, offset, count, done),
             Op::Create { dir, name, how } => self.create(ctx, dir, name, how, done),
+            Op::CreateAt { path, how } => self.create_at(ctx, path, how, done),
             Op::Mkdir { dir, name, attr } => self.mkdir(ctx, dir, name, attr, done),
             Op::Symlink {
                 dir,
