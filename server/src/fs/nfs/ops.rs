@@ -186,24 +186,6 @@ pub(crate) fn status(r: &mut Reader<'_>) -> Result<Result<(), NfsStatus>, Decode
     })
 }
 
-fn ftype(r: &mut Reader<'_>) -> Result<FileType, DecodeError> {
-    Ok(match r.u32("file type")? {
-        1 => FileType::Regular,
-        2 => FileType::Directory,
-        3 => FileType::Block,
-        4 => FileType::Char,
-        5 => FileType::Symlink,
-        6 => FileType::Socket,
-        7 => FileType::Fifo,
-        value => {
-            return Err(DecodeError::BadDiscriminant {
-                what: "file type",
-                value,
-            });
-        }
-    })
-}
-
 fn time(r: &mut Reader<'_>) -> Result<Time, DecodeError> {
     let seconds = i64::from(r.u32("seconds")?);
     let nanos = r.u32("nanoseconds")?;
@@ -218,7 +200,7 @@ fn time(r: &mut Reader<'_>) -> Result<Time, DecodeError> {
 /// `fattr3`, with lease 0 (the backend sets the lease).
 pub(crate) fn fattr(r: &mut Reader<'_>) -> Result<Attr, DecodeError> {
     Ok(Attr {
-        ftype: ftype(r)?,
+        ftype: FileType::decode(r)?,
         mode: r.u32("mode")? & 0o7777,
         nlink: r.u32("nlink")?,
         uid: r.u32("uid")?,
@@ -261,20 +243,6 @@ pub(crate) fn post_op_fh<'a>(r: &mut Reader<'a>) -> Result<Option<&'a [u8]>, Dec
     } else {
         Ok(None)
     }
-}
-
-pub(crate) fn stable(r: &mut Reader<'_>) -> Result<StableHow, DecodeError> {
-    Ok(match r.u32("stable_how")? {
-        0 => StableHow::Unstable,
-        1 => StableHow::DataSync,
-        2 => StableHow::FileSync,
-        value => {
-            return Err(DecodeError::BadDiscriminant {
-                what: "stable_how",
-                value,
-            });
-        }
-    })
 }
 
 /// A READDIR(PLUS) entry as the backend sent it.
