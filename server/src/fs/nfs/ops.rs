@@ -450,6 +450,14 @@ mod tests {
         for cut in 0..v.len() {
             assert!(dir_page(&mut Reader::new(&v[..cut]), false).is_err());
         }
+        // A name's padding that is not zero is refused (XDR has one encoding of each value):
+        // the first entry's name "a" is followed by three bytes of padding.
+        let padding = 4 + 8 + 16 + 1;
+        v[padding] = 1;
+        assert_eq!(
+            dir_page(&mut Reader::new(&v), false).unwrap_err(),
+            DecodeError::NonZeroPadding("file name")
+        );
     }
 
     #[test]
