@@ -317,7 +317,8 @@ pub enum StableHow {
 }
 
 impl StableHow {
-    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<StableHow, DecodeError> {
+    /// Reads a stability level (NFSv3 `stable_how`, the same numbers), refusing any other value.
+    pub fn decode(r: &mut Reader<'_>) -> Result<StableHow, DecodeError> {
         Ok(match r.u32("stable how")? {
             0 => StableHow::Unstable,
             1 => StableHow::DataSync,
