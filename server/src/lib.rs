@@ -8,6 +8,7 @@
 
 mod changes;
 pub mod cli;
+mod color0;
 mod config;
 mod conn;
 mod fs;
