@@ -30,13 +30,13 @@ use protocol::{
     ServerMessage,
 };
 
-use crate::changes::Epoch;
+use crate::fs::ReadCall;
 use crate::fs::key_of;
 use crate::leases::{ConnId, Holder, Principal};
 use crate::output::{Flushed, Output, SPARE_MIN_CAPACITY};
-use crate::read::{LeaseChoice, ReadState, ReplyRecord};
+use crate::read::{ReadState, ReplyRecord};
 use crate::replies::{Begin, Record};
-use crate::server::{InFlight, Server};
+use crate::server::{ConnLink, InFlight, Server};
 use crate::users::Creds;
 
 mod admission;
@@ -44,7 +44,7 @@ mod commit_order;
 mod identity;
 mod read_call;
 use commit_order::CommitOrder;
-pub(crate) use read_call::ReadCall;
+use read_call::{ReadJob, Reading};
 
 enum Phase {
     /// Accepted; the protocol end (its handshake machine and the server's first message) is
@@ -255,7 +255,7 @@ pub(crate) fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: 
         },
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
-    srv.register_conn(id, &conn, lease_capped, peer.ip());
+    srv.register_conn(id, Arc::downgrade(&conn) as _, lease_capped, peer.ip());
     {
         let (srv, conn) = (srv.clone(), conn.clone());
         reg.on_readable(color, move || pump(&srv, &conn));
@@ -305,25 +305,6 @@ pub(crate) fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: 
             // Whatever arrived before the handshake existed (readiness is edge-triggered).
             pump_borrowed(srv, &conn, c);
         })
-    });
-}
-
-/// Connection color: color 0 picked this connection to make room for a new one among the
-/// starting connections. Closed unless it has logged in since, or color 0 thought it
-/// `in_handshake` but it has finished the handshake since (then it asks to come back:
-/// [`crate::startups::Startups::readmit`]).
-pub(crate) fn drop_starting(srv: &Arc<Server>, conn: &ConnRef, in_handshake: bool) {
-    srv.doomed.fetch_sub(1, Ordering::SeqCst);
-    conn.with(|c| {
-        if c.logged_in || c.closed() {
-            return;
-        }
-        if in_handshake && c.phase.is_open() {
-            let id = c.id;
-            srv.in_color(Color::DEFAULT, move |srv| srv.conn_readmit(id));
-            return;
-        }
-        c.close(srv, "too many starting connections");
     });
 }
 
@@ -611,7 +592,7 @@ fn handle_request(
     };
     let record = c.client.as_ref().map(|r| r.key);
     let d = InFlight {
-        conn: conn.clone(),
+        conn: conn.clone() as Arc<dyn ConnLink>,
         id: c.id,
         req_id: id,
         creds,
@@ -623,6 +604,7 @@ fn handle_request(
         RequestOp::Read { fh, offset, .. } => match srv.handle_key.verify(&fh) {
             Ok(handle) => start_read(
                 srv,
+                conn,
                 c,
                 d,
                 ReadRequest {
@@ -657,7 +639,7 @@ fn dispatch_in_order(srv: &Arc<Server>, c: &mut Conn, d: InFlight, op: RequestOp
 
 /// Connection color: hands a READ to the storage ([`crate::fs::Storage::read`]), which
 /// answers it here from a cached descriptor when it can, or later (see [`crate::read`]).
-fn start_read(srv: &Arc<Server>, c: &mut Conn, d: InFlight, r: ReadRequest) {
+fn start_read(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, d: InFlight, r: ReadRequest) {
     if !c.phase.is_open() {
         return;
     }
@@ -665,14 +647,14 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: InFlight, r: ReadRequest) {
     let lease = c
         .reads
         .lease_for(&r.fh, key_of(&r.handle), d.lease_ms, &srv.changes);
-    srv.storage.read(ReadCall {
+    let mut reading = Reading {
         srv,
+        conn,
         c,
-        d,
-        r,
-        lease,
-        epoch,
-    });
+        job: Some(ReadJob { d, r, lease, epoch }),
+        detached: None,
+    };
+    srv.storage.read(ReadCall::new(&mut reading));
 }
 
 /// Connection color: seals a READ reply in place (the payload follows a 4-byte gap: no copy
@@ -680,13 +662,13 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: InFlight, r: ReadRequest) {
 /// reply waiting for that.
 fn finish_read(
     srv: &Arc<Server>,
+    conn: &ConnRef,
     c: &mut Conn,
-    d: &InFlight,
-    r: &ReadRequest,
-    lease: LeaseChoice,
-    epoch: Epoch,
+    job: &ReadJob,
     res: Result<ReplyRecord, NfsStatus>,
 ) {
+    let ReadJob { d, r, lease, epoch } = job;
+    let (lease, epoch) = (*lease, *epoch);
     let ReplyRecord { mut buf, start } = match res {
         Ok(record) => record,
         Err(status) => {
@@ -707,7 +689,7 @@ fn finish_read(
     }
     if elsewhere {
         match sc.defer_seal() {
-            Some(Ok(seal)) => seal_on_lane(srv, c, &d.conn, seal, ReplyRecord { buf, start }),
+            Some(Ok(seal)) => seal_on_lane(srv, c, conn, seal, ReplyRecord { buf, start }),
             _ => c.close(srv, "cannot seal"),
         }
     } else if let Some(Ok(())) = sc.seal_in_place(&mut buf, RecordStart::at(start)) {
@@ -731,24 +713,6 @@ fn finish_read(
             srv.record_read_lease(holder, key, fh, lease.ms, epoch)
         });
     }
-}
-
-/// Connection color: a reply from the dispatcher, and the request's data buffer back (empty
-/// if it had none) for the next request.
-pub(crate) fn complete(
-    srv: &Arc<Server>,
-    conn: &ConnRef,
-    reserved: usize,
-    reply: Reply,
-    returned_buffer: Vec<u8>,
-) {
-    conn.with(|c| {
-        if !c.closed() {
-            c.out.keep_spare(returned_buffer);
-        }
-        complete_borrowed(srv, c, reserved, reply);
-        pump_borrowed(srv, conn, c);
-    });
 }
 
 /// A request is answered: its slot and its reservation are released.
@@ -823,11 +787,6 @@ fn seal_on_lane(
     });
 }
 
-/// Connection color: an INVALIDATE caused by another connection.
-pub(crate) fn send_unsolicited(srv: &Arc<Server>, conn: &ConnRef, msg: &ServerMessage) {
-    conn.with(|c| send_unsolicited_in(srv, c, msg));
-}
-
 fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage) {
     if c.closed() {
         return;
@@ -844,4 +803,46 @@ fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage) {
     }
     c.send(srv, msg);
     c.flush(srv);
+}
+
+/// Color 0 and the dispatcher reach a connection through this (see [`ConnLink`]); each method
+/// runs in the connection's color.
+impl ConnLink for ColorCell<Conn> {
+    fn complete(
+        self: Arc<Self>,
+        srv: &Arc<Server>,
+        reserved: usize,
+        reply: Reply,
+        returned_buffer: Vec<u8>,
+    ) {
+        self.with(|c| {
+            if !c.closed() {
+                c.out.keep_spare(returned_buffer);
+            }
+            complete_borrowed(srv, c, reserved, reply);
+            pump_borrowed(srv, &self, c);
+        });
+    }
+
+    fn send_unsolicited(self: Arc<Self>, srv: &Arc<Server>, msg: &ServerMessage) {
+        self.with(|c| send_unsolicited_in(srv, c, msg));
+    }
+
+    /// Closed unless it has logged in since, or color 0 thought it `in_handshake` but it has
+    /// finished the handshake since (then it asks to come back:
+    /// [`crate::startups::Startups::readmit`]).
+    fn drop_starting(self: Arc<Self>, srv: &Arc<Server>, in_handshake: bool) {
+        srv.doomed.fetch_sub(1, Ordering::SeqCst);
+        self.with(|c| {
+            if c.logged_in || c.closed() {
+                return;
+            }
+            if in_handshake && c.phase.is_open() {
+                let id = c.id;
+                srv.in_color(Color::DEFAULT, move |srv| srv.conn_readmit(id));
+                return;
+            }
+            c.close(srv, "too many starting connections");
+        });
+    }
 }

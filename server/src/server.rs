@@ -30,7 +30,6 @@ use protocol::{
 
 use crate::changes::{Changes, Epoch};
 use crate::color0::{Bookkeeping, Invalidation};
-use crate::conn::{self, Conn, ConnRef};
 use crate::fs::{ObjKey, OpCtx, Storage};
 use crate::leases::{ConnId, Holder, Leases, Principal, Shares};
 use crate::limits::Limits;
@@ -40,9 +39,32 @@ use crate::startups::Dropped;
 use crate::startups::Startups;
 use crate::users::{Creds, Users};
 
+/// How the dispatcher and color 0 reach a connection: implemented by the connection driver
+/// (`conn.rs`), which depends on this module and not the other way round. Each method runs in
+/// the connection's color.
+pub(crate) trait ConnLink: Send + Sync {
+    /// A reply from the dispatcher, and the request's data buffer back (empty if it had none)
+    /// for the next request.
+    fn complete(
+        self: Arc<Self>,
+        srv: &Arc<Server>,
+        reserved: usize,
+        reply: Reply,
+        returned_buffer: Vec<u8>,
+    );
+    /// An INVALIDATE caused by another connection (or another instance).
+    fn send_unsolicited(self: Arc<Self>, srv: &Arc<Server>, msg: &ServerMessage);
+    /// Color 0 picked this starting connection to make room (see [`crate::startups`]);
+    /// `in_handshake`: whether color 0 thought it was still in the handshake.
+    fn drop_starting(self: Arc<Self>, srv: &Arc<Server>, in_handshake: bool);
+}
+
+/// A connection as the dispatcher holds it while one of its requests is in flight.
+pub(crate) type ConnLinkRef = Arc<dyn ConnLink>;
+
 /// Color 0's state: the bookkeeping, reaching each connection through a weak reference (a
 /// closed connection is not kept alive by the registry).
-pub(crate) type Color0 = Bookkeeping<Weak<ColorCell<Conn>>>;
+pub(crate) type Color0 = Bookkeeping<Weak<dyn ConnLink>>;
 
 /// Everything the connection colors and color 0 share.
 pub(crate) struct Server {
@@ -211,7 +233,7 @@ fn changes_access(op: &RequestOp) -> bool {
 /// A request in flight from its connection to storage and back: who asked, on which
 /// connection, what it reserved of the connection's output, and the lease to grant.
 pub(crate) struct InFlight {
-    pub conn: ConnRef,
+    pub conn: ConnLinkRef,
     pub id: ConnId,
     pub req_id: u64,
     pub creds: Creds,
@@ -295,7 +317,7 @@ impl Server {
     /// connection's color.
     fn finish(
         self: &Arc<Self>,
-        conn: ConnRef,
+        conn: ConnLinkRef,
         holder: Holder,
         req_id: u64,
         reserved: usize,
@@ -326,7 +348,7 @@ impl Server {
         let srv = self.clone();
         let buffer = outcome.returned_buffer;
         self.h.cpucb(Color(id), move || {
-            conn::complete(&srv, &conn, reserved, reply, buffer)
+            conn.complete(&srv, reserved, reply, buffer)
         });
     }
 
@@ -350,17 +372,13 @@ impl Server {
             };
             let srv = self.clone();
             self.h.cpucb(Color(conn), move || {
-                conn::send_unsolicited(
-                    &srv,
-                    &target,
-                    &ServerMessage::Invalidate(Invalidate { fh, attr }),
-                )
+                target.send_unsolicited(&srv, &ServerMessage::Invalidate(Invalidate { fh, attr }))
             });
         }
     }
 
     /// Color 0: has the starting connection the bookkeeping picked closed in its own color
-    /// (see [`conn::drop_starting`]).
+    /// (see [`ConnLink::drop_starting`]).
     fn drop_starting(self: &Arc<Self>, victim: Option<Dropped>) {
         let Some((d, target)) = victim.and_then(|d| Some((d, self.reach(d.conn)?))) else {
             return;
@@ -368,13 +386,13 @@ impl Server {
         self.startups_dropped.fetch_add(1, Ordering::Relaxed);
         self.doomed.fetch_add(1, Ordering::SeqCst);
         let srv = self.clone();
-        self.h.cpucb(target.color(), move || {
-            conn::drop_starting(&srv, &target, d.in_handshake)
+        self.h.cpucb(Color(d.conn), move || {
+            target.drop_starting(&srv, d.in_handshake)
         });
     }
 
     /// Color 0: connection `id`, if it is registered and still there.
-    fn reach(&self, id: ConnId) -> Option<ConnRef> {
+    fn reach(&self, id: ConnId) -> Option<ConnLinkRef> {
         self.color0.with(|c0| c0.link(id).and_then(Weak::upgrade))
     }
 
@@ -387,12 +405,11 @@ impl Server {
     }
 
     /// The storage threads are full: answer JUKEBOX ("try later") instead of queueing more.
-    fn answer_busy(self: &Arc<Self>, conn: ConnRef, id: ConnId, req_id: u64, reserved: usize) {
+    fn answer_busy(self: &Arc<Self>, conn: ConnLinkRef, id: ConnId, req_id: u64, reserved: usize) {
         let srv = self.clone();
         self.h.cpucb(Color(id), move || {
-            conn::complete(
+            conn.complete(
                 &srv,
-                &conn,
                 reserved,
                 Reply {
                     id: req_id,
@@ -409,13 +426,11 @@ impl Server {
     pub(crate) fn register_conn(
         self: &Arc<Self>,
         id: ConnId,
-        conn: &ConnRef,
+        conn: Weak<dyn ConnLink>,
         capped: Arc<AtomicBool>,
         peer: IpAddr,
     ) {
-        let victim = self
-            .color0
-            .with(|c0| c0.opened(id, Arc::downgrade(conn), capped, peer));
+        let victim = self.color0.with(|c0| c0.opened(id, conn, capped, peer));
         self.drop_starting(victim);
     }
 
