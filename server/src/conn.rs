@@ -644,9 +644,13 @@ fn start_read(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, d: InFlight, r: R
         return;
     }
     let epoch = srv.changes.now();
-    let lease = c
-        .reads
-        .lease_for(&r.fh, key_of(&r.handle), d.lease_ms, &srv.changes);
+    let lease = c.reads.lease_for(
+        Instant::now(),
+        &r.fh,
+        key_of(&r.handle),
+        d.lease_ms,
+        &srv.changes,
+    );
     let mut reading = Reading {
         srv,
         conn,
@@ -685,7 +689,8 @@ fn finish_read(
         return;
     };
     if lease.record {
-        c.reads.lease_announced(r.fh, lease.ms, epoch);
+        c.reads
+            .lease_announced(Instant::now(), r.fh, lease.ms, epoch);
     }
     if elsewhere {
         match sc.defer_seal() {

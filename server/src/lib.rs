@@ -31,3 +31,5 @@ mod trust;
 mod users;
 
 pub mod run;
+#[cfg(any(test, feature = "testing"))]
+pub mod sim;
