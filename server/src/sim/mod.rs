@@ -85,6 +85,8 @@ pub enum Delivery {
     Reply(ConnId),
     /// Bytes the server wrote reach the client.
     ToClient(ConnId),
+    /// A closed connection's news reaches color 0, which forgets it and its leases.
+    Forget(ConnId),
 }
 
 enum Payload {
@@ -104,6 +106,7 @@ enum Payload {
     },
     Invalidate(Invalidation),
     Reply(Reply),
+    Forget,
 }
 
 struct Pending {
@@ -226,14 +229,14 @@ impl Sim {
         id
     }
 
-    /// Connection `conn` closes (its color closes it and color 0 forgets it at once): what is
-    /// still on its way to it is dropped when it arrives.
+    /// Connection `conn` closes in its color; color 0 learns it later ([`Delivery::Forget`]).
+    /// What is still on its way to the connection is dropped when it arrives.
     pub fn close(&mut self, conn: ConnId) {
         if let Some(s) = self.servers.get_mut(&conn) {
             s.open = false;
             s.reads = ReadState::default();
         }
-        self.color0.closed(conn);
+        self.push(Delivery::Forget(conn), Payload::Forget);
     }
 
     /// The client of `conn` sends `op`; returns the request's id. Nothing is delivered yet.
@@ -310,7 +313,8 @@ impl Sim {
             | Delivery::ReadLease(c)
             | Delivery::Invalidate(c)
             | Delivery::Reply(c)
-            | Delivery::ToClient(c) => c,
+            | Delivery::ToClient(c)
+            | Delivery::Forget(c) => c,
         };
         let now = self.now();
         match p.payload {
@@ -362,6 +366,7 @@ impl Sim {
                 self.server_sends(conn, &msg);
             }
             Payload::Reply(reply) => self.server_sends(conn, &ServerMessage::Reply(reply)),
+            Payload::Forget => self.color0.closed(conn),
         }
     }
 

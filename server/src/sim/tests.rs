@@ -250,20 +250,50 @@ fn the_reaper_drops_a_lease_at_its_expiry_and_not_before() {
 }
 
 #[test]
-fn a_closed_connection_is_never_told() {
+fn a_closed_connection_is_forgotten_and_never_told() {
     let mut sim = sim();
     let f = sim.create_file(b"v1");
     let (a, b) = (sim.connect(), sim.connect());
     assert_eq!(getattr(&mut sim, a, f), LEASE_MS);
-    // A's READ lease is on its way to color 0 when A closes.
+    // A's READ lease is on its way to color 0 when A closes, and reaches it first.
     sim.send(a, read(f));
     sim.deliver(Delivery::ToServer(a));
     sim.close(a);
     sim.deliver(Delivery::ReadLease(a));
+    sim.deliver(Delivery::Forget(a));
     sim.send(b, write(f, b"v2"));
     sim.drive();
     let msgs = sim.received(a);
     assert!(invalidated(&msgs).is_empty(), "{msgs:?}");
+    // Color 0 holds nothing for A any more: no INVALIDATE is even queued for it.
+    sim.send(b, write(f, b"v3"));
+    sim.deliver(Delivery::ToServer(b));
+    sim.deliver(Delivery::Finished(b));
+    assert_eq!(sim.pending(), vec![Delivery::Reply(b)]);
+}
+
+#[test]
+fn an_invalidate_reaching_a_connection_closed_meanwhile_is_dropped() {
+    let mut sim = sim();
+    let f = sim.create_file(b"v1");
+    let (a, b) = (sim.connect(), sim.connect());
+    assert_eq!(getattr(&mut sim, a, f), LEASE_MS);
+    // A closes in its color; B's change reaches color 0 before the news of it does.
+    sim.close(a);
+    let id = sim.send(b, write(f, b"v2"));
+    sim.deliver(Delivery::ToServer(b));
+    sim.deliver(Delivery::Finished(b));
+    assert!(sim.pending().contains(&Delivery::Invalidate(a)));
+    sim.drive();
+    assert!(
+        sim.received(a).is_empty(),
+        "nothing is written to a closed connection"
+    );
+    let written = reply(&sim.received(b), id);
+    assert!(
+        matches!(written, Ok(ReplyBody::Write { .. })),
+        "{written:?}"
+    );
 }
 
 #[test]
