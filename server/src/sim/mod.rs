@@ -1,7 +1,7 @@
 //! An in-process simulator of sfsd (the `testing` feature), after quinn-proto's `Pair`: client
 //! connections ([`ClientConnection`]) and server connections ([`ServerConnection`]) joined by
-//! byte pipes in memory, color 0's real bookkeeping ([`crate::color0::Bookkeeping`]), the READ
-//! path's real lease choice ([`crate::read::ReadState`]) and change log, files in memory, and
+//! byte pipes in memory, color 0's real bookkeeping (`color0::Bookkeeping`), the READ
+//! path's real lease choice (`read::ReadState`) and change log, files in memory, and
 //! virtual time: a base [`Instant`] plus an offset the test advances.
 //!
 //! Everything the real runtime does asynchronously is a [`Delivery`] waiting in one queue:
