@@ -1,6 +1,6 @@
 //! sfsd, the parallel SFS-like file server on libcolor, as a library: [`run::serve`] starts
 //! a server from its settings and runs it until it is told to stop; `main.rs` is the
-//! command line around it. With the `testing` feature (and in its own tests), [`sim`] runs
+//! command line around it. With the `testing` feature (and in its own tests), `sim` runs
 //! color 0's bookkeeping between in-memory client and server connections in virtual time.
 //!
 //! Mutexes are `parking_lot`'s, which do not poison: a panicking callback or storage job must
