@@ -32,6 +32,7 @@ use protocol::{
 
 use crate::fs::ReadCall;
 use crate::fs::key_of;
+use crate::fs::read_call::PendingRead;
 use crate::leases::{ConnId, Holder, Principal};
 use crate::output::{Flushed, Output, SPARE_MIN_CAPACITY};
 use crate::read::{ReadState, ReplyRecord};
@@ -44,7 +45,7 @@ mod commit_order;
 mod identity;
 mod read_call;
 use commit_order::CommitOrder;
-use read_call::{ReadJob, Reading};
+use read_call::Reading;
 
 enum Phase {
     /// Accepted; the protocol end (its handshake machine and the server's first message) is
@@ -71,6 +72,9 @@ impl Phase {
 
 pub(crate) struct Conn {
     pub id: ConnId,
+    /// The server, for a READ the storage answers later ([`crate::fs::read_call::ReadLink`]):
+    /// the server outlives its connections anyway (the runtime's callbacks hold both).
+    srv: Arc<Server>,
     peer: SocketAddr,
     stream: TcpStream,
     reg: Option<IoRegistration>,
@@ -114,7 +118,7 @@ const PARALLEL_SEAL_MIN: usize = 16 * 1024;
 /// different color slot from the connection's own.
 const SEAL_LANE_OFFSET: u32 = libcolor::COLOR_SLOTS as u32 / 2;
 
-/// A READ the connection's color answers (see [`crate::read`]).
+/// A READ as the connection decoded it (see [`crate::read`]).
 struct ReadRequest {
     authno: u32,
     fh: FileHandle,
@@ -235,6 +239,7 @@ pub(crate) fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: 
         color,
         Conn {
             id,
+            srv: srv.clone(),
             peer,
             stream,
             reg: None,
@@ -651,14 +656,21 @@ fn start_read(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, d: InFlight, r: R
         d.lease_ms,
         &srv.changes,
     );
-    let mut reading = Reading {
-        srv,
-        conn,
-        c,
-        job: Some(ReadJob { d, r, lease, epoch }),
-        detached: None,
+    let read = PendingRead {
+        conn: d.id,
+        req_id: d.req_id,
+        reserved: d.reserved,
+        creds: d.creds,
+        authno: r.authno,
+        fh: r.fh,
+        handle: r.handle,
+        offset: r.offset,
+        count: r.count,
+        lease,
+        epoch,
     };
-    srv.storage.read(ReadCall::new(&mut reading));
+    let mut reading = Reading { srv, conn, c };
+    srv.storage.read(ReadCall::new(&mut reading, read));
 }
 
 /// Connection color: seals a READ reply in place (the payload follows a 4-byte gap: no copy
@@ -668,29 +680,28 @@ fn finish_read(
     srv: &Arc<Server>,
     conn: &ConnRef,
     c: &mut Conn,
-    job: &ReadJob,
+    read: &PendingRead,
     res: Result<ReplyRecord, NfsStatus>,
 ) {
-    let ReadJob { d, r, lease, epoch } = job;
-    let (lease, epoch) = (*lease, *epoch);
+    let (lease, epoch) = (read.lease, read.epoch);
     let ReplyRecord { mut buf, start } = match res {
         Ok(record) => record,
         Err(status) => {
             let reply = Reply {
-                id: d.req_id,
+                id: read.req_id,
                 result: Err(status),
             };
-            return complete_borrowed(srv, c, d.reserved, reply);
+            return complete_borrowed(srv, c, read.reserved, reply);
         }
     };
-    release(srv, c, d.reserved);
+    release(srv, c, read.reserved);
     let elsewhere = seal_elsewhere(srv, &c.out, buf.len());
     let Some(sc) = c.phase.live().filter(|sc| sc.is_open()) else {
         return;
     };
     if lease.record {
         c.reads
-            .lease_announced(Instant::now(), r.fh, lease.ms, epoch);
+            .lease_announced(Instant::now(), read.fh, lease.ms, epoch);
     }
     if elsewhere {
         match sc.defer_seal() {
@@ -702,7 +713,7 @@ fn finish_read(
         c.flush(srv);
     } else {
         let reply = Reply {
-            id: d.req_id,
+            id: read.req_id,
             result: Err(NfsStatus::ServerFault),
         };
         c.send(srv, &ServerMessage::Reply(reply));
@@ -710,10 +721,10 @@ fn finish_read(
     }
     if lease.record {
         let holder = Holder {
-            conn: d.id,
-            who: Principal::of(&d.creds),
+            conn: read.conn,
+            who: Principal::of(&read.creds),
         };
-        let (key, fh) = (key_of(&r.handle), r.fh);
+        let (key, fh) = (key_of(&read.handle), read.fh);
         srv.in_color(Color::DEFAULT, move |srv| {
             srv.record_read_lease(holder, key, fh, lease.ms, epoch)
         });
@@ -730,7 +741,7 @@ fn release(srv: &Server, c: &mut Conn, reserved: usize) {
     srv.in_flight.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// [`complete`] with the connection's state already borrowed from its cell.
+/// [`ConnLink::complete`] with the connection's state already borrowed from its cell.
 fn complete_borrowed(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
     release(srv, c, reserved);
     // Even on a closed connection: a held COMMIT's ticket must be settled.
