@@ -16,7 +16,6 @@ use std::time::Instant;
 use libcolor::Color;
 use protocol::{LockKind, NfsStatus, Reply, ReplyBody, RequestOp, access};
 
-use crate::conn;
 use crate::fs::{ObjKey, OpCtx, Outcome};
 use crate::locks::{Holder, LockClient, Range};
 use crate::server::{InFlight, Server};
@@ -65,7 +64,7 @@ impl LockOp {
 
 /// Where a reply goes.
 struct ReplyTo {
-    conn: conn::ConnRef,
+    conn: crate::server::ConnLinkRef,
     id: crate::leases::ConnId,
     req_id: u64,
     reserved: usize,
@@ -192,13 +191,7 @@ impl Server {
         } = to;
         let srv = self.clone();
         self.h.cpucb(Color(id), move || {
-            conn::complete(
-                &srv,
-                &conn,
-                reserved,
-                Reply { id: req_id, result },
-                Vec::new(),
-            )
+            conn.complete(&srv, reserved, Reply { id: req_id, result }, Vec::new())
         });
     }
 }

@@ -15,12 +15,13 @@ pub(crate) mod nfs;
 pub(crate) mod open_states;
 pub(crate) mod pool;
 pub(crate) mod pooled;
+pub(crate) mod read_call;
 
 use protocol::{Attr, FileHandle, HandleData, NfsStatus, ReplyBody, RequestOp};
 
-pub(crate) use crate::conn::ReadCall;
 use crate::users::Creds;
 pub(crate) use pool::Busy;
+pub(crate) use read_call::ReadCall;
 
 /// Server-side identity of an object: (device, inode).
 pub(crate) type ObjKey = (u64, u64);
@@ -65,7 +66,7 @@ impl Outcome {
 }
 
 /// The storage the server calls: the dispatcher ([`crate::server`]), the READ path
-/// ([`crate::conn`]), the lock operations ([`crate::lock_ops`]) and connection close. Every
+/// (`conn.rs`), the lock operations ([`crate::lock_ops`]) and connection close. Every
 /// operation is submitted with its completion and never blocks the caller: a blocking backend
 /// runs behind the storage threads of [`pooled::Pooled`], the NFS backend sends an RPC and
 /// completes when the reply arrives.

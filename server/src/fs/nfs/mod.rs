@@ -385,7 +385,7 @@ impl NfsState {
             | Op::SetXattr { .. }
             | Op::ListXattr { .. }
             | Op::RemoveXattr { .. } => done(Outcome::err(NfsStatus::NotSupp)),
-            // Answered by the connection ([`crate::conn`]) or, READ, through
+            // Answered by the connection (`conn.rs`) or, READ, through
             // [`Storage::read`]: never here.
             Op::Null
             | Op::Login(_)
