@@ -638,7 +638,16 @@ fn handle_request(
 /// ([`CommitOrder`]).
 fn dispatch_in_order(srv: &Arc<Server>, c: &mut Conn, d: InFlight, op: RequestOp) {
     if let Some((d, op)) = c.commits.admit(d, op) {
-        srv.dispatch(d, op);
+        dispatch(srv, d, op);
+    }
+}
+
+/// Connection color: a lock request to the lock table ([`crate::lock_ops`]), any other to
+/// the storage ([`Server::dispatch`]).
+fn dispatch(srv: &Arc<Server>, d: InFlight, op: RequestOp) {
+    match crate::lock_ops::take(op) {
+        crate::lock_ops::Split::Lock(lock) => crate::lock_ops::dispatch(srv, d, lock),
+        crate::lock_ops::Split::Other(op) => srv.dispatch(d, op),
     }
 }
 
@@ -745,7 +754,7 @@ fn release(srv: &Server, c: &mut Conn, reserved: usize) {
 fn complete_borrowed(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
     release(srv, c, reserved);
     // Even on a closed connection: a held COMMIT's ticket must be settled.
-    c.commits.answered(reply.id, |d, op| srv.dispatch(d, op));
+    c.commits.answered(reply.id, |d, op| dispatch(srv, d, op));
     // Even on a closed connection: its client may send the request again on another.
     c.settle_ticket(reply.id, &reply.result);
     if c.closed() {

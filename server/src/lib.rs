@@ -13,6 +13,7 @@ mod color0;
 mod config;
 mod conn;
 mod fs;
+mod ids;
 mod leases;
 mod limits;
 mod listener;

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use protocol::{Attr, FileHandle, HandleData, NfsStatus};
 
 use crate::changes::{Changes, Epoch};
-use crate::fs::ObjKey;
+use crate::ids::ObjKey;
 
 /// How long a cached descriptor may serve without being opened again.
 pub(crate) const OPEN_FILE_TTL: Duration = Duration::from_secs(1);

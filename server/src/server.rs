@@ -114,7 +114,7 @@ pub(crate) struct Server {
     /// Byte-range and `flock` locks (see [`crate::locks`] for why a mutex, not color 0).
     pub locks: parking_lot::Mutex<crate::locks::LockTable>,
     /// The other instances sharing this state directory, told of every change (`--peer`).
-    pub peers: Option<crate::peers::Peers>,
+    pub peers: Option<Arc<crate::peers::Peers>>,
 }
 
 impl Server {
@@ -148,7 +148,7 @@ impl Server {
         storage: Arc<dyn Storage>,
         users: Users,
         settings: &Settings,
-        peers: Option<crate::peers::Peers>,
+        peers: Option<Arc<crate::peers::Peers>>,
     ) -> Server {
         let mut limits = settings.limits.clone();
         limits.max_startups =
@@ -271,11 +271,7 @@ impl Server {
     /// runs a short one right here: see [`crate::fs::BlockingStorage::execute_inline`]); its
     /// completion runs in color 0, which owns the lease table, then the reply goes back to the
     /// connection's color.
-    pub(crate) fn dispatch(self: &Arc<Self>, d: InFlight, op: RequestOp) {
-        let mut op = match crate::lock_ops::take(op) {
-            crate::lock_ops::Split::Lock(lock) => return self.dispatch_lock(d, lock),
-            crate::lock_ops::Split::Other(op) => op,
-        };
+    pub(crate) fn dispatch(self: &Arc<Self>, d: InFlight, mut op: RequestOp) {
         // One default mode for objects made without one, whichever backend makes them.
         crate::fs::fill_default_mode(&mut op);
         let InFlight {
@@ -340,7 +336,7 @@ impl Server {
         });
         if let Some(peers) = &self.peers {
             for (key, _, _) in &outcome.changed {
-                peers.changed(self, *key);
+                peers.changed(*key);
             }
         }
         self.invalidate(told);

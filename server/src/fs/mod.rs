@@ -23,8 +23,7 @@ use crate::users::Creds;
 pub(crate) use pool::Busy;
 pub(crate) use read_call::ReadCall;
 
-/// Server-side identity of an object: (device, inode).
-pub(crate) type ObjKey = (u64, u64);
+pub(crate) use crate::ids::ObjKey;
 
 /// The key of a verified handle.
 pub(crate) fn key_of(h: &HandleData) -> ObjKey {
@@ -36,7 +35,7 @@ pub(crate) fn key_of(h: &HandleData) -> ObjKey {
 pub(crate) struct OpCtx {
     pub creds: Creds,
     /// The connection the request came on (open states are its own).
-    pub conn: crate::leases::ConnId,
+    pub conn: crate::ids::ConnId,
     /// Lease to put in every attribute of the reply (0 when the lease table is full).
     pub lease_ms: u32,
 }
@@ -82,7 +81,7 @@ pub(crate) trait Storage: Send + Sync + 'static {
     /// the record header, which the connection seals in place.
     fn read(&self, call: ReadCall<'_>);
     /// Connection `conn` closed: whatever the backend keeps for it goes (open states).
-    fn connection_closed(&self, conn: crate::leases::ConnId) {
+    fn connection_closed(&self, conn: crate::ids::ConnId) {
         let _ = conn;
     }
     /// The server stopped: no operation starts after this (the storage threads are joined).
@@ -105,7 +104,7 @@ pub(crate) trait BlockingStorage: Send + Sync + 'static {
     /// descriptor for this caller: see [`crate::read`]).
     fn open_read(&self, ctx: &OpCtx, fh: &HandleData) -> Result<std::fs::File, NfsStatus>;
     /// Connection `conn` closed: whatever the backend keeps for it goes (open states).
-    fn connection_closed(&self, conn: crate::leases::ConnId) {
+    fn connection_closed(&self, conn: crate::ids::ConnId) {
         let _ = conn;
     }
 }

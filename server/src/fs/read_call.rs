@@ -16,7 +16,7 @@ use protocol::{FileHandle, HandleData, NfsStatus};
 
 use super::{Busy, OpCtx, ReadArgs};
 use crate::changes::Epoch;
-use crate::leases::ConnId;
+use crate::ids::ConnId;
 use crate::read::{LeaseChoice, ReplyRecord};
 use crate::users::Creds;
 

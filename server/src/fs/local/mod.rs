@@ -349,7 +349,7 @@ impl BlockingStorage for LocalFs {
         })
     }
 
-    fn connection_closed(&self, conn: crate::leases::ConnId) {
+    fn connection_closed(&self, conn: crate::ids::ConnId) {
         self.open.close_conn(conn);
     }
 }

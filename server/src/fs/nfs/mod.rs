@@ -436,7 +436,7 @@ impl Storage for NfsBackend {
         });
     }
 
-    fn connection_closed(&self, conn: crate::leases::ConnId) {
+    fn connection_closed(&self, conn: crate::ids::ConnId) {
         self.state.connection_closed(conn);
     }
 }
