@@ -202,10 +202,14 @@ impl MessageReader {
         max_io_size(self.records.opener().max_payload())
     }
 
-    /// The record layer underneath, for readers that handle some records themselves (the
-    /// benchmark's load clients skip READ replies unopened: [`RecordReader::skip_record`]).
-    pub fn records(&mut self) -> &mut RecordReader {
-        &mut self.records
+    /// Drops the next whole message *without opening it* and returns its payload length;
+    /// `Ok(None)` when more bytes are needed.
+    ///
+    /// Only for load generators that count bytes and must not spend CPU on opening (the
+    /// benchmark's cheap clients): skipping breaks the nonce sequence, so from the first
+    /// skipped message on [`MessageReader::next_message`] always fails.
+    pub fn skip_message(&mut self) -> Result<Option<usize>, ConnectionError> {
+        Ok(self.records.skip_record()?)
     }
 
     /// Call at end of stream: fails if the stream stopped inside a record.
@@ -485,6 +489,23 @@ mod tests {
             vec![16 * 1024],
             "the reader went on in a spare buffer"
         );
+    }
+
+    #[test]
+    fn a_skipped_message_counts_its_payload_and_no_later_message_opens() {
+        let (mut c, mut sealer, _) = pair();
+        let mut wire = Vec::new();
+        sealer.seal_into(&[1; 300], &mut wire).unwrap();
+        let m = ServerMessage::Reply(Reply {
+            id: 2,
+            result: Ok(ReplyBody::Null),
+        });
+        sealer.seal_with(&mut wire, |b| m.encode_into(b)).unwrap();
+        c.messages.extend_from_slice(&wire[..wire.len() - 1]);
+        assert_eq!(c.messages.skip_message().unwrap(), Some(300));
+        assert_eq!(c.messages.skip_message().unwrap(), None, "incomplete");
+        c.messages.extend_from_slice(&wire[wire.len() - 1..]);
+        assert!(c.messages.next_message().is_err());
     }
 
     #[test]
