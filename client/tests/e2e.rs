@@ -425,12 +425,12 @@ fn requests_of(out: &std::process::Output) -> Vec<String> {
         .collect()
 }
 
-/// `sfs put` of a new file finds its directory with one FETCH (riding with the LOGIN) and
-/// CREATEs at once: no MOUNT, no LOOKUP, two round trips after the handshake before the
+/// `sfs put` of a new file makes it by path with one CREATEAT riding with the LOGIN: no
+/// MOUNT, no LOOKUP, no CREATE of its own, one round trip after the handshake before the
 /// first WRITE. A name that is an existing directory still receives the file under its own
 /// name, and an existing file is overwritten, as `cp` does.
 #[test]
-fn put_finds_its_directory_with_one_fetch() {
+fn put_makes_its_file_with_the_login() {
     let s = setup(&[]);
     fs::create_dir(s.export.join("d")).unwrap();
     let local = s.home.join("f.txt");
@@ -443,16 +443,17 @@ fn put_finds_its_directory_with_one_fetch() {
             .args(["put", local.to_str().unwrap(), &s.path(remote)]);
         requests_of(&run(c, LIMIT))
     };
-    // The FETCH goes out with the LOGIN, not as a request of its own.
+    // The CREATEAT goes out with the LOGIN, not as a request of its own.
     let new = put("/d/new.txt");
-    assert_eq!(new, ["Create", "Write", "Commit"], "{new:?}");
+    assert_eq!(new, ["Write", "Commit"], "{new:?}");
     assert_eq!(fs::read(s.export.join("d/new.txt")).unwrap(), b"first");
     fs::write(&local, b"second").unwrap();
+    // Taken: what is there is looked at, then the file truncated.
     let over = put("/d/new.txt");
-    assert_eq!(over[..3], ["Create", "Lookup", "Create"], "{over:?}");
+    assert_eq!(over[..3], ["Fetch", "CreateAt", "Write"], "{over:?}");
     assert_eq!(fs::read(s.export.join("d/new.txt")).unwrap(), b"second");
     let into = put("/d");
-    assert_eq!(into[..3], ["Create", "Lookup", "Create"], "{into:?}");
+    assert_eq!(into[..3], ["Fetch", "Create", "Write"], "{into:?}");
     assert_eq!(fs::read(s.export.join("d/f.txt")).unwrap(), b"second");
     let missing = {
         let mut c = sfs_cmd(&s.home);

@@ -1587,6 +1587,61 @@ fn namespace_connects_on_lookup_and_shows_bookmarks() {
     );
 }
 
+/// When a namespace mount ends, the hidden names of files unlinked while open go on every
+/// server it reached, as they do for a mount of one server. Hidden names exist only where the
+/// server keeps no open state for a file: sfsd keeps at most 256 per connection
+/// (`server/src/fs/open_states.rs`: `MAX_PER_HOLDER`), so past that the mount's OPEN is
+/// refused and an unlinked open file is renamed instead. `umount -f` (root only) aborts the
+/// FUSE connection while the files are still open: no RELEASE will ever remove their names,
+/// only the mount's own cleanup as its session ends.
+#[test]
+fn namespace_end_removes_hidden_names_of_files_still_open() {
+    need_fuse!();
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: forcing an unmount (umount -f) needs root");
+        return;
+    }
+    const FILES: usize = 256 + 4;
+    let s = setup();
+    let m = s.mount_namespace("ns", &[]);
+    let srv = m.dir.join(&s.server.name);
+    for i in 0..FILES {
+        fs::write(s.export.join(format!("f{i}")), b"x").unwrap();
+    }
+    let held: Vec<fs::File> = (0..FILES)
+        .map(|i| fs::File::open(srv.join(format!("f{i}"))).unwrap())
+        .collect();
+    for i in 0..FILES {
+        fs::remove_file(srv.join(format!("f{i}"))).unwrap();
+    }
+    let hidden = hidden_names(&s.export);
+    assert!(
+        !hidden.is_empty(),
+        "the server kept every file: no hidden name to test with
+mount log:
+{}",
+        m.log()
+    );
+    // Busy, so the unmount itself fails, but the FUSE connection is aborted first.
+    let out = Command::new("umount")
+        .arg("-f")
+        .arg(&m.dir)
+        .output()
+        .unwrap();
+    wait_for("the mount process to end", Duration::from_secs(20), || {
+        !m.alive()
+    });
+    assert_eq!(
+        hidden_names(&s.export),
+        Vec::<PathBuf>::new(),
+        "hidden names left after the mount ended (umount -f: {out:?})
+mount log:
+{}",
+        m.log()
+    );
+    drop(held);
+}
+
 /// A mount that local uid 65534 uses with its own identity (mapped to 65534 on the server),
 /// and the directory `work` there that it owns. None (skipped, saying why) where the test
 /// cannot act as another local user.

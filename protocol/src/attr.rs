@@ -29,7 +29,8 @@ pub enum FileType {
 }
 
 impl FileType {
-    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<FileType, DecodeError> {
+    /// Reads a file type (NFSv3 `ftype3`, the same numbers), refusing any other value.
+    pub fn decode(r: &mut Reader<'_>) -> Result<FileType, DecodeError> {
         Ok(match r.u32("file type")? {
             1 => FileType::Regular,
             2 => FileType::Directory,

@@ -77,7 +77,7 @@ pub mod sequence;
 pub mod server;
 pub mod status;
 pub mod xattr;
-mod xdr;
+pub mod xdr;
 
 pub use attr::{Attr, FileType, SetAttr, SetTime, Time};
 pub use client::{ClientConnection, ConnectionError};

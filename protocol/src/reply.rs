@@ -243,6 +243,15 @@ pub enum ReplyBody {
     },
     /// CREATE.
     Create(NewObject),
+    /// CREATEAT: CREATE's answer and the directory the path led to (where the client looks
+    /// the name up if the answer carries no handle for it).
+    CreateAt {
+        /// The directory the new name is in.
+        dir: FileHandle,
+        /// The new file, as CREATE answers (boxed: the variant would otherwise make every
+        /// reply larger).
+        made: Box<NewObject>,
+    },
     /// MKDIR.
     Mkdir(NewObject),
     /// SYMLINK.
@@ -439,6 +448,7 @@ impl ReplyBody {
             ReplyBody::Write { .. } => Proc::Write,
             ReplyBody::Append { .. } => Proc::Append,
             ReplyBody::Create(_) => Proc::Create,
+            ReplyBody::CreateAt { .. } => Proc::CreateAt,
             ReplyBody::Mkdir(_) => Proc::Mkdir,
             ReplyBody::Symlink(_) => Proc::Symlink,
             ReplyBody::Mknod(_) => Proc::Mknod,
@@ -508,6 +518,10 @@ impl ReplyBody {
             | ReplyBody::Mknod(o) => {
                 out.extend(o.attr.as_mut());
                 out.extend(o.dir_attr.as_mut());
+            }
+            ReplyBody::CreateAt { made, .. } => {
+                out.extend(made.attr.as_mut());
+                out.extend(made.dir_attr.as_mut());
             }
             ReplyBody::Rename {
                 from_dir_attr,
@@ -611,6 +625,10 @@ impl ReplyBody {
             | ReplyBody::Symlink(o)
             | ReplyBody::Mknod(o) => {
                 encode_new(buf, o);
+            }
+            ReplyBody::CreateAt { dir, made } => {
+                put_fh(buf, dir);
+                encode_new(buf, made);
             }
             ReplyBody::Remove { dir_attr } | ReplyBody::Rmdir { dir_attr } => {
                 encode_opt_attr(buf, dir_attr.as_ref());
@@ -768,6 +786,10 @@ impl ReplyBody {
                 offset: r.u64("append offset")?,
             },
             Proc::Create => ReplyBody::Create(decode_new(r)?),
+            Proc::CreateAt => ReplyBody::CreateAt {
+                dir: get_fh(r)?,
+                made: Box::new(decode_new(r)?),
+            },
             Proc::Mkdir => ReplyBody::Mkdir(decode_new(r)?),
             Proc::Symlink => ReplyBody::Symlink(decode_new(r)?),
             Proc::Mknod => ReplyBody::Mknod(decode_new(r)?),

@@ -5,6 +5,23 @@
 //! the hostile-input rules in one place: the [`Reader`] checks every length against what is left
 //! of the record *before* allocating, rejects non-zero padding (so each message has exactly one
 //! encoding) and leaves the trailing-bytes check to [`Reader::finish`].
+//!
+//! The module is public so that every XDR reader of the project is this one: sfsd's NFS backend
+//! reads its NFSv3 server's replies with [`Reader`] (`nfs3_types`' own decoder allocates from
+//! wire lengths before checking them). Every failure is a [`DecodeError`] naming the field
+//! (`what`) that did not decode, which a caller maps to its own errors.
+//!
+//! ```
+//! use protocol::xdr::{put_opaque, put_u32, Reader};
+//!
+//! let mut wire = Vec::new();
+//! put_u32(&mut wire, 7);
+//! put_opaque(&mut wire, b"abc");
+//! let mut r = Reader::new(&wire);
+//! assert_eq!(r.u32("xid").unwrap(), 7);
+//! assert_eq!(r.opaque(16, "name").unwrap(), b"abc");
+//! r.finish().unwrap();
+//! ```
 
 use std::ops::Range;
 
@@ -13,37 +30,37 @@ use crate::error::DecodeError;
 
 /// Bytes of zero padding needed after `len` bytes of opaque data.
 #[inline]
-pub(crate) const fn pad_len(len: usize) -> usize {
+pub const fn pad_len(len: usize) -> usize {
     (4 - (len & 3)) & 3
 }
 
 /// Appends a 32-bit unsigned integer.
 #[inline]
-pub(crate) fn put_u32(buf: &mut Vec<u8>, v: u32) {
+pub fn put_u32(buf: &mut Vec<u8>, v: u32) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
 
 /// Appends a 64-bit unsigned integer (XDR `unsigned hyper`).
 #[inline]
-pub(crate) fn put_u64(buf: &mut Vec<u8>, v: u64) {
+pub fn put_u64(buf: &mut Vec<u8>, v: u64) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
 
 /// Appends a 64-bit signed integer (XDR `hyper`).
 #[inline]
-pub(crate) fn put_i64(buf: &mut Vec<u8>, v: i64) {
+pub fn put_i64(buf: &mut Vec<u8>, v: i64) {
     buf.extend_from_slice(&v.to_be_bytes());
 }
 
 /// Appends a boolean as a 32-bit 0 or 1.
 #[inline]
-pub(crate) fn put_bool(buf: &mut Vec<u8>, v: bool) {
+pub fn put_bool(buf: &mut Vec<u8>, v: bool) {
     put_u32(buf, u32::from(v));
 }
 
 /// Appends fixed-length opaque data (no length prefix), padded.
 #[inline]
-pub(crate) fn put_fixed(buf: &mut Vec<u8>, data: &[u8]) {
+pub fn put_fixed(buf: &mut Vec<u8>, data: &[u8]) {
     buf.extend_from_slice(data);
     put_padding(buf, data.len());
 }
@@ -53,7 +70,7 @@ pub(crate) fn put_fixed(buf: &mut Vec<u8>, data: &[u8]) {
 /// # Panics
 /// If `data` is 4 GiB or longer, which no record can carry.
 #[inline]
-pub(crate) fn put_opaque(buf: &mut Vec<u8>, data: &[u8]) {
+pub fn put_opaque(buf: &mut Vec<u8>, data: &[u8]) {
     let len = u32::try_from(data.len()).expect("opaque data longer than 4 GiB");
     put_u32(buf, len);
     put_fixed(buf, data);
@@ -61,7 +78,7 @@ pub(crate) fn put_opaque(buf: &mut Vec<u8>, data: &[u8]) {
 
 /// Appends the zero padding that follows `len` bytes of opaque data.
 #[inline]
-pub(crate) fn put_padding(buf: &mut Vec<u8>, len: usize) {
+pub fn put_padding(buf: &mut Vec<u8>, len: usize) {
     buf.extend_from_slice(&[0u8; 3][..pad_len(len)]);
 }
 
@@ -70,13 +87,13 @@ pub(crate) fn put_padding(buf: &mut Vec<u8>, len: usize) {
 /// # Panics
 /// If `n` does not fit in 32 bits.
 #[inline]
-pub(crate) fn put_count(buf: &mut Vec<u8>, n: usize) {
+pub fn put_count(buf: &mut Vec<u8>, n: usize) {
     put_u32(buf, u32::try_from(n).expect("array longer than 2^32"));
 }
 
 /// A cursor over one record's bytes that never reads or allocates past its end.
 #[derive(Debug, Clone)]
-pub(crate) struct Reader<'a> {
+pub struct Reader<'a> {
     buf: &'a [u8],
     /// Where the one large field of a message (READ or WRITE data) goes.
     large: LargeField,
@@ -100,7 +117,7 @@ enum LargeField {
 
 impl<'a> Reader<'a> {
     /// Starts reading `buf`.
-    pub(crate) fn new(buf: &'a [u8]) -> Self {
+    pub fn new(buf: &'a [u8]) -> Self {
         Reader {
             buf,
             large: LargeField::New,
@@ -108,7 +125,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Starts reading `buf`, with `spare` to hold a large field instead of a new allocation.
-    pub(crate) fn with_spare(buf: &'a [u8], spare: Vec<u8>) -> Self {
+    pub fn with_spare(buf: &'a [u8], spare: Vec<u8>) -> Self {
         Reader {
             buf,
             large: LargeField::Spare(spare),
@@ -116,7 +133,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Starts reading `buf`, noting where READ or WRITE data lies instead of copying it.
-    pub(crate) fn locating(buf: &'a [u8]) -> Self {
+    pub fn locating(buf: &'a [u8]) -> Self {
         Reader {
             buf,
             large: LargeField::Locate {
@@ -128,7 +145,7 @@ impl<'a> Reader<'a> {
 
     /// Where in the record [`Reader::opaque_data`] found its bytes, when reading with
     /// [`Reader::locating`].
-    pub(crate) fn located(&self) -> Option<Range<usize>> {
+    pub fn located(&self) -> Option<Range<usize>> {
         match &self.large {
             LargeField::Locate { found, .. } => found.clone(),
             _ => None,
@@ -137,13 +154,20 @@ impl<'a> Reader<'a> {
 
     /// Bytes not yet read.
     #[inline]
-    pub(crate) fn remaining(&self) -> usize {
+    pub fn remaining(&self) -> usize {
         self.buf.len()
+    }
+
+    /// The bytes not read yet, without consuming them: for a caller that hands the rest of the
+    /// record (an RPC reply's results, say) to another decoder.
+    #[inline]
+    pub fn rest(&self) -> &'a [u8] {
+        self.buf
     }
 
     /// Takes `n` bytes.
     #[inline]
-    pub(crate) fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
+    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
         if n > self.buf.len() {
             return Err(DecodeError::UnexpectedEnd {
                 what,
@@ -167,25 +191,25 @@ impl<'a> Reader<'a> {
 
     /// Reads a 32-bit unsigned integer.
     #[inline]
-    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
+    pub fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
         Ok(u32::from_be_bytes(self.array(what)?))
     }
 
     /// Reads a 64-bit unsigned integer.
     #[inline]
-    pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64, DecodeError> {
+    pub fn u64(&mut self, what: &'static str) -> Result<u64, DecodeError> {
         Ok(u64::from_be_bytes(self.array(what)?))
     }
 
     /// Reads a 64-bit signed integer.
     #[inline]
-    pub(crate) fn i64(&mut self, what: &'static str) -> Result<i64, DecodeError> {
+    pub fn i64(&mut self, what: &'static str) -> Result<i64, DecodeError> {
         Ok(i64::from_be_bytes(self.array(what)?))
     }
 
     /// Reads a boolean, rejecting anything but 0 and 1.
     #[inline]
-    pub(crate) fn bool(&mut self, what: &'static str) -> Result<bool, DecodeError> {
+    pub fn bool(&mut self, what: &'static str) -> Result<bool, DecodeError> {
         match self.u32(what)? {
             0 => Ok(false),
             1 => Ok(true),
@@ -205,21 +229,14 @@ impl<'a> Reader<'a> {
 
     /// Reads fixed-length opaque data of `N` bytes plus padding.
     #[inline]
-    pub(crate) fn fixed<const N: usize>(
-        &mut self,
-        what: &'static str,
-    ) -> Result<[u8; N], DecodeError> {
+    pub fn fixed<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], DecodeError> {
         let out = self.array(what)?;
         self.padding(N, what)?;
         Ok(out)
     }
 
     /// Reads variable-length opaque data of at most `max` bytes, borrowed from the record.
-    pub(crate) fn opaque(
-        &mut self,
-        max: usize,
-        what: &'static str,
-    ) -> Result<&'a [u8], DecodeError> {
+    pub fn opaque(&mut self, max: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
         let len = self.u32(what)? as usize;
         if len > max {
             return Err(DecodeError::LimitExceeded {
@@ -242,11 +259,7 @@ impl<'a> Reader<'a> {
 
     /// Reads variable-length opaque data into an owned vector. The allocation is bounded by the
     /// record because the length was checked against what remains.
-    pub(crate) fn opaque_vec(
-        &mut self,
-        max: usize,
-        what: &'static str,
-    ) -> Result<Vec<u8>, DecodeError> {
+    pub fn opaque_vec(&mut self, max: usize, what: &'static str) -> Result<Vec<u8>, DecodeError> {
         self.opaque(max, what).map(<[u8]>::to_vec)
     }
 
@@ -254,11 +267,7 @@ impl<'a> Reader<'a> {
     /// given to [`Reader::with_spare`] if any (cleared first; its allocation reused when large
     /// enough), else into a new allocation; with [`Reader::locating`] not copied at all
     /// (empty, its place noted for [`Reader::located`]).
-    pub(crate) fn opaque_data(
-        &mut self,
-        max: usize,
-        what: &'static str,
-    ) -> Result<Data, DecodeError> {
+    pub fn opaque_data(&mut self, max: usize, what: &'static str) -> Result<Data, DecodeError> {
         let bytes = self.opaque(max, what)?;
         if let LargeField::Locate { origin, found } = &mut self.large {
             let start = bytes.as_ptr().addr() - *origin;
@@ -283,7 +292,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a UTF-8 string of at most `max` bytes.
-    pub(crate) fn string(&mut self, max: usize, what: &'static str) -> Result<String, DecodeError> {
+    pub fn string(&mut self, max: usize, what: &'static str) -> Result<String, DecodeError> {
         let bytes = self.opaque(max, what)?;
         std::str::from_utf8(bytes)
             .map(str::to_owned)
@@ -292,7 +301,7 @@ impl<'a> Reader<'a> {
 
     /// Reads an array count and checks that `count` items of at least `min_item_size` bytes each
     /// can fit in the rest of the record, so `Vec::with_capacity(count)` is bounded by the record.
-    pub(crate) fn count(
+    pub fn count(
         &mut self,
         min_item_size: usize,
         what: &'static str,
@@ -310,7 +319,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads an optional value (XDR `bool` discriminant then the value when true).
-    pub(crate) fn option<T>(
+    pub fn option<T>(
         &mut self,
         what: &'static str,
         f: impl FnOnce(&mut Self) -> Result<T, DecodeError>,
@@ -323,7 +332,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Ends decoding: the record must be fully consumed.
-    pub(crate) fn finish(&self) -> Result<(), DecodeError> {
+    pub fn finish(&self) -> Result<(), DecodeError> {
         if self.buf.is_empty() {
             Ok(())
         } else {
@@ -333,7 +342,7 @@ impl<'a> Reader<'a> {
 }
 
 /// Appends an optional value as an XDR optional (bool + value).
-pub(crate) fn put_option<T>(buf: &mut Vec<u8>, v: Option<&T>, f: impl FnOnce(&mut Vec<u8>, &T)) {
+pub fn put_option<T>(buf: &mut Vec<u8>, v: Option<&T>, f: impl FnOnce(&mut Vec<u8>, &T)) {
     match v {
         Some(v) => {
             put_bool(buf, true);
@@ -369,10 +378,28 @@ mod tests {
             Reader::new(&buf).opaque(usize::MAX, "x"),
             Err(DecodeError::LengthTooLarge { .. })
         ));
+        // The caller's limit is checked before the record's length.
+        assert!(matches!(
+            Reader::new(&buf).opaque(64, "x"),
+            Err(DecodeError::LimitExceeded {
+                len: 0xffff_ffff,
+                max: 64,
+                ..
+            })
+        ));
         assert!(matches!(
             Reader::new(&buf).count(1, "x"),
             Err(DecodeError::LengthTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn rest_is_what_is_left_and_consumes_nothing() {
+        let mut r = Reader::new(&[0, 0, 0, 1, 9, 8]);
+        assert_eq!(r.u32("n").unwrap(), 1);
+        assert_eq!(r.rest(), [9, 8]);
+        assert_eq!(r.remaining(), 2);
+        assert_eq!(r.finish(), Err(DecodeError::TrailingBytes(2)));
     }
 
     #[test]

@@ -244,6 +244,36 @@ fn golden_append() {
     golden!(GOLDEN_APPEND_REPLY, hex(&reply.encode()));
 }
 
+/// CREATEAT (proc 118): request and reply.
+#[test]
+fn golden_create_at() {
+    let create = Request {
+        id: 5,
+        authno: 1,
+        op: RequestOp::CreateAt {
+            path: b"/up/new.bin".to_vec(),
+            how: CreateHow::Guarded(SetAttr {
+                mode: Some(0o644),
+                size: Some(0),
+                ..SetAttr::default()
+            }),
+        },
+    };
+    golden!(GOLDEN_CREATE_AT, hex(&create.encode()));
+    let reply = ServerMessage::Reply(Reply {
+        id: 5,
+        result: Ok(ReplyBody::CreateAt {
+            dir: golden_handle(),
+            made: Box::new(NewObject {
+                fh: Some(golden_handle()),
+                attr: Some(golden_attr()),
+                dir_attr: None,
+            }),
+        }),
+    });
+    golden!(GOLDEN_CREATE_AT_REPLY, hex(&reply.encode()));
+}
+
 #[test]
 fn golden_login() {
     let (_, name) = golden_keys();
@@ -361,3 +391,5 @@ const GOLDEN_UNLOCK: &str = "000000000000000600000001000000720000003000000001000
 const GOLDEN_TESTLOCK: &str = "00000000000000070000000100000073000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e0000000000000007000000010000000000000000000000000000000a00000000";
 const GOLDEN_TESTLOCK_REPLY: &str = "00000001000000000000000700000000000000730000000100000002000000000000006400000000000000000000000000000003";
 const GOLDEN_DENIED_REPLY: &str = "0000000100000000000000050000271a";
+const GOLDEN_CREATE_AT: &str = "000000000000000500000001000000760000000b2f75702f6e65772e62696e000000000100000001000001a400000000000000000000000100000000000000000000000000000000";
+const GOLDEN_CREATE_AT_REPLY: &str = "0000000100000000000000050000000000000076000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e00000001000000300000000100000000000008010000000012345678000000000000002ac27bd1655725124ef73bd124749a666b62c4865e0000000100000001000001a400000001000003e80000006400000000000000050000000000001000000000000000000000000000000001020000000000000304000000006553f10000000001000000006553f10100000002ffffffffffffffff3b9ac9ff0000ea6000000000";

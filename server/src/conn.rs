@@ -30,13 +30,14 @@ use protocol::{
     ServerMessage,
 };
 
-use crate::changes::Epoch;
+use crate::fs::ReadCall;
 use crate::fs::key_of;
+use crate::fs::read_call::PendingRead;
 use crate::leases::{ConnId, Holder, Principal};
 use crate::output::{Flushed, Output, SPARE_MIN_CAPACITY};
-use crate::read::{LeaseChoice, ReadState, ReplyRecord};
+use crate::read::{ReadState, ReplyRecord};
 use crate::replies::{Begin, Record};
-use crate::server::{InFlight, Server};
+use crate::server::{ConnLink, InFlight, Server};
 use crate::users::Creds;
 
 mod admission;
@@ -44,7 +45,7 @@ mod commit_order;
 mod identity;
 mod read_call;
 use commit_order::CommitOrder;
-pub(crate) use read_call::ReadCall;
+use read_call::Reading;
 
 enum Phase {
     /// Accepted; the protocol end (its handshake machine and the server's first message) is
@@ -71,6 +72,9 @@ impl Phase {
 
 pub(crate) struct Conn {
     pub id: ConnId,
+    /// The server, for a READ the storage answers later ([`crate::fs::read_call::ReadLink`]):
+    /// the server outlives its connections anyway (the runtime's callbacks hold both).
+    srv: Arc<Server>,
     peer: SocketAddr,
     stream: TcpStream,
     reg: Option<IoRegistration>,
@@ -114,7 +118,7 @@ const PARALLEL_SEAL_MIN: usize = 16 * 1024;
 /// different color slot from the connection's own.
 const SEAL_LANE_OFFSET: u32 = libcolor::COLOR_SLOTS as u32 / 2;
 
-/// A READ the connection's color answers (see [`crate::read`]).
+/// A READ as the connection decoded it (see [`crate::read`]).
 struct ReadRequest {
     authno: u32,
     fh: FileHandle,
@@ -238,6 +242,7 @@ pub(crate) fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: 
         color,
         Conn {
             id,
+            srv: srv.clone(),
             peer,
             stream,
             reg: None,
@@ -258,7 +263,7 @@ pub(crate) fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: 
         },
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
-    srv.register_conn(id, &conn, lease_capped, peer.ip());
+    srv.register_conn(id, Arc::downgrade(&conn) as _, lease_capped, peer.ip());
     {
         let (srv, conn) = (srv.clone(), conn.clone());
         reg.on_readable(color, move || pump(&srv, &conn));
@@ -308,25 +313,6 @@ pub(crate) fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: 
             // Whatever arrived before the handshake existed (readiness is edge-triggered).
             pump_borrowed(srv, &conn, c);
         })
-    });
-}
-
-/// Connection color: color 0 picked this connection to make room for a new one among the
-/// starting connections. Closed unless it has logged in since, or color 0 thought it
-/// `in_handshake` but it has finished the handshake since (then it asks to come back:
-/// [`crate::startups::Startups::readmit`]).
-pub(crate) fn drop_starting(srv: &Arc<Server>, conn: &ConnRef, in_handshake: bool) {
-    srv.doomed.fetch_sub(1, Ordering::SeqCst);
-    conn.with(|c| {
-        if c.logged_in || c.closed() {
-            return;
-        }
-        if in_handshake && c.phase.is_open() {
-            let id = c.id;
-            srv.in_color(Color::DEFAULT, move |srv| srv.conn_readmit(id));
-            return;
-        }
-        c.close(srv, "too many starting connections");
     });
 }
 
@@ -614,7 +600,7 @@ fn handle_request(
     };
     let record = c.client.as_ref().map(|r| r.key);
     let d = InFlight {
-        conn: conn.clone(),
+        conn: conn.clone() as Arc<dyn ConnLink>,
         id: c.id,
         req_id: id,
         creds,
@@ -626,6 +612,7 @@ fn handle_request(
         RequestOp::Read { fh, offset, .. } => match srv.handle_key.verify(&fh) {
             Ok(handle) => start_read(
                 srv,
+                conn,
                 c,
                 d,
                 ReadRequest {
@@ -654,28 +641,48 @@ fn handle_request(
 /// ([`CommitOrder`]).
 fn dispatch_in_order(srv: &Arc<Server>, c: &mut Conn, d: InFlight, op: RequestOp) {
     if let Some((d, op)) = c.commits.admit(d, op) {
-        srv.dispatch(d, op);
+        dispatch(srv, d, op);
+    }
+}
+
+/// Connection color: a lock request to the lock table ([`crate::lock_ops`]), any other to
+/// the storage ([`Server::dispatch`]).
+fn dispatch(srv: &Arc<Server>, d: InFlight, op: RequestOp) {
+    match crate::lock_ops::take(op) {
+        crate::lock_ops::Split::Lock(lock) => crate::lock_ops::dispatch(srv, d, lock),
+        crate::lock_ops::Split::Other(op) => srv.dispatch(d, op),
     }
 }
 
 /// Connection color: hands a READ to the storage ([`crate::fs::Storage::read`]), which
 /// answers it here from a cached descriptor when it can, or later (see [`crate::read`]).
-fn start_read(srv: &Arc<Server>, c: &mut Conn, d: InFlight, r: ReadRequest) {
+fn start_read(srv: &Arc<Server>, conn: &ConnRef, c: &mut Conn, d: InFlight, r: ReadRequest) {
     if !c.phase.is_open() {
         return;
     }
     let epoch = srv.changes.now();
-    let lease = c
-        .reads
-        .lease_for(&r.fh, key_of(&r.handle), d.lease_ms, &srv.changes);
-    srv.storage.read(ReadCall {
-        srv,
-        c,
-        d,
-        r,
+    let lease = c.reads.lease_for(
+        Instant::now(),
+        &r.fh,
+        key_of(&r.handle),
+        d.lease_ms,
+        &srv.changes,
+    );
+    let read = PendingRead {
+        conn: d.id,
+        req_id: d.req_id,
+        reserved: d.reserved,
+        creds: d.creds,
+        authno: r.authno,
+        fh: r.fh,
+        handle: r.handle,
+        offset: r.offset,
+        count: r.count,
         lease,
         epoch,
-    });
+    };
+    let mut reading = Reading { srv, conn, c };
+    srv.storage.read(ReadCall::new(&mut reading, read));
 }
 
 /// Connection color: seals a READ reply in place (the payload follows a 4-byte gap: no copy
@@ -683,34 +690,34 @@ fn start_read(srv: &Arc<Server>, c: &mut Conn, d: InFlight, r: ReadRequest) {
 /// reply waiting for that.
 fn finish_read(
     srv: &Arc<Server>,
+    conn: &ConnRef,
     c: &mut Conn,
-    d: &InFlight,
-    r: &ReadRequest,
-    lease: LeaseChoice,
-    epoch: Epoch,
+    read: &PendingRead,
     res: Result<ReplyRecord, NfsStatus>,
 ) {
+    let (lease, epoch) = (read.lease, read.epoch);
     let ReplyRecord { mut buf, start } = match res {
         Ok(record) => record,
         Err(status) => {
             let reply = Reply {
-                id: d.req_id,
+                id: read.req_id,
                 result: Err(status),
             };
-            return complete_borrowed(srv, c, d.reserved, reply);
+            return complete_borrowed(srv, c, read.reserved, reply);
         }
     };
-    release(srv, c, d.reserved);
+    release(srv, c, read.reserved);
     let elsewhere = seal_elsewhere(srv, &c.out, buf.len());
     let Some(sc) = c.phase.live().filter(|sc| sc.is_open()) else {
         return;
     };
     if lease.record {
-        c.reads.lease_announced(r.fh, lease.ms, epoch);
+        c.reads
+            .lease_announced(Instant::now(), read.fh, lease.ms, epoch);
     }
     if elsewhere {
         match sc.defer_seal() {
-            Some(Ok(seal)) => seal_on_lane(srv, c, &d.conn, seal, ReplyRecord { buf, start }),
+            Some(Ok(seal)) => seal_on_lane(srv, c, conn, seal, ReplyRecord { buf, start }),
             _ => c.close(srv, "cannot seal"),
         }
     } else if let Some(Ok(())) = sc.seal_in_place(&mut buf, RecordStart::at(start)) {
@@ -718,7 +725,7 @@ fn finish_read(
         c.flush(srv);
     } else {
         let reply = Reply {
-            id: d.req_id,
+            id: read.req_id,
             result: Err(NfsStatus::ServerFault),
         };
         c.send(srv, &ServerMessage::Reply(reply));
@@ -726,32 +733,14 @@ fn finish_read(
     }
     if lease.record {
         let holder = Holder {
-            conn: d.id,
-            who: Principal::of(&d.creds),
+            conn: read.conn,
+            who: Principal::of(&read.creds),
         };
-        let (key, fh) = (key_of(&r.handle), r.fh);
+        let (key, fh) = (key_of(&read.handle), read.fh);
         srv.in_color(Color::DEFAULT, move |srv| {
             srv.record_read_lease(holder, key, fh, lease.ms, epoch)
         });
     }
-}
-
-/// Connection color: a reply from the dispatcher, and the request's data buffer back (empty
-/// if it had none) for the next request.
-pub(crate) fn complete(
-    srv: &Arc<Server>,
-    conn: &ConnRef,
-    reserved: usize,
-    reply: Reply,
-    returned_buffer: Vec<u8>,
-) {
-    conn.with(|c| {
-        if !c.closed() {
-            c.out.keep_spare(returned_buffer);
-        }
-        complete_borrowed(srv, c, reserved, reply);
-        pump_borrowed(srv, conn, c);
-    });
 }
 
 /// A request is answered: its slot and its reservation are released.
@@ -764,11 +753,11 @@ fn release(srv: &Server, c: &mut Conn, reserved: usize) {
     srv.in_flight.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// [`complete`] with the connection's state already borrowed from its cell.
+/// [`ConnLink::complete`] with the connection's state already borrowed from its cell.
 fn complete_borrowed(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
     release(srv, c, reserved);
     // Even on a closed connection: a held COMMIT's ticket must be settled.
-    c.commits.answered(reply.id, |d, op| srv.dispatch(d, op));
+    c.commits.answered(reply.id, |d, op| dispatch(srv, d, op));
     // Even on a closed connection: its client may send the request again on another.
     c.settle_ticket(reply.id, &reply.result);
     if c.closed() {
@@ -826,11 +815,6 @@ fn seal_on_lane(
     });
 }
 
-/// Connection color: an INVALIDATE caused by another connection.
-pub(crate) fn send_unsolicited(srv: &Arc<Server>, conn: &ConnRef, msg: &ServerMessage) {
-    conn.with(|c| send_unsolicited_in(srv, c, msg));
-}
-
 fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage) {
     if c.closed() {
         return;
@@ -847,4 +831,46 @@ fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage) {
     }
     c.send(srv, msg);
     c.flush(srv);
+}
+
+/// Color 0 and the dispatcher reach a connection through this (see [`ConnLink`]); each method
+/// runs in the connection's color.
+impl ConnLink for ColorCell<Conn> {
+    fn complete(
+        self: Arc<Self>,
+        srv: &Arc<Server>,
+        reserved: usize,
+        reply: Reply,
+        returned_buffer: Vec<u8>,
+    ) {
+        self.with(|c| {
+            if !c.closed() {
+                c.out.keep_spare(returned_buffer);
+            }
+            complete_borrowed(srv, c, reserved, reply);
+            pump_borrowed(srv, &self, c);
+        });
+    }
+
+    fn send_unsolicited(self: Arc<Self>, srv: &Arc<Server>, msg: &ServerMessage) {
+        self.with(|c| send_unsolicited_in(srv, c, msg));
+    }
+
+    /// Closed unless it has logged in since, or color 0 thought it `in_handshake` but it has
+    /// finished the handshake since (then it asks to come back:
+    /// [`crate::startups::Startups::readmit`]).
+    fn drop_starting(self: Arc<Self>, srv: &Arc<Server>, in_handshake: bool) {
+        srv.doomed.fetch_sub(1, Ordering::SeqCst);
+        self.with(|c| {
+            if c.logged_in || c.closed() {
+                return;
+            }
+            if in_handshake && c.phase.is_open() {
+                let id = c.id;
+                srv.in_color(Color::DEFAULT, move |srv| srv.conn_readmit(id));
+                return;
+            }
+            c.close(srv, "too many starting connections");
+        });
+    }
 }

@@ -22,11 +22,9 @@ use std::time::{Duration, Instant};
 
 use protocol::FileHandle;
 
-use crate::fs::ObjKey;
+pub(crate) use crate::ids::ConnId;
+use crate::ids::ObjKey;
 use crate::users::Creds;
-
-/// Connection identifier (also its color).
-pub(crate) type ConnId = u32;
 
 /// Whom a lease is charged to besides its connection and address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,6 +1,7 @@
 //! sfsd, the parallel SFS-like file server on libcolor, as a library: [`run::serve`] starts
 //! a server from its settings and runs it until it is told to stop; `main.rs` is the
-//! command line around it.
+//! command line around it. With the `testing` feature (and in its own tests), `sim` runs
+//! color 0's bookkeeping between in-memory client and server connections in virtual time.
 //!
 //! Mutexes are `parking_lot`'s, which do not poison: a panicking callback or storage job must
 //! not wedge the threads that go on to shut the server down, and every mutex here guards data
@@ -8,9 +9,11 @@
 
 mod changes;
 pub mod cli;
+mod color0;
 mod config;
 mod conn;
 mod fs;
+mod ids;
 mod leases;
 mod limits;
 mod listener;
@@ -30,3 +33,5 @@ mod trust;
 mod users;
 
 pub mod run;
+#[cfg(any(test, feature = "testing"))]
+pub mod sim;

@@ -16,12 +16,12 @@ use std::time::Instant;
 use libcolor::Color;
 use protocol::{LockKind, NfsStatus, Reply, ReplyBody, RequestOp, access};
 
-use crate::conn;
 use crate::fs::{ObjKey, OpCtx, Outcome};
 use crate::locks::{Holder, LockClient, Range};
 use crate::server::{InFlight, Server};
 
-/// A lock request, split from the other operations by [`take`].
+/// A lock request, split from the other operations by [`take`] (the connection's
+/// dispatcher sends it to [`dispatch`] instead of the storage's).
 pub(crate) enum LockOp {
     Lock(protocol::LockArgs),
     Unlock(protocol::UnlockArgs),
@@ -65,140 +65,130 @@ impl LockOp {
 
 /// Where a reply goes.
 struct ReplyTo {
-    conn: conn::ConnRef,
+    conn: crate::server::ConnLinkRef,
     id: crate::leases::ConnId,
     req_id: u64,
     reserved: usize,
 }
 
-impl Server {
-    /// Connection color: checks what needs no storage, then has the backend check access.
-    pub(crate) fn dispatch_lock(self: &Arc<Self>, d: InFlight, op: LockOp) {
-        let refused = if d.creds.anonymous {
-            Some(NfsStatus::Acces)
-        } else {
-            match &op {
-                LockOp::Lock(a) if a.reclaim => Some(NfsStatus::NotSupp),
-                LockOp::Lock(a) if a.kind == LockKind::Write && self.read_only => {
-                    Some(NfsStatus::RoFs)
-                }
-                _ => None,
-            }
-        };
-        if let Some(s) = refused {
-            return self.answer_lock(d, Err(s));
+/// Connection color: checks what needs no storage, then has the backend check access.
+pub(crate) fn dispatch(srv: &Arc<Server>, d: InFlight, op: LockOp) {
+    let refused = if d.creds.anonymous {
+        Some(NfsStatus::Acces)
+    } else {
+        match &op {
+            LockOp::Lock(a) if a.reclaim => Some(NfsStatus::NotSupp),
+            LockOp::Lock(a) if a.kind == LockKind::Write && srv.read_only => Some(NfsStatus::RoFs),
+            _ => None,
         }
-        let ctx = OpCtx {
-            creds: d.creds.clone(),
-            lease_ms: 0,
-            conn: d.id,
-        };
-        let check = RequestOp::Access {
-            fh: op.fh(),
-            access: op.needs(),
-        };
-        let to = ReplyTo {
-            conn: d.conn.clone(),
-            id: d.id,
-            req_id: d.req_id,
-            reserved: d.reserved,
-        };
-        let srv = self.clone();
-        let finish = move |outcome: Outcome| {
-            let result = srv.apply_lock(&d, &op, outcome);
-            srv.answer_lock(d, result);
-        };
-        if self.storage.submit(ctx, check, Box::new(finish)).is_err() {
-            // The storage is full: try later.
-            self.answer_to(to, Err(NfsStatus::Jukebox));
-        }
+    };
+    if let Some(s) = refused {
+        return answer(srv, d, Err(s));
     }
+    let ctx = OpCtx {
+        creds: d.creds.clone(),
+        lease_ms: 0,
+        conn: d.id,
+    };
+    let check = RequestOp::Access {
+        fh: op.fh(),
+        access: op.needs(),
+    };
+    let to = ReplyTo {
+        conn: d.conn.clone(),
+        id: d.id,
+        req_id: d.req_id,
+        reserved: d.reserved,
+    };
+    let me = srv.clone();
+    let finish = move |outcome: Outcome| {
+        let result = apply(&me, &d, &op, outcome);
+        answer(&me, d, result);
+    };
+    if srv.storage.submit(ctx, check, Box::new(finish)).is_err() {
+        // The storage is full: try later.
+        answer_to(srv, to, Err(NfsStatus::Jukebox));
+    }
+}
 
-    /// After the access check: the table's answer.
-    fn apply_lock(
-        &self,
-        d: &InFlight,
-        op: &LockOp,
-        outcome: Outcome,
-    ) -> Result<ReplyBody, NfsStatus> {
-        let granted = match outcome.result? {
-            ReplyBody::Access { access, .. } => access,
-            _ => return Err(NfsStatus::ServerFault),
-        };
-        if granted & op.needs() != op.needs() {
-            return Err(NfsStatus::Acces);
+/// After the access check: the table's answer.
+fn apply(
+    srv: &Server,
+    d: &InFlight,
+    op: &LockOp,
+    outcome: Outcome,
+) -> Result<ReplyBody, NfsStatus> {
+    let granted = match outcome.result? {
+        ReplyBody::Access { access, .. } => access,
+        _ => return Err(NfsStatus::ServerFault),
+    };
+    if granted & op.needs() != op.needs() {
+        return Err(NfsStatus::Acces);
+    }
+    let key: ObjKey = outcome
+        .leased
+        .first()
+        .map(|(k, _)| *k)
+        .ok_or(NfsStatus::ServerFault)?;
+    let client = LockClient::of(d.id, d.record);
+    let uid = d.creds.uid;
+    let mut t = srv.locks.lock();
+    t.reap(Instant::now());
+    match *op {
+        LockOp::Lock(a) => {
+            let holder = Holder {
+                client,
+                uid,
+                owner: a.owner,
+            };
+            let r = Range::from_wire(a.start, a.len)?;
+            t.lock(key, holder, a.kind, r, a.flock)?;
+            Ok(ReplyBody::Lock)
         }
-        let key: ObjKey = outcome
-            .leased
-            .first()
-            .map(|(k, _)| *k)
-            .ok_or(NfsStatus::ServerFault)?;
-        let client = LockClient::of(d.id, d.record);
-        let uid = d.creds.uid;
-        let mut t = self.locks.lock();
-        t.reap(Instant::now());
-        match *op {
-            LockOp::Lock(a) => {
-                let holder = Holder {
-                    client,
-                    uid,
-                    owner: a.owner,
-                };
-                let r = Range::from_wire(a.start, a.len)?;
-                t.lock(key, holder, a.kind, r, a.flock)?;
-                Ok(ReplyBody::Lock)
-            }
-            LockOp::Unlock(a) => {
-                let holder = Holder {
-                    client,
-                    uid,
-                    owner: a.owner,
-                };
-                let r = Range::from_wire(a.start, a.len)?;
-                t.unlock(key, holder, r, a.flock)?;
-                Ok(ReplyBody::Unlock)
-            }
-            LockOp::Test(a) => {
-                let holder = Holder {
-                    client,
-                    uid,
-                    owner: a.owner,
-                };
-                let r = Range::from_wire(a.start, a.len)?;
-                Ok(ReplyBody::TestLock {
-                    conflict: t.test(key, holder, a.kind, r, a.flock),
-                })
-            }
+        LockOp::Unlock(a) => {
+            let holder = Holder {
+                client,
+                uid,
+                owner: a.owner,
+            };
+            let r = Range::from_wire(a.start, a.len)?;
+            t.unlock(key, holder, r, a.flock)?;
+            Ok(ReplyBody::Unlock)
+        }
+        LockOp::Test(a) => {
+            let holder = Holder {
+                client,
+                uid,
+                owner: a.owner,
+            };
+            let r = Range::from_wire(a.start, a.len)?;
+            Ok(ReplyBody::TestLock {
+                conflict: t.test(key, holder, a.kind, r, a.flock),
+            })
         }
     }
+}
 
-    /// The reply, sent in the connection's color.
-    fn answer_lock(self: &Arc<Self>, d: InFlight, result: Result<ReplyBody, NfsStatus>) {
-        let to = ReplyTo {
-            conn: d.conn,
-            id: d.id,
-            req_id: d.req_id,
-            reserved: d.reserved,
-        };
-        self.answer_to(to, result);
-    }
+/// The reply, sent in the connection's color.
+fn answer(srv: &Arc<Server>, d: InFlight, result: Result<ReplyBody, NfsStatus>) {
+    let to = ReplyTo {
+        conn: d.conn,
+        id: d.id,
+        req_id: d.req_id,
+        reserved: d.reserved,
+    };
+    answer_to(srv, to, result);
+}
 
-    fn answer_to(self: &Arc<Self>, to: ReplyTo, result: Result<ReplyBody, NfsStatus>) {
-        let ReplyTo {
-            conn,
-            id,
-            req_id,
-            reserved,
-        } = to;
-        let srv = self.clone();
-        self.h.cpucb(Color(id), move || {
-            conn::complete(
-                &srv,
-                &conn,
-                reserved,
-                Reply { id: req_id, result },
-                Vec::new(),
-            )
-        });
-    }
+fn answer_to(srv: &Arc<Server>, to: ReplyTo, result: Result<ReplyBody, NfsStatus>) {
+    let ReplyTo {
+        conn,
+        id,
+        req_id,
+        reserved,
+    } = to;
+    let me = srv.clone();
+    srv.h.cpucb(Color(id), move || {
+        conn.complete(&me, reserved, Reply { id: req_id, result }, Vec::new())
+    });
 }

@@ -3,13 +3,15 @@
 //! Each instance keeps its own lease table, so without this a client of one instance would
 //! see a change made through another only when its lease ends. Here every instance tells the
 //! others which objects changed, and each runs, for its own lease holders, the same INVALIDATE
-//! fan-out as for a change made through itself ([`crate::server::Server::peer_changed`]).
+//! fan-out as for a change made through itself (the [`Batch`] handed to the callback given to
+//! [`start`], which sfsd's `run` points at `Server::peer_changed`).
 //!
 //! ```text
 //! color 0 (finish: an operation changed objects) -> Outbox: keys gathered for FLUSH_DELAY,
 //!     or until a datagram is full -> one UDP datagram to each peer (non-blocking send)
-//! peer's receive color: recv, size check, HMAC check, replay/loss check -> cpucb to color 0:
-//!     Server::peer_changed: end the local leases on those objects, INVALIDATE their holders
+//! peer's receive color: recv, size check, HMAC check, replay/loss check -> a Batch to the
+//!     callback, which takes it to color 0: Server::peer_changed ends the local leases on
+//!     those objects and INVALIDATEs their holders
 //! ```
 //!
 //! **What is sent.** Object keys (`(fsid, fileid)`, 16 bytes each), never handles or data: the
@@ -54,7 +56,6 @@ use libcolor::{Color, ColorCell, Handle, IoRegistration};
 use ring::hmac;
 
 use crate::fs::ObjKey;
-use crate::server::Server;
 
 /// Keys in one datagram.
 pub(crate) const MAX_KEYS: usize = 64;
@@ -230,6 +231,7 @@ struct Inbox {
 
 /// The channel of one instance: its socket, the peers it tells, and both sides' state.
 pub(crate) struct Peers {
+    h: Handle,
     key: PeerKey,
     socket: UdpSocket,
     local: SocketAddr,
@@ -263,6 +265,7 @@ impl Peers {
         let reg = h.register(&mut socket, Interest::READABLE)?;
         let to = peers.iter().copied().filter(|p| *p != local).collect();
         Ok(Peers {
+            h: h.clone(),
             key: PeerKey::derive(secret),
             socket,
             local,
@@ -300,7 +303,7 @@ impl Peers {
     }
 
     /// Color 0: `key` changed here; the peers will hear of it within [`FLUSH_DELAY`].
-    pub(crate) fn changed(&self, srv: &Arc<Server>, key: ObjKey) {
+    pub(crate) fn changed(self: &Arc<Self>, key: ObjKey) {
         if self.to.is_empty() {
             return;
         }
@@ -316,12 +319,10 @@ impl Peers {
             self.flush();
         }
         if schedule {
-            let srv = srv.clone();
-            srv.h.clone().delaycb(FLUSH_DELAY, Color::DEFAULT, move || {
-                if let Some(p) = &srv.peers {
-                    p.outbox.with(|o| o.flush_scheduled = false);
-                    p.flush();
-                }
+            let p = self.clone();
+            self.h.delaycb(FLUSH_DELAY, Color::DEFAULT, move || {
+                p.outbox.with(|o| o.flush_scheduled = false);
+                p.flush();
             });
         }
     }
@@ -352,8 +353,9 @@ impl Peers {
         }
     }
 
-    /// Receive color, readable: every waiting datagram, checked, then the keys to color 0.
-    fn receive(&self, srv: &Arc<Server>) {
+    /// Receive color, readable: every waiting datagram, checked, then the keys to `deliver`
+    /// (which takes them to color 0).
+    fn receive(self: &Arc<Self>, deliver: &(impl Fn(Batch) + ?Sized)) {
         let (keys, gap) = self.inbox.with(|inbox| {
             let mut keys: Vec<ObjKey> = Vec::new();
             let mut gap = false;
@@ -407,42 +409,51 @@ impl Peers {
             self.lost.store(true, Ordering::Release);
             return;
         }
-        srv.in_color(Color::DEFAULT, move |srv| {
-            if let Some(p) = &srv.peers {
-                p.queued.fetch_sub(1, Ordering::AcqRel);
-                let everything = gap || p.lost.swap(false, Ordering::AcqRel);
-                srv.peer_changed(&keys, everything);
-            }
+        deliver(Batch {
+            peers: self.clone(),
+            keys,
+            gap,
         });
     }
 }
 
-/// Starts receiving (in its own color) and the heartbeats (color 0).
-pub(crate) fn start(srv: &Arc<Server>) {
-    let Some(p) = &srv.peers else { return };
-    if let Some(reg) = p.reg.lock().as_ref() {
-        let srv = srv.clone();
-        reg.on_readable(RECEIVE_COLOR, move || {
-            if let Some(p) = &srv.peers {
-                p.receive(&srv);
-            }
-        });
-    }
-    heartbeat(srv.clone());
+/// Changes other instances told of, on their way from the receive color to color 0.
+pub(crate) struct Batch {
+    peers: Arc<Peers>,
+    keys: Vec<ObjKey>,
+    gap: bool,
 }
 
-fn heartbeat(srv: Arc<Server>) {
-    let h = srv.h.clone();
+impl Batch {
+    /// Color 0: the objects that changed, and whether every lease must end instead (datagrams
+    /// were lost, or a batch was dropped because color 0 was behind).
+    pub(crate) fn open(self) -> (Vec<ObjKey>, bool) {
+        self.peers.queued.fetch_sub(1, Ordering::AcqRel);
+        let everything = self.gap || self.peers.lost.swap(false, Ordering::AcqRel);
+        (self.keys, everything)
+    }
+}
+
+/// Starts receiving (in its own color), each batch of changes handed to `deliver`, and the
+/// heartbeats (color 0).
+pub(crate) fn start(peers: &Arc<Peers>, deliver: impl Fn(Batch) + Send + Sync + 'static) {
+    if let Some(reg) = peers.reg.lock().as_ref() {
+        let p = peers.clone();
+        reg.on_readable(RECEIVE_COLOR, move || p.receive(&deliver));
+    }
+    heartbeat(peers.clone());
+}
+
+fn heartbeat(p: Arc<Peers>) {
+    let h = p.h.clone();
     h.delaycb(HEARTBEAT, Color::DEFAULT, move || {
-        if srv.h.is_stopping() {
+        if p.h.is_stopping() {
             return;
         }
-        if let Some(p) = &srv.peers
-            && !p.to.is_empty()
-        {
+        if !p.to.is_empty() {
             p.flush();
         }
-        heartbeat(srv);
+        heartbeat(p);
     });
 }
 

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use protocol::{Attr, FileHandle, HandleData, NfsStatus};
 
 use crate::changes::{Changes, Epoch};
-use crate::fs::ObjKey;
+use crate::ids::ObjKey;
 
 /// How long a cached descriptor may serve without being opened again.
 pub(crate) const OPEN_FILE_TTL: Duration = Duration::from_secs(1);
@@ -200,9 +200,11 @@ impl ReadState {
 
     /// The lease to put in a READ reply for `fh` whose read starts at `epoch`: what remains of
     /// one this connection holds (if nothing changed since it was granted and at least half
-    /// remains), else `offered_ms`, to be recorded by color 0.
+    /// remains), else `offered_ms`, to be recorded by color 0. Time is an input (here and in
+    /// [`ReadState::lease_announced`]) so the simulator drives it.
     pub(crate) fn lease_for(
         &self,
+        now: Instant,
         fh: &FileHandle,
         key: ObjKey,
         offered_ms: u32,
@@ -211,7 +213,7 @@ impl ReadState {
         if let Some(held) = self.leases.get(fh)
             && !changes.object_changed_since(key, &held.epoch)
         {
-            let left = held.expires.saturating_duration_since(Instant::now());
+            let left = held.expires.saturating_duration_since(now);
             let left_ms = u32::try_from(left.as_millis()).unwrap_or(u32::MAX);
             if left_ms > 0 && (offered_ms == 0 || left_ms >= offered_ms / 2) {
                 return LeaseChoice {
@@ -226,15 +228,16 @@ impl ReadState {
         }
     }
 
-    /// A reply announced a lease of `ms` on `fh`, read from `epoch` on; color 0 records it.
-    pub(crate) fn lease_announced(&mut self, fh: FileHandle, ms: u32, epoch: Epoch) {
+    /// A reply announced at `now` a lease of `ms` on `fh`, read from `epoch` on; color 0
+    /// records it.
+    pub(crate) fn lease_announced(&mut self, now: Instant, fh: FileHandle, ms: u32, epoch: Epoch) {
         if self.leases.len() >= LEASES_REMEMBERED {
             self.leases.clear();
         }
         self.leases.insert(
             fh,
             HeldLease {
-                expires: Instant::now() + Duration::from_millis(ms as u64),
+                expires: now + Duration::from_millis(ms as u64),
                 epoch,
             },
         );
@@ -470,7 +473,7 @@ mod tests {
         let mut st = ReadState::default();
         let fh = FileHandle::from_bytes([7; protocol::HANDLE_LEN]);
         let key = (9, 5);
-        let first = st.lease_for(&fh, key, 60_000, &changes);
+        let first = st.lease_for(Instant::now(), &fh, key, 60_000, &changes);
         assert_eq!(
             first,
             LeaseChoice {
@@ -478,23 +481,33 @@ mod tests {
                 record: true
             }
         );
-        st.lease_announced(fh, first.ms, changes.now());
-        let again = st.lease_for(&fh, key, 60_000, &changes);
+        st.lease_announced(Instant::now(), fh, first.ms, changes.now());
+        let again = st.lease_for(Instant::now(), &fh, key, 60_000, &changes);
         assert!(!again.record);
         assert!(again.ms <= 60_000 && again.ms > 59_000, "{again:?}");
 
         changes.note(key);
-        assert!(st.lease_for(&fh, key, 60_000, &changes).record);
+        assert!(
+            st.lease_for(Instant::now(), &fh, key, 60_000, &changes)
+                .record
+        );
 
-        st.lease_announced(fh, 60_000, changes.now());
+        st.lease_announced(Instant::now(), fh, 60_000, changes.now());
         st.lease_ended(&fh);
-        assert!(st.lease_for(&fh, key, 60_000, &changes).record);
+        assert!(
+            st.lease_for(Instant::now(), &fh, key, 60_000, &changes)
+                .record
+        );
 
         // Less than half left: ask color 0 again.
-        st.lease_announced(fh, 100, changes.now());
-        assert!(st.lease_for(&fh, key, 60_000, &changes).record);
+        st.lease_announced(Instant::now(), fh, 100, changes.now());
+        assert!(
+            st.lease_for(Instant::now(), &fh, key, 60_000, &changes)
+                .record
+        );
         // No lease offered: nothing to record.
         let none = st.lease_for(
+            Instant::now(),
             &FileHandle::from_bytes([8; protocol::HANDLE_LEN]),
             key,
             0,

@@ -144,7 +144,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 peers::Peers::bind(&h, st.handle_key.to_text().as_bytes(), p.listen, &p.peers)
                     .with_context(|| format!("listening for peers on {}", p.listen))?;
             println!("sfsd: peers on {}", peers.local_addr());
-            Some(peers)
+            Some(Arc::new(peers))
         }
         None => None,
     };
@@ -156,7 +156,17 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         &settings,
         peers,
     ));
-    peers::start(&srv);
+    if let Some(p) = &srv.peers {
+        // The server holds its peers, and their receiver the server (both live as long as
+        // the runtime's registrations and timers).
+        let to = srv.clone();
+        peers::start(p, move |batch| {
+            to.in_color(libcolor::Color::DEFAULT, move |srv| {
+                let (keys, everything) = batch.open();
+                srv.peer_changed(&keys, everything);
+            })
+        });
+    }
     listener::start(
         &srv,
         libcolor::mio::net::TcpListener::from_std(std_listener),

@@ -15,7 +15,6 @@
 //! opening and copying file data run in connection colors or on storage threads
 //! ([`crate::fs::pool`], round robin between connections).
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -25,35 +24,47 @@ use std::time::{Duration, Instant};
 
 use libcolor::{Color, Handle};
 use protocol::{
-    Attr, FileHandle, HandleKey, HandshakeConfig, Invalidate, NfsStatus, Reply, RequestOp,
-    ServerKeypair, ServerMessage, ServerName,
+    FileHandle, HandleKey, HandshakeConfig, Invalidate, NfsStatus, Reply, RequestOp, ServerKeypair,
+    ServerMessage, ServerName,
 };
 
 use crate::changes::{Changes, Epoch};
-use crate::conn::{self, Conn, ConnRef};
+use crate::color0::{Bookkeeping, Invalidation};
 use crate::fs::{ObjKey, OpCtx, Storage};
 use crate::leases::{ConnId, Holder, Leases, Principal, Shares};
 use crate::limits::Limits;
 use crate::read::FileBudget;
 use crate::settings::Settings;
-use crate::startups::{Dropped, Startups};
+use crate::startups::Dropped;
+use crate::startups::Startups;
 use crate::users::{Creds, Users};
 
-/// A connection as color 0 knows it.
-pub(crate) struct Registered {
-    pub conn: Weak<ColorCell<Conn>>,
-    /// Set by color 0 while the connection holds its whole share of leases; the connection's
-    /// color reads it to grant lease 0 in its replies.
-    pub lease_capped: Arc<AtomicBool>,
+/// How the dispatcher and color 0 reach a connection: implemented by the connection driver
+/// (`conn.rs`), which depends on this module and not the other way round. Each method runs in
+/// the connection's color.
+pub(crate) trait ConnLink: Send + Sync {
+    /// A reply from the dispatcher, and the request's data buffer back (empty if it had none)
+    /// for the next request.
+    fn complete(
+        self: Arc<Self>,
+        srv: &Arc<Server>,
+        reserved: usize,
+        reply: Reply,
+        returned_buffer: Vec<u8>,
+    );
+    /// An INVALIDATE caused by another connection (or another instance).
+    fn send_unsolicited(self: Arc<Self>, srv: &Arc<Server>, msg: &ServerMessage);
+    /// Color 0 picked this starting connection to make room (see [`crate::startups`]);
+    /// `in_handshake`: whether color 0 thought it was still in the handshake.
+    fn drop_starting(self: Arc<Self>, srv: &Arc<Server>, in_handshake: bool);
 }
 
-/// State only color 0 touches (libcolor serialises color 0's callbacks, so no lock).
-pub(crate) struct Color0 {
-    pub leases: Leases,
-    pub conns: HashMap<ConnId, Registered>,
-    /// Connections not yet logged in (see [`crate::startups`]).
-    pub startups: Startups,
-}
+/// A connection as the dispatcher holds it while one of its requests is in flight.
+pub(crate) type ConnLinkRef = Arc<dyn ConnLink>;
+
+/// Color 0's state: the bookkeeping, reaching each connection through a weak reference (a
+/// closed connection is not kept alive by the registry).
+pub(crate) type Color0 = Bookkeeping<Weak<dyn ConnLink>>;
 
 /// Everything the connection colors and color 0 share.
 pub(crate) struct Server {
@@ -75,7 +86,7 @@ pub(crate) struct Server {
     pub anonymous_read: bool,
     pub color0: ColorCell<Color0>,
     /// Changes color 0 has seen, for the READ fast path's cached descriptors and leases.
-    pub changes: Changes,
+    pub changes: Arc<Changes>,
     /// Bound on descriptors cached for READ, server-wide.
     pub file_budget: FileBudget,
     /// Requests admitted and not yet answered (for shutdown).
@@ -103,7 +114,7 @@ pub(crate) struct Server {
     /// Byte-range and `flock` locks (see [`crate::locks`] for why a mutex, not color 0).
     pub locks: parking_lot::Mutex<crate::locks::LockTable>,
     /// The other instances sharing this state directory, told of every change (`--peer`).
-    pub peers: Option<crate::peers::Peers>,
+    pub peers: Option<Arc<crate::peers::Peers>>,
 }
 
 impl Server {
@@ -137,12 +148,13 @@ impl Server {
         storage: Arc<dyn Storage>,
         users: Users,
         settings: &Settings,
-        peers: Option<crate::peers::Peers>,
+        peers: Option<Arc<crate::peers::Peers>>,
     ) -> Server {
         let mut limits = settings.limits.clone();
         limits.max_startups =
             crate::startups::pool_size(limits.max_startups, limits.max_connections);
         let (anonymous_uid, anonymous_gid) = settings.anonymous;
+        let changes = Arc::new(Changes::new());
         Server {
             name: st.name(),
             handshake: HandshakeConfig {
@@ -160,18 +172,18 @@ impl Server {
             color0: ColorCell::new(
                 &h,
                 Color::DEFAULT,
-                Color0 {
-                    leases: Leases::new(
+                Bookkeeping::new(
+                    Leases::new(
                         settings.lease,
                         settings.max_leases,
                         Shares::new(settings.max_leases, settings.max_leases_per_conn),
                     ),
-                    conns: HashMap::new(),
-                    startups: Startups::new(
+                    Startups::new(
                         limits.max_startups,
                         crate::startups::anonymous_limit(limits.max_connections),
                     ),
-                },
+                    changes.clone(),
+                ),
             ),
             in_flight: AtomicUsize::new(0),
             lease_ms_now: AtomicU32::new(
@@ -185,7 +197,7 @@ impl Server {
             doomed: AtomicUsize::new(0),
             // A closed connection's locks last as long as the leases it was granted.
             locks: parking_lot::Mutex::new(crate::locks::LockTable::new(settings.lease)),
-            changes: Changes::new(),
+            changes,
             // A record per connection, and as many again of clients whose connection broke,
             // each kept for one lease: a client back within it finds its replies.
             clients: crate::replies::ClientRecords::new(
@@ -221,7 +233,7 @@ fn changes_access(op: &RequestOp) -> bool {
 /// A request in flight from its connection to storage and back: who asked, on which
 /// connection, what it reserved of the connection's output, and the lease to grant.
 pub(crate) struct InFlight {
-    pub conn: ConnRef,
+    pub conn: ConnLinkRef,
     pub id: ConnId,
     pub req_id: u64,
     pub creds: Creds,
@@ -236,9 +248,8 @@ pub(crate) struct InFlight {
 
 impl Server {
     /// Color 0: records the lease a READ reply announced (after it was queued: see
-    /// [`crate::read`]). If the grant does not fit, or the object changed after the read
-    /// started (a change color 0 handled before this grant found no holder to invalidate),
-    /// the reader gets an INVALIDATE, which ends the announced lease.
+    /// [`crate::read`]); the reader is told if the lease does not hold
+    /// ([`Bookkeeping::record_read_lease`]).
     pub(crate) fn record_read_lease(
         self: &Arc<Self>,
         holder: Holder,
@@ -247,43 +258,20 @@ impl Server {
         lease_ms: u32,
         read_from: Epoch,
     ) {
-        let id = holder.conn;
-        let revoke = self.color0.with(|c0| {
-            if !c0.conns.contains_key(&id) {
-                return false;
-            }
-            let granted = c0
-                .leases
-                .try_grant(Instant::now(), holder, key, fh, lease_ms);
-            self.publish_share(c0, id);
+        let revoked = self.color0.with(|c0| {
+            let revoked =
+                c0.record_read_lease(Instant::now(), holder, key, fh, lease_ms, read_from);
             self.publish_table(c0);
-            !granted || self.changes.object_changed_since(key, &read_from)
+            revoked
         });
-        if revoke
-            && let Some(target) = self
-                .color0
-                .with(|c0| c0.conns.get(&id).and_then(|r| r.conn.upgrade()))
-        {
-            let srv = self.clone();
-            self.h.cpucb(Color(id), move || {
-                conn::send_unsolicited(
-                    &srv,
-                    &target,
-                    &ServerMessage::Invalidate(Invalidate { fh, attr: None }),
-                )
-            });
-        }
+        self.invalidate(revoked);
     }
 
     /// Connection color: any other storage operation goes to the storage (the local backend
     /// runs a short one right here: see [`crate::fs::BlockingStorage::execute_inline`]); its
     /// completion runs in color 0, which owns the lease table, then the reply goes back to the
     /// connection's color.
-    pub(crate) fn dispatch(self: &Arc<Self>, d: InFlight, op: RequestOp) {
-        let mut op = match crate::lock_ops::take(op) {
-            crate::lock_ops::Split::Lock(lock) => return self.dispatch_lock(d, lock),
-            crate::lock_ops::Split::Other(op) => op,
-        };
+    pub(crate) fn dispatch(self: &Arc<Self>, d: InFlight, mut op: RequestOp) {
         // One default mode for objects made without one, whichever backend makes them.
         crate::fs::fill_default_mode(&mut op);
         let InFlight {
@@ -325,7 +313,7 @@ impl Server {
     /// connection's color.
     fn finish(
         self: &Arc<Self>,
-        conn: ConnRef,
+        conn: ConnLinkRef,
         holder: Holder,
         req_id: u64,
         reserved: usize,
@@ -333,131 +321,91 @@ impl Server {
         outcome: crate::fs::Outcome,
     ) {
         let id = holder.conn;
-        let mut invalidations = Vec::new();
         let mut result = outcome.result;
-        self.color0.with(|c0| {
-            let now = Instant::now();
-            // Every attribute in the reply keeps its lease only if the table and the shares of
-            // this connection, its address and its user allow the grant; the others are sent
-            // with lease 0.
-            if let Ok(body) = &mut result {
-                let handles: HashMap<ObjKey, FileHandle> = outcome.leased.iter().copied().collect();
-                for attr in body.attrs_mut() {
-                    let key = (attr.fsid, attr.fileid);
-                    let granted = handles
-                        .get(&key)
-                        .is_some_and(|fh| c0.leases.try_grant(now, holder, key, *fh, lease_ms));
-                    if !granted {
-                        attr.lease_ms = 0;
-                    }
-                }
-            }
-            for (key, _, _) in &outcome.changed {
-                self.changes.note(*key);
-            }
-            for (key, fh, attr) in &outcome.changed {
-                let (who, _) = c0.leases.changed(now, *key, id);
-                for other in who {
-                    self.publish_share(c0, other);
-                    if let Some(target) = c0.conns.get(&other).and_then(|r| r.conn.upgrade()) {
-                        invalidations.push((other, target, *fh, *attr));
-                    }
-                }
-            }
-            self.publish_share(c0, id);
+        let told = self.color0.with(|c0| {
+            let told = c0.request_finished(
+                Instant::now(),
+                holder,
+                lease_ms,
+                &mut result,
+                &outcome.leased,
+                &outcome.changed,
+            );
             self.publish_table(c0);
+            told
         });
         if let Some(peers) = &self.peers {
             for (key, _, _) in &outcome.changed {
-                peers.changed(self, *key);
+                peers.changed(*key);
             }
         }
-        for (other, target, fh, attr) in invalidations {
-            let attr = attr.map(|a| Attr { lease_ms: 0, ..a });
-            let srv = self.clone();
-            self.h.cpucb(Color(other), move || {
-                conn::send_unsolicited(
-                    &srv,
-                    &target,
-                    &ServerMessage::Invalidate(Invalidate { fh, attr }),
-                )
-            });
-        }
+        self.invalidate(told);
         let reply = Reply { id: req_id, result };
         let srv = self.clone();
         let buffer = outcome.returned_buffer;
         self.h.cpucb(Color(id), move || {
-            conn::complete(&srv, &conn, reserved, reply, buffer)
+            conn.complete(&srv, reserved, reply, buffer)
         });
     }
 
     /// Color 0: another instance sharing the state directory changed `keys` (or, with
-    /// `everything`, may have changed anything: its datagrams were lost). The leases this
-    /// instance granted on them end, and their holders get INVALIDATE, as for a local change
-    /// (without attributes: this instance has not seen them).
+    /// `everything`, may have changed anything): see [`Bookkeeping::peer_changed`].
     pub(crate) fn peer_changed(self: &Arc<Self>, keys: &[ObjKey], everything: bool) {
-        let mut invalidations = Vec::new();
-        self.color0.with(|c0| {
-            let mut ended = Vec::new();
-            if everything {
-                // Cached descriptors too: access may have changed.
-                self.changes.note_access();
-                self.changes.note_all();
-                ended = c0.leases.changed_all(Instant::now());
-            } else {
-                for key in keys {
-                    self.changes.note(*key);
-                    // Connection 0 holds nothing (connections count from 1): every holder.
-                    if let (who, Some(fh)) = c0.leases.changed(Instant::now(), *key, 0) {
-                        ended.extend(who.into_iter().map(|c| (c, fh)));
-                    }
-                }
-            }
-            for (other, fh) in ended {
-                self.publish_share(c0, other);
-                if let Some(target) = c0.conns.get(&other).and_then(|r| r.conn.upgrade()) {
-                    invalidations.push((other, target, fh));
-                }
-            }
+        let told = self.color0.with(|c0| {
+            let told = c0.peer_changed(Instant::now(), keys, everything);
             self.publish_table(c0);
+            told
         });
-        for (other, target, fh) in invalidations {
+        self.invalidate(told);
+    }
+
+    /// Color 0: sends each INVALIDATE the bookkeeping asked for, in its connection's color
+    /// (a connection gone meanwhile is skipped).
+    fn invalidate(self: &Arc<Self>, told: impl IntoIterator<Item = Invalidation>) {
+        for Invalidation { conn, fh, attr } in told {
+            let Some(target) = self.reach(conn) else {
+                continue;
+            };
             let srv = self.clone();
-            self.h.cpucb(Color(other), move || {
-                conn::send_unsolicited(
-                    &srv,
-                    &target,
-                    &ServerMessage::Invalidate(Invalidate { fh, attr: None }),
-                )
+            self.h.cpucb(Color(conn), move || {
+                target.send_unsolicited(&srv, &ServerMessage::Invalidate(Invalidate { fh, attr }))
             });
         }
+    }
+
+    /// Color 0: has the starting connection the bookkeeping picked closed in its own color
+    /// (see [`ConnLink::drop_starting`]).
+    fn drop_starting(self: &Arc<Self>, victim: Option<Dropped>) {
+        let Some((d, target)) = victim.and_then(|d| Some((d, self.reach(d.conn)?))) else {
+            return;
+        };
+        self.startups_dropped.fetch_add(1, Ordering::Relaxed);
+        self.doomed.fetch_add(1, Ordering::SeqCst);
+        let srv = self.clone();
+        self.h.cpucb(Color(d.conn), move || {
+            target.drop_starting(&srv, d.in_handshake)
+        });
+    }
+
+    /// Color 0: connection `id`, if it is registered and still there.
+    fn reach(&self, id: ConnId) -> Option<ConnLinkRef> {
+        self.color0.with(|c0| c0.link(id).and_then(Weak::upgrade))
     }
 
     /// Color 0: tells every color the lease granted now, and whether anonymous requests may
     /// get one.
     fn publish_table(&self, c0: &Color0) {
-        self.lease_ms_now
-            .store(c0.leases.lease_ms(), Ordering::Relaxed);
+        self.lease_ms_now.store(c0.lease_ms(), Ordering::Relaxed);
         self.anonymous_leases_full
-            .store(c0.leases.anonymous_full(), Ordering::Relaxed);
-    }
-
-    /// Color 0: tells connection `id` whether it (or its address) holds its whole share of
-    /// leases.
-    fn publish_share(&self, c0: &mut Color0, id: ConnId) {
-        let over = c0.leases.over_share(id);
-        if let Some(r) = c0.conns.get(&id) {
-            r.lease_capped.store(over, Ordering::Relaxed);
-        }
+            .store(c0.anonymous_full(), Ordering::Relaxed);
     }
 
     /// The storage threads are full: answer JUKEBOX ("try later") instead of queueing more.
-    fn answer_busy(self: &Arc<Self>, conn: ConnRef, id: ConnId, req_id: u64, reserved: usize) {
+    fn answer_busy(self: &Arc<Self>, conn: ConnLinkRef, id: ConnId, req_id: u64, reserved: usize) {
         let srv = self.clone();
         self.h.cpucb(Color(id), move || {
-            conn::complete(
+            conn.complete(
                 &srv,
-                &conn,
                 reserved,
                 Reply {
                     id: req_id,
@@ -474,42 +422,12 @@ impl Server {
     pub(crate) fn register_conn(
         self: &Arc<Self>,
         id: ConnId,
-        conn: &ConnRef,
+        conn: Weak<dyn ConnLink>,
         capped: Arc<AtomicBool>,
         peer: IpAddr,
     ) {
-        let victim = self.color0.with(|c0| {
-            c0.conns.insert(
-                id,
-                Registered {
-                    conn: Arc::downgrade(conn),
-                    lease_capped: capped,
-                },
-            );
-            c0.leases.open_conn(id, peer);
-            let victim = c0.startups.admit(id);
-            Self::reach(c0, victim)
-        });
+        let victim = self.color0.with(|c0| c0.opened(id, conn, capped, peer));
         self.drop_starting(victim);
-    }
-
-    /// Color 0: the connection `d` names, if it is still there.
-    fn reach(c0: &Color0, d: Option<Dropped>) -> Option<(ConnRef, Dropped)> {
-        let d = d?;
-        let conn = c0.conns.get(&d.conn)?.conn.upgrade()?;
-        Some((conn, d))
-    }
-
-    /// Color 0: has `victim` closed in its own color (see [`conn::drop_starting`]).
-    fn drop_starting(self: &Arc<Self>, victim: Option<(ConnRef, Dropped)>) {
-        if let Some((conn, d)) = victim {
-            self.startups_dropped.fetch_add(1, Ordering::Relaxed);
-            self.doomed.fetch_add(1, Ordering::SeqCst);
-            let srv = self.clone();
-            self.h.cpucb(conn.color(), move || {
-                conn::drop_starting(&srv, &conn, d.in_handshake)
-            });
-        }
     }
 
     /// Color 0: connection `id`, dropped while it was thought to be in the handshake, had
@@ -517,38 +435,30 @@ impl Server {
     pub(crate) fn conn_readmit(self: &Arc<Self>, id: ConnId) {
         // Its drop was counted and did not happen.
         self.startups_dropped.fetch_sub(1, Ordering::Relaxed);
-        let victim = self.color0.with(|c0| {
-            if !c0.conns.contains_key(&id) {
-                return None;
-            }
-            let victim = c0.startups.readmit(id);
-            Self::reach(c0, victim)
-        });
+        let victim = self.color0.with(|c0| c0.readmit(id));
         self.drop_starting(victim);
     }
 
     /// Color 0: connection `id` finished its handshake (see [`Startups::handshake_done`]).
     pub(crate) fn conn_handshake_done(&self, id: ConnId) {
-        self.color0.with(|c0| c0.startups.handshake_done(id));
+        self.color0.with(|c0| c0.handshake_done(id));
     }
 
     /// Color 0: connection `id` logged in: it is no longer a starting connection.
     pub(crate) fn conn_logged_in(&self, id: ConnId) {
-        self.color0.with(|c0| c0.startups.logged_in(id));
+        self.color0.with(|c0| c0.logged_in(id));
     }
 
     /// Color 0: connection `id` was granted anonymous access: it leaves the starting
     /// connections if anonymous ones have room (see [`Startups::anonymous`]).
     pub(crate) fn conn_anonymous(&self, id: ConnId) {
-        self.color0.with(|c0| c0.startups.anonymous(id));
+        self.color0.with(|c0| c0.anonymous(id));
     }
 
     /// Color 0: a connection closed; its leases go.
     pub(crate) fn forget_conn(&self, id: ConnId) {
         self.color0.with(|c0| {
-            c0.conns.remove(&id);
-            c0.startups.closed(id);
-            c0.leases.drop_conn(id);
+            c0.closed(id);
             self.publish_table(c0);
         });
         // Its locks stay for the grace period ([`crate::locks`]).
@@ -564,11 +474,7 @@ impl Server {
         let srv = self.clone();
         self.h.delaycb(every, Color::DEFAULT, move || {
             let reaped = srv.color0.with(|c0| {
-                let reaped = c0.leases.reap(Instant::now());
-                let ids: Vec<ConnId> = c0.conns.keys().copied().collect();
-                for id in ids {
-                    srv.publish_share(c0, id);
-                }
+                let reaped = c0.reap(Instant::now());
                 srv.publish_table(c0);
                 reaped
             });

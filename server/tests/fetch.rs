@@ -1,5 +1,6 @@
-//! FETCH: an object by path with a regular file's first bytes, and the pipelined first
-//! request it is sent as (with the authno a LOGIN not yet answered will get).
+//! FETCH and CREATEAT: an object by path with a regular file's first bytes, a file made by
+//! path, and the pipelined first request either is sent as (with the authno a LOGIN not yet
+//! answered will get).
 
 mod common;
 
@@ -148,4 +149,132 @@ fn a_request_sent_behind_an_unanswered_login_runs_as_the_authno_it_will_get() {
     );
     assert_eq!(c.wait_reply(l), Err(NfsStatus::Acces));
     assert_eq!(c.wait_reply(f), Err(NfsStatus::Acces));
+}
+
+fn create_at(c: &mut Client, a: u32, path: &str, how: CreateHow) -> Result<ReplyBody, NfsStatus> {
+    c.call(
+        a,
+        RequestOp::CreateAt {
+            path: path.as_bytes().to_vec(),
+            how,
+        },
+    )
+}
+
+fn guarded(mode: u32) -> CreateHow {
+    CreateHow::Guarded(SetAttr {
+        mode: Some(mode),
+        size: Some(0),
+        ..SetAttr::default()
+    })
+}
+
+#[test]
+fn create_at_makes_a_file_by_path_as_the_caller() {
+    use std::os::unix::fs::MetadataExt;
+    let (area, s) = area_with_files();
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    let root = c.mount(a);
+    let dir = c.lookup(a, root, "dir").unwrap();
+    match create_at(&mut c, a, "/dir/new", guarded(0o640)).unwrap() {
+        ReplyBody::CreateAt { dir: d, made } => {
+            // The directory's handle and the new file's are the ones LOOKUP gives.
+            assert_eq!(d, dir);
+            assert_eq!(made.fh, Some(c.lookup(a, dir, "new").unwrap()));
+            let attr = made.attr.unwrap();
+            assert_eq!(
+                (attr.ftype, attr.mode & 0o7777, attr.uid),
+                (FileType::Regular, 0o640, 1000)
+            );
+            assert!(made.dir_attr.is_some());
+        }
+        other => panic!("{other:?}"),
+    }
+    // Made as alice, with the mode asked.
+    let meta = std::fs::metadata(area.export().join("dir/new")).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (1000, 0o640));
+    // GUARDED on a taken name fails; UNCHECKED truncates the file there, as CREATE does.
+    assert_eq!(
+        create_at(&mut c, a, "dir/new", guarded(0o600)),
+        Err(NfsStatus::Exist)
+    );
+    let truncate = CreateHow::Unchecked(SetAttr {
+        size: Some(0),
+        ..SetAttr::default()
+    });
+    assert!(matches!(
+        create_at(&mut c, a, "dir/small", truncate),
+        Ok(ReplyBody::CreateAt { .. })
+    ));
+    assert_eq!(
+        std::fs::metadata(area.export().join("dir/small"))
+            .unwrap()
+            .len(),
+        0
+    );
+}
+
+#[test]
+fn create_at_is_refused_what_the_caller_may_not_do() {
+    let (area, s) = area_with_files();
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    // The export's root is root's: the kernel refuses alice a new name there.
+    assert_eq!(
+        create_at(&mut c, a, "top", guarded(0o644)),
+        Err(NfsStatus::Acces)
+    );
+    assert_eq!(
+        create_at(&mut c, a, "dir/../x", guarded(0o644)),
+        Err(NfsStatus::Acces)
+    );
+    assert_eq!(
+        create_at(&mut c, a, "dir/small/x", guarded(0o644)),
+        Err(NfsStatus::NotDir)
+    );
+    assert_eq!(
+        create_at(&mut c, a, "nothing/x", guarded(0o644)),
+        Err(NfsStatus::NoEnt)
+    );
+    // A path that names no file.
+    for path in ["", "/", "dir/", "dir/.", "dir/.."] {
+        assert_eq!(
+            create_at(&mut c, a, path, guarded(0o644)),
+            Err(NfsStatus::Inval),
+            "{path:?}"
+        );
+    }
+    // Anonymous users change nothing.
+    assert!(create_at(&mut c, ANONYMOUS, "dir/anon", guarded(0o644)).is_err());
+    for name in ["top", "x", "anon"] {
+        assert!(
+            !area.export().join(name).exists() && !area.export().join("dir").join(name).exists()
+        );
+    }
+}
+
+#[test]
+fn a_create_at_sent_behind_an_unanswered_login_makes_the_file_as_that_user() {
+    use std::os::unix::fs::MetadataExt;
+    let (area, s) = area_with_files();
+    let mut c = s.connect();
+    let key = UserKeypair::from_seed([1; 32]);
+    let login = c.conn.login_args("alice", &key).unwrap();
+    let l = c.send(ANONYMOUS, RequestOp::Login(login));
+    let f = c.send(
+        1,
+        RequestOp::CreateAt {
+            path: b"dir/early".to_vec(),
+            how: guarded(0o600),
+        },
+    );
+    assert_eq!(c.wait_reply(l), Ok(ReplyBody::Login { authno: 1 }));
+    assert!(matches!(c.wait_reply(f), Ok(ReplyBody::CreateAt { .. })));
+    assert_eq!(
+        std::fs::metadata(area.export().join("dir/early"))
+            .unwrap()
+            .uid(),
+        1000
+    );
 }

@@ -3,7 +3,6 @@
 //! them, so its CPU cost per byte stays far below the server's (which seals every byte). With
 //! `verify` it opens, decodes and checks every reply against the file's known contents.
 
-use std::io::Read;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -11,9 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use protocol::client::blocking::BlockingClient;
-use protocol::{
-    FileHandle, RecordReader, ReplyBody, RequestOp, ServerMessage, ServerName, UserKeypair,
-};
+use protocol::{FileHandle, ReplyBody, RequestOp, ServerMessage, ServerName, UserKeypair};
 
 /// Byte `i` of every benchmark file, so `--verify` can check any range without the file.
 pub(crate) fn pattern_byte(offset: u64) -> u8 {
@@ -86,31 +83,10 @@ impl Conn {
         Ok(self.client.send(self.authno, op)?)
     }
 
-    /// Reads until one whole record is buffered.
-    fn fill_record(&mut self) -> anyhow::Result<()> {
-        let client = &mut self.client;
-        let records = client.conn.messages.records();
-        while records.needed() > 0 {
-            let n = client
-                .stream
-                .read(records.read_buf())
-                .context("reading from the server")?;
-            if n == 0 {
-                bail!("the server closed the connection");
-            }
-            records.advance(n);
-        }
-        Ok(())
-    }
-
     fn call(&mut self, op: RequestOp) -> anyhow::Result<ReplyBody> {
         self.client
             .call(self.authno, op)?
             .map_err(|status| anyhow::anyhow!("server answered {status:?}"))
-    }
-
-    fn records(&mut self) -> &mut RecordReader {
-        self.client.conn.messages.records()
     }
 }
 
@@ -245,13 +221,9 @@ pub(crate) fn run(target: &Target, config: &LoadConfig, progress: &Progress) -> 
         issue(&mut conn, &mut in_flight)?;
     }
     while !progress.stop.load(Relaxed) {
-        conn.fill_record()?;
         let bytes = if config.verify {
-            let payload = conn
-                .records()
-                .next_record()?
-                .context("a whole record was buffered")?;
-            match ServerMessage::decode(payload)? {
+            let message = conn.client.next_message()?;
+            match message.context("the server closed the connection")? {
                 ServerMessage::Reply(reply) => {
                     let offset = in_flight
                         .remove(&reply.id)
@@ -268,8 +240,11 @@ pub(crate) fn run(target: &Target, config: &LoadConfig, progress: &Progress) -> 
             }
         } else {
             // Frame only: the record length is all the cheap client needs. (Which request a
-            // reply answers does not matter: each is replaced by one new READ.)
-            skip_record(conn.records())? as u64
+            // reply answers does not matter: each is replaced by one new READ.) The opener's
+            // nonce counter is not advanced, so after the first skipped record this
+            // connection can never open a record again: skip mode is for the measurement
+            // phase only.
+            conn.client.skip_message()? as u64
         };
         progress.bytes.fetch_add(bytes, Relaxed);
         issue(&mut conn, &mut in_flight)?;
@@ -287,15 +262,4 @@ fn verify_read(data: &[u8], offset: u64, chunk: u64, file_size: u64) -> anyhow::
         bail!("wrong byte at offset {}", offset + bad as u64);
     }
     Ok(())
-}
-
-/// Drops the buffered record without opening it; returns its payload length.
-///
-/// The opener's nonce counter is not advanced, so after the first skipped record this
-/// connection can never open a record again: skip mode is for the measurement phase only.
-fn skip_record(reader: &mut RecordReader) -> anyhow::Result<usize> {
-    reader
-        .skip_record()
-        .context("skipping a record")?
-        .context("a whole record was buffered")
 }

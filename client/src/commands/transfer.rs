@@ -322,21 +322,36 @@ pub(crate) async fn put(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "upload".into());
     let mut t = Target::parse(remote)?;
-    // A file: its directory by one FETCH riding with the LOGIN, and CREATE at once; whether
-    // the name is an existing directory is asked only if CREATE finds it taken. Two round
-    // trips after the handshake before the first WRITE, where MOUNT, LOOKUP of the name and
-    // CREATE took four.
+    // A file: made by path with one CREATEAT riding with the LOGIN, so the first WRITE goes
+    // one round trip after the handshake; whether the name is an existing directory is asked
+    // only if CREATEAT finds it taken.
+    if !meta.is_dir() && !t.components.is_empty() {
+        let c = ctx.session(&t.server);
+        let path = format!("/{}", t.components.join("/"));
+        match put_file(&c, Dest::At(&path), local, &t.text, true).await? {
+            Put::Done => return Ok(()),
+            Put::IsDir(into) => {
+                let t = t.join(&local_name);
+                let place = Dest::In(&into, &local_name);
+                return put_file(&c, place, local, &t.text, false).await.map(|_| ());
+            }
+            // An older server: as below.
+            Put::NoCreateAt => {}
+        }
+    }
+    // Its directory by one FETCH riding with the LOGIN, and CREATE at once: two round trips
+    // after the handshake before the first WRITE, where MOUNT, LOOKUP of the name and CREATE
+    // took four.
     if !meta.is_dir()
         && let Some((c, dir, name)) = ctx.fetch_parent(&t).await?
     {
-        let into = match put_file(&c, &dir, &name, local, &t.text, true).await? {
-            Put::Done => return Ok(()),
+        let into = match put_file(&c, Dest::In(&dir, &name), local, &t.text, true).await? {
             Put::IsDir(into) => into,
+            Put::Done | Put::NoCreateAt => return Ok(()),
         };
         let t = t.join(&local_name);
-        return put_file(&c, &into, &local_name, local, &t.text, false)
-            .await
-            .map(|_| ());
+        let place = Dest::In(&into, &local_name);
+        return put_file(&c, place, local, &t.text, false).await.map(|_| ());
     }
     // An existing directory receives the file under its own name.
     if let Ok((_, _, a)) = ctx.resolve(&t).await
@@ -354,7 +369,7 @@ pub(crate) async fn put(
         }
         return put_tree(&c, dir, &name, local, &t.text).await;
     }
-    put_file(&c, &dir, &name, local, &t.text, false)
+    put_file(&c, Dest::In(&dir, &name), local, &t.text, false)
         .await
         .map(|_| ())
 }
@@ -364,15 +379,50 @@ enum Put {
     Done,
     /// The name is an existing directory (asked only when told to): nothing was written.
     IsDir(FileHandle),
+    /// The server cannot make a file by path (before version 11): nothing was done.
+    NoCreateAt,
 }
 
-/// Copies the regular file `local` to `name` in `dir`. With `dir_check`, a name that exists
-/// is looked up first, and an existing directory is returned untouched, for the file to go
-/// into it (the caller found only the parent).
+/// Where [`put_file`] makes its file.
+#[derive(Clone, Copy)]
+enum Dest<'a> {
+    /// A name in a directory found before (CREATE).
+    In(&'a FileHandle, &'a str),
+    /// A path from the export's root (CREATEAT).
+    At(&'a str),
+}
+
+impl Dest<'_> {
+    /// The file made here as `how` says; `None` if the server cannot make it by path.
+    async fn create(self, c: &Client, how: CreateHow) -> Result<Option<FileHandle>, SessionError> {
+        match self {
+            Dest::In(dir, name) => c
+                .create(dir, name.as_bytes(), how)
+                .await
+                .map(|(fh, _)| Some(fh)),
+            Dest::At(path) => Ok(c.create_at(path, how).await?.map(|(fh, _)| fh)),
+        }
+    }
+
+    /// What is here now.
+    async fn look_up(self, c: &Client) -> Result<(FileHandle, Attr), SessionError> {
+        match self {
+            Dest::In(dir, name) => c.lookup(dir, name.as_bytes()).await,
+            Dest::At(path) => match c.fetch_object(path).await? {
+                Some(found) => Ok((found.fh, found.attr)),
+                // A server with CREATEAT has FETCH.
+                None => Err(SessionError::Nfs(NfsStatus::NotSupp)),
+            },
+        }
+    }
+}
+
+/// Copies the regular file `local` to `place`. With `dir_check`, a name that exists is looked
+/// up first, and an existing directory is returned untouched, for the file to go into it (the
+/// caller found only the parent, or nothing).
 async fn put_file(
     c: &Client,
-    dir: &FileHandle,
-    name: &str,
+    place: Dest<'_>,
     local: &Path,
     label: &str,
     dir_check: bool,
@@ -400,26 +450,21 @@ async fn put_file(
         ..set_nothing()
     };
     // A new file; or an existing one truncated (UNCHECKED), which keeps its own mode, as cp.
-    let made = c
-        .create(dir, name.as_bytes(), CreateHow::Guarded(attr))
-        .await;
-    let (fh, made) = match made {
-        Ok((fh, _)) => (fh, true),
+    let (fh, made) = match place.create(c, CreateHow::Guarded(attr)).await {
+        Ok(Some(fh)) => (fh, true),
+        Ok(None) => return Ok(Put::NoCreateAt),
         Err(SessionError::Nfs(NfsStatus::Exist)) => {
             if dir_check {
-                let (fh, a) = c
-                    .lookup(dir, name.as_bytes())
-                    .await
-                    .map_err(|e| CmdError::at(label, e))?;
+                let (fh, a) = place.look_up(c).await.map_err(|e| CmdError::at(label, e))?;
                 if a.ftype == FileType::Directory {
                     return Ok(Put::IsDir(fh));
                 }
             }
-            let (fh, _) = c
-                .create(dir, name.as_bytes(), CreateHow::Unchecked(attr))
-                .await
-                .map_err(|e| CmdError::at(label, e))?;
-            (fh, false)
+            match place.create(c, CreateHow::Unchecked(attr)).await {
+                Ok(Some(fh)) => (fh, false),
+                Ok(None) => return Ok(Put::NoCreateAt),
+                Err(e) => return Err(CmdError::at(label, e)),
+            }
         }
         Err(e) => return Err(CmdError::at(label, e)),
     };
@@ -478,7 +523,7 @@ fn put_tree<'a>(
             if ft.is_dir() {
                 put_tree(c, dir, &n, &e.path(), &child_label).await?;
             } else if ft.is_file() {
-                put_file(c, &dir, &n, &e.path(), &child_label, false).await?;
+                put_file(c, Dest::In(&dir, &n), &e.path(), &child_label, false).await?;
             } else if ft.is_symlink() {
                 let target = fs::read_link(e.path())?;
                 #[cfg(unix)]

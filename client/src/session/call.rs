@@ -13,10 +13,11 @@
 
 use std::time::Duration;
 
+use protocol::client::UnsealedRequest;
 use protocol::sequence::Ticket;
 use protocol::{Attr, FileHandle, NfsStatus, Proc, ReplyBody, Request, RequestOp};
 
-use super::conn::{Outgoing, Sent};
+use super::conn::Sent;
 use super::error::{AfterTimeout, ConnectError, ProtocolError, SessionError, secs};
 use super::slots::Held;
 use super::{Client, MAX_TIMEOUT_RETRIES};
@@ -54,17 +55,15 @@ impl Client {
     ) -> Result<ReplyBody, SessionError> {
         let proc = op.proc();
         let encode = |id, authno, ticket: Option<Ticket>, buf| {
-            Ok(Outgoing::encode(buf, |buf| {
-                let op = match ticket {
-                    Some(t) => RequestOp::Sequence {
-                        slot: t.slot,
-                        seq: t.seq,
-                        op: Box::new(op.clone()),
-                    },
-                    None => op.clone(),
-                };
-                Request { id, authno, op }.encode_into(buf)
-            }))
+            let op = match ticket {
+                Some(t) => RequestOp::Sequence {
+                    slot: t.slot,
+                    seq: t.seq,
+                    op: Box::new(op.clone()),
+                },
+                None => op.clone(),
+            };
+            Ok(UnsealedRequest::new(buf, &Request { id, authno, op }))
         };
         self.call_with(proc, 0, encode, on_sent).await
     }
@@ -79,7 +78,7 @@ impl Client {
         &self,
         proc: Proc,
         size_hint: usize,
-        encode: impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<Outgoing>,
+        encode: impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<UnsealedRequest>,
         on_sent: &mut (dyn FnMut(Sent) + Send),
     ) -> Result<ReplyBody, SessionError> {
         // One line per request at debug level: what a test counts to see how many round
@@ -104,7 +103,7 @@ impl Client {
         &self,
         proc: Proc,
         size_hint: usize,
-        encode: &impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<Outgoing>,
+        encode: &impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<UnsealedRequest>,
         held: &mut Option<Held>,
         on_sent: &mut (dyn FnMut(Sent) + Send),
     ) -> Result<ReplyBody, SessionError> {

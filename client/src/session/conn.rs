@@ -1,8 +1,11 @@
 //! One connection to the server: TCP, handshake, a writer and a reader task, LOGIN.
 //!
-//! The writer task is the only place records are sealed (the record counter is the nonce, so
-//! sealing and writing stay together, in order); the reader task opens records, hands each
-//! reply to the caller waiting for its id and applies INVALIDATEs to the attribute cache.
+//! The handshake's session becomes a [`ClientConnection`], split into its halves: the writer
+//! task owns the [`RequestSender`] and is the only place records are sealed (the record
+//! counter is the nonce, so sealing and writing stay together, in order; callers hand it
+//! [`UnsealedRequest`]s they encoded with the session-wide ids a retry keeps); the reader task
+//! owns the [`MessageReader`], hands each reply to the caller waiting for its id and applies
+//! INVALIDATEs to the attribute cache.
 //! When either side fails, [`fail_all`] marks the connection dead and wakes every waiter with
 //! "lost"; the next request makes a new connection ([`Client::connection`]).
 
@@ -11,12 +14,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use protocol::client::MessageReader;
+use protocol::client::{MessageReader, RequestSender, UnsealedRequest};
 use protocol::handshake::{Completed, DriveError};
-use protocol::record::HEADER_LEN;
 use protocol::{
-    ClientHandshake, LoginSigner, NfsStatus, RecordStart, ReplyBody, Request, RequestOp,
-    ServerMessage, WriteHead, max_io_size,
+    ClientConnection, ClientHandshake, LoginSigner, NfsStatus, ReplyBody, Request, RequestOp,
+    ServerMessage,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -53,6 +55,19 @@ const FIRST_AUTHNO: u32 = 1;
 /// On a live connection, whose window is open, a FETCH asks for a whole record.
 pub(super) const FIRST_FLIGHT_FETCH: u32 = 8 * 1024;
 
+/// Whether `op` may go out with a new connection's LOGIN on a connection of `version`: a
+/// FETCH or a CREATEAT, where the version has it. A CREATEAT goes unsequenced there (the
+/// SESSION that binds the reply cache is in the same flight); a session that has just begun
+/// has nothing to replay, and if its answer is lost the caller makes the file again the
+/// ordinary way.
+fn rides_with_login(op: &RequestOp, version: u32) -> bool {
+    match op {
+        RequestOp::Fetch { .. } => protocol::handshake::has_fetch(version),
+        RequestOp::CreateAt { .. } => protocol::handshake::has_create_at(version),
+        _ => false,
+    }
+}
+
 /// Requests waiting for replies on one connection.
 #[derive(Default)]
 struct Pending {
@@ -76,52 +91,9 @@ pub(super) struct Sent {
 /// The next connection's serial (for [`Sent`]): never reused within the process.
 static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// An encoded request after a record header's gap, which the writer task seals in place: no
-/// copy of a WRITE's data on the way out. The record starts `start` bytes into the buffer
-/// (the bytes before it put a WRITE's data on a cache-line boundary).
-pub(super) struct Outgoing {
-    buf: Vec<u8>,
-    start: usize,
-}
-
-/// The alignment of a WRITE's data in its request buffer: the kernel's copy from the page
-/// cache into an unaligned destination costs several times more on some CPUs.
-const DATA_ALIGN: usize = 64;
-
-impl Outgoing {
-    /// Encodes with `encode` into `buf` (cleared first; a recycled one for large requests).
-    pub(super) fn encode(mut buf: Vec<u8>, encode: impl FnOnce(&mut Vec<u8>)) -> Outgoing {
-        buf.clear();
-        buf.extend_from_slice(&[0; protocol::record::HEADER_LEN]);
-        encode(&mut buf);
-        Outgoing { buf, start: 0 }
-    }
-
-    /// A WRITE whose data, at most `max` bytes, `fill` writes straight into `buf` (a recycled
-    /// buffer, not cleared: only what lies beyond its old length is zeroed) from a cache-line
-    /// boundary.
-    pub(super) fn write_request(
-        mut buf: Vec<u8>,
-        head: &WriteHead<'_>,
-        max: usize,
-        fill: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
-    ) -> std::io::Result<Outgoing> {
-        let before_data = HEADER_LEN + protocol::write_request_data_offset(head);
-        let room = DATA_ALIGN + before_data + max + 3 + protocol::record::TAG_LEN;
-        if buf.capacity() < room {
-            buf.reserve_exact(room - buf.len());
-        }
-        // The buffer does not move from here on: it has room for everything.
-        let data_addr = buf.as_ptr().addr() + before_data;
-        let start = (DATA_ALIGN - data_addr % DATA_ALIGN) % DATA_ALIGN;
-        protocol::encode_write_request_at(&mut buf, start + HEADER_LEN, head, max, fill)?;
-        Ok(Outgoing { buf, start })
-    }
-}
-
 /// One live connection (dropped, with its tasks, when it breaks and a new one is made).
 pub(super) struct Conn {
-    tx: mpsc::UnboundedSender<Outgoing>,
+    tx: mpsc::UnboundedSender<UnsealedRequest>,
     pending: Arc<Mutex<Pending>>,
     /// The authno of the session's own identity (ANONYMOUS without one).
     pub(super) authno: u32,
@@ -161,7 +133,7 @@ impl Conn {
     async fn roundtrip(
         &self,
         id: u64,
-        payload: Outgoing,
+        request: UnsealedRequest,
         on_sent: &mut (dyn FnMut(Sent) + Send),
     ) -> Option<Result<ReplyBody, NfsStatus>> {
         let (tx, rx) = oneshot::channel();
@@ -171,7 +143,7 @@ impl Conn {
                 return None;
             }
             // Under the lock, so the places follow the writer's order.
-            if self.tx.send(payload).is_err() {
+            if self.tx.send(request).is_err() {
                 return None;
             }
             p.waiters.insert(id, tx);
@@ -193,9 +165,9 @@ impl Conn {
         &self,
         timeout: Duration,
         id: u64,
-        payload: Outgoing,
+        request: UnsealedRequest,
     ) -> Result<Option<Result<ReplyBody, NfsStatus>>, ()> {
-        self.roundtrip_within_sent(timeout, id, payload, &mut |_| {})
+        self.roundtrip_within_sent(timeout, id, request, &mut |_| {})
             .await
     }
 
@@ -204,10 +176,10 @@ impl Conn {
         &self,
         timeout: Duration,
         id: u64,
-        payload: Outgoing,
+        request: UnsealedRequest,
         on_sent: &mut (dyn FnMut(Sent) + Send),
     ) -> Result<Option<Result<ReplyBody, NfsStatus>>, ()> {
-        match tokio::time::timeout(timeout, self.roundtrip(id, payload, on_sent)).await {
+        match tokio::time::timeout(timeout, self.roundtrip(id, request, on_sent)).await {
             Ok(r) => Ok(r),
             Err(_) => {
                 fail_all(&self.pending);
@@ -230,12 +202,12 @@ impl Client {
         Ok(self.connection_with(None).await?.0)
     }
 
-    /// [`Client::connection`]; when a new connection is made, `early` (a FETCH's path and
-    /// count) goes out with its LOGIN and SESSION, and its answer comes back beside the
+    /// [`Client::connection`]; when a new connection is made, `early` (a FETCH or a
+    /// CREATEAT) goes out with its LOGIN and SESSION, and its answer comes back beside the
     /// connection (see [`Client::establish`]).
     pub(super) async fn connection_with(
         &self,
-        early: Option<(&[u8], u32)>,
+        early: Option<RequestOp>,
     ) -> Result<(Arc<Conn>, Option<EarlyReply>), SessionError> {
         let mut slot = self.inner.conn.lock().await;
         if let Some(c) = slot.as_ref()
@@ -252,7 +224,8 @@ impl Client {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(opts.max_backoff);
             }
-            match tokio::time::timeout(opts.connect_timeout, self.establish(early)).await {
+            let establish = self.establish(early.clone());
+            match tokio::time::timeout(opts.connect_timeout, establish).await {
                 Ok(Ok((c, early_reply))) => {
                     if reconnect {
                         // INVALIDATEs may have been missed while disconnected.
@@ -284,16 +257,16 @@ impl Client {
 
     /// TCP connect, handshake, tasks, login.
     ///
-    /// SESSION and LOGIN go out together behind the handshake's last message, and so does a
-    /// FETCH of `early` (of at most [`FIRST_FLIGHT_FETCH`] bytes) where the version has it,
-    /// sent with the authno the LOGIN will get:
+    /// SESSION and LOGIN go out together behind the handshake's last message, and so does
+    /// `early` (a FETCH or a CREATEAT) where the version has it, sent with the authno the
+    /// LOGIN will get:
     /// the server gives authnos 1, 2, ... in the order of LOGINs and checks a connection's
     /// requests in order, so the FETCH runs as the user once the LOGIN before it succeeded
     /// (docs/PROTOCOL.md, section 8). Its answer is returned only if the LOGIN did get that
     /// authno; otherwise (refused: the user is anonymous) the caller asks again.
     async fn establish(
         &self,
-        early: Option<(&[u8], u32)>,
+        early: Option<RequestOp>,
     ) -> Result<(Conn, Option<EarlyReply>), SessionError> {
         let name = &self.inner.name;
         let mut stream = TcpStream::connect(name.location().socket_addr_string())
@@ -305,22 +278,23 @@ impl Client {
         let Completed { session, rest } = self.handshake(&mut stream).await?;
         let version = session.version;
         let sessions = version >= protocol::SESSIONS_VERSION;
-        let write_max = max_io_size(session.sealer.max_payload());
-        let read_max = max_io_size(session.opener.max_payload());
-        let reader = MessageReader::new(session.opener, &rest);
+        let (requests, messages, signer) =
+            ClientConnection::new(session, name.host_id(), &rest).into_parts();
+        let write_max = requests.max_write();
+        let read_max = messages.max_read();
 
         let pending = Arc::new(Mutex::new(Pending::default()));
-        let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
+        let (tx, rx) = mpsc::unbounded_channel::<UnsealedRequest>();
         let (rd, wr) = stream.into_split();
         let writer = tokio::spawn(write_records(
-            session.sealer,
+            requests,
             rx,
             wr,
             pending.clone(),
             Arc::downgrade(&self.inner),
         ));
         let readertask = tokio::spawn(read_records(
-            reader,
+            messages,
             rd,
             pending.clone(),
             Arc::downgrade(&self.inner),
@@ -330,7 +304,7 @@ impl Client {
             tx,
             pending,
             authno: protocol::ANONYMOUS,
-            signer: Mutex::new(LoginSigner::new(session.session_id, name.host_id())),
+            signer: Mutex::new(signer),
             logins: Mutex::new(HashMap::new()),
             narrowed: Mutex::new(HashMap::new()),
             read_max,
@@ -345,7 +319,7 @@ impl Client {
             Some(_) => FIRST_AUTHNO,
             None => protocol::ANONYMOUS,
         };
-        let early = early.filter(|_| protocol::handshake::has_fetch(version));
+        let early = early.filter(|op| rides_with_login(op, version));
         let (epoch, authno, early_reply) = tokio::join!(
             async {
                 match sessions {
@@ -359,14 +333,7 @@ impl Client {
                     None => Ok(None),
                 }
             },
-            async {
-                let (path, count) = early?;
-                let op = RequestOp::Fetch {
-                    path: path.to_vec(),
-                    count: count.min(FIRST_FLIGHT_FETCH),
-                };
-                self.send_early(&conn, expected_authno, op).await
-            }
+            async { self.send_early(&conn, expected_authno, early?).await }
         );
         conn.epoch = epoch?;
         if let Some(authno) = authno? {
@@ -380,15 +347,15 @@ impl Client {
     /// it timed out: the caller asks again the ordinary way).
     async fn send_early(&self, conn: &Conn, authno: u32, op: RequestOp) -> Option<EarlyReply> {
         let rid = self.next_id();
-        let payload = Outgoing::encode(Vec::new(), |buf| {
-            Request {
+        let request = UnsealedRequest::new(
+            Vec::new(),
+            &Request {
                 id: rid,
                 authno,
                 op,
-            }
-            .encode_into(buf)
-        });
-        conn.roundtrip_within(self.inner.opts.request_timeout, rid, payload)
+            },
+        );
+        conn.roundtrip_within(self.inner.opts.request_timeout, rid, request)
             .await
             .ok()
             .flatten()
@@ -429,16 +396,16 @@ impl Client {
             .sign(&id.user, &id.key)
             .map_err(|e| self.protocol_error(ProtocolError::SignLogin(e)))?;
         let rid = self.next_id();
-        let payload = Outgoing::encode(Vec::new(), |buf| {
-            Request {
+        let request = UnsealedRequest::new(
+            Vec::new(),
+            &Request {
                 id: rid,
                 authno: protocol::ANONYMOUS,
                 op: RequestOp::Login(args),
-            }
-            .encode_into(buf)
-        });
+            },
+        );
         match conn
-            .roundtrip_within(self.inner.opts.request_timeout, rid, payload)
+            .roundtrip_within(self.inner.opts.request_timeout, rid, request)
             .await
         {
             Ok(Some(Ok(ReplyBody::Login { authno }))) => Ok(authno),
@@ -462,16 +429,16 @@ impl Client {
     /// in, or None if the server refuses (its table is full: changes then go without).
     async fn bind_session(&self, conn: &Conn) -> Result<Option<u64>, SessionError> {
         let rid = self.next_id();
-        let payload = Outgoing::encode(Vec::new(), |buf| {
-            Request {
+        let request = UnsealedRequest::new(
+            Vec::new(),
+            &Request {
                 id: rid,
                 authno: protocol::ANONYMOUS,
                 op: self.inner.slots.session_request(),
-            }
-            .encode_into(buf)
-        });
+            },
+        );
         match conn
-            .roundtrip_within(self.inner.opts.request_timeout, rid, payload)
+            .roundtrip_within(self.inner.opts.request_timeout, rid, request)
             .await
         {
             Ok(Some(Ok(ReplyBody::Session { slots, resumed }))) => {
@@ -503,19 +470,19 @@ impl Client {
         g: &Groups,
     ) -> Result<u32, SessionError> {
         let rid = self.next_id();
-        let payload = Outgoing::encode(Vec::new(), |buf| {
-            Request {
+        let request = UnsealedRequest::new(
+            Vec::new(),
+            &Request {
                 id: rid,
                 authno: base,
                 op: RequestOp::Narrow {
                     gid: g.gid,
                     groups: g.groups.to_vec(),
                 },
-            }
-            .encode_into(buf)
-        });
+            },
+        );
         match conn
-            .roundtrip_within(self.inner.opts.request_timeout, rid, payload)
+            .roundtrip_within(self.inner.opts.request_timeout, rid, request)
             .await
         {
             Ok(Some(Ok(ReplyBody::Narrow { authno }))) => Ok(authno),
@@ -552,12 +519,13 @@ const WRITE_ALONE: usize = 64 * 1024;
 /// Bytes of small requests batched into one write.
 const BATCH: usize = 256 * 1024;
 
-/// The writer task: seals queued requests in place, in order, and writes them: small ones
-/// batched into one write (bounded so memory stays small), large ones (WRITE data) straight
-/// from their buffer, which goes back to the session for reuse.
+/// The writer task: seals queued requests in order with the connection's [`RequestSender`]
+/// and writes them: small ones sealed into one batch and written together (bounded so memory
+/// stays small), large ones (WRITE data) sealed in place and written straight from their
+/// buffer, which goes back to the session for reuse.
 async fn write_records(
-    mut sealer: protocol::Sealer,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+    mut requests: RequestSender,
+    mut rx: mpsc::UnboundedReceiver<UnsealedRequest>,
     mut wr: OwnedWriteHalf,
     pending: Arc<Mutex<Pending>>,
     client: Weak<ClientState>,
@@ -565,29 +533,8 @@ async fn write_records(
     let mut batch = Vec::new();
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);
-        while let Some(Outgoing {
-            buf: mut record,
-            start,
-        }) = next.take()
-        {
-            if sealer.finish(&mut record, RecordStart::at(start)).is_err() {
-                fail_all(&pending);
-                return;
-            }
-            let sent = if record.len() - start < WRITE_ALONE {
-                batch.extend_from_slice(&record[start..]);
-                Ok(())
-            } else {
-                let r = write_out(&mut wr, &mut batch).await;
-                let r = match r {
-                    Ok(()) => wr.write_all(&record[start..]).await,
-                    e => e,
-                };
-                if let Some(inner) = client.upgrade() {
-                    inner.recycle(record);
-                }
-                r
-            };
+        while let Some(request) = next.take() {
+            let sent = send_request(&mut requests, request, &mut batch, &mut wr, &client).await;
             if sent.is_err() {
                 fail_all(&pending);
                 return;
@@ -601,6 +548,34 @@ async fn write_records(
             return;
         }
     }
+}
+
+/// Seals `request` as the connection's next record: into `batch` if it is small, else in
+/// place, written after what `batch` holds. Fails if the record cannot be sealed (a counter
+/// or key limit) or written: the connection is over.
+async fn send_request(
+    requests: &mut RequestSender,
+    request: UnsealedRequest,
+    batch: &mut Vec<u8>,
+    wr: &mut OwnedWriteHalf,
+    client: &Weak<ClientState>,
+) -> std::io::Result<()> {
+    if request.record_len() < WRITE_ALONE {
+        return requests
+            .seal_into_batch(&request, batch)
+            .map_err(std::io::Error::other);
+    }
+    let sealed = requests
+        .seal_in_place(request)
+        .map_err(std::io::Error::other)?;
+    let written = match write_out(wr, batch).await {
+        Ok(()) => wr.write_all(sealed.record()).await,
+        e => e,
+    };
+    if let Some(inner) = client.upgrade() {
+        inner.recycle(sealed.into_buffer());
+    }
+    written
 }
 
 /// Writes and empties `batch`.

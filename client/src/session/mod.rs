@@ -30,10 +30,10 @@
 
 mod append;
 mod bulk;
+mod by_path;
 mod call;
 mod conn;
 pub(crate) mod error;
-mod fetch;
 mod handshake;
 pub(crate) mod invalidations;
 mod known_keys;
@@ -55,8 +55,8 @@ use protocol::{Attr, FileHandle, ServerName};
 use crate::cache::AttrCache;
 use crate::caller_groups::Groups;
 use crate::identity::Identity;
+pub(crate) use by_path::Fetched;
 use conn::Conn;
-pub(crate) use fetch::Fetched;
 pub(crate) use xattr::absent_unless_listed;
 
 pub(crate) use error::SessionError;

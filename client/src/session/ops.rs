@@ -1,6 +1,7 @@
 //! One typed method per NFS operation: builds the request, checks the reply is of the
 //! operation's kind, and keeps the attribute cache in step with what the reply says.
 
+use protocol::client::UnsealedRequest;
 use protocol::{
     Attr, CreateHow, Data, DirEntryPlus, FileHandle, FsStat, NewObject, NfsStatus, Proc, ReplyBody,
     RequestOp, SetAttr, StableHow, WriteHead,
@@ -10,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use super::Client;
-use super::conn::{Outgoing, Sent};
+use super::conn::Sent;
 use super::error::{ProtocolError, SessionError};
 use super::limits::{MAX_DIR_ENTRIES, MAX_DIR_NAME_BYTES, MAX_DIR_PAGES};
 use crate::cache::{Stamp, XattrAnswer};
@@ -240,7 +241,7 @@ impl Client {
                 stable,
                 ticket,
             };
-            Outgoing::write_request(buf, &head, len, &fill)
+            UnsealedRequest::write(buf, &head, len, &fill)
         };
         let reply = self.call_with(Proc::Write, len, encode, on_sent).await?;
         let_reply!(
@@ -430,7 +431,7 @@ impl Client {
     /// [`Client::new_object`] for an object the request made new when `made`: the cache then
     /// knows it has no `security.capability` ([`crate::cache::AttrCache::made_new`]). Not when
     /// the reply carries no handle: the name looked up may be another object by then.
-    async fn made(
+    pub(super) async fn made(
         &self,
         dir: &FileHandle,
         name: &[u8],

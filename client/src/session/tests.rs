@@ -1420,3 +1420,84 @@ async fn a_commit_goes_out_behind_the_last_write_where_the_server_orders_it() {
         }
     }
 }
+
+/// `sfs put`'s CREATEAT goes out with the LOGIN (authno 1 before the LOGIN is answered); a
+/// reply without the new file's handle is followed by a LOOKUP of the path's last name in the
+/// directory the reply names.
+#[tokio::test]
+async fn the_first_create_at_rides_with_the_login_and_a_missing_handle_is_looked_up() {
+    const DIR: FileHandle = FileHandle::from_bytes([3; 48]);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![2, 3, 5, 7, 9, 11],
+        Box::new(move |_, req| match req.op {
+            RequestOp::Session { .. } => vec![new_session(req.id)],
+            RequestOp::CreateAt { ref path, .. } => {
+                log.lock().push((req.authno, path.clone()));
+                vec![reply(
+                    req.id,
+                    Ok(ReplyBody::CreateAt {
+                        dir: DIR,
+                        made: Box::new(protocol::NewObject {
+                            fh: None,
+                            attr: None,
+                            dir_attr: None,
+                        }),
+                    }),
+                )]
+            }
+            RequestOp::Lookup { dir, ref name } => {
+                log.lock()
+                    .push((req.authno, [dir.as_bytes(), name].concat()));
+                vec![reply(
+                    req.id,
+                    Ok(ReplyBody::Lookup {
+                        fh: FH,
+                        attr: Some(attr(0, 60_000)),
+                        dir_attr: None,
+                    }),
+                )]
+            }
+            ref other => panic!("unexpected {other:?}"),
+        }),
+    )
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let how = protocol::CreateHow::Guarded(protocol::SetAttr::default());
+    let (fh, _) = c
+        .create_at("/up/new.bin", how)
+        .await
+        .unwrap()
+        .expect("CREATEAT");
+    assert_eq!(fh, FH);
+    let lookup = [DIR.as_bytes(), b"new.bin"].concat();
+    assert_eq!(
+        *seen.lock(),
+        vec![
+            (protocol::ANONYMOUS, b"/up/new.bin".to_vec()),
+            (protocol::ANONYMOUS, lookup)
+        ]
+    );
+}
+
+/// A server of a version without CREATEAT is never sent one: `sfs put` finds the directory
+/// and sends CREATE instead.
+#[tokio::test]
+async fn no_create_at_is_sent_to_a_server_without_it() {
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![2, 3, 5, 7, 9],
+        Box::new(|_, req| match req.op {
+            RequestOp::Session { .. } => vec![new_session(req.id)],
+            ref other => panic!("unexpected {other:?}"),
+        }),
+    )
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let how = protocol::CreateHow::Guarded(protocol::SetAttr::default());
+    assert!(c.create_at("/f", how).await.unwrap().is_none());
+}

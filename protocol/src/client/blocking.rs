@@ -98,6 +98,26 @@ impl<S: Read + Write> BlockingClient<S> {
         }
     }
 
+    /// Reads until a whole message is there and drops it unopened: its payload length.
+    /// See [`MessageReader::skip_message`](super::MessageReader::skip_message): after this,
+    /// no message of this connection opens again.
+    pub fn skip_message(&mut self) -> Result<usize, CallError> {
+        loop {
+            if let Some(len) = self.conn.messages.skip_message()? {
+                return Ok(len);
+            }
+            let n = match self.stream.read(self.conn.messages.read_buf()) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if n == 0 {
+                return Err(CallError::Closed);
+            }
+            self.conn.messages.advance(n);
+        }
+    }
+
     /// The reply to request `id`, reading (and keeping) whatever comes before it.
     pub fn wait_reply(&mut self, id: u64) -> Result<Answer, CallError> {
         loop {

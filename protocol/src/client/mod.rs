@@ -9,8 +9,15 @@
 //! and tests (sfsd's test client, the benchmark's load clients). The two halves,
 //! [`RequestSender`] and [`MessageReader`], can live on different threads or tasks, as the
 //! session's [`crate::handshake::Session`] halves do.
+//!
+//! Requests may also be encoded apart from where they are sealed ([`UnsealedRequest`]): a
+//! client whose callers encode their own requests (the sfs client) hands them to the one task
+//! that owns the [`RequestSender`], which seals them in place or into a batch of records.
 
 pub mod blocking;
+mod unsealed;
+
+pub use unsealed::{SealedRequest, UnsealedRequest, WRITE_DATA_ALIGN};
 
 use crate::error::{DecodeError, LoginError, RecordError};
 use crate::handshake::Session;
@@ -18,7 +25,7 @@ use crate::keys::UserKeypair;
 use crate::login::{LoginArgs, LoginSigner};
 use crate::message::{Request, ServerMessage, max_io_size};
 use crate::name::HostId;
-use crate::record::{Opened, Opener, RecordReader, Sealer};
+use crate::record::{Opened, Opener, RecordReader, RecordStart, Sealer};
 use crate::request::RequestOp;
 
 /// Why the connection cannot go on: the record stream or a message from the server is bad.
@@ -35,6 +42,19 @@ pub enum ConnectionError {
 
 /// The sending half: assigns request ids and seals requests as records, in order (the record
 /// counter is the nonce, so a record must go out in the order it was sealed).
+///
+/// Two ways to send, for two kinds of client:
+/// - [`RequestSender::send`] gives each request the connection's next id and encodes and
+///   seals it at once: for a client whose requests live and die with one connection (sfsd's
+///   test client, the benchmark's load clients, [`blocking::BlockingClient`]).
+/// - [`RequestSender::seal_in_place`] and [`RequestSender::seal_into_batch`] seal a request
+///   its caller already encoded ([`UnsealedRequest`]) with an id the caller chose: for a
+///   client whose ids span its connections (the sfs client sends a request again on a new
+///   connection, with the same id, when one breaks) and whose callers encode their own
+///   requests while one task seals and writes them (a WRITE's data is read straight into its
+///   request and never copied again; small requests are batched into one write).
+///
+/// A connection uses one of the two: the ids of the first do not know of the second's.
 #[derive(Debug)]
 pub struct RequestSender {
     sealer: Sealer,
@@ -66,6 +86,33 @@ impl RequestSender {
     /// The largest payload a record may carry (what the server accepts).
     pub fn max_payload(&self) -> usize {
         self.sealer.max_payload()
+    }
+
+    /// The largest WRITE whose request one record carries.
+    pub fn max_write(&self) -> u32 {
+        max_io_size(self.max_payload())
+    }
+
+    /// Seals `request` as the next record where it was encoded, without copying its payload:
+    /// for a large request (a WRITE), written from its own buffer.
+    pub fn seal_in_place(
+        &mut self,
+        request: UnsealedRequest,
+    ) -> Result<SealedRequest, RecordError> {
+        let (mut buf, start) = request.into_parts();
+        self.sealer.finish(&mut buf, RecordStart::at(start))?;
+        Ok(SealedRequest::new(buf, start))
+    }
+
+    /// Appends `request` to `batch` as the next sealed record, sealed there: for small
+    /// requests gathered into one write (their one copy is the one into the batch). The
+    /// request's buffer is left as it was, to reuse.
+    pub fn seal_into_batch(
+        &mut self,
+        request: &UnsealedRequest,
+        batch: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        self.sealer.seal_into(request.payload(), batch)
     }
 
     /// Appends `payload`, whatever it is, to `out` as the next sealed record: for tests of how
@@ -150,10 +197,19 @@ impl MessageReader {
         Ok(Some(message))
     }
 
-    /// The record layer underneath, for readers that handle some records themselves (the
-    /// benchmark's load clients skip READ replies unopened: [`RecordReader::skip_record`]).
-    pub fn records(&mut self) -> &mut RecordReader {
-        &mut self.records
+    /// The largest READ whose reply one record carries.
+    pub fn max_read(&self) -> u32 {
+        max_io_size(self.records.opener().max_payload())
+    }
+
+    /// Drops the next whole message *without opening it* and returns its payload length;
+    /// `Ok(None)` when more bytes are needed.
+    ///
+    /// Only for load generators that count bytes and must not spend CPU on opening (the
+    /// benchmark's cheap clients): skipping breaks the nonce sequence, so from the first
+    /// skipped message on [`MessageReader::next_message`] always fails.
+    pub fn skip_message(&mut self) -> Result<Option<usize>, ConnectionError> {
+        Ok(self.records.skip_record()?)
     }
 
     /// Call at end of stream: fails if the stream stopped inside a record.
@@ -170,34 +226,25 @@ pub struct ClientConnection {
     /// Reads the server's messages.
     pub messages: MessageReader,
     signer: LoginSigner,
-    max_io: u32,
 }
 
 impl ClientConnection {
     /// The connection a finished handshake with the server `host` opened; `rest` is what the
     /// server sent after its last handshake byte.
     pub fn new(session: Session, host: HostId, rest: &[u8]) -> ClientConnection {
-        let max_io = max_io_size(
-            session
-                .sealer
-                .max_payload()
-                .min(session.opener.max_payload()),
-        );
-        let messages = MessageReader::new(session.opener, rest);
         ClientConnection {
             requests: RequestSender {
                 sealer: session.sealer,
                 next_id: 1,
             },
-            messages,
+            messages: MessageReader::new(session.opener, rest),
             signer: LoginSigner::new(session.session_id, host),
-            max_io,
         }
     }
 
     /// The largest READ or WRITE whose record both directions carry.
     pub fn max_io(&self) -> u32 {
-        self.max_io
+        self.requests.max_write().min(self.messages.max_read())
     }
 
     /// The arguments of a LOGIN of `user` with `key`, signed for this session with its next
@@ -217,9 +264,10 @@ mod tests {
     use super::*;
     use crate::handshake::{self, ClientHandshake, ServerHandshake};
     use crate::keys::ServerKeypair;
-    use crate::message::{Invalidate, Reply};
+    use crate::message::{Invalidate, Reply, WriteHead, write_request_data_offset};
     use crate::record::RecordReader;
     use crate::reply::ReplyBody;
+    use crate::request::StableHow;
     use crate::{FileHandle, NfsStatus};
 
     /// A client connection and the server's session halves, after an in-memory handshake.
@@ -256,6 +304,109 @@ mod tests {
         assert_eq!((first.id, first.authno, first.op), (1, 7, RequestOp::Null));
         let second = Request::decode(server.next_record().unwrap().unwrap()).unwrap();
         assert_eq!(second.id, 2);
+    }
+
+    /// The requests the server end reads from `wire`.
+    fn requests_read(server: &mut RecordReader, wire: &[u8]) -> Vec<Request> {
+        server.extend_from_slice(wire);
+        let mut got = Vec::new();
+        while let Some(payload) = server.next_record().unwrap() {
+            got.push(Request::decode(payload).unwrap());
+        }
+        server.finish().unwrap();
+        got
+    }
+
+    #[test]
+    fn requests_encoded_apart_reach_the_server_with_the_ids_their_callers_chose() {
+        let (mut c, _, mut server) = pair();
+        let fh = FileHandle::from_bytes([2; crate::HANDLE_LEN]);
+        let small = |id| {
+            let op = RequestOp::GetAttr { fh };
+            UnsealedRequest::new(vec![0xAA; 9], &Request { id, authno: 3, op })
+        };
+        let head = WriteHead {
+            id: 1000,
+            authno: 3,
+            fh: &fh,
+            offset: 4096,
+            stable: StableHow::Unstable,
+            ticket: None,
+        };
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let write = UnsealedRequest::write(Vec::new(), &head, data.len(), |dst| {
+            dst.copy_from_slice(&data);
+            Ok::<_, ()>(data.len())
+        })
+        .unwrap();
+        // Ids out of order and far apart, as a session's are on a connection after a retry;
+        // batched and in-place records interleaved in the sealing order.
+        let mut wire = Vec::new();
+        let first = small(42);
+        c.requests.seal_into_batch(&first, &mut wire).unwrap();
+        assert_eq!(wire.len(), first.record_len());
+        let sealed = c.requests.seal_in_place(write).unwrap();
+        wire.extend_from_slice(sealed.record());
+        c.requests.seal_into_batch(&small(7), &mut wire).unwrap();
+        let got = requests_read(&mut server, &wire);
+        let ids: Vec<u64> = got.iter().map(|r| r.id).collect();
+        assert_eq!(ids, [42, 1000, 7]);
+        assert!(got.iter().all(|r| r.authno == 3));
+        let RequestOp::Write {
+            offset, data: sent, ..
+        } = &got[1].op
+        else {
+            panic!("not a WRITE: {:?}", got[1].op);
+        };
+        assert_eq!((*offset, &sent[..]), (4096, &data[..]));
+        // The batched request's buffer is untouched, to reuse.
+        assert_eq!(
+            Request::decode(first.payload()).unwrap().op,
+            RequestOp::GetAttr { fh }
+        );
+    }
+
+    #[test]
+    fn a_write_is_sealed_where_its_data_was_read_in() {
+        let (mut c, _, mut server) = pair();
+        let fh = FileHandle::from_bytes([5; crate::HANDLE_LEN]);
+        let head = WriteHead {
+            id: 9,
+            authno: 0,
+            fh: &fh,
+            offset: 0,
+            stable: StableHow::FileSync,
+            ticket: None,
+        };
+        let len = 256 * 1024;
+        let mut data_at = 0;
+        let write = UnsealedRequest::write(Vec::new(), &head, len, |dst| {
+            dst[..len].fill(0x5A);
+            data_at = dst.as_ptr().addr();
+            Ok::<_, ()>(len)
+        })
+        .unwrap();
+        assert_eq!(
+            data_at % WRITE_DATA_ALIGN,
+            0,
+            "the data is not cache-aligned"
+        );
+        let payload_at = write.payload().as_ptr().addr();
+        assert_eq!(payload_at + write_request_data_offset(&head), data_at);
+        let record_len = write.record_len();
+        let sealed = c.requests.seal_in_place(write).unwrap();
+        let record = sealed.record();
+        assert_eq!(record.len(), record_len);
+        assert_eq!(
+            record.as_ptr().addr() + crate::record::HEADER_LEN,
+            payload_at,
+            "the request was copied to be sealed"
+        );
+        let got = requests_read(&mut server, record);
+        assert_eq!(got[0].id, 9);
+        // What comes back to reuse is the buffer the data was read into.
+        let buf = sealed.into_buffer();
+        assert!(buf.as_ptr_range().contains(&(data_at as *const u8)));
     }
 
     #[test]
@@ -338,6 +489,23 @@ mod tests {
             vec![16 * 1024],
             "the reader went on in a spare buffer"
         );
+    }
+
+    #[test]
+    fn a_skipped_message_counts_its_payload_and_no_later_message_opens() {
+        let (mut c, mut sealer, _) = pair();
+        let mut wire = Vec::new();
+        sealer.seal_into(&[1; 300], &mut wire).unwrap();
+        let m = ServerMessage::Reply(Reply {
+            id: 2,
+            result: Ok(ReplyBody::Null),
+        });
+        sealer.seal_with(&mut wire, |b| m.encode_into(b)).unwrap();
+        c.messages.extend_from_slice(&wire[..wire.len() - 1]);
+        assert_eq!(c.messages.skip_message().unwrap(), Some(300));
+        assert_eq!(c.messages.skip_message().unwrap(), None, "incomplete");
+        c.messages.extend_from_slice(&wire[wire.len() - 1..]);
+        assert!(c.messages.next_message().is_err());
     }
 
     #[test]

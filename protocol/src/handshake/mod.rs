@@ -57,8 +57,8 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements (with ChaCha20-Poly1305 records; see
-/// [`ORDERED_COMMIT_AES_VERSION`] for the same with AES-256-GCM).
-pub const PROTOCOL_VERSION: u32 = ORDERED_COMMIT_VERSION;
+/// [`CREATE_AT_AES_VERSION`] for the same with AES-256-GCM).
+pub const PROTOCOL_VERSION: u32 = CREATE_AT_VERSION;
 /// The first version with SESSION and SEQUENCE ([`crate::sequence`]) and APPEND: a client
 /// sends them only on connections that chose it or a later one, so it still works with a
 /// server of version 2, without exactly-once changes or atomic appends.
@@ -84,10 +84,14 @@ pub const LISTDIR_AES_VERSION: u32 = 8;
 pub const ORDERED_COMMIT_VERSION: u32 = 9;
 /// Version 9 with AES-256-GCM records, offered only with AES instructions as 4 is.
 pub const ORDERED_COMMIT_AES_VERSION: u32 = 10;
+/// Version 9 with CREATEAT ([`crate::RequestOp::CreateAt`]), ChaCha20-Poly1305 records.
+pub const CREATE_AT_VERSION: u32 = 11;
+/// Version 11 with AES-256-GCM records, offered only with AES instructions as 4 is.
+pub const CREATE_AT_AES_VERSION: u32 = 12;
 /// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
 /// SEQUENCE, so a peer of either version can be served; 5 is 3 with FETCH; 7 is 5 with
-/// LISTDIR; 9 is 7 with COMMIT ordered behind the connection's WRITEs; 4, 6, 8 and 10 are 3,
-/// 5, 7 and 9 with AES-256-GCM records.
+/// LISTDIR; 9 is 7 with COMMIT ordered behind the connection's WRITEs; 11 is 9 with
+/// CREATEAT; 4, 6, 8, 10 and 12 are 3, 5, 7, 9 and 11 with AES-256-GCM records.
 pub const SUPPORTED_VERSIONS: &[u32] = &[
     2,
     SESSIONS_VERSION,
@@ -98,13 +102,19 @@ pub const SUPPORTED_VERSIONS: &[u32] = &[
     LISTDIR_AES_VERSION,
     ORDERED_COMMIT_VERSION,
     ORDERED_COMMIT_AES_VERSION,
+    CREATE_AT_VERSION,
+    CREATE_AT_AES_VERSION,
 ];
 
 /// Whether records of `version` are sealed with AES-256-GCM (else ChaCha20-Poly1305).
 pub fn uses_aes(version: u32) -> bool {
     matches!(
         version,
-        AES_VERSION | FETCH_AES_VERSION | LISTDIR_AES_VERSION | ORDERED_COMMIT_AES_VERSION
+        AES_VERSION
+            | FETCH_AES_VERSION
+            | LISTDIR_AES_VERSION
+            | ORDERED_COMMIT_AES_VERSION
+            | CREATE_AT_AES_VERSION
     )
 }
 
@@ -116,6 +126,11 @@ pub fn has_fetch(version: u32) -> bool {
 /// Whether a connection of `version` may carry LISTDIR.
 pub fn has_listdir(version: u32) -> bool {
     version >= LISTDIR_VERSION
+}
+
+/// Whether a connection of `version` may carry CREATEAT.
+pub fn has_create_at(version: u32) -> bool {
+    version >= CREATE_AT_VERSION
 }
 
 /// Whether the server of a connection of `version` runs a COMMIT only after the WRITEs of
@@ -487,6 +502,14 @@ mod tests {
             versions: vec![2, 3, 5, 7, 9],
             ..HandshakeConfig::default()
         };
+        let v10 = HandshakeConfig {
+            versions: (2..=10).collect(),
+            ..HandshakeConfig::default()
+        };
+        let chacha11 = HandshakeConfig {
+            versions: vec![2, 3, 5, 7, 9, 11],
+            ..HandshakeConfig::default()
+        };
         for (client, server, chosen) in [
             (v2.clone(), HandshakeConfig::default(), 2),
             (HandshakeConfig::default(), v2, 2),
@@ -508,7 +531,12 @@ mod tests {
             // Ordered COMMIT.
             (chacha9.clone(), all.clone(), 9),
             (all.clone(), chacha9, 9),
-            (all.clone(), all, 10),
+            (v10.clone(), all.clone(), 10),
+            (all.clone(), v10, 10),
+            // CREATEAT.
+            (chacha11.clone(), all.clone(), 11),
+            (all.clone(), chacha11, 11),
+            (all.clone(), all, 12),
         ] {
             let (mut c, mut s) = pair(client, server);
             pump(&mut c, &mut s).unwrap();
@@ -523,11 +551,12 @@ mod tests {
             let cipher = crate::record::Cipher::for_version(chosen);
             assert_eq!(
                 cipher == crate::record::Cipher::Aes256Gcm,
-                chosen == 4 || chosen == 6 || chosen == 8 || chosen == 10
+                chosen % 2 == 0 && chosen >= 4
             );
             assert_eq!(has_fetch(chosen), chosen >= 5);
             assert_eq!(has_listdir(chosen), chosen >= 7);
             assert_eq!(has_ordered_commit(chosen), chosen >= 9);
+            assert_eq!(has_create_at(chosen), chosen >= 11);
         }
     }
 

@@ -113,6 +113,10 @@ pub enum Proc {
     /// the caller may list ([`RequestOp::ListDir`], versions 7 to 10), so `ls -l` of a
     /// directory needs no LISTXATTR or GETXATTR per entry.
     ListDir = 117,
+    /// SFS extension: CREATE of a regular file named by its path from the export's root
+    /// ([`RequestOp::CreateAt`], versions 11 and 12), so an upload's file is made in the first
+    /// round trip after the handshake instead of a round trip after its directory is found.
+    CreateAt = 118,
 }
 
 /// Most supplementary groups a NARROW may name; a request with more does not decode (before
@@ -162,6 +166,7 @@ impl Proc {
         Proc::TestLock,
         Proc::Fetch,
         Proc::ListDir,
+        Proc::CreateAt,
     ];
 
     /// The wire number.
@@ -192,6 +197,7 @@ impl Proc {
             Proc::SetAttr
                 | Proc::Write
                 | Proc::Create
+                | Proc::CreateAt
                 | Proc::Mkdir
                 | Proc::Symlink
                 | Proc::Mknod
@@ -215,6 +221,7 @@ impl Proc {
             self,
             Proc::SetAttr
                 | Proc::Create
+                | Proc::CreateAt
                 | Proc::Mkdir
                 | Proc::Symlink
                 | Proc::Mknod
@@ -310,7 +317,8 @@ pub enum StableHow {
 }
 
 impl StableHow {
-    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<StableHow, DecodeError> {
+    /// Reads a stability level (NFSv3 `stable_how`, the same numbers), refusing any other value.
+    pub fn decode(r: &mut Reader<'_>) -> Result<StableHow, DecodeError> {
         Ok(match r.u32("stable how")? {
             0 => StableHow::Unstable,
             1 => StableHow::DataSync,
@@ -466,6 +474,16 @@ pub enum RequestOp {
         dir: FileHandle,
         /// Name.
         name: Vec<u8>,
+        /// Mode of creation.
+        how: CreateHow,
+    },
+    /// Create a regular file at `path` from the export's root (versions 11 and 12): the
+    /// directories on the way are searched as FETCH searches them, then the last component is
+    /// made as CREATE makes it in the directory found.
+    CreateAt {
+        /// Path below the export's root, components separated by `/` (`..` is refused); the
+        /// last component is the new name.
+        path: Vec<u8>,
         /// Mode of creation.
         how: CreateHow,
     },

@@ -38,6 +38,7 @@ impl RequestOp {
             RequestOp::Write { .. } => Proc::Write,
             RequestOp::Append { .. } => Proc::Append,
             RequestOp::Create { .. } => Proc::Create,
+            RequestOp::CreateAt { .. } => Proc::CreateAt,
             RequestOp::Mkdir { .. } => Proc::Mkdir,
             RequestOp::Symlink { .. } => Proc::Symlink,
             RequestOp::Mknod { .. } => Proc::Mknod,
@@ -155,20 +156,11 @@ impl RequestOp {
             RequestOp::Create { dir, name, how } => {
                 put_fh(buf, dir);
                 xdr::put_opaque(buf, name);
-                match how {
-                    CreateHow::Unchecked(a) => {
-                        xdr::put_u32(buf, 0);
-                        a.encode(buf);
-                    }
-                    CreateHow::Guarded(a) => {
-                        xdr::put_u32(buf, 1);
-                        a.encode(buf);
-                    }
-                    CreateHow::Exclusive(v) => {
-                        xdr::put_u32(buf, 2);
-                        xdr::put_fixed(buf, v);
-                    }
-                }
+                how.encode(buf);
+            }
+            RequestOp::CreateAt { path, how } => {
+                xdr::put_opaque(buf, path);
+                how.encode(buf);
             }
             RequestOp::Mkdir { dir, name, attr } => {
                 put_fh(buf, dir);
@@ -409,17 +401,11 @@ impl RequestOp {
             Proc::Create => RequestOp::Create {
                 dir: get_fh(r)?,
                 name: get_name(r)?,
-                how: match r.u32("create mode")? {
-                    0 => CreateHow::Unchecked(SetAttr::decode(r)?),
-                    1 => CreateHow::Guarded(SetAttr::decode(r)?),
-                    2 => CreateHow::Exclusive(r.fixed::<8>("create verifier")?),
-                    value => {
-                        return Err(DecodeError::BadDiscriminant {
-                            what: "create mode",
-                            value,
-                        });
-                    }
-                },
+                how: CreateHow::decode(r)?,
+            },
+            Proc::CreateAt => RequestOp::CreateAt {
+                path: r.opaque_vec(MAX_PATH_LEN, "create path")?,
+                how: CreateHow::decode(r)?,
             },
             Proc::Mkdir => RequestOp::Mkdir {
                 dir: get_fh(r)?,
@@ -518,4 +504,37 @@ pub(crate) fn encode_write_args(
     xdr::put_u64(buf, offset);
     xdr::put_u32(buf, stable as u32);
     xdr::put_opaque(buf, data);
+}
+
+impl CreateHow {
+    fn encode(&self, buf: &mut Vec<u8>) {
+        match self {
+            CreateHow::Unchecked(a) => {
+                xdr::put_u32(buf, 0);
+                a.encode(buf);
+            }
+            CreateHow::Guarded(a) => {
+                xdr::put_u32(buf, 1);
+                a.encode(buf);
+            }
+            CreateHow::Exclusive(v) => {
+                xdr::put_u32(buf, 2);
+                xdr::put_fixed(buf, v);
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<CreateHow, DecodeError> {
+        Ok(match r.u32("create mode")? {
+            0 => CreateHow::Unchecked(SetAttr::decode(r)?),
+            1 => CreateHow::Guarded(SetAttr::decode(r)?),
+            2 => CreateHow::Exclusive(r.fixed::<8>("create verifier")?),
+            value => {
+                return Err(DecodeError::BadDiscriminant {
+                    what: "create mode",
+                    value,
+                });
+            }
+        })
+    }
 }

@@ -283,6 +283,16 @@ fn plain_request_op() -> impl Strategy<Value = RequestOp> {
         )
             .prop_map(|(dir, name, how)| RequestOp::Create { dir, name, how })
             .boxed(),
+        (
+            bytes(100),
+            prop_oneof![
+                set_attr().prop_map(CreateHow::Unchecked),
+                set_attr().prop_map(CreateHow::Guarded),
+                verifier().prop_map(CreateHow::Exclusive),
+            ],
+        )
+            .prop_map(|(path, how)| RequestOp::CreateAt { path, how })
+            .boxed(),
         (fh(), name(), set_attr())
             .prop_map(|(dir, name, attr)| RequestOp::Mkdir { dir, name, attr })
             .boxed(),
@@ -515,6 +525,12 @@ pub(crate) fn reply_body() -> impl Strategy<Value = ReplyBody> {
             )
             .boxed(),
         new_object().prop_map(ReplyBody::Create).boxed(),
+        (fh(), new_object())
+            .prop_map(|(dir, made)| ReplyBody::CreateAt {
+                dir,
+                made: Box::new(made),
+            })
+            .boxed(),
         new_object().prop_map(ReplyBody::Mkdir).boxed(),
         new_object().prop_map(ReplyBody::Symlink).boxed(),
         new_object().prop_map(ReplyBody::Mknod).boxed(),

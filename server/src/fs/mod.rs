@@ -15,15 +15,15 @@ pub(crate) mod nfs;
 pub(crate) mod open_states;
 pub(crate) mod pool;
 pub(crate) mod pooled;
+pub(crate) mod read_call;
 
 use protocol::{Attr, FileHandle, HandleData, NfsStatus, ReplyBody, RequestOp};
 
-pub(crate) use crate::conn::ReadCall;
 use crate::users::Creds;
 pub(crate) use pool::Busy;
+pub(crate) use read_call::ReadCall;
 
-/// Server-side identity of an object: (device, inode).
-pub(crate) type ObjKey = (u64, u64);
+pub(crate) use crate::ids::ObjKey;
 
 /// The key of a verified handle.
 pub(crate) fn key_of(h: &HandleData) -> ObjKey {
@@ -35,7 +35,7 @@ pub(crate) fn key_of(h: &HandleData) -> ObjKey {
 pub(crate) struct OpCtx {
     pub creds: Creds,
     /// The connection the request came on (open states are its own).
-    pub conn: crate::leases::ConnId,
+    pub conn: crate::ids::ConnId,
     /// Lease to put in every attribute of the reply (0 when the lease table is full).
     pub lease_ms: u32,
 }
@@ -65,7 +65,7 @@ impl Outcome {
 }
 
 /// The storage the server calls: the dispatcher ([`crate::server`]), the READ path
-/// ([`crate::conn`]), the lock operations ([`crate::lock_ops`]) and connection close. Every
+/// (`conn.rs`), the lock operations ([`crate::lock_ops`]) and connection close. Every
 /// operation is submitted with its completion and never blocks the caller: a blocking backend
 /// runs behind the storage threads of [`pooled::Pooled`], the NFS backend sends an RPC and
 /// completes when the reply arrives.
@@ -81,7 +81,7 @@ pub(crate) trait Storage: Send + Sync + 'static {
     /// the record header, which the connection seals in place.
     fn read(&self, call: ReadCall<'_>);
     /// Connection `conn` closed: whatever the backend keeps for it goes (open states).
-    fn connection_closed(&self, conn: crate::leases::ConnId) {
+    fn connection_closed(&self, conn: crate::ids::ConnId) {
         let _ = conn;
     }
     /// The server stopped: no operation starts after this (the storage threads are joined).
@@ -104,7 +104,7 @@ pub(crate) trait BlockingStorage: Send + Sync + 'static {
     /// descriptor for this caller: see [`crate::read`]).
     fn open_read(&self, ctx: &OpCtx, fh: &HandleData) -> Result<std::fs::File, NfsStatus>;
     /// Connection `conn` closed: whatever the backend keeps for it goes (open states).
-    fn connection_closed(&self, conn: crate::leases::ConnId) {
+    fn connection_closed(&self, conn: crate::ids::ConnId) {
         let _ = conn;
     }
 }
@@ -149,11 +149,28 @@ pub(crate) fn fill_default_mode(op: &mut RequestOp) {
             how: CreateHow::Unchecked(attr) | CreateHow::Guarded(attr),
             ..
         }
+        | RequestOp::CreateAt {
+            how: CreateHow::Unchecked(attr) | CreateHow::Guarded(attr),
+            ..
+        }
         | RequestOp::Mknod { attr, .. } => (attr, default_mode::FILE),
         RequestOp::Symlink { attr, .. } => (attr, default_mode::SYMLINK),
         _ => return,
     };
     attr.mode.get_or_insert(default);
+}
+
+/// A CREATEAT path split into its directory's path and the new name (its last non-empty
+/// component; a path ending in `/` names no file).
+pub(crate) fn split_create_path(path: &[u8]) -> Result<(&[u8], &[u8]), NfsStatus> {
+    let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&b""[..], path),
+    };
+    if name.is_empty() || name == b"." || name == b".." {
+        return Err(NfsStatus::Inval);
+    }
+    Ok((dir, name))
 }
 
 /// Procedures that change the file system (refused on read-only exports and to anonymous
@@ -165,6 +182,7 @@ pub(crate) fn is_mutating(op: &RequestOp) -> bool {
             | RequestOp::Write { .. }
             | RequestOp::Append { .. }
             | RequestOp::Create { .. }
+            | RequestOp::CreateAt { .. }
             | RequestOp::Mkdir { .. }
             | RequestOp::Symlink { .. }
             | RequestOp::Mknod { .. }

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use parking_lot::Mutex;
 
 use super::{ObjKey, OpCtx};
-use crate::leases::ConnId;
+use crate::ids::ConnId;
 
 /// Most open states one connection may hold.
 pub(crate) const MAX_PER_HOLDER: usize = 256;

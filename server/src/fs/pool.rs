@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::leases::ConnId;
+use crate::ids::ConnId;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 

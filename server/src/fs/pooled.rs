@@ -97,7 +97,7 @@ impl<S: BlockingStorage> Storage for Pooled<S> {
         });
     }
 
-    fn connection_closed(&self, conn: crate::leases::ConnId) {
+    fn connection_closed(&self, conn: crate::ids::ConnId) {
         self.storage.connection_closed(conn);
     }
 
@@ -135,7 +135,7 @@ mod tests {
         }
     }
 
-    fn ctx(conn: crate::leases::ConnId) -> OpCtx {
+    fn ctx(conn: crate::ids::ConnId) -> OpCtx {
         OpCtx {
             creds: crate::users::Creds::anonymous(65534, 65534),
             conn,

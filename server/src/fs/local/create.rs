@@ -92,6 +92,43 @@ impl LocalFs {
     ) -> Result<ReplyBody, NfsStatus> {
         self.writable()?;
         let d = self.dir(&dir, &ctx.creds)?;
+        self.create_in(ctx, &d, name, how, out)
+    }
+
+    /// CREATEAT: CREATE in the directory `path` leads to, found as FETCH finds its object
+    /// (each directory on the way searched as the caller), named by the path's last component.
+    pub(super) fn create_at(
+        &self,
+        ctx: &OpCtx,
+        path: &[u8],
+        how: CreateHow,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
+        self.writable()?;
+        let (dir_path, name) = crate::fs::split_create_path(path)?;
+        let d = self.find_path(dir_path)?;
+        if d.ftype() != FileType::Directory {
+            return Err(NfsStatus::NotDir);
+        }
+        let dir = self.fh(&d);
+        match self.create_in(ctx, &d, name, how, out)? {
+            ReplyBody::Create(made) => Ok(ReplyBody::CreateAt {
+                dir,
+                made: Box::new(made),
+            }),
+            other => Ok(other),
+        }
+    }
+
+    /// CREATE of `name` in the directory `d`.
+    fn create_in(
+        &self,
+        ctx: &OpCtx,
+        d: &Obj,
+        name: &[u8],
+        how: CreateHow,
+        out: &mut Outcome,
+    ) -> Result<ReplyBody, NfsStatus> {
         let n = new_component(name)?;
         let how = How::from(how);
         let mode = match &how {
@@ -109,8 +146,8 @@ impl LocalFs {
             | OFlags::NOCTTY
             | OFlags::CLOEXEC;
         match rustix::fs::openat2(&d.fd, n, flags, mode, RESOLVE) {
-            Ok(fd) => self.created(ctx, &d, n, File::from(fd), &how, out),
-            Err(rustix::io::Errno::EXIST) => self.create_existing(ctx, &d, n, &how, out),
+            Ok(fd) => self.created(ctx, d, n, File::from(fd), &how, out),
+            Err(rustix::io::Errno::EXIST) => self.create_existing(ctx, d, n, &how, out),
             Err(e) => Err(errno(e)),
         }
     }

@@ -1,5 +1,5 @@
-//! Operations on file data: WRITE, COMMIT, and the READ data path ([`read_into`]; READ itself
-//! is opened by `BlockingStorage::open_read` and run by the server, not dispatched here).
+//! Operations on file data: WRITE and COMMIT. READ is not dispatched here: it is opened by
+//! `BlockingStorage::open_read` and read by the server's READ path ([`crate::read`]).
 //!
 //! Data is only ever reached by re-opening a checked `O_PATH` descriptor
 //! ([`super::resolve::Obj::reopen`]), never by name.

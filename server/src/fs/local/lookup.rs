@@ -61,7 +61,7 @@ impl LocalFs {
 
     /// The object at `path` below the root, found one component at a time (`.` and empty
     /// components skipped, `..` refused), each directory searched as the caller.
-    fn find_path(&self, path: &[u8]) -> Result<Obj, NfsStatus> {
+    pub(super) fn find_path(&self, path: &[u8]) -> Result<Obj, NfsStatus> {
         let text = std::str::from_utf8(path).map_err(|_| NfsStatus::Inval)?;
         let mut at = self.root_obj()?;
         for comp in text.split('/').filter(|s| !s.is_empty() && *s != ".") {

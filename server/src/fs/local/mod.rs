@@ -233,6 +233,7 @@ impl LocalFs {
             }
             Op::Commit { fh, .. } => self.commit(ctx, fh, out),
             Op::Create { dir, name, how } => self.create(ctx, dir, &name, how, out),
+            Op::CreateAt { path, how } => self.create_at(ctx, &path, how, out),
             Op::Mkdir { dir, name, attr } => self.mkdir(ctx, dir, &name, &attr, out),
             Op::Symlink {
                 dir, name, target, ..
@@ -348,7 +349,7 @@ impl BlockingStorage for LocalFs {
         })
     }
 
-    fn connection_closed(&self, conn: crate::leases::ConnId) {
+    fn connection_closed(&self, conn: crate::ids::ConnId) {
         self.open.close_conn(conn);
     }
 }

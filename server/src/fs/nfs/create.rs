@@ -36,6 +36,40 @@ impl NfsState {
         self.new_object(c, d, lease, call, done);
     }
 
+    /// CREATEAT: CREATE in the directory the path's other components lead to (walked as
+    /// FETCH walks), answered with that directory's handle beside CREATE's answer.
+    pub(super) fn create_at(
+        self: &Arc<Self>,
+        ctx: OpCtx,
+        path: Vec<u8>,
+        how: CreateHow,
+        done: Done<Outcome>,
+    ) {
+        let (dir_path, name) = or_fail!(crate::fs::split_create_path(&path), done);
+        let comps = or_fail!(super::lookup::path_components(dir_path), done);
+        let name = name.to_vec();
+        let c = ctx.creds.clone();
+        self.walk(c, (self.root, None), comps, move |me, found| {
+            let dir = match found {
+                Ok((_, a)) if a.ftype != FileType::Directory => Err(NfsStatus::NotDir),
+                Ok((b, a)) => me.wrap(b.as_slice(), Some(&a)),
+                Err(s) => Err(s),
+            };
+            let dir = or_fail!(dir, done);
+            let answer: Done<Outcome> = Box::new(move |mut o: Outcome| {
+                o.result = o.result.map(|body| match body {
+                    ReplyBody::Create(made) => ReplyBody::CreateAt {
+                        dir,
+                        made: Box::new(made),
+                    },
+                    other => other,
+                });
+                done(o)
+            });
+            me.create(ctx, dir, name, how, answer)
+        });
+    }
+
     /// MKDIR.
     pub(super) fn mkdir(
         self: &Arc<Self>,

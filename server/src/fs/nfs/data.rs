@@ -32,7 +32,7 @@ impl NfsState {
             let r = results(res, |r| {
                 let a = ops::wcc(r)?;
                 let count = r.u32("count")?;
-                let committed = ops::stable(r)?;
+                let committed = StableHow::decode(r)?;
                 let verifier = r.fixed::<8>("write verifier")?;
                 Ok((a, count, committed, verifier))
             });

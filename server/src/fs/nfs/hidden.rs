@@ -19,7 +19,7 @@ use protocol::{Attr, BackendFh, FileHandle, NfsStatus, Proc, ReplyBody};
 use super::{Done, NfsState, Obj, Outcome, ops, results};
 use crate::fs::open_states::{OpenStates, holder};
 use crate::fs::{ObjKey, OpCtx};
-use crate::leases::ConnId;
+use crate::ids::ConnId;
 use crate::users::Creds;
 
 /// Prefix of hidden names (never listed).

@@ -25,7 +25,11 @@ impl NfsState {
         done: Done<Outcome>,
     ) {
         let comps = or_fail!(path_components(&path), done);
-        self.fetch_step(ctx, (self.root, None), comps, count, done);
+        let c = ctx.creds.clone();
+        self.walk(c, (self.root, None), comps, move |me, found| match found {
+            Ok((at, attr)) => me.fetch_data(ctx, at, attr, count, done),
+            Err(s) => done(Outcome::err(s)),
+        });
     }
 
     /// LOOKUP (`..` of the export's root is the root).
@@ -166,42 +170,37 @@ impl NfsState {
         });
     }
 
-    /// FETCH: LOOKUP one component at a time from the export's root (as MOUNT, but the last
-    /// may be of any type), then a regular file's first `count` bytes with one READ, the
-    /// backend checking each step as the caller. `at` is where the walk stands and its
-    /// attributes, when the LOOKUP that found it gave them.
-    fn fetch_step(
+    /// The object at the end of `rest`, walked from `at` one LOOKUP at a time as the caller
+    /// (the backend checks search permission on each directory), with its attributes: those
+    /// the last LOOKUP gave, else one GETATTR's. `at` carries its attributes when known.
+    pub(super) fn walk(
         self: &Arc<Self>,
-        ctx: OpCtx,
+        c: Creds,
         at: (BackendFh, Option<Attr>),
         mut rest: VecDeque<Vec<u8>>,
-        count: u32,
-        done: Done<Outcome>,
+        then: impl FnOnce(&Arc<Self>, Result<(BackendFh, Attr), NfsStatus>) + Send + 'static,
     ) {
-        let c = ctx.creds.clone();
         let (at, attr) = at;
         let Some(name) = rest.pop_front() else {
             return match attr {
-                Some(a) => self.fetch_data(ctx, at, a, count, done),
+                Some(a) => then(self, Ok((at, a))),
                 None => {
                     let args = ops::pack(&nfs3_types::nfs3::GETATTR3args {
                         object: ops::fh3(at.as_slice()),
                     });
                     self.call(&c, Proc::GetAttr, args, move |me, res| {
-                        match results(res, ops::fattr) {
-                            Ok(a) => me.fetch_data(ctx, at, a, count, done),
-                            Err(s) => done(Outcome::err(s)),
-                        }
+                        then(me, results(res, ops::fattr).map(|a| (at, a)))
                     })
                 }
             };
         };
         if attr.is_some_and(|a| a.ftype != FileType::Directory) {
-            return done(Outcome::err(NfsStatus::NotDir));
+            return then(self, Err(NfsStatus::NotDir));
         }
+        let creds = c.clone();
         self.lookup_in(&c, at, &name, move |me, r| match r {
-            Ok(next) => me.fetch_step(ctx, next, rest, count, done),
-            Err(s) => done(Outcome::err(s)),
+            Ok(next) => me.walk(creds, next, rest, then),
+            Err(s) => then(me, Err(s)),
         });
     }
 
@@ -257,9 +256,9 @@ impl NfsState {
     }
 }
 
-/// MOUNT's and FETCH's path: its components from the export's root (empty and `.` skipped,
+/// MOUNT's, FETCH's and CREATEAT's path: its components from the export's root (empty and `.` skipped,
 /// `..` refused).
-fn path_components(path: &[u8]) -> Result<VecDeque<Vec<u8>>, NfsStatus> {
+pub(super) fn path_components(path: &[u8]) -> Result<VecDeque<Vec<u8>>, NfsStatus> {
     let text = std::str::from_utf8(path).map_err(|_| NfsStatus::Inval)?;
     let mut comps = VecDeque::new();
     for comp in text.split('/').filter(|s| !s.is_empty() && *s != ".") {

@@ -13,9 +13,9 @@
 //! the root stays at the root, and `.`/`..` entries are never listed, so no handle above the
 //! export is ever wrapped.
 //!
-//! **Hostile or broken backends.** Replies are bounded records read with a bounded reader
-//! ([`xdr`]); anything malformed takes the connection down (its calls are answered JUKEBOX)
-//! and it reconnects. A backend that goes away gives JUKEBOX to clients until it returns.
+//! **Hostile or broken backends.** Replies are bounded records read with the protocol crate's
+//! bounded XDR reader ([`protocol::xdr::Reader`], the one sfs's own wire uses); anything
+//! malformed takes the connection down (its calls are answered JUKEBOX) and it reconnects. A backend that goes away gives JUKEBOX to clients until it returns.
 //! Writes are answered with the backend's own `committed` level and write verifier, so a
 //! backend restart changes the verifier and clients resend unstable data (COMMIT works the
 //! same way): nothing acknowledged as stable is lost.
@@ -25,8 +25,8 @@
 //! READLINK), [`attrs`] (GETATTR, SETATTR, ACCESS, FSSTAT, FSINFO, PATHCONF), [`data`] (WRITE,
 //! APPEND, COMMIT, READ), [`create`] (CREATE, MKDIR, SYMLINK, LINK), [`remove`] (REMOVE,
 //! RMDIR, RENAME), [`readdir`], [`hidden`] (OPEN, CLOSE, and removed files still held open),
-//! [`append`] (APPEND's turns). The wire: [`rpc`], [`ops`] and [`xdr`] (sans-IO ONC RPC and
-//! NFSv3 codecs), [`link`] (the sockets), [`setup`] (URL, port mapper, MOUNT).
+//! [`append`] (APPEND's turns). The wire: [`rpc`] and [`ops`] (sans-IO ONC RPC and NFSv3
+//! codecs), [`link`] (the sockets), [`setup`] (URL, port mapper, MOUNT).
 
 /// The value of `$e`, or `$done` answers its error and the enclosing function returns.
 macro_rules! or_fail {
@@ -50,11 +50,12 @@ mod readdir;
 mod remove;
 pub(crate) mod rpc;
 pub(crate) mod setup;
-pub(crate) mod xdr;
 
 use std::sync::Arc;
 
 use libcolor::Handle;
+use protocol::error::DecodeError;
+use protocol::xdr::Reader;
 use protocol::{
     Attr, BackendFh, FileHandle, HandleData, HandleKey, NfsStatus, Proc, ReplyBody, RequestOp,
 };
@@ -63,7 +64,6 @@ use self::link::{Body, CallError, LinkLimits, Pool};
 use self::ops::Raw;
 use self::rpc::AuthSys;
 use self::setup::{NFS_PROG, NFS_VERS};
-use self::xdr::{Malformed, Xdr};
 use super::{Busy, Done, ObjKey, OpCtx, Outcome, ReadCall, Storage};
 use crate::read::ReplyRecord;
 use crate::users::Creds;
@@ -172,10 +172,10 @@ fn call_status(e: CallError) -> NfsStatus {
 /// Decodes results: the status, then `f` on the rest.
 fn results<T>(
     body: Result<Body, CallError>,
-    f: impl FnOnce(&mut Xdr<'_>) -> Result<T, Malformed>,
+    f: impl FnOnce(&mut Reader<'_>) -> Result<T, DecodeError>,
 ) -> Result<T, NfsStatus> {
     let body = body.map_err(call_status)?;
-    let mut r = Xdr::new(body.bytes());
+    let mut r = Reader::new(body.bytes());
     let res = ops::status(&mut r).and_then(|st| match st {
         Ok(()) => f(&mut r).map(Ok),
         Err(s) => Ok(Err(s)),
@@ -325,6 +325,7 @@ impl NfsState {
             Op::Append { fh, stable, data } => self.append_data(ctx, fh, stable, data, done),
             Op::Commit { fh, offset, count } => self.commit(ctx, fh, offset, count, done),
             Op::Create { dir, name, how } => self.create(ctx, dir, name, how, done),
+            Op::CreateAt { path, how } => self.create_at(ctx, path, how, done),
             Op::Mkdir { dir, name, attr } => self.mkdir(ctx, dir, name, attr, done),
             Op::Symlink {
                 dir,
@@ -384,7 +385,7 @@ impl NfsState {
             | Op::SetXattr { .. }
             | Op::ListXattr { .. }
             | Op::RemoveXattr { .. } => done(Outcome::err(NfsStatus::NotSupp)),
-            // Answered by the connection ([`crate::conn`]) or, READ, through
+            // Answered by the connection (`conn.rs`) or, READ, through
             // [`Storage::read`]: never here.
             Op::Null
             | Op::Login(_)
@@ -435,7 +436,7 @@ impl Storage for NfsBackend {
         });
     }
 
-    fn connection_closed(&self, conn: crate::leases::ConnId) {
+    fn connection_closed(&self, conn: crate::ids::ConnId) {
         self.state.connection_closed(conn);
     }
 }

@@ -1,5 +1,5 @@
 //! NFSv3 (RFC 1813) procedures, sans I/O: arguments packed with `nfs3_types`, results read
-//! with the bounded [`Xdr`] reader into sfs's own types.
+//! with the protocol crate's bounded XDR [`Reader`] into sfs's own types.
 //!
 //! The procedure numbers of sfs's protocol are NFSv3's, so a request maps to one NFSv3 call
 //! (MOUNT, REMOVE and RENAME take a few, driven by the backend). Backend handles appear here
@@ -12,12 +12,12 @@ use nfs3_types::nfs3::{
     nfspath3, nfstime3, sattr3, set_atime, set_mtime, stable_how, symlinkdata3,
 };
 use nfs3_types::xdr_codec::{Opaque, Pack};
+use protocol::error::DecodeError;
+use protocol::xdr::Reader;
 use protocol::{
     Attr, CreateHow, FileType, FsInfo, FsStat, NfsStatus, PathConf, SetAttr, SetTime, StableHow,
     Time,
 };
-
-use super::xdr::{Malformed, Xdr};
 
 /// Longest name in a directory entry or path accepted from the backend.
 pub(crate) const MAX_NAME: usize = 1024;
@@ -177,7 +177,7 @@ pub(crate) fn getport(prog: u32, vers: u32) -> Raw {
 // ---- results ----
 
 /// The status that starts every NFSv3 result; anything but OK ends the decoding.
-pub(crate) fn status(r: &mut Xdr<'_>) -> Result<Result<(), NfsStatus>, Malformed> {
+pub(crate) fn status(r: &mut Reader<'_>) -> Result<Result<(), NfsStatus>, DecodeError> {
     let code = r.u32("nfs status")?;
     Ok(match code {
         0 => Ok(()),
@@ -186,25 +186,7 @@ pub(crate) fn status(r: &mut Xdr<'_>) -> Result<Result<(), NfsStatus>, Malformed
     })
 }
 
-fn ftype(r: &mut Xdr<'_>) -> Result<FileType, Malformed> {
-    Ok(match r.u32("file type")? {
-        1 => FileType::Regular,
-        2 => FileType::Directory,
-        3 => FileType::Block,
-        4 => FileType::Char,
-        5 => FileType::Symlink,
-        6 => FileType::Socket,
-        7 => FileType::Fifo,
-        value => {
-            return Err(Malformed::Bad {
-                what: "file type",
-                value,
-            });
-        }
-    })
-}
-
-fn time(r: &mut Xdr<'_>) -> Result<Time, Malformed> {
+fn time(r: &mut Reader<'_>) -> Result<Time, DecodeError> {
     let seconds = i64::from(r.u32("seconds")?);
     let nanos = r.u32("nanoseconds")?;
     // A backend's out-of-range nanoseconds are clamped rather than passed on (our clients
@@ -216,9 +198,9 @@ fn time(r: &mut Xdr<'_>) -> Result<Time, Malformed> {
 }
 
 /// `fattr3`, with lease 0 (the backend sets the lease).
-pub(crate) fn fattr(r: &mut Xdr<'_>) -> Result<Attr, Malformed> {
+pub(crate) fn fattr(r: &mut Reader<'_>) -> Result<Attr, DecodeError> {
     Ok(Attr {
-        ftype: ftype(r)?,
+        ftype: FileType::decode(r)?,
         mode: r.u32("mode")? & 0o7777,
         nlink: r.u32("nlink")?,
         uid: r.u32("uid")?,
@@ -235,7 +217,7 @@ pub(crate) fn fattr(r: &mut Xdr<'_>) -> Result<Attr, Malformed> {
     })
 }
 
-pub(crate) fn post_op_attr(r: &mut Xdr<'_>) -> Result<Option<Attr>, Malformed> {
+pub(crate) fn post_op_attr(r: &mut Reader<'_>) -> Result<Option<Attr>, DecodeError> {
     if r.bool("post_op_attr")? {
         Ok(Some(fattr(r)?))
     } else {
@@ -244,37 +226,23 @@ pub(crate) fn post_op_attr(r: &mut Xdr<'_>) -> Result<Option<Attr>, Malformed> {
 }
 
 /// `wcc_data`: the attributes after the change (those before are skipped).
-pub(crate) fn wcc(r: &mut Xdr<'_>) -> Result<Option<Attr>, Malformed> {
+pub(crate) fn wcc(r: &mut Reader<'_>) -> Result<Option<Attr>, DecodeError> {
     if r.bool("pre_op_attr")? {
         r.fixed::<24>("wcc_attr")?;
     }
     post_op_attr(r)
 }
 
-pub(crate) fn fh<'a>(r: &mut Xdr<'a>) -> Result<&'a [u8], Malformed> {
+pub(crate) fn fh<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], DecodeError> {
     r.opaque(protocol::handle::BACKEND_FH_MAX, "nfs_fh3")
 }
 
-pub(crate) fn post_op_fh<'a>(r: &mut Xdr<'a>) -> Result<Option<&'a [u8]>, Malformed> {
+pub(crate) fn post_op_fh<'a>(r: &mut Reader<'a>) -> Result<Option<&'a [u8]>, DecodeError> {
     if r.bool("post_op_fh3")? {
         Ok(Some(fh(r)?))
     } else {
         Ok(None)
     }
-}
-
-pub(crate) fn stable(r: &mut Xdr<'_>) -> Result<StableHow, Malformed> {
-    Ok(match r.u32("stable_how")? {
-        0 => StableHow::Unstable,
-        1 => StableHow::DataSync,
-        2 => StableHow::FileSync,
-        value => {
-            return Err(Malformed::Bad {
-                what: "stable_how",
-                value,
-            });
-        }
-    })
 }
 
 /// A READDIR(PLUS) entry as the backend sent it.
@@ -298,7 +266,7 @@ pub(crate) struct Page<'a> {
 
 /// READDIR or READDIRPLUS results. The entry list is as long as the (bounded) reply allows,
 /// at least 20 bytes an entry.
-pub(crate) fn dir_page<'a>(r: &mut Xdr<'a>, plus: bool) -> Result<Page<'a>, Malformed> {
+pub(crate) fn dir_page<'a>(r: &mut Reader<'a>, plus: bool) -> Result<Page<'a>, DecodeError> {
     let dir_attr = post_op_attr(r)?;
     let verifier = r.fixed::<8>("cookie verifier")?;
     let mut entries = Vec::new();
@@ -328,7 +296,7 @@ pub(crate) fn dir_page<'a>(r: &mut Xdr<'a>, plus: bool) -> Result<Page<'a>, Malf
     })
 }
 
-pub(crate) fn fsstat(r: &mut Xdr<'_>) -> Result<FsStat, Malformed> {
+pub(crate) fn fsstat(r: &mut Reader<'_>) -> Result<FsStat, DecodeError> {
     Ok(FsStat {
         attr: post_op_attr(r)?,
         tbytes: r.u64("tbytes")?,
@@ -341,7 +309,7 @@ pub(crate) fn fsstat(r: &mut Xdr<'_>) -> Result<FsStat, Malformed> {
     })
 }
 
-pub(crate) fn fsinfo(r: &mut Xdr<'_>) -> Result<FsInfo, Malformed> {
+pub(crate) fn fsinfo(r: &mut Reader<'_>) -> Result<FsInfo, DecodeError> {
     Ok(FsInfo {
         attr: post_op_attr(r)?,
         rtmax: r.u32("rtmax")?,
@@ -357,7 +325,7 @@ pub(crate) fn fsinfo(r: &mut Xdr<'_>) -> Result<FsInfo, Malformed> {
     })
 }
 
-pub(crate) fn pathconf(r: &mut Xdr<'_>) -> Result<PathConf, Malformed> {
+pub(crate) fn pathconf(r: &mut Reader<'_>) -> Result<PathConf, DecodeError> {
     Ok(PathConf {
         attr: post_op_attr(r)?,
         linkmax: r.u32("linkmax")?,
@@ -371,7 +339,7 @@ pub(crate) fn pathconf(r: &mut Xdr<'_>) -> Result<PathConf, Malformed> {
 
 /// MOUNT MNT results: the export's root handle (the auth flavors are not needed: sfsd
 /// always speaks AUTH_SYS, and a refusal shows up as an RPC auth error).
-pub(crate) fn mnt_result<'a>(r: &mut Xdr<'a>) -> Result<Result<&'a [u8], u32>, Malformed> {
+pub(crate) fn mnt_result<'a>(r: &mut Reader<'a>) -> Result<Result<&'a [u8], u32>, DecodeError> {
     match r.u32("mount status")? {
         0 => Ok(Ok(fh(r)?)),
         code => Ok(Err(code)),
@@ -425,7 +393,7 @@ mod tests {
         fattr_words(&mut v, 1, 99);
         w(&mut v, &[1, 3]);
         v.extend_from_slice(b"fh\x01\x00");
-        let mut r = Xdr::new(&v);
+        let mut r = Reader::new(&v);
         let a = post_op_attr(&mut r).unwrap().unwrap();
         assert_eq!(a.ftype, FileType::Regular);
         assert_eq!(a.mode, 0o644);
@@ -437,11 +405,11 @@ mod tests {
         let mut v = Vec::new();
         w(&mut v, &[65]);
         v.extend_from_slice(&[0; 68]);
-        assert!(fh(&mut Xdr::new(&v)).is_err());
+        assert!(fh(&mut Reader::new(&v)).is_err());
         // An unknown file type is refused.
         let mut v = Vec::new();
         fattr_words(&mut v, 9, 1);
-        assert!(fattr(&mut Xdr::new(&v)).is_err());
+        assert!(fattr(&mut Reader::new(&v)).is_err());
     }
 
     #[test]
@@ -454,7 +422,7 @@ mod tests {
             (12345, Err(NfsStatus::Io)),
         ] {
             let v = (code as u32).to_be_bytes();
-            assert_eq!(status(&mut Xdr::new(&v)).unwrap(), want);
+            assert_eq!(status(&mut Reader::new(&v)).unwrap(), want);
         }
     }
 
@@ -470,7 +438,7 @@ mod tests {
             w(&mut v, &[0, id * 10]);
         }
         w(&mut v, &[0, 1]);
-        let p = dir_page(&mut Xdr::new(&v), false).unwrap();
+        let p = dir_page(&mut Reader::new(&v), false).unwrap();
         assert_eq!(p.verifier, [9; 8]);
         assert!(p.eof);
         assert_eq!(p.entries.len(), 2);
@@ -480,14 +448,22 @@ mod tests {
         );
         // Cut anywhere, it is an error, never a panic.
         for cut in 0..v.len() {
-            assert!(dir_page(&mut Xdr::new(&v[..cut]), false).is_err());
+            assert!(dir_page(&mut Reader::new(&v[..cut]), false).is_err());
         }
+        // A name's padding that is not zero is refused (XDR has one encoding of each value):
+        // the first entry's name "a" is followed by three bytes of padding.
+        let padding = 4 + 8 + 16 + 1;
+        v[padding] = 1;
+        assert_eq!(
+            dir_page(&mut Reader::new(&v), false).unwrap_err(),
+            DecodeError::NonZeroPadding("file name")
+        );
     }
 
     #[test]
     fn arguments_pack_as_rfc_1813_says() {
         let Raw(b) = write(b"abc", 7, StableHow::FileSync, b"hello");
-        let mut r = Xdr::new(&b);
+        let mut r = Reader::new(&b);
         assert_eq!(r.opaque(64, "").unwrap(), b"abc");
         assert_eq!(r.u64("").unwrap(), 7);
         assert_eq!(r.u32("").unwrap(), 5);
@@ -503,7 +479,7 @@ mod tests {
             ..SetAttr::default()
         };
         let Raw(b) = setattr(b"f", &s, None);
-        let mut r = Xdr::new(&b);
+        let mut r = Reader::new(&b);
         r.opaque(64, "").unwrap();
         assert_eq!(r.u32("").unwrap(), 1);
         assert_eq!(r.u32("").unwrap(), 0o600);

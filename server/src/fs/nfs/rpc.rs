@@ -8,8 +8,8 @@
 
 use nfs3_types::rpc::{auth_unix, call_body, opaque_auth};
 use nfs3_types::xdr_codec::{Opaque, Pack};
-
-use super::xdr::{Malformed, Xdr};
+use protocol::error::DecodeError;
+use protocol::xdr::Reader;
 
 /// AUTH_SYS carries at most 16 supplementary groups (RFC 5531, `authsys_parms`).
 pub(crate) const AUTH_SYS_MAX_GIDS: usize = 16;
@@ -77,17 +77,17 @@ pub(crate) enum RpcError {
     #[error("the backend refused the call: {0}")]
     Refused(&'static str),
     #[error("malformed reply: {0}")]
-    Malformed(#[from] Malformed),
+    Malformed(#[from] DecodeError),
 }
 
 /// Reads a reply record's header: its xid, then either the procedure's results (the rest of
 /// the record) or why there are none.
-pub(crate) fn decode_reply(record: &[u8]) -> Result<(u32, Result<&[u8], RpcError>), Malformed> {
-    let mut r = Xdr::new(record);
+pub(crate) fn decode_reply(record: &[u8]) -> Result<(u32, Result<&[u8], RpcError>), DecodeError> {
+    let mut r = Reader::new(record);
     let xid = r.u32("xid")?;
     let mtype = r.u32("message type")?;
     if mtype != 1 {
-        return Err(Malformed::Bad {
+        return Err(DecodeError::BadDiscriminant {
             what: "message type",
             value: mtype,
         });
@@ -104,7 +104,7 @@ pub(crate) fn decode_reply(record: &[u8]) -> Result<(u32, Result<&[u8], RpcError
                 4 => Err(RpcError::Refused("garbage arguments")),
                 5 => Err(RpcError::Refused("system error")),
                 value => {
-                    return Err(Malformed::Bad {
+                    return Err(DecodeError::BadDiscriminant {
                         what: "accept status",
                         value,
                     });
@@ -120,14 +120,14 @@ pub(crate) fn decode_reply(record: &[u8]) -> Result<(u32, Result<&[u8], RpcError
                 _ => "authentication error",
             })),
             value => {
-                return Err(Malformed::Bad {
+                return Err(DecodeError::BadDiscriminant {
                     what: "reject status",
                     value,
                 });
             }
         },
         value => {
-            return Err(Malformed::Bad {
+            return Err(DecodeError::BadDiscriminant {
                 what: "reply status",
                 value,
             });
@@ -239,7 +239,7 @@ mod tests {
         let mark = u32::from_be_bytes(out[..4].try_into().unwrap());
         assert_eq!(mark & LAST_FRAGMENT, LAST_FRAGMENT);
         assert_eq!((mark & !LAST_FRAGMENT) as usize, out.len() - 4);
-        let mut r = Xdr::new(&out[4..]);
+        let mut r = Reader::new(&out[4..]);
         assert_eq!(r.u32("").unwrap(), 7); // xid
         assert_eq!(r.u32("").unwrap(), 0); // CALL
         assert_eq!(r.u32("").unwrap(), 2); // RPC version
@@ -248,7 +248,7 @@ mod tests {
         assert_eq!(r.u32("").unwrap(), 1);
         assert_eq!(r.u32("").unwrap(), 1); // AUTH_SYS
         let cred = r.opaque(400, "").unwrap();
-        let mut c = Xdr::new(cred);
+        let mut c = Reader::new(cred);
         c.u32("").unwrap(); // stamp
         assert_eq!(c.opaque(255, "").unwrap(), b"sfsd");
         assert_eq!(c.u32("").unwrap(), 1000);

@@ -7,10 +7,10 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use protocol::xdr::Reader;
 
 use super::ops::{self, Raw};
 use super::rpc::{self, AuthSys, RecordReader};
-use super::xdr::Xdr;
 
 const PMAP_PROG: u32 = 100_000;
 const PMAP_VERS: u32 = 2;
@@ -132,7 +132,7 @@ fn getport(host: SocketAddr, prog: u32, vers: u32, auth: &AuthSys) -> Result<u16
         &ops::getport(prog, vers),
     )
     .context("asking the port mapper (give the port in the URL to skip it)")?;
-    let port = Xdr::new(&body).u32("port")?;
+    let port = Reader::new(&body).u32("port")?;
     match u16::try_from(port) {
         Ok(p) if p != 0 => Ok(p),
         _ => Err(NotAnswering(format!(
@@ -235,7 +235,7 @@ pub(crate) fn mount(url: &BackendUrl) -> Result<Mounted> {
         &ops::mnt(url.export.as_bytes()),
     )
     .context("MOUNT")?;
-    let root_fh = match ops::mnt_result(&mut Xdr::new(&body))? {
+    let root_fh = match ops::mnt_result(&mut Reader::new(&body))? {
         Ok(fh) if !fh.is_empty() => fh.to_vec(),
         Ok(_) => bail!("MOUNT of {} returned an empty handle", url.export),
         Err(code) => bail!("MOUNT of {} refused (mountstat3 {code})", url.export),

@@ -1,7 +1,8 @@
-//! FETCH: an object by path with a regular file's first bytes, in one round trip, riding with
-//! a new connection's LOGIN when it makes one ([`Client::connection_with`]).
+//! Requests by path from the export's root, which ride with a new connection's LOGIN when it
+//! makes one ([`Client::connection_with`]): FETCH (an object and a regular file's first
+//! bytes) and CREATEAT (a file made), each in the first round trip after the handshake.
 
-use protocol::{Attr, Data, FileHandle, FileType, NfsStatus, ReplyBody, RequestOp};
+use protocol::{Attr, CreateHow, Data, FileHandle, FileType, NfsStatus, ReplyBody, RequestOp};
 
 use super::Client;
 use super::error::{ProtocolError, SessionError};
@@ -39,7 +40,11 @@ impl Client {
 
     async fn fetch_up_to(&self, path: &str, count: u32) -> Result<Option<Fetched>, SessionError> {
         let since = self.inner.cache.stamp();
-        let (conn, early) = self.connection_with(Some((path.as_bytes(), count))).await?;
+        let first_flight = RequestOp::Fetch {
+            path: path.as_bytes().to_vec(),
+            count: count.min(super::conn::FIRST_FLIGHT_FETCH),
+        };
+        let (conn, early) = self.connection_with(Some(first_flight)).await?;
         if !protocol::handshake::has_fetch(conn.version) {
             return Ok(None);
         }
@@ -84,4 +89,46 @@ impl Client {
             eof,
         }))
     }
+
+    /// CREATEAT: the regular file at `path` from the export's root made as `how` says, and its
+    /// attributes. `None` when the server cannot (a version before 11): the caller finds the
+    /// directory and sends CREATE instead.
+    pub(crate) async fn create_at(
+        &self,
+        path: &str,
+        how: CreateHow,
+    ) -> Result<Option<(FileHandle, Attr)>, SessionError> {
+        // Unchecked may have opened an existing file; the others made this one.
+        let made = !matches!(how, CreateHow::Unchecked(_));
+        let since = self.inner.cache.stamp();
+        let op = RequestOp::CreateAt {
+            path: path.as_bytes().to_vec(),
+            how,
+        };
+        let (conn, early) = self.connection_with(Some(op.clone())).await?;
+        if !protocol::handshake::has_create_at(conn.version) {
+            return Ok(None);
+        }
+        let reply = match early {
+            Some(Err(NfsStatus::Jukebox)) | None => self.call(op).await,
+            Some(r) => r.map_err(SessionError::Nfs),
+        };
+        let (dir, made_obj) = match reply {
+            Ok(ReplyBody::CreateAt { dir, made }) => (dir, *made),
+            Err(SessionError::Nfs(NfsStatus::NotSupp)) => return Ok(None),
+            Err(e) => return Err(e),
+            Ok(other) => return Err(self.unexpected(&other)),
+        };
+        // The directory gained a name: what this client knew of it goes (after the fact, as
+        // the directory was not known before the reply).
+        let name = last_component(path);
+        self.inner.cache.naming(&dir, name);
+        self.inner.cache.begin(&dir).end(None);
+        self.made(&dir, name, made_obj, since, made).await.map(Some)
+    }
+}
+
+/// The name a CREATEAT path makes: its last component.
+fn last_component(path: &str) -> &[u8] {
+    path.rsplit('/').next().unwrap_or(path).as_bytes()
 }

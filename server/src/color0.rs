@@ -1,0 +1,539 @@
+//! Color 0's bookkeeping as a state machine: the lease table, the connection registry and
+//! the starting connections, driven by inputs (a connection opened, logged in, closed; a
+//! request finished with what it changed; a READ's lease to record; another instance's change;
+//! a reaper tick; each with the time it happens at) and answering with what must happen as
+//! plain data: the [`Invalidation`]s to send, the starting connection to drop ([`Dropped`]).
+//!
+//! Nothing here touches a socket, the runtime or a connection: [`crate::server`] runs it in
+//! color 0 and does what it asks (an INVALIDATE sent in the target's color, a starting
+//! connection closed in its own), and tests drive it directly with chosen times and orders.
+//! The registry keeps, per connection, a link `L` the executor reaches the connection with
+//! (opaque here) and the flag the connection reads to grant lease 0 when it holds its share.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use protocol::{Attr, FileHandle, NfsStatus, ReplyBody};
+
+use crate::changes::{Changes, Epoch};
+use crate::fs::ObjKey;
+use crate::leases::{ConnId, Holder, Leases};
+use crate::startups::{Dropped, Startups};
+
+/// An INVALIDATE color 0 asks the executor to send: `conn`'s lease on `fh` ended. It carries
+/// the object's new attributes, with lease 0, when the change returned them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Invalidation {
+    pub conn: ConnId,
+    pub fh: FileHandle,
+    pub attr: Option<Attr>,
+}
+
+/// A connection as color 0 knows it.
+struct Registered<L> {
+    link: L,
+    /// Set while the connection (or its address) holds its whole share of leases; the
+    /// connection's color reads it to grant lease 0 in its replies.
+    lease_capped: Arc<AtomicBool>,
+}
+
+/// The state only color 0 touches (libcolor serialises color 0's callbacks, so no lock).
+pub(crate) struct Bookkeeping<L> {
+    leases: Leases,
+    conns: HashMap<ConnId, Registered<L>>,
+    /// Connections not yet logged in (see [`crate::startups`]).
+    startups: Startups,
+    /// The change log color 0 advances (shared with the connections' READ fast path).
+    changes: Arc<Changes>,
+}
+
+impl<L> Bookkeeping<L> {
+    pub(crate) fn new(leases: Leases, startups: Startups, changes: Arc<Changes>) -> Self {
+        Bookkeeping {
+            leases,
+            conns: HashMap::new(),
+            startups,
+            changes,
+        }
+    }
+
+    /// The link of connection `id`, while it is registered.
+    pub(crate) fn link(&self, id: ConnId) -> Option<&L> {
+        self.conns.get(&id).map(|r| &r.link)
+    }
+
+    /// The lease granted now (milliseconds; 0 while the table is full).
+    pub(crate) fn lease_ms(&self) -> u32 {
+        self.leases.lease_ms()
+    }
+
+    /// Whether anonymous requests hold their whole allowance of leases.
+    pub(crate) fn anonymous_full(&self) -> bool {
+        self.leases.anonymous_full()
+    }
+
+    /// A connection opened (from `peer`, which its leases are charged to). It joins the
+    /// starting connections; if they are too many, the one returned is to be closed, in its
+    /// own color, unless it has logged in since (see [`crate::startups`]).
+    pub(crate) fn opened(
+        &mut self,
+        id: ConnId,
+        link: L,
+        lease_capped: Arc<AtomicBool>,
+        peer: IpAddr,
+    ) -> Option<Dropped> {
+        self.conns.insert(id, Registered { link, lease_capped });
+        self.leases.open_conn(id, peer);
+        self.startups.admit(id)
+    }
+
+    /// Connection `id`, dropped while color 0 thought it in the handshake, had finished it:
+    /// it comes back, and another may have to make room.
+    pub(crate) fn readmit(&mut self, id: ConnId) -> Option<Dropped> {
+        if !self.conns.contains_key(&id) {
+            return None;
+        }
+        self.startups.readmit(id)
+    }
+
+    /// Connection `id` finished its handshake.
+    pub(crate) fn handshake_done(&mut self, id: ConnId) {
+        self.startups.handshake_done(id);
+    }
+
+    /// Connection `id` logged in: it is no longer a starting connection.
+    pub(crate) fn logged_in(&mut self, id: ConnId) {
+        self.startups.logged_in(id);
+    }
+
+    /// Connection `id` was granted anonymous access (it leaves the starting connections if
+    /// anonymous ones have room).
+    pub(crate) fn anonymous(&mut self, id: ConnId) {
+        self.startups.anonymous(id);
+    }
+
+    /// Connection `id` closed: it is forgotten, with its leases; nothing is sent to it again.
+    pub(crate) fn closed(&mut self, id: ConnId) {
+        self.conns.remove(&id);
+        self.startups.closed(id);
+        self.leases.drop_conn(id);
+    }
+
+    /// A request of `holder` finished at `now`. Every attribute in `result` keeps its lease
+    /// only if the grant fits (the others go with lease 0); `leased` names the handles of the
+    /// objects the reply carries attributes of. Every other holder of an object in `changed`
+    /// whose lease still runs is told; the changer is not.
+    pub(crate) fn request_finished(
+        &mut self,
+        now: Instant,
+        holder: Holder,
+        lease_ms: u32,
+        result: &mut Result<ReplyBody, NfsStatus>,
+        leased: &[(ObjKey, FileHandle)],
+        changed: &[(ObjKey, FileHandle, Option<Attr>)],
+    ) -> Vec<Invalidation> {
+        if let Ok(body) = result {
+            // A listing carries many attributes: look their handles up, not through the list.
+            let handles: HashMap<ObjKey, FileHandle> = leased.iter().copied().collect();
+            for attr in body.attrs_mut() {
+                let key = (attr.fsid, attr.fileid);
+                let granted = handles
+                    .get(&key)
+                    .is_some_and(|fh| self.leases.try_grant(now, holder, key, *fh, lease_ms));
+                if !granted {
+                    attr.lease_ms = 0;
+                }
+            }
+        }
+        for (key, _, _) in changed {
+            self.changes.note(*key);
+        }
+        let mut told = Vec::new();
+        for (key, fh, attr) in changed {
+            let (ended, _) = self.leases.changed(now, *key, holder.conn);
+            for other in ended {
+                self.publish_share(other);
+                if self.conns.contains_key(&other) {
+                    told.push(Invalidation {
+                        conn: other,
+                        fh: *fh,
+                        attr: attr.map(|a| Attr { lease_ms: 0, ..a }),
+                    });
+                }
+            }
+        }
+        self.publish_share(holder.conn);
+        told
+    }
+
+    /// The lease a READ reply announced, recorded after the reply was queued (see
+    /// [`crate::read`]). If the grant does not fit, or the object changed after the read
+    /// started at `read_from` (a change handled before this grant found no holder to tell),
+    /// the reader is told, which ends the announced lease.
+    pub(crate) fn record_read_lease(
+        &mut self,
+        now: Instant,
+        holder: Holder,
+        key: ObjKey,
+        fh: FileHandle,
+        lease_ms: u32,
+        read_from: Epoch,
+    ) -> Option<Invalidation> {
+        let id = holder.conn;
+        if !self.conns.contains_key(&id) {
+            return None;
+        }
+        let granted = self.leases.try_grant(now, holder, key, fh, lease_ms);
+        self.publish_share(id);
+        let stale = self.changes.object_changed_since(key, &read_from);
+        (!granted || stale).then_some(Invalidation {
+            conn: id,
+            fh,
+            attr: None,
+        })
+    }
+
+    /// Another instance sharing the state directory changed `keys` (or, with `everything`,
+    /// may have changed anything: its datagrams were lost). The leases on them end and their
+    /// live holders are told, without attributes (this instance has not seen them).
+    pub(crate) fn peer_changed(
+        &mut self,
+        now: Instant,
+        keys: &[ObjKey],
+        everything: bool,
+    ) -> Vec<Invalidation> {
+        let mut ended = Vec::new();
+        if everything {
+            // Cached descriptors too: access may have changed.
+            self.changes.note_access();
+            self.changes.note_all();
+            ended = self.leases.changed_all(now);
+        } else {
+            for key in keys {
+                self.changes.note(*key);
+                // Connection 0 holds nothing (connections count from 1): every holder.
+                if let (who, Some(fh)) = self.leases.changed(now, *key, 0) {
+                    ended.extend(who.into_iter().map(|c| (c, fh)));
+                }
+            }
+        }
+        let mut told = Vec::new();
+        for (other, fh) in ended {
+            self.publish_share(other);
+            if self.conns.contains_key(&other) {
+                told.push(Invalidation {
+                    conn: other,
+                    fh,
+                    attr: None,
+                });
+            }
+        }
+        told
+    }
+
+    /// The reaper's tick at `now`: leases expired by then go (nobody is told: the holders'
+    /// leases ran out on their own); returns how many.
+    pub(crate) fn reap(&mut self, now: Instant) -> usize {
+        let reaped = self.leases.reap(now);
+        for &id in self.conns.keys() {
+            self.publish_share(id);
+        }
+        reaped
+    }
+
+    /// Tells connection `id` whether it (or its address) holds its whole share of leases.
+    fn publish_share(&self, id: ConnId) {
+        if let Some(r) = self.conns.get(&id) {
+            r.lease_capped
+                .store(self.leases.over_share(id), Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use protocol::{Attr, ReplyBody};
+
+    use super::*;
+    use crate::leases::{Principal, Shares};
+
+    const LEASE_MS: u32 = 1000;
+    const OBJ: ObjKey = (7, 42);
+    const A: ConnId = 1;
+    const B: ConnId = 2;
+    const C: ConnId = 3;
+
+    /// Color 0 with the connections `ids` open and logged in (the link is the id itself), a
+    /// table of 64 leases, `per_conn` per connection, room for `startups` starting ones.
+    fn color0(ids: &[ConnId], per_conn: usize, startups: usize) -> Bookkeeping<ConnId> {
+        let leases = Leases::new(
+            Duration::from_millis(LEASE_MS as u64),
+            64,
+            Shares::new(64, per_conn),
+        );
+        let mut c0 = Bookkeeping::new(leases, Startups::new(startups, 4), Arc::new(Changes::new()));
+        for &id in ids {
+            assert_eq!(c0.opened(id, id, flag(), addr(id)), None);
+            c0.logged_in(id);
+        }
+        c0
+    }
+
+    fn flag() -> Arc<AtomicBool> {
+        Arc::new(AtomicBool::new(false))
+    }
+
+    /// Each connection from its own address (so the per-address share does not interfere).
+    fn addr(id: ConnId) -> IpAddr {
+        IpAddr::from([10, 0, 0, id as u8])
+    }
+
+    fn fh(n: u8) -> FileHandle {
+        FileHandle::from_bytes([n; 48])
+    }
+
+    fn holder(conn: ConnId) -> Holder {
+        Holder {
+            conn,
+            who: Principal::User(1000 + conn),
+        }
+    }
+
+    /// The attributes of `OBJ` as a GETATTR reply carries them.
+    fn getattr_reply() -> Result<ReplyBody, NfsStatus> {
+        let attr = Attr {
+            fsid: OBJ.0,
+            fileid: OBJ.1,
+            ..Attr::test_file(10, LEASE_MS)
+        };
+        Ok(ReplyBody::GetAttr { attr })
+    }
+
+    /// `conn` reads `OBJ`'s attributes at `now`: returns the lease its reply carries.
+    fn getattr(c0: &mut Bookkeeping<ConnId>, now: Instant, conn: ConnId) -> u32 {
+        let mut result = getattr_reply();
+        let effects = c0.request_finished(
+            now,
+            holder(conn),
+            LEASE_MS,
+            &mut result,
+            &[(OBJ, fh(1))],
+            &[],
+        );
+        assert!(effects.is_empty(), "a read-only request told {effects:?}");
+        match result {
+            Ok(ReplyBody::GetAttr { attr }) => attr.lease_ms,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `conn` changes `OBJ` at `now`.
+    fn write(c0: &mut Bookkeeping<ConnId>, now: Instant, conn: ConnId) -> Vec<Invalidation> {
+        let attr = Attr::test_file(20, LEASE_MS);
+        let mut result = Ok(ReplyBody::Null);
+        c0.request_finished(
+            now,
+            holder(conn),
+            LEASE_MS,
+            &mut result,
+            &[],
+            &[(OBJ, fh(1), Some(attr))],
+        )
+    }
+
+    fn told(effects: &[Invalidation]) -> Vec<ConnId> {
+        let mut ids: Vec<ConnId> = effects.iter().map(|i| i.conn).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn a_change_tells_the_other_live_holders_and_not_the_changer() {
+        let t0 = Instant::now();
+        let mut c0 = color0(&[A, B, C], 8, 16);
+        // C's lease is granted first and has run out when B writes; A's still runs.
+        assert_eq!(getattr(&mut c0, t0, C), LEASE_MS);
+        let later = t0 + Duration::from_millis(LEASE_MS as u64 / 2 + 1);
+        assert_eq!(getattr(&mut c0, later, A), LEASE_MS);
+        assert_eq!(getattr(&mut c0, later, B), LEASE_MS);
+        let at = t0 + Duration::from_millis(LEASE_MS as u64 + 1);
+        let effects = write(&mut c0, at, B);
+        assert_eq!(told(&effects), vec![A]);
+        // The INVALIDATE carries the new attributes with lease 0 (they must not be cached).
+        assert_eq!(effects[0].fh, fh(1));
+        let attr = effects[0].attr.map(|a| (a.size, a.lease_ms));
+        assert_eq!(attr, Some((20, 0)));
+        // A's lease ended with the INVALIDATE, the changer kept its own: C's change tells B.
+        assert_eq!(told(&write(&mut c0, at, C)), vec![B]);
+    }
+
+    #[test]
+    fn a_closed_connection_is_forgotten_and_never_told() {
+        let now = Instant::now();
+        let mut c0 = color0(&[A, B], 8, 16);
+        assert_eq!(getattr(&mut c0, now, A), LEASE_MS);
+        c0.closed(A);
+        assert_eq!(c0.link(A), None);
+        assert!(write(&mut c0, now, B).is_empty());
+        assert!(c0.peer_changed(now, &[OBJ], false).is_empty());
+        // Nor does a READ lease recorded after its close bring it back.
+        let epoch = c0.changes.now();
+        assert_eq!(
+            c0.record_read_lease(now, holder(A), OBJ, fh(1), LEASE_MS, epoch),
+            None
+        );
+        assert!(c0.peer_changed(now, &[OBJ], true).is_empty());
+    }
+
+    #[test]
+    fn a_read_lease_recorded_after_a_conflicting_change_is_revoked() {
+        let now = Instant::now();
+        let mut c0 = color0(&[A, B], 8, 16);
+        // A's READ started (epoch taken), B's WRITE was handled by color 0, then A's lease
+        // is recorded: B's change found no holder to tell, so A is told now.
+        let read_from = c0.changes.now();
+        assert!(write(&mut c0, now, B).is_empty());
+        let revoked = c0.record_read_lease(now, holder(A), OBJ, fh(1), LEASE_MS, read_from);
+        assert_eq!(
+            revoked,
+            Some(Invalidation {
+                conn: A,
+                fh: fh(1),
+                attr: None
+            })
+        );
+        // A READ that started after the change keeps its lease, and a later change tells it.
+        let read_from = c0.changes.now();
+        assert_eq!(
+            c0.record_read_lease(now, holder(A), OBJ, fh(1), LEASE_MS, read_from),
+            None
+        );
+        assert_eq!(told(&write(&mut c0, now, B)), vec![A]);
+    }
+
+    #[test]
+    fn a_read_lease_that_does_not_fit_is_revoked() {
+        let now = Instant::now();
+        let mut c0 = color0(&[A], 1, 16);
+        let read_from = c0.changes.now();
+        assert_eq!(
+            c0.record_read_lease(now, holder(A), (1, 1), fh(1), LEASE_MS, read_from),
+            None
+        );
+        // Over its share of one: the announced lease must end.
+        assert_eq!(
+            c0.record_read_lease(now, holder(A), (1, 2), fh(2), LEASE_MS, read_from),
+            Some(Invalidation {
+                conn: A,
+                fh: fh(2),
+                attr: None
+            })
+        );
+    }
+
+    #[test]
+    fn the_lease_cap_is_published_to_the_connection_and_lifted() {
+        let now = Instant::now();
+        let mut c0 = color0(&[B], 1, 16);
+        let capped = flag();
+        assert_eq!(c0.opened(A, A, capped.clone(), addr(A)), None);
+        assert!(!capped.load(Ordering::Relaxed));
+        assert_eq!(getattr(&mut c0, now, A), LEASE_MS);
+        assert!(capped.load(Ordering::Relaxed), "A holds its share of one");
+        // At its cap, A's next reply carries lease 0.
+        let mut result = Ok(ReplyBody::GetAttr {
+            attr: Attr {
+                fsid: 9,
+                fileid: 9,
+                ..Attr::test_file(1, LEASE_MS)
+            },
+        });
+        c0.request_finished(
+            now,
+            holder(A),
+            LEASE_MS,
+            &mut result,
+            &[((9, 9), fh(9))],
+            &[],
+        );
+        assert!(matches!(result, Ok(ReplyBody::GetAttr { attr }) if attr.lease_ms == 0));
+        // B's change ends A's lease: A may be granted again.
+        assert_eq!(told(&write(&mut c0, now, B)), vec![A]);
+        assert!(!capped.load(Ordering::Relaxed));
+        // And the reaper lifts it too once the lease has run out.
+        assert_eq!(getattr(&mut c0, now, A), LEASE_MS);
+        assert!(capped.load(Ordering::Relaxed));
+        assert_eq!(c0.reap(now + Duration::from_millis(LEASE_MS as u64)), 1);
+        assert!(!capped.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn the_reaper_drops_a_lease_at_its_expiry_and_not_before() {
+        let t0 = Instant::now();
+        let mut c0 = color0(&[A, B], 8, 16);
+        assert_eq!(getattr(&mut c0, t0, A), LEASE_MS);
+        let expiry = t0 + Duration::from_millis(LEASE_MS as u64);
+        assert_eq!(c0.reap(expiry - Duration::from_millis(1)), 0);
+        // Still held: a change tells A.
+        assert_eq!(told(&write(&mut c0, t0, B)), vec![A]);
+        assert_eq!(getattr(&mut c0, t0, A), LEASE_MS);
+        assert_eq!(c0.reap(expiry), 1);
+        assert!(
+            write(&mut c0, t0, B).is_empty(),
+            "a reaped lease is not told"
+        );
+    }
+
+    #[test]
+    fn a_full_pool_of_starting_connections_drops_the_oldest() {
+        let mut c0 = color0(&[], 8, 2);
+        assert_eq!(c0.opened(A, A, flag(), addr(A)), None);
+        assert_eq!(c0.opened(B, B, flag(), addr(B)), None);
+        // A logged in meanwhile? No: A is the oldest in the handshake and makes room for C.
+        assert_eq!(
+            c0.opened(C, C, flag(), addr(C)),
+            Some(Dropped {
+                conn: A,
+                in_handshake: true
+            })
+        );
+        // A logged-in connection is never picked.
+        c0.logged_in(B);
+        assert_eq!(c0.opened(4, 4, flag(), addr(4)), None);
+        // A had finished its handshake after all: it comes back, and C makes room.
+        assert_eq!(
+            c0.readmit(A),
+            Some(Dropped {
+                conn: C,
+                in_handshake: true
+            })
+        );
+        // A closed connection is not readmitted.
+        c0.closed(C);
+        assert_eq!(c0.readmit(C), None);
+    }
+
+    #[test]
+    fn another_instances_change_tells_every_live_holder() {
+        let now = Instant::now();
+        let mut c0 = color0(&[A, B], 8, 16);
+        assert_eq!(getattr(&mut c0, now, A), LEASE_MS);
+        assert_eq!(getattr(&mut c0, now, B), LEASE_MS);
+        let effects = c0.peer_changed(now, &[OBJ], false);
+        assert_eq!(told(&effects), vec![A, B]);
+        assert!(c0.peer_changed(now, &[OBJ], false).is_empty());
+        // Lost datagrams: everything may have changed, and a READ from before is not trusted.
+        let read_from = c0.changes.now();
+        assert_eq!(getattr(&mut c0, now, A), LEASE_MS);
+        assert_eq!(told(&c0.peer_changed(now, &[], true)), vec![A]);
+        assert!(
+            c0.record_read_lease(now, holder(B), OBJ, fh(1), LEASE_MS, read_from)
+                .is_some()
+        );
+    }
+}
