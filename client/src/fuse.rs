@@ -85,6 +85,7 @@ mod invalidator;
 mod kept_listings;
 mod kernel;
 mod kernel_listings;
+mod listing;
 mod listing_ahead;
 mod listings;
 mod locks;

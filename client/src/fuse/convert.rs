@@ -224,6 +224,14 @@ fn status_errno(s: NfsStatus) -> Errno {
     })
 }
 
+/// The kernel's answer to a request that returns nothing but success or an error.
+pub(super) fn reply_empty(r: Result<(), Errno>, reply: fuser::ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use protocol::FileHandle;
 
-use super::listings::Listing;
+use super::listing::Listing;
 use crate::cache::AttrCache;
 
 /// How many listings are kept at most (the soonest to expire goes first when full).
@@ -153,7 +153,7 @@ mod tests {
     fn listing(cache: &AttrCache, entries: usize) -> Arc<Listing> {
         let since = cache.stamp();
         let entries = (0..entries)
-            .map(|i| super::super::listings::Listed {
+            .map(|i| super::super::listing::Listed {
                 ino: i as u64 + 2,
                 kind: fuser::FileType::RegularFile,
                 name: format!("f{i}").into_bytes(),

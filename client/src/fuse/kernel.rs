@@ -18,7 +18,7 @@ use fuser::{
 use protocol::SetAttr;
 use tokio::runtime::Handle;
 
-use super::convert::{open_bits, set_time, special_kind};
+use super::convert::{open_bits, reply_empty, set_time, special_kind};
 use super::node_ranges::{NodeRanges, OneServer};
 use super::{BLKSIZE, Entry, ServerMount, append, locks, reply_xattr, xattr_list};
 use crate::session::Client;
@@ -101,13 +101,6 @@ fn reply_entry(r: Result<Entry, Errno>, reply: ReplyEntry) {
 fn reply_attr(r: Result<(Duration, FileAttr), Errno>, reply: ReplyAttr) {
     match r {
         Ok((ttl, a)) => reply.attr(&ttl, &a),
-        Err(e) => reply.error(e),
-    }
-}
-
-pub(super) fn reply_empty(r: Result<(), Errno>, reply: ReplyEmpty) {
-    match r {
-        Ok(()) => reply.ok(),
         Err(e) => reply.error(e),
     }
 }

@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use protocol::{FileHandle, FileType};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use super::listings::Listing;
+use super::listing::Listing;
 
 /// Directories whose listings are read ahead at one step of a walk (its subdirectories
 /// first, then its siblings).
@@ -193,7 +193,7 @@ mod tests {
 
     use protocol::Attr;
 
-    use super::super::listings::Listed;
+    use super::super::listing::Listed;
     use super::*;
 
     fn fh(n: u8) -> FileHandle {

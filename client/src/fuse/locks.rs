@@ -100,7 +100,7 @@ pub(super) struct SetLk {
 impl ServerMount {
     /// SETLK, SETLKW, and `flock`.
     pub(super) async fn setlk(&self, c: &Client, r: SetLk, reply: ReplyEmpty) {
-        super::kernel::reply_empty(self.setlk_inner(c, r).await, reply)
+        super::convert::reply_empty(self.setlk_inner(c, r).await, reply)
     }
 
     async fn setlk_inner(&self, c: &Client, r: SetLk) -> Result<(), Errno> {

@@ -14,7 +14,7 @@ use protocol::{Attr, FileHandle};
 
 use super::convert::{fattr, ttl};
 use super::data::Dirty;
-use super::listings::Listing;
+use super::listing::Listing;
 use super::{Entry, ServerMount, kernel_listings};
 
 pub(super) struct Node {
