@@ -615,19 +615,27 @@ impl Mp {
             {
                 continue;
             }
-            let Some(mut held) = self.common.reactor.try_begin(w) else {
-                continue; // its owner (or another thief) is polling it
-            };
-            let ready = self
-                .common
-                .reactor
-                .poll_held(&mut held, Some(Duration::ZERO));
-            drop(held);
-            self.looked(w, clock.now);
-            scheduled += self.dispatch(ready);
-            clock.counters().took_over();
+            // None: its owner (or another thief) is polling it.
+            if let Some(n) = self.poll_now(w, clock.now) {
+                scheduled += n;
+                clock.counters().took_over();
+            }
         }
         scheduled
+    }
+
+    /// Polls worker `w`'s epoll without blocking, if no other thread holds it, and schedules
+    /// what it found; `None` if it was held. The one non-blocking poll of a busy worker's look
+    /// at its own epoll and of a takeover.
+    fn poll_now(&self, w: usize, now: Instant) -> Option<usize> {
+        let mut held = self.common.reactor.try_begin(w)?;
+        let ready = self
+            .common
+            .reactor
+            .poll_held(&mut held, Some(Duration::ZERO));
+        drop(held);
+        self.looked(w, now);
+        Some(self.dispatch(ready))
     }
 
     /// Schedules what a poll found (ready I/O callbacks, due timers).
@@ -653,14 +661,7 @@ impl Mp {
     /// peer's that has gone unwatched.
     fn poll_while_busy(&self, index: usize, clock: &mut WorkerClock<'_>) {
         clock.now = Instant::now();
-        if let Some(mut held) = self.common.reactor.try_begin(index) {
-            let ready = self
-                .common
-                .reactor
-                .poll_held(&mut held, Some(Duration::ZERO));
-            drop(held);
-            self.looked(index, clock.now);
-            self.dispatch(ready);
+        if self.poll_now(index, clock.now).is_some() {
             clock.polled();
         }
         if self.workers.len() > 1 {

@@ -132,35 +132,24 @@ fn apply(
         .ok_or(NfsStatus::ServerFault)?;
     let client = LockClient::of(d.id, d.record);
     let uid = d.creds.uid;
+    let holder = |owner| Holder { client, uid, owner };
     let mut t = srv.locks.lock();
     t.reap(Instant::now());
     match *op {
         LockOp::Lock(a) => {
-            let holder = Holder {
-                client,
-                uid,
-                owner: a.owner,
-            };
+            let holder = holder(a.owner);
             let r = Range::from_wire(a.start, a.len)?;
             t.lock(key, holder, a.kind, r, a.flock)?;
             Ok(ReplyBody::Lock)
         }
         LockOp::Unlock(a) => {
-            let holder = Holder {
-                client,
-                uid,
-                owner: a.owner,
-            };
+            let holder = holder(a.owner);
             let r = Range::from_wire(a.start, a.len)?;
             t.unlock(key, holder, r, a.flock)?;
             Ok(ReplyBody::Unlock)
         }
         LockOp::Test(a) => {
-            let holder = Holder {
-                client,
-                uid,
-                owner: a.owner,
-            };
+            let holder = holder(a.owner);
             let r = Range::from_wire(a.start, a.len)?;
             Ok(ReplyBody::TestLock {
                 conflict: t.test(key, holder, a.kind, r, a.flock),
