@@ -79,6 +79,7 @@ use crate::session::Client;
 
 mod append;
 mod attrs;
+mod attrs_behind;
 mod convert;
 mod data;
 mod invalidator;

@@ -999,6 +999,161 @@ fn written_behind_pieces_are_never_overtaken_and_failures_are_reported() {
     assert_eq!(failed.raw_os_error(), Some(libc::EFBIG), "{failed}");
 }
 
+/// The CPUs in a `/proc` CPU list (`0-3,6`).
+fn cpu_list(list: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        cpus.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+    }
+    cpus
+}
+
+/// The `Cpus_allowed_list` of a `/proc/.../status` file.
+fn allowed_cpus(status: &Path) -> Vec<usize> {
+    let status = fs::read_to_string(status).unwrap();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap();
+    cpu_list(list)
+}
+
+/// The mount reads the kernel's requests with one thread per CPU, each pinned to its own
+/// CPU (client README: a request is then often read on its caller's CPU).
+#[test]
+fn the_kernels_requests_are_read_by_one_thread_pinned_to_each_cpu() {
+    need_fuse!();
+    let s = setup();
+    let a = s.mount("a");
+    let ours = allowed_cpus(Path::new("/proc/self/status"));
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let mut readers: Vec<Vec<usize>> = Vec::new();
+    for task in fs::read_dir(format!("/proc/{}/task", a.pid)).unwrap() {
+        let task = task.unwrap().path();
+        let comm = fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if comm.starts_with("fuser-") {
+            readers.push(allowed_cpus(&task.join("status")));
+        }
+    }
+    readers.sort();
+    assert_eq!(readers.len(), cpus.min(16), "{readers:?}");
+    if ours.len() == cpus && cpus <= 16 {
+        let want: Vec<Vec<usize>> = ours.iter().map(|&c| vec![c]).collect();
+        assert_eq!(readers, want, "one reader pinned to each CPU");
+    }
+    // And it serves as before.
+    fs::write(a.dir.join("f"), b"x").unwrap();
+    assert_eq!(fs::read(a.dir.join("f")).unwrap(), b"x");
+}
+
+/// `tar x` sets each file's times, owner and mode on the open file right after writing it:
+/// for a file this mount just made, those are answered at once and reach the server as one
+/// SETATTR behind the file's writes (fuse/attrs_behind.rs). Once `tar` returns, the server's
+/// disk and another mount show every file's bytes, mode and mtime. A change the server could
+/// refuse or alter (a setuid bit) is still the server's to answer, at once.
+#[test]
+fn a_new_files_times_owner_and_mode_go_behind_its_writes_as_one_setattr() {
+    need_fuse!();
+    let s = setup();
+    let a = s.mount("a");
+    let b = s.mount("b");
+    let src = s.dir.path().join("tree/t");
+    fs::create_dir_all(&src).unwrap();
+    let files = 30;
+    let mode_of = |i: u32| [0o644, 0o755, 0o600, 0o444][i as usize % 4];
+    let mtime_of = |i: u32| 1_000_000_000 + i64::from(i) * 1000;
+    for i in 0..files {
+        let p = src.join(format!("f{i}"));
+        fs::write(&p, vec![i as u8; 5000 + i as usize * 700]).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode_of(i))).unwrap();
+        let when = std::time::UNIX_EPOCH + Duration::from_secs(mtime_of(i) as u64);
+        fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(when)
+            .unwrap();
+    }
+    let archive = s.dir.path().join("t.tar");
+    let made = Command::new("tar")
+        .arg("-cf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(s.dir.path().join("tree"))
+        .arg("t")
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let before = requests(&a, "SetAttr");
+    let out = Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&a.dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for i in 0..files {
+        let name = format!("t/f{i}");
+        let want = fs::read(src.join(format!("f{i}"))).unwrap();
+        for seen in [s.export.join(&name), b.dir.join(&name)] {
+            let m = fs::metadata(&seen).unwrap();
+            assert_eq!(
+                (m.mode() & 0o7777, m.mtime()),
+                (mode_of(i), mtime_of(i)),
+                "{}",
+                seen.display()
+            );
+            assert_eq!(fs::read(&seen).unwrap(), want, "{}", seen.display());
+        }
+    }
+    let setattrs = requests(&a, "SetAttr") - before;
+    // Three a file (`utimensat`, `fchown` as root, `fchmod`) and three for the directory when
+    // each went on its own; now one a file, or two where the first went before the next came.
+    assert!(
+        setattrs <= 2 * files as usize + 3,
+        "{setattrs} SETATTRs for {files} files and a directory; log:\n{}",
+        a.log()
+    );
+
+    // Close-to-open holds for a change answered early; a setuid bit is the server's to set.
+    let p = a.dir.join("own");
+    let mut f = fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap();
+    f.write_all(b"mine").unwrap();
+    f.set_permissions(fs::Permissions::from_mode(0o640))
+        .unwrap();
+    let when = std::time::UNIX_EPOCH + Duration::from_secs(1_234_567_890);
+    f.set_modified(when).unwrap();
+    assert_eq!(
+        f.metadata().unwrap().mtime(),
+        1_234_567_890,
+        "fstat waits for it"
+    );
+    f.set_permissions(fs::Permissions::from_mode(0o4750))
+        .unwrap();
+    let held = fs::metadata(s.export.join("own")).unwrap();
+    assert_eq!(
+        held.mode() & 0o7777,
+        0o4750,
+        "set by the server before chmod returned"
+    );
+    drop(f);
+    let held = fs::metadata(s.export.join("own")).unwrap();
+    assert_eq!(
+        (held.mode() & 0o7777, held.mtime()),
+        (0o4750, 1_234_567_890)
+    );
+}
+
 /// What creating a file costs through the mount, as `tar x` and `cp -r` create them: in a
 /// directory this mount made, no LOOKUP reaches the server (the directory is fresh: every name
 /// in it is one of ours), neither does the kernel's `security.capability` probe before the

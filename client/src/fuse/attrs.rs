@@ -25,6 +25,17 @@ impl ServerMount {
         Ok((ttl(&a), fattr(ino.0, &a)))
     }
 
+    /// [`ServerMount::getattr`] without waiting, on the kernel's thread: None if it would wait
+    /// (writes under way, or the server to ask).
+    pub(super) fn getattr_now(&self, c: &Client, ino: INodeNo) -> Option<(Duration, FileAttr)> {
+        if self.behind.busy(ino.0) {
+            return None;
+        }
+        let fh = self.fh(ino).ok()?;
+        let a = self.listed_attr(c, ino, &fh)?;
+        Some((ttl(&a), fattr(ino.0, &a)))
+    }
+
     /// The attributes of directory `ino` (handle `fh`) that came with a listing of it still
     /// open, if nothing changed the directory since that listing was asked for.
     ///
@@ -57,7 +68,9 @@ impl ServerMount {
         let fh = self.fh(ino)?;
         self.behind.settle(ino.0).await;
         let a = c.setattr(&fh, s).await.map_err(errno)?;
-        Ok((ttl(&a), fattr(ino.0, &a)))
+        let attr = fattr(ino.0, &a);
+        self.made_changed(ino, attr);
+        Ok((ttl(&a), attr))
     }
 
     /// Whether the server grants every `bits` (protocol ACCESS bits) on `ino`.

@@ -57,7 +57,7 @@ pub(super) fn kind(t: FileType) -> fuser::FileType {
     }
 }
 
-fn time(t: protocol::Time) -> SystemTime {
+pub(super) fn time(t: protocol::Time) -> SystemTime {
     let nanos = Duration::from_nanos(u64::from(t.nanos.min(999_999_999)));
     if t.seconds >= 0 {
         UNIX_EPOCH + Duration::from_secs(t.seconds as u64) + nanos

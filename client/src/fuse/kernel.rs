@@ -167,7 +167,11 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         reply: ReplyAttr,
     ) {
         let sh = mount!(self, ino, else self.ranges.getattr(ino, reply));
-        self.spawn(req, sh, |sh, c| async move {
+        let c = sh.client_for_caller(req);
+        if let Some(now) = sh.getattr_now(&c, ino) {
+            return reply_attr(Ok(now), reply);
+        }
+        self.spawn_as(req, sh, c, |sh, c| async move {
             reply_attr(sh.getattr(&c, ino).await, reply)
         });
     }
@@ -199,6 +203,15 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
             atime: set_time(atime),
             mtime: set_time(mtime),
         };
+        if let Some((attr, ticket)) = sh.answer_setattr_early(req.uid(), ino, s) {
+            // fuse/attrs_behind.rs: no cache lifetime, so the next stat asks (and waits).
+            reply.attr(&Duration::ZERO, &attr);
+            if let Some(ticket) = ticket {
+                let c = sh.client_for_caller(req);
+                self.rt.spawn(sh.send_early_setattr(c, ino, ticket));
+            }
+            return;
+        }
         self.spawn(req, sh, |sh, c| async move {
             reply_attr(sh.setattr(&c, ino, s).await, reply)
         });
@@ -394,6 +407,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
     ) {
         let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         if append::is_append(write_flags, flags) {
+            sh.made_forget(ino);
             let data = data.to_vec();
             return self.spawn(req, sh, |sh, c| async move {
                 match sh.append(&c, ino, offset, &data).await {
@@ -420,6 +434,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         } else {
             None
         };
+        sh.made_written(ino, offset.saturating_add(data.len() as u64));
         let data = data.to_vec();
         if let Some(c) = as_opener {
             return self.spawn_as(req, sh, c, |sh, c| async move {
@@ -585,6 +600,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         // The kernel sends the last release as itself: act as whoever opened the file.
         let opener = sh.table().files.remove(&fh.0);
+        sh.made_released(ino, fh.0);
         let c = match opener {
             Some(uid) => sh.client_for(uid),
             None => sh.client_for(req.uid()),
@@ -616,15 +632,20 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let sh = mount!(self, ino, else self.ranges.opendir(ino, reply));
         let uid = req.uid();
-        self.spawn(req, sh, move |sh, c| async move {
+        let opened = |(h, keep): (u64, bool), reply: ReplyOpen| {
+            let mut flags = FopenFlags::FOPEN_CACHE_DIR;
+            if keep {
+                flags |= FopenFlags::FOPEN_KEEP_CACHE;
+            }
+            reply.opened(fuser::FileHandle(h), flags)
+        };
+        let c = sh.client_for_caller(req);
+        if let Some(now) = sh.opendir_now(&c, uid, ino, &self.rt) {
+            return opened(now, reply);
+        }
+        self.spawn_as(req, sh, c, move |sh, c| async move {
             match sh.opendir(&c, uid, ino).await {
-                Ok((h, keep)) => {
-                    let mut flags = FopenFlags::FOPEN_CACHE_DIR;
-                    if keep {
-                        flags |= FopenFlags::FOPEN_KEEP_CACHE;
-                    }
-                    reply.opened(fuser::FileHandle(h), flags)
-                }
+                Ok(open) => opened(open, reply),
                 Err(e) => reply.error(e),
             }
         });
@@ -759,6 +780,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
     ) {
         let sh = mount!(self, ino, else reply.error(Errno::EOPNOTSUPP));
         let (name, value) = (name.as_bytes().to_vec(), value.to_vec());
+        sh.made_forget(ino);
         self.spawn(req, sh, |sh, c| async move {
             // A WRITE clears `security.capability`: one under way must not clear this.
             sh.behind.settle(ino.0).await;
@@ -769,6 +791,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let sh = mount!(self, ino, else reply.error(Errno::EOPNOTSUPP));
         let name = name.as_bytes().to_vec();
+        sh.made_forget(ino);
         self.spawn(req, sh, |sh, c| async move {
             sh.behind.settle(ino.0).await;
             reply_empty(sh.removexattr(&c, ino, &name).await, reply)
@@ -821,11 +844,15 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
                     if protocol::create_keeps_open_state(mode) {
                         sh.holds_state(e.attr.ino.0, uid);
                     }
+                    let file = sh.open_file(uid);
+                    if exclusive {
+                        sh.made_here(file.0, uid, e.attr);
+                    }
                     reply.created(
                         &e.ttl,
                         &e.attr,
                         Generation(0),
-                        sh.open_file(uid),
+                        file,
                         append::open_flags(flags),
                     )
                 }

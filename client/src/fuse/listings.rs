@@ -45,6 +45,41 @@ impl ServerMount {
                 read
             }
         };
+        Ok(self.open_listing(c, uid, ino, &dir, listing))
+    }
+
+    /// [`ServerMount::opendir`] without waiting, on the kernel's thread (within the runtime
+    /// `rt`, where reading ahead starts its tasks): None if it would wait (no listing kept, or
+    /// one being read ahead). A walk's directories listed again are answered here, without
+    /// the hop to the runtime's thread and back.
+    pub(super) fn opendir_now(
+        self: &Arc<Self>,
+        c: &Client,
+        uid: u32,
+        ino: INodeNo,
+        rt: &tokio::runtime::Handle,
+    ) -> Option<(u64, bool)> {
+        let dir = self.fh(ino).ok()?;
+        let uid = self.acting_uid(uid);
+        if self.listing_ahead.reading(&dir, uid).is_some() {
+            return None;
+        }
+        let listing = self.kept.get(&dir, uid, c.cache())?;
+        let _within = rt.enter();
+        Some(self.open_listing(c, uid, ino, &dir, listing))
+    }
+
+    /// `uid` opens `listing` of `dir` (node `ino`): reads ahead along a walk, and gives the
+    /// open listing's handle and whether the kernel's copy may stay.
+    fn open_listing(
+        self: &Arc<Self>,
+        c: &Client,
+        uid: u32,
+        ino: INodeNo,
+        dir: &FileHandle,
+        listing: Arc<Listing>,
+    ) -> (u64, bool) {
+        let dir = *dir;
         if let Some(parent) = self.listing_ahead.opened(&dir, uid, &listing) {
             self.read_ahead(c, uid, &dir, &listing, &parent);
         }
@@ -58,7 +93,7 @@ impl ServerMount {
         let h = t.next_listing;
         t.next_listing += 1;
         t.listings.insert(h, (ino.0, listing));
-        Ok((h, keep))
+        (h, keep)
     }
 
     /// A step down a walk: `uid` opened `dir`, a subdirectory of `parent`. Reads ahead the

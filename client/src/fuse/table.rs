@@ -59,6 +59,9 @@ pub(super) struct Table {
     /// the next fsync (which clears it), like a kernel's write-back error, so the error is not
     /// swallowed by whichever process happened to close a descriptor first.
     pub(super) lost: HashSet<u64>,
+    /// Regular files made new here and still open by their maker, whose SETATTRs may be
+    /// answered early ([`super::attrs_behind`]).
+    pub(super) made: HashMap<u64, super::attrs_behind::MadeHere>,
 }
 
 impl ServerMount {

@@ -19,6 +19,11 @@
 //! - A write overlapping one under way waits for it, so the server cannot apply them out of
 //!   order; writes of disjoint ranges may land in any order, which leaves the same bytes.
 //!
+//! - A SETATTR answered early ([`super::attrs_behind`]) is under way too, over the whole
+//!   file: it goes to the server once the file's writes before it are answered, later writes
+//!   wait for it, and later SETATTRs answered early while it has not gone yet join it (one
+//!   SETATTR for `tar`'s `utimensat`, `fchown` and `fchmod` of a file).
+//!
 //! Bounds: [`BUDGET`] bytes under way in the whole mount (a writer past it waits, as for a
 //! full socket). Appends and the kernel's write-back of shared mappings are not written
 //! behind (the former need the server's answer, the latter come from the kernel's own cache).
@@ -29,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use fuser::Errno;
 use parking_lot::Mutex;
+use protocol::SetAttr;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Bytes of written-behind data under way at once, over the whole mount.
@@ -45,9 +51,16 @@ struct Under {
     failed: Option<Errno>,
     /// Woken whenever one of them ends.
     ended: Arc<Notify>,
+    /// The attribute change answered early and not yet sent, with the id of its range.
+    queued: Option<(u64, SetAttr)>,
 }
 
 impl Under {
+    /// Nothing under way (a queued change has a range until it ends).
+    fn idle(&self) -> bool {
+        self.ranges.is_empty() && self.queued.is_none()
+    }
+
     fn overlaps(&self, offset: u64, end: u64) -> bool {
         self.ranges.iter().any(|&(s, e, _)| s < end && offset < e)
     }
@@ -174,6 +187,69 @@ impl WriteBehind {
         }))
     }
 
+    /// Registers an attribute change `s` of `ino` answered early, over the whole file: Some
+    /// ticket when it is to be sent ([`WriteBehind::take_queued`] after
+    /// [`WriteBehind::settle_before`] its id); Some(None) when it joined a change not yet sent;
+    /// None when it cannot be under way (a failure is to be reported, or the budget is used
+    /// up): then it is sent as usual.
+    pub(crate) fn queue_attrs(self: &Arc<Self>, ino: u64, s: SetAttr) -> Option<Option<Ticket>> {
+        let mut files = self.files.lock();
+        let under = files.entry(ino).or_default();
+        if under.failed.is_some() {
+            return None;
+        }
+        if let Some((_, queued)) = &mut under.queued {
+            *queued = super::attrs_behind::merge(*queued, s);
+            return Some(None);
+        }
+        let permit = self.budget.clone().try_acquire_many_owned(1).ok()?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        under.ranges.push((0, u64::MAX, id));
+        under.queued = Some((id, s));
+        Some(Some(Ticket {
+            behind: self.clone(),
+            ino,
+            id,
+            _permit: permit,
+            ended: false,
+        }))
+    }
+
+    /// The change queued under `ticket` (with whatever joined it), which stops taking more.
+    pub(crate) fn take_queued(&self, ticket: &Ticket) -> Option<SetAttr> {
+        let mut files = self.files.lock();
+        let under = files.get_mut(&ticket.ino)?;
+        match under.queued {
+            Some((id, s)) if id == ticket.id => {
+                under.queued = None;
+                Some(s)
+            }
+            _ => None,
+        }
+    }
+
+    /// Waits until every write and change of the ticket's file registered before it ended.
+    pub(crate) async fn settle_before(&self, ticket: &Ticket) {
+        let earlier = |files: &HashMap<u64, Under>| {
+            files
+                .get(&ticket.ino)
+                .filter(|u| u.ranges.iter().any(|&(_, _, i)| i < ticket.id))
+                .map(|u| u.ended.clone())
+        };
+        loop {
+            let Some(ended) = earlier(&self.files.lock()) else {
+                return;
+            };
+            let notified = ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if earlier(&self.files.lock()).is_none() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Whether `ino` has writes under way.
     pub(crate) fn busy(&self, ino: u64) -> bool {
         self.files
@@ -205,7 +281,7 @@ impl WriteBehind {
         self.settle(ino).await;
         let mut files = self.files.lock();
         let failed = files.get_mut(&ino).and_then(|u| u.failed.take());
-        if files.get(&ino).is_some_and(|u| u.ranges.is_empty()) {
+        if files.get(&ino).is_some_and(Under::idle) {
             files.remove(&ino);
         }
         failed.map_or(Ok(()), Err)
@@ -225,11 +301,15 @@ impl WriteBehind {
             return;
         };
         under.ranges.retain(|&(_, _, i)| i != id);
+        if under.queued.is_some_and(|(q, _)| q == id) {
+            // Ended before it was sent: nothing more may join it.
+            under.queued = None;
+        }
         if let Err(e) = result {
             under.failed.get_or_insert(e);
         }
         under.ended.notify_waiters();
-        if under.ranges.is_empty() && under.failed.is_none() {
+        if under.idle() && under.failed.is_none() {
             files.remove(&ino);
         }
     }
@@ -303,6 +383,68 @@ mod tests {
         assert!(wb.failed(1));
         assert_eq!(wb.begin(1, 100, 10).await.err(), Some(Errno::EIO));
         assert!(wb.begin(1, 100, 10).await.is_ok(), "reported once");
+    }
+
+    #[tokio::test]
+    async fn an_attribute_change_goes_after_earlier_writes_and_before_later_ones() {
+        let wb = Arc::new(WriteBehind::default());
+        let write = wb.begin(1, 0, 10).await.unwrap();
+        let mode = |m| SetAttr {
+            mode: Some(m),
+            ..SetAttr::default()
+        };
+        let change = wb.queue_attrs(1, mode(0o600)).unwrap().unwrap();
+        // A second change before the first is sent joins it.
+        assert!(wb.queue_attrs(1, mode(0o644)).unwrap().is_none());
+        // It waits for the write before it...
+        let wb2 = wb.clone();
+        let sending = tokio::spawn(async move {
+            wb2.settle_before(&change).await;
+            let s = wb2.take_queued(&change);
+            (change, s)
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !sending.is_finished(),
+            "sent before the write before it ended"
+        );
+        // ...and a later write waits for it.
+        let wb3 = wb.clone();
+        let later = tokio::spawn(async move { wb3.begin(1, 100, 10).await.map(|_| ()) });
+        write.end(Ok(()));
+        let (change, s) = sending.await.unwrap();
+        assert_eq!(s, Some(mode(0o644)), "the two as one");
+        // Taken: a change from now on is a new one, after it.
+        let next = wb.queue_attrs(1, mode(0o640)).unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!later.is_finished(), "a later write overtook the change");
+        let wb4 = wb.clone();
+        let closing = tokio::spawn(async move { wb4.settle_and_report(1).await });
+        change.end(Err(Errno::EPERM));
+        later.await.unwrap().unwrap_err();
+        wb.settle_before(&next).await;
+        assert_eq!(wb.take_queued(&next), Some(mode(0o640)));
+        next.end(Ok(()));
+        assert_eq!(
+            closing.await.unwrap(),
+            Ok(()),
+            "reported to the write after it"
+        );
+        assert!(!wb.busy(1));
+    }
+
+    #[tokio::test]
+    async fn a_change_ended_unsent_takes_nothing_more() {
+        let wb = Arc::new(WriteBehind::default());
+        let change = wb.queue_attrs(1, SetAttr::default()).unwrap().unwrap();
+        drop(change);
+        assert!(wb.failed(1));
+        assert!(
+            wb.queue_attrs(1, SetAttr::default()).is_none(),
+            "a failure to report first"
+        );
+        assert_eq!(wb.settle_and_report(1).await, Err(Errno::EIO));
+        assert!(wb.queue_attrs(1, SetAttr::default()).unwrap().is_some());
     }
 
     #[tokio::test]

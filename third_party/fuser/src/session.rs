@@ -289,8 +289,19 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        let mut cpus = if config.pin_threads {
+            allowed_cpus()
+        } else {
+            Vec::new()
+        };
+        if cpus.len() != n_threads {
+            // Pinned only one to a CPU, on every CPU: else a CPU without a thread would
+            // always wake one on another.
+            cpus.clear();
+        }
 
         for (i, ch) in channels.into_iter().enumerate() {
+            let cpu = cpus.get(i).copied();
             let thread_name = format!("fuser-{i}");
             let event_loop = SessionEventLoop {
                 thread_name: thread_name.clone(),
@@ -302,7 +313,12 @@ impl<FS: Filesystem> Session<FS> {
             threads.push(
                 thread::Builder::new()
                     .name(thread_name)
-                    .spawn(move || event_loop.event_loop())?,
+                    .spawn(move || {
+                        if let Some(cpu) = cpu {
+                            pin_to(cpu);
+                        }
+                        event_loop.event_loop()
+                    })?,
             );
         }
 
@@ -592,3 +608,42 @@ impl BackgroundSession {
             })?
     }
 }
+
+/// The CPUs this process may run on, in order (sfs's patch, see `Config::pin_threads`).
+#[cfg(target_os = "linux")]
+fn allowed_cpus() -> Vec<usize> {
+    use nix::sched::{CpuSet, sched_getaffinity};
+    use nix::unistd::Pid;
+    match sched_getaffinity(Pid::from_raw(0)) {
+        Ok(set) => (0..CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect(),
+        Err(e) => {
+            warn!("cannot read the CPUs this process may use ({e}); threads not pinned");
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn allowed_cpus() -> Vec<usize> {
+    Vec::new()
+}
+
+/// Pins the calling thread to `cpu`; a refusal (the CPU went offline, a cgroup changed) is
+/// logged and leaves the thread free.
+#[cfg(target_os = "linux")]
+fn pin_to(cpu: usize) {
+    use nix::sched::{CpuSet, sched_setaffinity};
+    use nix::unistd::Pid;
+    let mut set = CpuSet::new();
+    let pinned = set
+        .set(cpu)
+        .and_then(|()| sched_setaffinity(Pid::from_raw(0), &set));
+    if let Err(e) = pinned {
+        warn!("cannot pin a FUSE event loop thread to CPU {cpu}: {e}");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pin_to(_cpu: usize) {}

@@ -1,0 +1,315 @@
+//! SETATTRs answered before the server's answer, when the server cannot refuse them.
+//!
+//! `tar x` sets each file's times, owner and mode right after writing it (`utimensat`,
+//! `fchown` and `fchmod` on the open file), and `cp -p` does the same: three round trips to
+//! the server per file that the program waited for, one after the other, the first behind
+//! the file's last WRITE. Here such a change is answered at once and goes to the server
+//! behind the file's writes ([`super::write_behind`]), the three as one SETATTR.
+//!
+//! Only a change the server is certain to accept is answered early, so a program is never
+//! told a change was made that the server then refuses for a reason it could have seen:
+//!
+//! - the file is one this mount made new (an exclusive CREATE) for the same local user, and
+//!   that open file is still open: its owner on the server is the identity this user acts
+//!   as, and the owner may change its mode and times;
+//! - no size change (truncation stays a round trip), no change of owner or group other than
+//!   to the ones it has (which the owner may do), and no setuid or setgid bit before or
+//!   after (a change of owner clears them, and a server clears setgid for a group the caller
+//!   is not in).
+//!
+//! What the program may observe waits for it, as for a write: `close` and `fsync` (which
+//! report its failure, as a write's), `stat` and everything [`super::write_behind`] lists.
+//! The kernel gets the predicted attributes without a cache lifetime, so its next `stat`
+//! asks, and waits. What the server could still refuse it for is what no client can foresee
+//! (its disk failing, the file removed by another client): then `close` or `fsync` of the
+//! file fails with that error, and it is logged.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use fuser::{FileAttr, INodeNo};
+use protocol::{SetAttr, SetTime};
+
+use super::ServerMount;
+use super::convert::{errno, time};
+use super::write_behind::Ticket;
+use crate::session::Client;
+
+/// A regular file this mount made new for a local user, while the open file its CREATE
+/// returned lasts.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MadeHere {
+    /// The FUSE file handle of that open file.
+    file: u64,
+    /// The local user who made it.
+    uid: u32,
+    /// Its attributes as this mount knows them: the CREATE's answer, grown by the file's
+    /// writes and changed by its SETATTRs.
+    attr: FileAttr,
+}
+
+/// The setuid and setgid bits: never predicted (see the module's doc).
+const SET_ID: u16 = 0o6000;
+
+/// The attributes `s` leaves `attr` with, if the file's owner asking for `s` cannot be
+/// refused (see the module's doc); `now` is the change time.
+pub(super) fn predict(attr: &FileAttr, s: &SetAttr, now: SystemTime) -> Option<FileAttr> {
+    if s.size.is_some() || attr.kind != fuser::FileType::RegularFile || attr.perm & SET_ID != 0 {
+        return None;
+    }
+    let perm = match s.mode {
+        Some(m) if m as u16 & SET_ID != 0 || m > 0o7777 => return None,
+        Some(m) => m as u16,
+        None => attr.perm,
+    };
+    if s.uid.is_some_and(|u| u != attr.uid) || s.gid.is_some_and(|g| g != attr.gid) {
+        return None;
+    }
+    let set = |t: SetTime, old: SystemTime| match t {
+        SetTime::DontChange => old,
+        SetTime::ServerTime => now,
+        SetTime::ClientTime(t) => time(t),
+    };
+    Some(FileAttr {
+        perm,
+        atime: set(s.atime, attr.atime),
+        mtime: set(s.mtime, attr.mtime),
+        ctime: now,
+        ..*attr
+    })
+}
+
+/// One change doing what `earlier` then `later` do. Exact for predicted changes: without
+/// setuid and setgid bits, a server applies a SETATTR's fields in any order to one result.
+pub(crate) fn merge(earlier: SetAttr, later: SetAttr) -> SetAttr {
+    let time = |l: SetTime, e: SetTime| if l == SetTime::DontChange { e } else { l };
+    SetAttr {
+        mode: later.mode.or(earlier.mode),
+        uid: later.uid.or(earlier.uid),
+        gid: later.gid.or(earlier.gid),
+        size: later.size.or(earlier.size),
+        atime: time(later.atime, earlier.atime),
+        mtime: time(later.mtime, earlier.mtime),
+    }
+}
+
+impl ServerMount {
+    /// Local user `uid` made `attr`'s file new, opened as FUSE file handle `file`.
+    pub(super) fn made_here(&self, file: u64, uid: u32, attr: FileAttr) {
+        if attr.kind == fuser::FileType::RegularFile {
+            let made = MadeHere { file, uid, attr };
+            self.table().made.insert(attr.ino.0, made);
+        }
+    }
+
+    /// A write of `ino` up to `end` was asked for.
+    pub(super) fn made_written(&self, ino: INodeNo, end: u64) {
+        if let Some(m) = self.table().made.get_mut(&ino.0) {
+            m.attr.size = m.attr.size.max(end);
+        }
+    }
+
+    /// `ino` changed in a way not followed here (an append, an extended attribute, which may
+    /// be an ACL that changes the mode): its SETATTRs go to the server as usual.
+    pub(super) fn made_forget(&self, ino: INodeNo) {
+        self.table().made.remove(&ino.0);
+    }
+
+    /// A SETATTR sent as usual left `ino` with `attr`.
+    pub(super) fn made_changed(&self, ino: INodeNo, attr: FileAttr) {
+        if let Some(m) = self.table().made.get_mut(&ino.0) {
+            m.attr = attr;
+        }
+    }
+
+    /// FUSE file handle `file` of `ino` was released.
+    pub(super) fn made_released(&self, ino: INodeNo, file: u64) {
+        let mut t = self.table();
+        if t.made.get(&ino.0).is_some_and(|m| m.file == file) {
+            t.made.remove(&ino.0);
+        }
+    }
+
+    /// Answers local user `uid`'s change `s` of `ino` now if the server cannot refuse it:
+    /// the attributes for the kernel, and the ticket of a SETATTR to send
+    /// ([`ServerMount::send_early_setattr`]) unless it joined one not yet sent.
+    pub(super) fn answer_setattr_early(
+        &self,
+        uid: u32,
+        ino: INodeNo,
+        s: SetAttr,
+    ) -> Option<(FileAttr, Option<Ticket>)> {
+        let mut t = self.table();
+        let made = t.made.get_mut(&ino.0).filter(|m| m.uid == uid)?;
+        let attr = predict(&made.attr, &s, SystemTime::now())?;
+        let ticket = self.behind.queue_attrs(ino.0, s)?;
+        made.attr = attr;
+        Some((attr, ticket))
+    }
+
+    /// Sends the SETATTR answered early under `ticket`, behind the file's writes before it.
+    pub(super) async fn send_early_setattr(
+        self: Arc<Self>,
+        c: Client,
+        ino: INodeNo,
+        ticket: Ticket,
+    ) {
+        self.behind.settle_before(&ticket).await;
+        let Some(s) = self.behind.take_queued(&ticket) else {
+            return ticket.end(Ok(()));
+        };
+        let sent = match self.fh(ino) {
+            Ok(fh) => c.setattr(&fh, s).await.map(drop).map_err(errno),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
+            tracing::warn!(ino = ino.0, error = ?e, "a SETATTR answered early failed");
+            self.made_forget(ino);
+        }
+        ticket.end(sent);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    fn file(perm: u16) -> FileAttr {
+        let t = UNIX_EPOCH + Duration::from_secs(1000);
+        FileAttr {
+            ino: INodeNo(5),
+            size: 10,
+            blocks: 1,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: UNIX_EPOCH,
+            kind: fuser::FileType::RegularFile,
+            perm,
+            nlink: 1,
+            uid: 1000,
+            gid: 100,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    fn change() -> SetAttr {
+        SetAttr::default()
+    }
+
+    #[test]
+    fn tars_changes_are_predicted() {
+        let now = UNIX_EPOCH + Duration::from_secs(5000);
+        let a = file(0o600);
+        let mtime = protocol::Time {
+            seconds: 77,
+            nanos: 5,
+        };
+        let times = SetAttr {
+            mtime: SetTime::ClientTime(mtime),
+            ..change()
+        };
+        let got = predict(&a, &times, now).unwrap();
+        assert_eq!(got.mtime, time(mtime));
+        assert_eq!((got.atime, got.ctime, got.perm), (a.atime, now, 0o600));
+        let own = SetAttr {
+            uid: Some(1000),
+            gid: Some(100),
+            ..change()
+        };
+        assert_eq!(predict(&got, &own, now).unwrap().uid, 1000);
+        let chmod = SetAttr {
+            mode: Some(0o644),
+            ..change()
+        };
+        assert_eq!(predict(&got, &chmod, now).unwrap().perm, 0o644);
+        let touch = SetAttr {
+            atime: SetTime::ServerTime,
+            ..change()
+        };
+        assert_eq!(predict(&got, &touch, now).unwrap().atime, now);
+    }
+
+    #[test]
+    fn what_the_server_may_refuse_or_alter_is_not_predicted() {
+        let now = SystemTime::now();
+        let a = file(0o600);
+        let refused = [
+            SetAttr {
+                size: Some(0),
+                ..change()
+            },
+            SetAttr {
+                uid: Some(0),
+                ..change()
+            },
+            SetAttr {
+                gid: Some(0),
+                ..change()
+            },
+            SetAttr {
+                mode: Some(0o4755),
+                ..change()
+            },
+            SetAttr {
+                mode: Some(0o2755),
+                ..change()
+            },
+            SetAttr {
+                mode: Some(0o10644),
+                ..change()
+            },
+        ];
+        for s in refused {
+            assert!(predict(&a, &s, now).is_none(), "{s:?}");
+        }
+        let chmod = SetAttr {
+            mode: Some(0o644),
+            ..change()
+        };
+        assert!(predict(&file(0o4700), &chmod, now).is_none(), "setuid");
+        assert!(predict(&file(0o2700), &chmod, now).is_none(), "setgid");
+        let dir = FileAttr {
+            kind: fuser::FileType::Directory,
+            ..a
+        };
+        assert!(predict(&dir, &chmod, now).is_none(), "a directory");
+    }
+
+    #[test]
+    fn merged_changes_keep_the_latest_of_each_field() {
+        let t = |s| {
+            SetTime::ClientTime(protocol::Time {
+                seconds: s,
+                nanos: 0,
+            })
+        };
+        let first = SetAttr {
+            mode: Some(0o600),
+            mtime: t(1),
+            atime: t(1),
+            ..change()
+        };
+        let second = SetAttr {
+            mode: Some(0o644),
+            uid: Some(7),
+            atime: t(2),
+            ..change()
+        };
+        assert_eq!(
+            merge(first, second),
+            SetAttr {
+                mode: Some(0o644),
+                uid: Some(7),
+                gid: None,
+                size: None,
+                atime: t(2),
+                mtime: t(1),
+            }
+        );
+    }
+}
