@@ -999,6 +999,32 @@ fn written_behind_pieces_are_never_overtaken_and_failures_are_reported() {
     assert_eq!(failed.raw_os_error(), Some(libc::EFBIG), "{failed}");
 }
 
+/// An `open` whose access answer the mount keeps is answered without a request (on the
+/// mount's reading thread), and decides as the server did: on a read-only server, opening a
+/// file for writing fails every time, the open itself (not a later write), with one ACCESS
+/// asked; opening it for reading works every time.
+#[test]
+fn an_open_answered_from_the_kept_access_answer_decides_as_the_server_did() {
+    need_fuse!();
+    let s = setup_serving(None, &[], &["--read-only"]);
+    fs::write(s.export.join("f"), b"x").unwrap();
+    let m = s.mount("m");
+    let p = m.dir.join("f");
+    let before = requests(&m, "Access");
+    for _ in 0..3 {
+        let e = fs::OpenOptions::new().append(true).open(&p).unwrap_err();
+        assert!(
+            matches!(errno(&e), libc::EACCES | libc::EROFS),
+            "{e}; log:\n{}",
+            m.log()
+        );
+    }
+    assert_eq!(requests(&m, "Access") - before, 1, "log:\n{}", m.log());
+    for _ in 0..3 {
+        assert_eq!(fs::read(&p).unwrap(), b"x");
+    }
+}
+
 /// The CPUs in a `/proc` CPU list (`0-3,6`).
 fn cpu_list(list: &str) -> Vec<usize> {
     let mut cpus = Vec::new();

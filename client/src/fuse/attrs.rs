@@ -92,6 +92,29 @@ impl ServerMount {
         }
     }
 
+    /// [`ServerMount::check_access`] for an `open` without waiting, on the kernel's thread:
+    /// None if it would wait (writes of the file under way, or the server to ask).
+    pub(super) fn open_access_now(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        bits: u32,
+    ) -> Option<Result<(), Errno>> {
+        if self.behind.busy(ino.0) {
+            return None;
+        }
+        if bits == 0 {
+            return Some(Ok(()));
+        }
+        let fh = self.fh(ino).ok()?;
+        let granted = c.access_cached(&fh, bits)?;
+        Some(if granted & bits == bits {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        })
+    }
+
     pub(super) async fn access(
         &self,
         c: &Client,

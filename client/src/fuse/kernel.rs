@@ -359,7 +359,18 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         let uid = req.uid();
-        self.spawn(req, sh, move |sh, c| async move {
+        let c = sh.client_for_caller(req);
+        // With the access answer cached (as for a file opened again: a build's headers) and no
+        // write under way, answered here, without the hop to the runtime's thread and back.
+        match sh.open_access_now(&c, ino, open_bits(flags)) {
+            Some(Ok(())) => {
+                sh.opened(ino.0);
+                return reply.opened(sh.open_file(uid), append::open_flags(flags.0));
+            }
+            Some(Err(e)) => return reply.error(e),
+            None => {}
+        }
+        self.spawn_as(req, sh, c, move |sh, c| async move {
             sh.behind.settle(ino.0).await;
             match sh.check_access(&c, ino, open_bits(flags)).await {
                 // No FOPEN_KEEP_CACHE: the kernel drops cached pages at open, so each open
