@@ -85,11 +85,7 @@ impl ServerMount {
         }
         let fh = self.fh(ino)?;
         let granted = c.access(&fh, bits).await.map_err(errno)?;
-        if granted & bits == bits {
-            Ok(())
-        } else {
-            Err(Errno::EACCES)
-        }
+        all_granted(granted, bits)
     }
 
     /// [`ServerMount::check_access`] for an `open` without waiting, on the kernel's thread:
@@ -108,11 +104,7 @@ impl ServerMount {
         }
         let fh = self.fh(ino).ok()?;
         let granted = c.access_cached(&fh, bits)?;
-        Some(if granted & bits == bits {
-            Ok(())
-        } else {
-            Err(Errno::EACCES)
-        })
+        Some(all_granted(granted, bits))
     }
 
     pub(super) async fn access(
@@ -134,5 +126,14 @@ impl ServerMount {
     pub(super) async fn statfs(&self, c: &Client) -> Result<protocol::FsStat, Errno> {
         let root = self.fh(INodeNo(self.root))?;
         c.fsstat(&root).await.map_err(errno)
+    }
+}
+
+/// `EACCES` unless the server granted every one of `bits`.
+fn all_granted(granted: u32, bits: u32) -> Result<(), Errno> {
+    if granted & bits == bits {
+        Ok(())
+    } else {
+        Err(Errno::EACCES)
     }
 }

@@ -230,20 +230,30 @@ impl WriteBehind {
 
     /// Waits until every write and change of the ticket's file registered before it ended.
     pub(crate) async fn settle_before(&self, ticket: &Ticket) {
-        let earlier = |files: &HashMap<u64, Under>| {
-            files
-                .get(&ticket.ino)
-                .filter(|u| u.ranges.iter().any(|&(_, _, i)| i < ticket.id))
+        self.wait_while(ticket.ino, |u| {
+            u.ranges.iter().any(|&(_, _, i)| i < ticket.id)
+        })
+        .await;
+    }
+
+    /// Waits until `ino` has nothing under way for which `pending` holds.
+    async fn wait_while(&self, ino: u64, pending: impl Fn(&Under) -> bool) {
+        let ended = || {
+            self.files
+                .lock()
+                .get(&ino)
+                .filter(|u| pending(u))
                 .map(|u| u.ended.clone())
         };
         loop {
-            let Some(ended) = earlier(&self.files.lock()) else {
+            let Some(ended_now) = ended() else {
                 return;
             };
-            let notified = ended.notified();
+            let notified = ended_now.notified();
             tokio::pin!(notified);
+            // Registered before looking again, so an end in between is not missed.
             notified.as_mut().enable();
-            if earlier(&self.files.lock()).is_none() {
+            if ended().is_none() {
                 return;
             }
             notified.await;
@@ -260,19 +270,7 @@ impl WriteBehind {
 
     /// Waits until `ino` has no write under way (those begun meanwhile included).
     pub(crate) async fn settle(&self, ino: u64) {
-        loop {
-            let ended = match self.files.lock().get(&ino) {
-                Some(u) if !u.ranges.is_empty() => u.ended.clone(),
-                _ => return,
-            };
-            let notified = ended.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if !self.busy(ino) {
-                return;
-            }
-            notified.await;
-        }
+        self.wait_while(ino, |u| !u.ranges.is_empty()).await;
     }
 
     /// [`WriteBehind::settle`], then the first failure of the file's writes not yet reported
