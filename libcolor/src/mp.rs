@@ -18,6 +18,15 @@
 //!   it: the thesis' last-color affinity, which keeps a color's state in one cache) — its own
 //!   local deque when the poster is that worker, the home's inbox otherwise. Posting to a busy
 //!   color costs that one atomic: no lock, no wake;
+//! * a worker that queues a slot whose home is asleep in its epoll *adopts* it (queues it on
+//!   its own deque and becomes its home) instead of waking the home, and a worker wakes an
+//!   idle peer for a slot it queued on its own deque only when that deque then holds more
+//!   than the one slot it takes next. A request that hops from a connection's color to color
+//!   0 and back, or whose readiness one worker harvested for a color homed on a sleeping
+//!   one, then runs on the awake worker: on a VM whose idle vCPUs halt, a cross-CPU wake-up
+//!   costs several times a same-CPU one. Under load no worker sleeps and this never applies;
+//!   a slot queued behind a long callback is stolen within the 1 ms an idle worker blocks
+//!   while another is awake (below);
 //! * a worker takes a slot off a run queue, `start`s it (it is then the slot's only owner),
 //!   and runs its callbacks in FIFO order for a budget (64 callbacks or 500 µs, the time read
 //!   every 8 callbacks: cohort
@@ -550,10 +559,10 @@ impl Mp {
         if !may_block {
             clock.polled();
         }
-        if scheduled > 0 {
+        if scheduled > 0 || (may_block && self.has_work(index, deque)) {
             // This worker is about to run callbacks: a peer blocked without a bound must
             // watch for them running long.
-            self.wake_unbounded(index);
+            self.watch_over(index);
         }
     }
 
@@ -563,7 +572,8 @@ impl Mp {
     ///
     /// `unbounded` is stored before the peers' states are read, and a waking worker stores
     /// its state before reading `unbounded` (both `SeqCst`): either this worker sees the
-    /// peer awake, or the peer sees this worker blocking without a bound and wakes it.
+    /// peer awake, or the peer sees this worker blocking without a bound and sets its
+    /// watchdog ([`Mp::watch_over`]).
     fn idle_timeout(&self, index: usize) -> Option<Duration> {
         let me = &self.workers[index];
         me.unbounded.store(true, SeqCst);
@@ -585,10 +595,19 @@ impl Mp {
         }
     }
 
-    /// After leaving its epoll with work: wakes a peer that blocked without a time bound.
-    fn wake_unbounded(&self, index: usize) {
+    /// After leaving its epoll with work: has a peer that blocked without a time bound wake
+    /// [`TAKEOVER_AFTER`] from now, unless this worker (or another) leaves its epoll with work
+    /// again before then, which pushes the time back. A worker stuck in a callback leaves no
+    /// epoll, so its peer wakes at most that long after it started, and polls its epoll and
+    /// steals its queued slots; a short burst of work wakes nobody. The peer stays asleep
+    /// (and `unbounded`) until then, so the next burst sets the same peer's timer again.
+    fn watch_over(&self, index: usize) {
         for w in 0..self.workers.len() {
-            if w != index && self.workers[w].unbounded.load(SeqCst) && self.try_wake(w, POLLING) {
+            if w != index
+                && self.workers[w].unbounded.load(SeqCst)
+                && self.workers[w].sleep.load(SeqCst) == POLLING
+            {
+                self.common.reactor.wake_after(w, TAKEOVER_AFTER);
                 return;
             }
         }
@@ -670,6 +689,11 @@ impl Mp {
         clock.flush();
     }
 
+    /// Whether worker `w` is blocked in its epoll (a hint: it may be waking).
+    fn asleep(&self, w: usize) -> bool {
+        self.workers[w].sleep.load(SeqCst) == POLLING
+    }
+
     /// Claims worker `w` if it is sleeping in state `state` and wakes it.
     fn try_wake(&self, w: usize, state: u8) -> bool {
         let worker = &self.workers[w];
@@ -724,21 +748,37 @@ impl Mp {
             }
             QueueMode::PerWorker => {
                 let home = self.table[s].load(Relaxed);
+                // Queued on this worker's own deque: the deque's length after the push.
                 let local = LOCAL.with(|l| match &*l.borrow() {
-                    Some((runtime, me, deque)) if *runtime == self.common.id && *me == home => {
+                    Some((runtime, me, deque))
+                        if *runtime == self.common.id
+                            && (*me == home || self.steal && self.asleep(home)) =>
+                    {
+                        if *me != home {
+                            // Adopted: waking the sleeping home would cost a cross-CPU
+                            // wake-up for work this awake worker does next.
+                            self.table[s].store(*me, Relaxed);
+                        }
                         deque.push(s);
-                        true
+                        Some(deque.len())
                     }
-                    _ => false,
+                    _ => None,
                 });
                 match (local, self.steal) {
-                    (true, true) => self.notify_any(None),
-                    (true, false) => {}
-                    (false, true) => {
+                    (Some(queued), true) => {
+                        // One slot is what this worker takes next, when the callback that
+                        // posted it returns. If that callback runs long, a peer steals the
+                        // slot within its time bound (or its watchdog's: [`Mp::watch_over`]).
+                        if queued > 1 {
+                            self.notify_any(None);
+                        }
+                    }
+                    (Some(_), false) => {}
+                    (None, true) => {
                         self.workers[home].inbox.push(s);
                         self.notify_any(Some(home));
                     }
-                    (false, false) => {
+                    (None, false) => {
                         self.workers[home].inbox.push(s);
                         self.notify_worker(home);
                     }

@@ -16,14 +16,21 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use mio::event::Source;
+use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use parking_lot::{Mutex, MutexGuard};
+use rustix::fd::{AsRawFd, OwnedFd};
+use rustix::time::{
+    Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
+    timerfd_settime,
+};
 
 use crate::color::Color;
 use crate::core::Core;
 use crate::task::{Lane, Task, Work};
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
+const WATCHDOG_TOKEN: Token = Token(usize::MAX - 1);
 const EVENTS_PER_POLL: usize = 1024;
 
 /// Which readiness a callback slot waits for.
@@ -33,12 +40,15 @@ pub(crate) enum Direction {
     Write = 1,
 }
 
-/// One epoll instance: the right to poll it, its registry and waker, and the registrations it
-/// reports on.
+/// One epoll instance: the right to poll it, its registry, waker and watchdog timer, and the
+/// registrations it reports on.
 struct PollSet {
     poll: Mutex<(Poll, Events)>,
     registry: Registry,
     waker: Waker,
+    /// A one-shot timer that ends a blocking poll when it fires: a wake-up set in advance,
+    /// which costs nothing if it is set again, later, before it fires.
+    watchdog: OwnedFd,
     entries: Mutex<HashMap<usize, Arc<IoEntry>>>,
 }
 
@@ -47,10 +57,20 @@ impl PollSet {
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;
         let waker = Waker::new(&registry, WAKER_TOKEN)?;
+        let watchdog = timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )?;
+        registry.register(
+            &mut SourceFd(&watchdog.as_raw_fd()),
+            WATCHDOG_TOKEN,
+            Interest::READABLE,
+        )?;
         Ok(PollSet {
             poll: Mutex::new((poll, Events::with_capacity(EVENTS_PER_POLL))),
             registry,
             waker,
+            watchdog,
             entries: Mutex::new(HashMap::new()),
         })
     }
@@ -89,6 +109,27 @@ impl Reactor {
     pub(crate) fn wake(&self, poll: usize) {
         if let Err(err) = self.sets[poll].waker.wake() {
             tracing::error!(%err, "libcolor: cannot wake the poller");
+        }
+    }
+
+    /// Makes a blocking poll of epoll `poll` return `after` from now, unless this is called
+    /// again before then (from any thread; the later call wins). One system call, and no
+    /// wake-up at all if the poll has returned, or the timer is set again, before it fires.
+    pub(crate) fn wake_after(&self, poll: usize, after: Duration) {
+        let value = Itimerspec {
+            it_interval: Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: Timespec {
+                tv_sec: after.as_secs() as i64,
+                tv_nsec: i64::from(after.subsec_nanos()),
+            },
+        };
+        let set = &self.sets[poll];
+        if let Err(err) = timerfd_settime(&set.watchdog, TimerfdTimerFlags::empty(), &value) {
+            tracing::error!(%err, "libcolor: cannot set the watchdog timer");
+            self.wake(poll);
         }
     }
 
@@ -193,6 +234,11 @@ impl Reactor {
         let entries = guard.set.entries.lock();
         for event in events.iter() {
             if event.token() == WAKER_TOKEN {
+                continue;
+            }
+            if event.token() == WATCHDOG_TOKEN {
+                // Edge-triggered: reading the expiry count only keeps the descriptor tidy.
+                let _ = rustix::io::read(&guard.set.watchdog, &mut [0u8; 8]);
                 continue;
             }
             let Some(entry) = entries.get(&event.token().0) else {

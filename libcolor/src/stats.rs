@@ -28,6 +28,7 @@ pub(crate) struct WorkerCounters {
     steals: AtomicU64,
     stolen_colors: AtomicU64,
     idle_ns: AtomicU64,
+    wakeups: AtomicU64,
     color0_ns: AtomicU64,
     other_ns: AtomicU64,
     poll_ns: AtomicU64,
@@ -48,6 +49,7 @@ impl Default for WorkerCounters {
             steals: AtomicU64::new(0),
             stolen_colors: AtomicU64::new(0),
             idle_ns: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
             color0_ns: AtomicU64::new(0),
             other_ns: AtomicU64::new(0),
             poll_ns: AtomicU64::new(0),
@@ -80,8 +82,10 @@ impl WorkerCounters {
         bump(&self.takeovers, 1);
     }
 
+    /// The worker slept (a blocking poll) for `nanos` and woke.
     pub(crate) fn idled(&self, nanos: u64) {
         bump(&self.idle_ns, nanos);
+        bump(&self.wakeups, 1);
     }
 
     pub(crate) fn stole(&self, colors: usize) {
@@ -109,6 +113,7 @@ impl WorkerCounters {
             steals: self.steals.load(Relaxed),
             stolen_callbacks: self.stolen_colors.load(Relaxed),
             idle: Duration::from_nanos(self.idle_ns.load(Relaxed)),
+            wakeups: self.wakeups.load(Relaxed),
             color0_busy: Duration::from_nanos(self.color0_ns.load(Relaxed)),
             other_busy: Duration::from_nanos(self.other_ns.load(Relaxed)),
             poll_busy: Duration::from_nanos(self.poll_ns.load(Relaxed)),
@@ -305,6 +310,9 @@ pub struct WorkerStats {
     pub stolen_callbacks: u64,
     /// Wall time spent with nothing to run (parked or in a blocking poll).
     pub idle: Duration,
+    /// Times this worker blocked in a poll and woke (a wake by another thread, an event, a
+    /// timer or its poll's time bound). On a VM whose idle CPUs halt, each is dear.
+    pub wakeups: u64,
     /// Wall time spent running callbacks of color 0 (and of the colors that share its slot,
     /// 1024, 2048, ...).
     pub color0_busy: Duration,
@@ -416,6 +424,7 @@ impl Stats {
                 steals: now.steals - then.steals,
                 stolen_callbacks: now.stolen_callbacks - then.stolen_callbacks,
                 idle: now.idle.saturating_sub(then.idle),
+                wakeups: now.wakeups - then.wakeups,
                 color0_busy: now.color0_busy.saturating_sub(then.color0_busy),
                 other_busy: now.other_busy.saturating_sub(then.other_busy),
                 poll_busy: now.poll_busy.saturating_sub(then.poll_busy),
