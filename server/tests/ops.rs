@@ -872,3 +872,57 @@ fn a_commit_behind_writes_of_its_file_waits_for_them() {
         );
     }
 }
+
+/// A SETATTR sent behind WRITEs of its file on the same connection, without waiting for their
+/// replies, runs only once they are done (protocol versions 13 and 14): the file keeps the
+/// mode and modification time it set, which a WRITE done after it would have replaced with
+/// the time of that write. Without the hold, the storage threads run the SETATTR (done on
+/// the connection's thread) before the 1 MiB WRITEs (done on the storage pool).
+#[test]
+fn a_setattr_behind_writes_of_its_file_waits_for_them() {
+    use std::os::unix::fs::MetadataExt;
+    // More than the storage threads: the last WRITEs start just before the SETATTR would.
+    const WRITES: u64 = 40;
+    let (area, _s, mut c, a, root) = setup();
+    let f = c.create(a, root, "stamped", 0o600).unwrap();
+    let mut writes = Vec::new();
+    for k in 0..WRITES {
+        let op = RequestOp::Write {
+            fh: f,
+            offset: k << 20,
+            stable: StableHow::Unstable,
+            data: vec![k as u8 + 1; 1 << 20].into(),
+        };
+        writes.push(c.send(a, op));
+    }
+    let setattr = c.send(
+        a,
+        RequestOp::SetAttr {
+            fh: f,
+            attr: SetAttr {
+                mode: Some(0o640),
+                mtime: SetTime::ClientTime(Time {
+                    seconds: 1_000_000_000,
+                    nanos: 0,
+                }),
+                ..SetAttr::default()
+            },
+            guard: None,
+        },
+    );
+    let mut answered = Vec::new();
+    while !answered.contains(&setattr) {
+        match c.next_message().expect("connection closed") {
+            ServerMessage::Reply(r) => {
+                assert!(r.result.is_ok(), "{:?}", r.result);
+                answered.push(r.id);
+            }
+            ServerMessage::Invalidate(_) => {}
+        }
+    }
+    assert_eq!(answered.len(), writes.len() + 1, "{answered:?}");
+    let meta = std::fs::metadata(area.export().join("stamped")).unwrap();
+    assert_eq!(meta.len(), WRITES << 20);
+    assert_eq!(meta.mode() & 0o7777, 0o640);
+    assert_eq!(meta.mtime(), 1_000_000_000, "a WRITE ran after the SETATTR");
+}
