@@ -57,8 +57,8 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements (with ChaCha20-Poly1305 records; see
-/// [`ORDERED_SETATTR_AES_VERSION`] for the same with AES-256-GCM).
-pub const PROTOCOL_VERSION: u32 = ORDERED_SETATTR_VERSION;
+/// [`CREATE_AT_AES_VERSION`] for the same with AES-256-GCM).
+pub const PROTOCOL_VERSION: u32 = CREATE_AT_VERSION;
 /// The first version with SESSION and SEQUENCE ([`crate::sequence`]) and APPEND: a client
 /// sends them only on connections that chose it or a later one, so it still works with a
 /// server of version 2, without exactly-once changes or atomic appends.
@@ -88,19 +88,10 @@ pub const ORDERED_COMMIT_AES_VERSION: u32 = 10;
 pub const CREATE_AT_VERSION: u32 = 11;
 /// Version 11 with AES-256-GCM records, offered only with AES instructions as 4 is.
 pub const CREATE_AT_AES_VERSION: u32 = 12;
-/// Version 11 with SETATTR ordered behind the connection's WRITEs as COMMIT is: the server
-/// runs a SETATTR only once every WRITE and APPEND of the same file that arrived before it on
-/// the same connection has been answered, so a client may send a new file's mode and times
-/// right behind its last WRITE (a WRITE done after them would change the times). Nothing on
-/// the wire changes.
-pub const ORDERED_SETATTR_VERSION: u32 = 13;
-/// Version 13 with AES-256-GCM records, offered only with AES instructions as 4 is.
-pub const ORDERED_SETATTR_AES_VERSION: u32 = 14;
 /// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
 /// SEQUENCE, so a peer of either version can be served; 5 is 3 with FETCH; 7 is 5 with
 /// LISTDIR; 9 is 7 with COMMIT ordered behind the connection's WRITEs; 11 is 9 with
-/// CREATEAT; 13 is 11 with SETATTR ordered as COMMIT is; 4, 6, 8, 10, 12 and 14 are 3, 5, 7,
-/// 9, 11 and 13 with AES-256-GCM records.
+/// CREATEAT; 4, 6, 8, 10 and 12 are 3, 5, 7, 9 and 11 with AES-256-GCM records.
 pub const SUPPORTED_VERSIONS: &[u32] = &[
     2,
     SESSIONS_VERSION,
@@ -113,8 +104,6 @@ pub const SUPPORTED_VERSIONS: &[u32] = &[
     ORDERED_COMMIT_AES_VERSION,
     CREATE_AT_VERSION,
     CREATE_AT_AES_VERSION,
-    ORDERED_SETATTR_VERSION,
-    ORDERED_SETATTR_AES_VERSION,
 ];
 
 /// Whether records of `version` are sealed with AES-256-GCM (else ChaCha20-Poly1305).
@@ -126,7 +115,6 @@ pub fn uses_aes(version: u32) -> bool {
             | LISTDIR_AES_VERSION
             | ORDERED_COMMIT_AES_VERSION
             | CREATE_AT_AES_VERSION
-            | ORDERED_SETATTR_AES_VERSION
     )
 }
 
@@ -149,12 +137,6 @@ pub fn has_create_at(version: u32) -> bool {
 /// the same file that came before it on the connection ([`ORDERED_COMMIT_VERSION`]).
 pub fn has_ordered_commit(version: u32) -> bool {
     version >= ORDERED_COMMIT_VERSION
-}
-
-/// Whether the server of a connection of `version` runs a SETATTR only after the WRITEs of
-/// the same file that came before it on the connection ([`ORDERED_SETATTR_VERSION`]).
-pub fn has_ordered_setattr(version: u32) -> bool {
-    version >= ORDERED_SETATTR_VERSION
 }
 
 /// The versions this machine offers: all it speaks, but those with AES records only with AES
@@ -528,14 +510,6 @@ mod tests {
             versions: vec![2, 3, 5, 7, 9, 11],
             ..HandshakeConfig::default()
         };
-        let v12 = HandshakeConfig {
-            versions: (2..=12).collect(),
-            ..HandshakeConfig::default()
-        };
-        let chacha13 = HandshakeConfig {
-            versions: vec![2, 3, 5, 7, 9, 11, 13],
-            ..HandshakeConfig::default()
-        };
         for (client, server, chosen) in [
             (v2.clone(), HandshakeConfig::default(), 2),
             (HandshakeConfig::default(), v2, 2),
@@ -562,12 +536,7 @@ mod tests {
             // CREATEAT.
             (chacha11.clone(), all.clone(), 11),
             (all.clone(), chacha11, 11),
-            (v12.clone(), all.clone(), 12),
-            (all.clone(), v12, 12),
-            // Ordered SETATTR.
-            (chacha13.clone(), all.clone(), 13),
-            (all.clone(), chacha13, 13),
-            (all.clone(), all, 14),
+            (all.clone(), all, 12),
         ] {
             let (mut c, mut s) = pair(client, server);
             pump(&mut c, &mut s).unwrap();

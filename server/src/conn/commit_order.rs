@@ -1,10 +1,8 @@
-//! A connection's ordering rule for COMMIT and SETATTR: protocol versions 9 and 10 promise
-//! that a COMMIT covers every WRITE that came before it on the connection, and versions 13
-//! and 14 that a SETATTR comes after them, so a client may send either behind its last WRITE
-//! rather than a round trip after the last reply (a new file's mode and times, which a WRITE
-//! done after them would change). The storage threads would otherwise run them in any order,
-//! so a COMMIT or SETATTR of a file with WRITEs or APPENDs still being done waits for them
-//! here.
+//! A connection's ordering rule for COMMIT: protocol versions 9 and 10 promise that a COMMIT
+//! covers every WRITE that came before it on the connection, so a client may send it behind
+//! its last WRITE rather than a round trip after the last reply. The storage threads would
+//! otherwise run them in any order, so a COMMIT of a file with WRITEs or APPENDs still being
+//! done waits for them here.
 
 use std::collections::HashMap;
 
@@ -17,20 +15,18 @@ pub(super) struct CommitOrder {
     /// WRITEs and APPENDs being done, by request id, with their file (as many as requests in
     /// flight).
     writes: HashMap<u64, FileHandle>,
-    /// COMMITs and SETATTRs that came behind WRITEs of their file still being done, in
-    /// arrival order; run when the last of those is answered (each is a request in flight, so
-    /// at most `max_in_flight`).
+    /// COMMITs that came behind WRITEs of their file still being done, in arrival order; run
+    /// when the last of those is answered (each is a request in flight, so at most
+    /// `max_in_flight`).
     held: Vec<(FileHandle, InFlight, RequestOp)>,
 }
 
 impl CommitOrder {
-    /// `op` is admitted: it is given back to go to the storage now, unless it is a COMMIT or
-    /// SETATTR that must wait (then it is kept).
+    /// `op` is admitted: it is given back to go to the storage now, unless it is a COMMIT
+    /// that must wait (then it is kept).
     pub(super) fn admit(&mut self, d: InFlight, op: RequestOp) -> Option<(InFlight, RequestOp)> {
         match &op {
-            RequestOp::Commit { fh, .. } | RequestOp::SetAttr { fh, .. }
-                if self.writes.values().any(|w| w == fh) =>
-            {
+            RequestOp::Commit { fh, .. } if self.writes.values().any(|w| w == fh) => {
                 let fh = *fh;
                 self.held.push((fh, d, op));
                 return None;
@@ -44,7 +40,7 @@ impl CommitOrder {
     }
 
     /// Request `id` was answered; if it was the last WRITE or APPEND of its file still being
-    /// done, the COMMITs and SETATTRs that waited for it go to `run`, in arrival order.
+    /// done, the COMMITs that waited for it go to `run`, in arrival order.
     pub(super) fn answered(&mut self, id: u64, mut run: impl FnMut(InFlight, RequestOp)) {
         let Some(fh) = self.writes.remove(&id) else {
             return;
