@@ -41,6 +41,7 @@ struct WorkerLine {
     shed: u64,
     steals: u64,
     stolen_callbacks: u64,
+    wakeups: u64,
 }
 
 fn nanos(d: std::time::Duration) -> u64 {
@@ -74,6 +75,7 @@ pub(crate) fn json(s: &libcolor::Stats, startups_dropped: u64) -> String {
                 shed: w.shed,
                 steals: w.steals,
                 stolen_callbacks: w.stolen_callbacks,
+                wakeups: w.wakeups,
             })
             .collect(),
         poll_busy_ns: nanos(s.poll_busy()),

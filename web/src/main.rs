@@ -75,12 +75,13 @@ fn print_stats(stats: &libcolor::Stats) {
         let _ = writeln!(
             err,
             "colorweb worker {i}: callbacks {} steals {} stolen-colors {} polls {} takeovers {} \
-             idle {:.3}s poll-busy {:.3}s cpu {:.3}s awake {:.3}s",
+             wakeups {} idle {:.3}s poll-busy {:.3}s cpu {:.3}s awake {:.3}s",
             w.callbacks,
             w.steals,
             w.stolen_callbacks,
             w.polls,
             w.takeovers,
+            w.wakeups,
             w.idle.as_secs_f64(),
             w.poll_busy.as_secs_f64(),
             w.cpu.as_secs_f64(),

@@ -21,6 +21,7 @@
 //! processes; client = the `sfs mount` process, or sshfs with its ssh. Work the kernel does
 //! for the FUSE requests is charged to the benchmark process and reported for neither.
 
+mod journal;
 mod mounts;
 mod workloads;
 
@@ -234,6 +235,15 @@ pub(crate) fn run(args: MountArgs) -> anyhow::Result<()> {
     }
     if !args.no_local {
         systems.push(System::Local);
+    }
+    if let Some(device) = journal::unjournaled_ext4(&workdir) {
+        eprintln!(
+            "mount: warning: {} is on ext4 without a journal ({device}), where each create \
+             slows down with every file deleted there in the last minutes (this run's own \
+             `rm -r`s included), in every column by a different amount; pass --workdir on a \
+             journaled file system (benches/README.md, \"stop 41\")",
+            workdir.display()
+        );
     }
     eprintln!(
         "mount: {} file, tree of {} entries x {} copies, {} rep(s); {} CPU(s), shared with \
