@@ -603,10 +603,7 @@ impl Mp {
     /// (and `unbounded`) until then, so the next burst sets the same peer's timer again.
     fn watch_over(&self, index: usize) {
         for w in 0..self.workers.len() {
-            if w != index
-                && self.workers[w].unbounded.load(SeqCst)
-                && self.workers[w].sleep.load(SeqCst) == POLLING
-            {
+            if w != index && self.workers[w].unbounded.load(SeqCst) && self.asleep(w) {
                 self.common.reactor.wake_after(w, TAKEOVER_AFTER);
                 return;
             }

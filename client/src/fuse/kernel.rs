@@ -91,6 +91,26 @@ impl<R: NodeRanges> SfsFuse<R> {
     }
 }
 
+/// Answers an `open` of `ino` by local user `uid` that the server's access answer `granted`
+/// decided. No FOPEN_KEEP_CACHE: the kernel drops cached pages at open, so each open sees
+/// what the server has (close-to-open consistency, as with NFS).
+fn reply_open(
+    sh: &ServerMount,
+    ino: INodeNo,
+    uid: u32,
+    flags: OpenFlags,
+    granted: Result<(), Errno>,
+    reply: ReplyOpen,
+) {
+    match granted {
+        Ok(()) => {
+            sh.opened(ino.0);
+            reply.opened(sh.open_file(uid), append::open_flags(flags.0))
+        }
+        Err(e) => reply.error(e),
+    }
+}
+
 fn reply_entry(r: Result<Entry, Errno>, reply: ReplyEntry) {
     match r {
         Ok(e) => reply.entry(&e.ttl, &e.attr, Generation(0)),
@@ -362,25 +382,13 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         let c = sh.client_for_caller(req);
         // With the access answer cached (as for a file opened again: a build's headers) and no
         // write under way, answered here, without the hop to the runtime's thread and back.
-        match sh.open_access_now(&c, ino, open_bits(flags)) {
-            Some(Ok(())) => {
-                sh.opened(ino.0);
-                return reply.opened(sh.open_file(uid), append::open_flags(flags.0));
-            }
-            Some(Err(e)) => return reply.error(e),
-            None => {}
+        if let Some(granted) = sh.open_access_now(&c, ino, open_bits(flags)) {
+            return reply_open(&sh, ino, uid, flags, granted, reply);
         }
         self.spawn_as(req, sh, c, move |sh, c| async move {
             sh.behind.settle(ino.0).await;
-            match sh.check_access(&c, ino, open_bits(flags)).await {
-                // No FOPEN_KEEP_CACHE: the kernel drops cached pages at open, so each open
-                // sees what the server has (close-to-open consistency, as with NFS).
-                Ok(()) => {
-                    sh.opened(ino.0);
-                    reply.opened(sh.open_file(uid), append::open_flags(flags.0))
-                }
-                Err(e) => reply.error(e),
-            }
+            let granted = sh.check_access(&c, ino, open_bits(flags)).await;
+            reply_open(&sh, ino, uid, flags, granted, reply);
         });
     }
 

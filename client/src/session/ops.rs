@@ -90,14 +90,14 @@ impl Client {
         Ok((fh, attr))
     }
 
-    /// ACCESS, cached per user while the attributes' lease lasts (the FUSE mount asks it for
-    /// `access(2)` and `open(2)`; nfsserve answers ACCESS itself from the attributes).
     /// [`Client::access`] if its answer is cached (for answers on the kernel's thread).
     pub(crate) fn access_cached(&self, fh: &FileHandle, bits: u32) -> Option<u32> {
         let authno = self.authno_now()?;
         self.inner.cache.get_access(fh, authno, bits)
     }
 
+    /// ACCESS, cached per user while the attributes' lease lasts (the FUSE mount asks it for
+    /// `access(2)` and `open(2)`; nfsserve answers ACCESS itself from the attributes).
     pub(crate) async fn access(&self, fh: &FileHandle, bits: u32) -> Result<u32, SessionError> {
         let authno = self.authno().await?;
         if let Some(g) = self.inner.cache.get_access(fh, authno, bits) {
