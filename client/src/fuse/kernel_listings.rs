@@ -18,8 +18,8 @@
 //!   kernel's copy was filled from. A new listing (its lease ended, a change, another user's
 //!   listing, a read-ahead) always replaces the copy, so it is never older than what this
 //!   user would be shown, nor one another user was shown;
-//! - no node was forgotten since that fill: the copy holds the node ids the fill gave as
-//!   `d_ino`, and a node the kernel forgot gets a new id at its next lookup, so `d_ino`
+//! - no node id was retired since that fill: the copy holds the node ids the fill gave as
+//!   `d_ino`, and a handle whose id was retired gets a new id at its next lookup, so `d_ino`
 //!   would no longer be the file's `st_ino`.
 //!
 //! The record is taken when the kernel starts a fill (a listing read from offset 0, which
@@ -31,7 +31,7 @@ use std::sync::{Arc, Weak};
 /// What each directory's kernel copy was filled from ([module docs](self)).
 pub(super) struct KernelListings<L> {
     by_dir: HashMap<u64, Filled<L>>,
-    /// Nodes forgotten so far, over the whole mount.
+    /// Node ids retired so far, over the whole mount.
     drops: u64,
 }
 
@@ -61,11 +61,15 @@ impl<L> KernelListings<L> {
         self.by_dir.insert(dir, filled);
     }
 
-    /// Node `ino` was forgotten by the kernel: no copy filled before may stay, and a
-    /// directory's record goes with its node.
-    pub(super) fn forgotten(&mut self, ino: u64) {
-        self.drops += 1;
+    /// Directory `ino`'s node was forgotten by the kernel, and its copy with it.
+    pub(super) fn dir_forgotten(&mut self, ino: u64) {
         self.by_dir.remove(&ino);
+    }
+
+    /// A forgotten node's id was retired for good: the handle gets a new id at its next
+    /// lookup, so no copy filled before may stay.
+    pub(super) fn id_retired(&mut self) {
+        self.drops += 1;
     }
 
     /// Whether an `opendir` of `dir` that will serve `listing` may leave the kernel's copy
@@ -103,18 +107,18 @@ mod tests {
     }
 
     #[test]
-    fn a_forgotten_node_ends_every_copy_filled_before() {
+    fn a_retired_id_ends_every_copy_filled_before() {
         let mut k = KernelListings::default();
         let a = Arc::new(());
         let b = Arc::new(());
         k.filling(1, &a);
         k.filling(2, &b);
-        k.forgotten(99);
+        k.id_retired();
         assert!(!k.may_keep(1, &a), "its d_ino values may be stale");
         assert!(!k.may_keep(2, &b));
         k.filling(1, &a);
-        assert!(k.may_keep(1, &a), "a fill after the forget is good");
-        k.forgotten(1);
+        assert!(k.may_keep(1, &a), "a fill after the retirement is good");
+        k.dir_forgotten(1);
         k.filling(2, &b);
         assert!(!k.may_keep(1, &a), "the directory's own node went");
         assert!(k.may_keep(2, &b));

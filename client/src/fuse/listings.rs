@@ -329,8 +329,10 @@ impl ServerMount {
                             ..*listed
                         },
                     };
-                    // Every entry sent here is a lookup the kernel will FORGET later.
-                    let node = self.node_for(*h);
+                    // Every entry sent here is a lookup the kernel will FORGET later; it is
+                    // counted with the node made or found, under one lock, so no FORGET comes
+                    // in between, and taken back if it did not fit.
+                    let node = self.remember(dir, &e.name, *h);
                     if reply.add(
                         INodeNo(node),
                         off,
@@ -339,9 +341,9 @@ impl ServerMount {
                         &fattr(node, &a),
                         Generation(0),
                     ) {
+                        self.forget(node, 1);
                         break;
                     }
-                    self.counted(node, *h, dir, &e.name);
                 }
                 None => {
                     // `.` and `..`: the kernel uses neither the attributes nor a lookup.
