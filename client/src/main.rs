@@ -13,6 +13,7 @@ mod cache;
 mod caller_groups;
 mod cli;
 mod commands;
+mod first_poll;
 mod fuse;
 mod identity;
 mod interrupt;
@@ -23,6 +24,7 @@ mod owned_file;
 mod peer_owner;
 mod progress;
 mod session;
+mod sweep;
 
 use clap::Parser;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;

@@ -102,6 +102,8 @@ struct State {
 /// The namespace file system.
 pub(crate) struct Namespace {
     rt: Handle,
+    /// Watches its own lookups' callers ([`crate::interrupt`]).
+    kills: Arc<crate::interrupt::KillWatch>,
     identity: Option<Identity>,
     opts: Options,
     state: Mutex<State>,
@@ -114,6 +116,7 @@ impl Namespace {
     /// An empty namespace whose sessions log in as `identity` with `opts`.
     pub(crate) fn new(rt: Handle, identity: Option<Identity>, opts: Options) -> Arc<Namespace> {
         Arc::new(Namespace {
+            kills: crate::interrupt::KillWatch::start(&rt),
             rt,
             identity,
             opts,
@@ -403,7 +406,7 @@ impl NodeRanges for Arc<Namespace> {
             }
         };
         self.rt
-            .spawn(crate::interrupt::unless_killed(req.pid(), work));
+            .spawn(self.kills.clone().unless_killed(req.pid(), work));
     }
 
     fn getattr(&self, ino: INodeNo, reply: ReplyAttr) {

@@ -21,6 +21,7 @@ use tokio::runtime::Handle;
 use super::convert::{open_bits, reply_empty, set_time, special_kind};
 use super::node_ranges::{NodeRanges, OneServer};
 use super::{BLKSIZE, Entry, ServerMount, append, locks, reply_xattr, xattr_list};
+use crate::interrupt::KillWatch;
 use crate::session::Client;
 
 /// Largest WRITE the kernel is asked to send (it also caps reads and readahead).
@@ -31,6 +32,7 @@ const MAX_WRITE: u32 = 1 << 20;
 pub(crate) struct SfsFuse<R: NodeRanges = OneServer> {
     ranges: R,
     rt: Handle,
+    kills: Arc<KillWatch>,
 }
 
 /// `let sh = mount!(self, ino, else fallback);`: the mount serving node `ino`, or the request
@@ -54,11 +56,13 @@ impl SfsFuse {
 impl<R: NodeRanges> SfsFuse<R> {
     /// Serves the mounts of `ranges`, and its own nodes, with tasks on `rt`.
     pub(crate) fn with_ranges(ranges: R, rt: Handle) -> SfsFuse<R> {
-        SfsFuse { ranges, rt }
+        let kills = KillWatch::start(&rt);
+        SfsFuse { ranges, rt, kills }
     }
 
-    /// Runs `f` on the runtime with the mount's shared state `sh` and the session acting for
-    /// the caller; it ends early if the caller is killed ([`crate::interrupt`]).
+    /// Runs `f` (polled first on this thread, [`crate::first_poll`], then on the runtime) with
+    /// the mount's shared state `sh` and the session acting for the caller; it ends early if
+    /// the caller is killed ([`crate::interrupt`]).
     fn spawn<F, Fut>(&self, req: &Request, sh: Arc<ServerMount>, f: F)
     where
         F: FnOnce(Arc<ServerMount>, Client) -> Fut,
@@ -75,8 +79,7 @@ impl<R: NodeRanges> SfsFuse<R> {
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let work = f(sh, c);
-        self.rt
-            .spawn(crate::interrupt::unless_killed(req.pid(), work));
+        crate::first_poll::spawn_here(&self.rt, self.kills.clone().unless_killed(req.pid(), work));
     }
 
     /// [`SfsFuse::spawn`] for requests that must run to their end whoever is killed (RELEASE:
@@ -87,7 +90,7 @@ impl<R: NodeRanges> SfsFuse<R> {
         F: FnOnce(Arc<ServerMount>, Client) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.rt.spawn(f(sh, c));
+        crate::first_poll::spawn_here(&self.rt, f(sh, c));
     }
 }
 

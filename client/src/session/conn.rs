@@ -1,40 +1,60 @@
-//! One connection to the server: TCP, handshake, a writer and a reader task, LOGIN.
+//! One connection to the server: TCP, handshake, the sending side, a reader task, LOGIN.
 //!
-//! The handshake's session becomes a [`ClientConnection`], split into its halves: the writer
-//! task owns the [`RequestSender`] and is the only place records are sealed (the record
-//! counter is the nonce, so sealing and writing stay together, in order; callers hand it
-//! [`UnsealedRequest`]s they encoded with the session-wide ids a retry keeps); the reader task
-//! owns the [`MessageReader`], hands each reply to the caller waiting for its id and applies
-//! INVALIDATEs to the attribute cache.
+//! The handshake's session becomes a [`ClientConnection`], split into its halves: the sending
+//! side ([`Outgoing`]) owns the [`RequestSender`](protocol::client::RequestSender), seals records in order and writes them
+//! (callers hand it [`UnsealedRequest`]s they encoded with the session-wide ids a retry
+//! keeps); the reader task owns the [`MessageReader`], hands each reply to the caller waiting
+//! for its id and applies INVALIDATEs to the attribute cache. A sweep ends requests past their
+//! deadline ([`crate::sweep`]: no timer per request).
 //! When either side fails, [`fail_all`] marks the connection dead and wakes every waiter with
 //! "lost"; the next request makes a new connection ([`Client::connection`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use protocol::client::{MessageReader, RequestSender, UnsealedRequest};
+use protocol::client::{MessageReader, UnsealedRequest};
 use protocol::handshake::{Completed, DriveError};
 use protocol::{
     ClientConnection, ClientHandshake, LoginSigner, NfsStatus, ReplyBody, Request, RequestOp,
     ServerMessage,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, oneshot};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::error::{ConnectError, ProtocolError, SessionError, status_message};
 use super::handshake;
 use super::known_keys;
+use super::outgoing::{Outgoing, write_queued};
 use super::{Client, ClientState, Invalidation, REUSE_ABOVE};
 use crate::caller_groups::Groups;
 use crate::identity::Identity;
+use crate::sweep::Sweep;
 
-/// Where a reply goes: the caller waiting for its id.
-type Waiter = oneshot::Sender<Result<ReplyBody, NfsStatus>>;
+/// Where a reply goes: the caller waiting for its id, until its deadline.
+struct Waiter {
+    reply: oneshot::Sender<Outcome>,
+    deadline: Instant,
+}
+
+/// How a request ended, for the caller waiting for it (the stream breaking drops the sender):
+/// its reply, or [`TimedOut`].
+type Outcome = Result<Result<ReplyBody, NfsStatus>, TimedOut>;
+
+/// No reply by the deadline: the connection was dropped.
+struct TimedOut;
+
+/// How many of a request's timeouts go by between sweeps of a connection's deadlines (a
+/// request times out up to this fraction of its timeout late), within these bounds.
+const SWEEPS_PER_TIMEOUT: u32 = 8;
+const SWEEP_MIN: Duration = Duration::from_millis(10);
+const SWEEP_MAX: Duration = Duration::from_secs(1);
+/// Idle sweeps before a connection's sweep stops ticking.
+const SWEEP_LINGER: u32 = 5;
 
 /// The answer to a request sent with a new connection's LOGIN ([`Client::connection_with`]).
 pub(super) type EarlyReply = Result<ReplyBody, NfsStatus>;
@@ -73,8 +93,22 @@ fn rides_with_login(op: &RequestOp, version: u32) -> bool {
 struct Pending {
     dead: bool,
     waiters: HashMap<u64, Waiter>,
-    /// Requests handed to the writer so far: the last one's place in the sending order.
-    sent: u64,
+}
+
+impl Pending {
+    /// Ends the requests past their deadline, and then the connection; whether any request
+    /// is still waiting.
+    fn sweep(&mut self, now: Instant) -> bool {
+        if self.waiters.values().any(|w| w.deadline <= now) {
+            for (_, w) in self.waiters.drain() {
+                if w.deadline <= now {
+                    let _ = w.reply.send(Err(TimedOut));
+                }
+            }
+            self.dead = true;
+        }
+        !self.waiters.is_empty()
+    }
 }
 
 /// Where a request went: its connection (by [`Conn::serial`]) and its place in the order in
@@ -93,8 +127,9 @@ static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 
 /// One live connection (dropped, with its tasks, when it breaks and a new one is made).
 pub(super) struct Conn {
-    tx: mpsc::UnboundedSender<UnsealedRequest>,
+    out: Arc<Outgoing>,
     pending: Arc<Mutex<Pending>>,
+    deadlines: Arc<Sweep>,
     /// The authno of the session's own identity (ANONYMOUS without one).
     pub(super) authno: u32,
     /// Signs LOGINs on this connection (its sequence numbers must increase).
@@ -112,7 +147,7 @@ pub(super) struct Conn {
     pub(super) version: u32,
     /// This connection among the process's (see [`Sent`]).
     pub(super) serial: u64,
-    tasks: [JoinHandle<()>; 2],
+    tasks: [JoinHandle<()>; 3],
 }
 
 impl Drop for Conn {
@@ -128,39 +163,43 @@ impl Conn {
         self.pending.lock().dead
     }
 
-    /// Sends one encoded request and waits for its reply; `None` when the stream broke.
-    /// `on_sent` is told where the request went once it is handed to the writer.
+    /// Sends one encoded request and waits for its reply until `deadline`: `Err(())` when
+    /// none came by then (the connection is then dropped: its outstanding requests fail too,
+    /// and the next call reconnects), `None` when the stream broke. `on_sent` is told where
+    /// the request went once it is sealed.
     async fn roundtrip(
         &self,
         id: u64,
         request: UnsealedRequest,
+        deadline: Instant,
         on_sent: &mut (dyn FnMut(Sent) + Send),
-    ) -> Option<Result<ReplyBody, NfsStatus>> {
-        let (tx, rx) = oneshot::channel();
-        let seq = {
+    ) -> Result<Option<Result<ReplyBody, NfsStatus>>, ()> {
+        let (reply, rx) = oneshot::channel();
+        {
             let mut p = self.pending.lock();
             if p.dead {
-                return None;
+                return Ok(None);
             }
-            // Under the lock, so the places follow the writer's order.
-            if self.tx.send(request).is_err() {
-                return None;
-            }
-            p.waiters.insert(id, tx);
-            p.sent += 1;
-            p.sent
+            p.waiters.insert(id, Waiter { reply, deadline });
+        }
+        self.deadlines.added();
+        let Ok(seq) = self.out.send(request) else {
+            fail_all(&self.pending);
+            return Ok(None);
         };
         on_sent(Sent {
             conn: self.serial,
             seq,
             ordered: protocol::handshake::has_ordered_commit(self.version),
         });
-        rx.await.ok()
+        match rx.await {
+            Ok(Ok(r)) => Ok(Some(r)),
+            Ok(Err(TimedOut)) => Err(()),
+            Err(_) => Ok(None),
+        }
     }
 
-    /// [`Conn::roundtrip`] bounded by `timeout`: `Err(())` when no reply came in time, in
-    /// which case the connection is marked broken (its outstanding requests fail too, and the
-    /// next call reconnects).
+    /// [`Conn::roundtrip`] with a deadline `timeout` from now.
     pub(super) async fn roundtrip_within(
         &self,
         timeout: Duration,
@@ -179,13 +218,8 @@ impl Conn {
         request: UnsealedRequest,
         on_sent: &mut (dyn FnMut(Sent) + Send),
     ) -> Result<Option<Result<ReplyBody, NfsStatus>>, ()> {
-        match tokio::time::timeout(timeout, self.roundtrip(id, request, on_sent)).await {
-            Ok(r) => Ok(r),
-            Err(_) => {
-                fail_all(&self.pending);
-                Err(())
-            }
-        }
+        self.roundtrip(id, request, Instant::now() + timeout, on_sent)
+            .await
     }
 }
 
@@ -284,15 +318,31 @@ impl Client {
         let read_max = messages.max_read();
 
         let pending = Arc::new(Mutex::new(Pending::default()));
-        let (tx, rx) = mpsc::unbounded_channel::<UnsealedRequest>();
         let (rd, wr) = stream.into_split();
-        let writer = tokio::spawn(write_records(
-            requests,
-            rx,
-            wr,
-            pending.clone(),
-            Arc::downgrade(&self.inner),
-        ));
+        let out = Outgoing::new(requests, wr);
+        let writer = tokio::spawn({
+            let pending = pending.clone();
+            write_queued(out.clone(), Arc::downgrade(&self.inner), move || {
+                fail_all(&pending)
+            })
+        });
+        let deadlines = Arc::new(Sweep::default());
+        let every =
+            (self.inner.opts.request_timeout / SWEEPS_PER_TIMEOUT).clamp(SWEEP_MIN, SWEEP_MAX);
+        let sweeper = tokio::spawn({
+            let (pending, deadlines) = (Arc::downgrade(&pending), deadlines.clone());
+            async move {
+                deadlines
+                    .run(every, SWEEP_LINGER, || {
+                        let pending = pending.upgrade()?;
+                        let mut p = pending.lock();
+                        let waiting = p.sweep(Instant::now());
+                        // A dead connection's waiters are all gone: nothing to sweep again.
+                        (!p.dead).then_some(waiting)
+                    })
+                    .await
+            }
+        });
         let readertask = tokio::spawn(read_records(
             messages,
             rd,
@@ -301,8 +351,9 @@ impl Client {
             name.to_string(),
         ));
         let mut conn = Conn {
-            tx,
+            out,
             pending,
+            deadlines,
             authno: protocol::ANONYMOUS,
             signer: Mutex::new(signer),
             logins: Mutex::new(HashMap::new()),
@@ -312,7 +363,7 @@ impl Client {
             epoch: None,
             version,
             serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            tasks: [writer, readertask],
+            tasks: [writer, readertask, sweeper],
         };
         let identity = self.inner.identity.as_ref();
         let expected_authno = match identity {
@@ -513,80 +564,6 @@ impl Client {
     }
 }
 
-/// Requests at least this large are written from their own buffer (then recycled); smaller
-/// ones are copied into one batch.
-const WRITE_ALONE: usize = 64 * 1024;
-/// Bytes of small requests batched into one write.
-const BATCH: usize = 256 * 1024;
-
-/// The writer task: seals queued requests in order with the connection's [`RequestSender`]
-/// and writes them: small ones sealed into one batch and written together (bounded so memory
-/// stays small), large ones (WRITE data) sealed in place and written straight from their
-/// buffer, which goes back to the session for reuse.
-async fn write_records(
-    mut requests: RequestSender,
-    mut rx: mpsc::UnboundedReceiver<UnsealedRequest>,
-    mut wr: OwnedWriteHalf,
-    pending: Arc<Mutex<Pending>>,
-    client: Weak<ClientState>,
-) {
-    let mut batch = Vec::new();
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some(request) = next.take() {
-            let sent = send_request(&mut requests, request, &mut batch, &mut wr, &client).await;
-            if sent.is_err() {
-                fail_all(&pending);
-                return;
-            }
-            if batch.len() < BATCH {
-                next = rx.try_recv().ok();
-            }
-        }
-        if write_out(&mut wr, &mut batch).await.is_err() {
-            fail_all(&pending);
-            return;
-        }
-    }
-}
-
-/// Seals `request` as the connection's next record: into `batch` if it is small, else in
-/// place, written after what `batch` holds. Fails if the record cannot be sealed (a counter
-/// or key limit) or written: the connection is over.
-async fn send_request(
-    requests: &mut RequestSender,
-    request: UnsealedRequest,
-    batch: &mut Vec<u8>,
-    wr: &mut OwnedWriteHalf,
-    client: &Weak<ClientState>,
-) -> std::io::Result<()> {
-    if request.record_len() < WRITE_ALONE {
-        return requests
-            .seal_into_batch(&request, batch)
-            .map_err(std::io::Error::other);
-    }
-    let sealed = requests
-        .seal_in_place(request)
-        .map_err(std::io::Error::other)?;
-    let written = match write_out(wr, batch).await {
-        Ok(()) => wr.write_all(sealed.record()).await,
-        e => e,
-    };
-    if let Some(inner) = client.upgrade() {
-        inner.recycle(sealed.into_buffer());
-    }
-    written
-}
-
-/// Writes and empties `batch`.
-async fn write_out(wr: &mut OwnedWriteHalf, batch: &mut Vec<u8>) -> std::io::Result<()> {
-    if !batch.is_empty() {
-        wr.write_all(batch).await?;
-        batch.clear();
-    }
-    Ok(())
-}
-
 /// The reader task: opens records, hands replies to their waiters, applies INVALIDATEs to the
 /// cache of the session (while it exists) and tells its hook.
 async fn read_records(
@@ -610,7 +587,7 @@ async fn read_records(
                 Ok(Some(ServerMessage::Reply(r))) => {
                     let w = pending.lock().waiters.remove(&r.id);
                     if let Some(w) = w {
-                        let _ = w.send(r.result);
+                        let _ = w.reply.send(Ok(r.result));
                     }
                 }
                 Ok(Some(ServerMessage::Invalidate(inv))) => {

@@ -40,6 +40,7 @@ mod known_keys;
 pub(crate) mod limits;
 mod locks;
 mod ops;
+mod outgoing;
 mod slots;
 mod window;
 mod xattr;
