@@ -92,6 +92,7 @@ mod listings;
 mod locks;
 mod names;
 mod node_ranges;
+mod read_at_open;
 mod table;
 mod unlinked;
 mod write_behind;

@@ -390,7 +390,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         }
         self.spawn_as(req, sh, c, move |sh, c| async move {
             sh.behind.settle(ino.0).await;
-            let granted = sh.check_access(&c, ino, open_bits(flags)).await;
+            let granted = sh.check_open(&c, ino, flags, open_bits(flags)).await;
             reply_open(&sh, ino, uid, flags, granted, reply);
         });
     }

@@ -63,6 +63,8 @@ pub(super) struct Table {
     /// Regular files made new here and still open by their maker, whose SETATTRs may be
     /// answered early ([`super::attrs_behind`]).
     pub(super) made: HashMap<u64, super::attrs_behind::MadeHere>,
+    /// Small files' bytes read with their opens ([`super::read_at_open`]).
+    pub(super) read_at_open: super::read_at_open::ReadAtOpen,
 }
 
 impl ServerMount {
@@ -121,6 +123,7 @@ impl ServerMount {
             t.by_fh.remove(&fh);
             t.names.remove(&ino);
             t.dirty.remove(&ino);
+            t.read_at_open.forget(ino);
             if t.forgotten.keep(fh, ino) {
                 t.kernel_listings.id_retired();
             }

@@ -1,0 +1,263 @@
+//! A small file's bytes read with its open.
+//!
+//! An `open` for reading whose access the server must answer sends a READ of the whole file
+//! (when its size is known and small) in the same flight as the ACCESS, and the kernel's first
+//! READs of the open file are answered from what came back. Reading a small file (`cp`, `cat`,
+//! `grep -r`, a compiler reading its sources) then costs one round trip instead of two.
+//!
+//! The bytes are those of the file as of the open, which is what close-to-open promises. They
+//! serve only while the file has not changed since the READ was sent, as the attribute cache
+//! tells ([`crate::cache::AttrCache::changed_since`]: a change through this mount begun or
+//! ended, or another client's INVALIDATE), with no write of ours under way, and for
+//! [`KEPT_FOR`] at most. Any local user's READ may be served: the kernel sends one only for a
+//! file its caller opened for reading, which the server granted.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use fuser::OpenFlags;
+use protocol::{Attr, FileHandle, FileType};
+
+use super::{ServerMount, convert::errno};
+use crate::cache::Stamp;
+use crate::session::Client;
+
+/// Largest file read with its open: what the kernel's first READ asks at most (its
+/// read-ahead), so one READ answers it.
+pub(super) const READ_AT_OPEN_MAX: u64 = 128 * 1024;
+
+/// Files whose bytes are kept at once (a walk opens one at a time; each is used within
+/// microseconds of its open, or never).
+const KEPT_MAX: usize = 64;
+
+/// How long the bytes wait for the kernel's READ.
+const KEPT_FOR: Duration = Duration::from_secs(2);
+
+struct Early {
+    fh: FileHandle,
+    /// Taken before the READ was sent.
+    since: Stamp,
+    data: Vec<u8>,
+    /// `data` runs to the end of the file.
+    eof: bool,
+    at: Instant,
+}
+
+/// The bytes read with opens, by node ([module docs](self)).
+#[derive(Default)]
+pub(super) struct ReadAtOpen {
+    by_node: HashMap<u64, Early>,
+}
+
+/// How much to read with an open of `flags` of a file with attributes `a`: None unless it is
+/// a regular file opened for reading only (no truncation) and at most [`READ_AT_OPEN_MAX`]
+/// long.
+pub(super) fn wanted(flags: OpenFlags, a: &Attr) -> Option<u32> {
+    let reading_only = flags.0 & libc::O_ACCMODE == libc::O_RDONLY && flags.0 & libc::O_TRUNC == 0;
+    (reading_only && a.ftype == FileType::Regular && a.size <= READ_AT_OPEN_MAX)
+        .then(|| u32::try_from(a.size).unwrap_or(u32::MAX).max(1))
+}
+
+impl ServerMount {
+    /// The server's answer to an `open` of `ino` with `flags` by `c`'s user (the access
+    /// `bits` it needs), with the file's bytes read in the same flight when they are
+    /// [`wanted`], kept for the kernel's READs.
+    pub(super) async fn check_open(
+        &self,
+        c: &Client,
+        ino: fuser::INodeNo,
+        flags: OpenFlags,
+        bits: u32,
+    ) -> Result<(), fuser::Errno> {
+        let fh = self.fh(ino)?;
+        let cache = self.client.cache();
+        let Some(size) = cache.get(&fh).and_then(|a| wanted(flags, &a)) else {
+            return self.check_access(c, ino, bits).await;
+        };
+        let since = cache.stamp();
+        let (granted, read) = tokio::join!(self.check_access(c, ino, bits), c.read(&fh, 0, size));
+        if granted.is_ok()
+            && let Ok((data, eof)) = read.map_err(errno)
+        {
+            self.table()
+                .read_at_open
+                .keep(ino.0, fh, since, data.to_vec(), eof);
+        }
+        granted
+    }
+
+    /// The answer to the kernel's READ of `size` bytes at `offset` of `ino` from bytes read
+    /// with its open, if they hold it and are still the file's.
+    pub(super) fn read_from_open(&self, ino: u64, offset: u64, size: u32) -> Option<Vec<u8>> {
+        if self.behind.busy(ino) {
+            return None;
+        }
+        let cache = self.client.cache();
+        self.table()
+            .read_at_open
+            .take(ino, offset, size, |fh, since| {
+                !cache.changed_since(fh, since)
+            })
+    }
+}
+
+impl ReadAtOpen {
+    /// Keeps `data` (from offset 0; `eof`: to the end) read from `fh`, node `ino`, by a READ
+    /// stamped `since`.
+    pub(super) fn keep(
+        &mut self,
+        ino: u64,
+        fh: FileHandle,
+        since: Stamp,
+        data: Vec<u8>,
+        eof: bool,
+    ) {
+        let now = Instant::now();
+        self.by_node
+            .retain(|_, e| now.duration_since(e.at) < KEPT_FOR);
+        if self.by_node.len() >= KEPT_MAX
+            && let Some(oldest) = self
+                .by_node
+                .iter()
+                .min_by_key(|(_, e)| e.at)
+                .map(|(k, _)| *k)
+        {
+            self.by_node.remove(&oldest);
+        }
+        let at = now;
+        self.by_node.insert(
+            ino,
+            Early {
+                fh,
+                since,
+                data,
+                eof,
+                at,
+            },
+        );
+    }
+
+    /// The answer to a READ of `size` bytes at `offset` of node `ino`, if the kept bytes hold
+    /// it whole (or up to the end of the file) and `unchanged(fh, since)` says they are still
+    /// the file's. Kept bytes that cannot serve go.
+    pub(super) fn take(
+        &mut self,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        unchanged: impl FnOnce(&FileHandle, Stamp) -> bool,
+    ) -> Option<Vec<u8>> {
+        let e = self.by_node.remove(&ino)?;
+        if e.at.elapsed() >= KEPT_FOR || !unchanged(&e.fh, e.since) {
+            return None;
+        }
+        let start = usize::try_from(offset)
+            .ok()
+            .filter(|s| *s <= e.data.len())?;
+        let end = start.saturating_add(size as usize);
+        let answer = match (end <= e.data.len(), e.eof) {
+            (true, _) => e.data[start..end].to_vec(),
+            (false, true) => e.data[start..].to_vec(),
+            (false, false) => return None,
+        };
+        // Kept for the READs after, unless this one read to the end.
+        if end < e.data.len() {
+            self.by_node.insert(ino, e);
+        }
+        Some(answer)
+    }
+
+    /// Node `ino` is gone.
+    pub(super) fn forget(&mut self, ino: u64) {
+        self.by_node.remove(&ino);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(ftype: FileType, size: u64) -> Attr {
+        Attr {
+            ftype,
+            size,
+            ..crate::fuse::placeholder_dir()
+        }
+    }
+
+    #[test]
+    fn only_small_regular_files_opened_for_reading() {
+        let small = attr(FileType::Regular, 5000);
+        assert_eq!(wanted(OpenFlags(libc::O_RDONLY), &small), Some(5000));
+        assert_eq!(
+            wanted(OpenFlags(libc::O_RDONLY), &attr(FileType::Regular, 0)),
+            Some(1)
+        );
+        assert_eq!(wanted(OpenFlags(libc::O_RDWR), &small), None);
+        assert_eq!(wanted(OpenFlags(libc::O_WRONLY), &small), None);
+        assert_eq!(
+            wanted(OpenFlags(libc::O_RDONLY | libc::O_TRUNC), &small),
+            None
+        );
+        assert_eq!(
+            wanted(OpenFlags(libc::O_RDONLY), &attr(FileType::Directory, 10)),
+            None
+        );
+        let big = attr(FileType::Regular, READ_AT_OPEN_MAX + 1);
+        assert_eq!(wanted(OpenFlags(libc::O_RDONLY), &big), None);
+    }
+
+    #[test]
+    fn kept_bytes_answer_reads_they_hold_while_the_file_is_unchanged() {
+        let fh = FileHandle::from_bytes([4; 48]);
+        let cache = crate::cache::AttrCache::default();
+        let since = cache.stamp();
+        let mut r = ReadAtOpen::default();
+        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        r.keep(7, fh, since, data.clone(), true);
+        assert_eq!(r.take(8, 0, 4096, |_, _| true), None, "another node");
+        assert_eq!(
+            r.take(7, 0, 4096, |_, _| true).as_deref(),
+            Some(&data[..4096])
+        );
+        assert_eq!(
+            r.take(7, 4096, 65536, |_, _| true).as_deref(),
+            Some(&data[4096..]),
+            "to the end of the file"
+        );
+        assert_eq!(r.take(7, 0, 10, |_, _| true), None, "read to the end: gone");
+
+        r.keep(7, fh, since, data.clone(), false);
+        assert_eq!(
+            r.take(7, 8192, 4096, |_, _| true),
+            None,
+            "past what was read, not the end"
+        );
+        r.keep(7, fh, since, data.clone(), true);
+        assert_eq!(r.take(7, 0, 10, |_, s| s != since), None, "changed since");
+        assert_eq!(r.take(7, 0, 10, |_, _| true), None, "and dropped");
+        r.keep(7, fh, since, data, true);
+        r.forget(7);
+        assert_eq!(r.take(7, 0, 10, |_, _| true), None, "node forgotten");
+    }
+
+    #[test]
+    fn at_most_kept_max_files_are_kept() {
+        let cache = crate::cache::AttrCache::default();
+        let mut r = ReadAtOpen::default();
+        for i in 0..(KEPT_MAX as u64 + 10) {
+            r.keep(
+                i,
+                FileHandle::from_bytes([5; 48]),
+                cache.stamp(),
+                vec![1],
+                true,
+            );
+        }
+        assert_eq!(r.by_node.len(), KEPT_MAX);
+        assert!(
+            r.take(KEPT_MAX as u64 + 9, 0, 1, |_, _| true).is_some(),
+            "the newest stays"
+        );
+    }
+}
