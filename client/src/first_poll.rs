@@ -141,8 +141,8 @@ mod tests {
             });
             spawn_here(rt.handle(), async move {
                 waited.await.unwrap();
-                tx.send(std::thread::current().id()).unwrap();
                 d.fetch_add(1, Ordering::SeqCst);
+                tx.send(std::thread::current().id()).unwrap();
             });
             // Sent already at the first poll: done here; else resumed on the runtime.
             rx.recv_timeout(Duration::from_secs(5))

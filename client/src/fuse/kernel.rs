@@ -231,7 +231,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
             reply.attr(&Duration::ZERO, &attr);
             if let Some(ticket) = ticket {
                 let c = sh.client_for_caller(req);
-                self.rt.spawn(sh.send_early_setattr(c, ino, ticket));
+                crate::first_poll::spawn_here(&self.rt, sh.send_early_setattr(c, ino, ticket));
             }
             return;
         }
@@ -476,7 +476,8 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
             };
             reply.written(data.len() as u32);
             let c = sh.client_for_caller(req);
-            self.rt.spawn(async move {
+            // Sent from here (the kernel has its answer already), not by waking the runtime.
+            crate::first_poll::spawn_here(&self.rt, async move {
                 let r = sh.write(&c, ino, offset, &data).await;
                 ticket.end(r.map(|_| ()));
             });
@@ -488,7 +489,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
                 Err(e) => return reply.error(e),
             };
             reply.written(data.len() as u32);
-            tokio::spawn(async move {
+            crate::first_poll::spawn_here(&Handle::current(), async move {
                 let r = sh.write(&c, ino, offset, &data).await;
                 ticket.end(r.map(|_| ()));
             });
