@@ -1,11 +1,11 @@
 //! One connection to the server: TCP, handshake, the sending side, a reader task, LOGIN.
 //!
-//! The handshake's session becomes a [`ClientConnection`], split into its halves: the sending
-//! side ([`Outgoing`]) owns the [`RequestSender`](protocol::client::RequestSender), seals records in order and writes them
-//! (callers hand it [`UnsealedRequest`]s they encoded with the session-wide ids a retry
-//! keeps); the reader task owns the [`MessageReader`], hands each reply to the caller waiting
-//! for its id and applies INVALIDATEs to the attribute cache. A sweep ends requests past their
-//! deadline ([`crate::sweep`]: no timer per request).
+//! The handshake's session becomes a [`ClientConnection`], split into its halves: the
+//! sending side ([`Outgoing`]) owns the [`RequestSender`](protocol::client::RequestSender),
+//! seals records in order and writes them (callers hand it [`UnsealedRequest`]s they encoded
+//! with the session-wide ids a retry keeps); the reader task owns the [`MessageReader`], hands
+//! each reply to the caller waiting for its id and applies INVALIDATEs to the attribute cache.
+//! A sweep ends requests past their deadline ([`crate::sweep`]: no timer per request).
 //! When either side fails, [`fail_all`] marks the connection dead and wakes every waiter with
 //! "lost"; the next request makes a new connection ([`Client::connection`]).
 
