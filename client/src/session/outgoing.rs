@@ -97,19 +97,20 @@ impl Outgoing {
         s.sealed += 1;
         let place = s.sealed;
         match chunk {
-            Chunk::Batch(record) if !s.writing => {
+            Chunk::Batch(mut record) if !s.writing => {
                 // Nothing is queued (the queue is only ever non-empty while the writer
                 // task writes): straight to the socket, the rest to the writer task.
-                match self.socket.try_write(&record) {
-                    Ok(n) if n == record.len() => {}
-                    Ok(n) => self.hand_over(&mut s, Chunk::Batch(record[n..].to_vec())),
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                        self.hand_over(&mut s, Chunk::Batch(record))
-                    }
+                let taken = match self.socket.try_write(&record) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
                     Err(_) => {
                         s.broken = true;
                         return Err(Broken);
                     }
+                };
+                if taken < record.len() {
+                    record.drain(..taken);
+                    self.hand_over(&mut s, Chunk::Batch(record));
                 }
             }
             Chunk::Batch(record) => match s.queue.back_mut() {

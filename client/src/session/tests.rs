@@ -1501,3 +1501,57 @@ async fn no_create_at_is_sent_to_a_server_without_it() {
     let how = protocol::CreateHow::Guarded(protocol::SetAttr::default());
     assert!(c.create_at("/f", how).await.unwrap().is_none());
 }
+
+/// Records the socket does not take at once go to the writer task and still arrive whole and
+/// in the order they were sealed: the server stops reading for a while (its first request
+/// blocks it), so the client's writes of 200 records of 60 KiB (under the size written
+/// alone, so each is written by its sender) find the socket full, partly or wholly; the
+/// server then opens every record (one out of order or cut short fails its tag) and each
+/// WRITE carries its own bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_the_socket_does_not_take_at_once_arrive_whole_and_in_order() {
+    const CHUNK: usize = 60 * 1024;
+    let mut first = true;
+    let f = fake(Box::new(move |_, req| {
+        if std::mem::take(&mut first) {
+            std::thread::sleep(Duration::from_millis(400));
+        }
+        match req.op {
+            RequestOp::Write { offset, data, .. } => {
+                let want = (offset / CHUNK as u64) as u8;
+                if data.len() != CHUNK || data.iter().any(|b| *b != want) {
+                    return vec![reply(req.id, Err(NfsStatus::Inval))];
+                }
+                vec![write_ok(req.id, data.len())]
+            }
+            _ => vec![reply(req.id, Err(NfsStatus::NotSupp))],
+        }
+    }))
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let mut tasks = Vec::new();
+    for i in 0..200u64 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let data = vec![i as u8; CHUNK];
+            c.write(&FH, i * CHUNK as u64, StableHow::Unstable, &data)
+                .await
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        let written = tokio::time::timeout(Duration::from_secs(20), t)
+            .await
+            .expect("no answer")
+            .unwrap();
+        assert_eq!(
+            written.map(|(n, _)| n as usize).ok(),
+            Some(CHUNK),
+            "write {i}"
+        );
+    }
+    assert_eq!(
+        f.conns.load(Ordering::SeqCst),
+        1,
+        "one connection throughout"
+    );
+}
