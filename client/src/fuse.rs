@@ -175,6 +175,10 @@ impl ServerMount {
             },
         );
         t.by_fh.insert(root, base);
+        let behind = Arc::new(write_behind::WriteBehind::default());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            behind.start_sweep(&rt);
+        }
         Arc::new(ServerMount {
             client,
             table: Mutex::new(t),
@@ -183,7 +187,7 @@ impl ServerMount {
             root: base,
             locks: Mutex::default(),
             xattr_ahead: xattr_ahead::XattrAhead::default(),
-            behind: Arc::default(),
+            behind,
             kept: kept_listings::KeptListings::default(),
             listing_ahead: listing_ahead::ListingAhead::default(),
         })

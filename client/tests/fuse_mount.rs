@@ -1101,6 +1101,34 @@ fn a_small_file_is_read_with_its_open_until_it_changes() {
     );
 }
 
+/// A file written in pieces, as `tar` writes (10 KiB records), reaches the server as one
+/// WRITE, sent when it is closed; another client sees every byte after the close. A file
+/// left open reaches the server anyway, within moments.
+#[test]
+fn a_file_written_in_pieces_goes_as_one_write() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("m");
+    let other = s.mount("other");
+    let body: Vec<u8> = (0..40 * 1024u32).map(|i| (i % 253) as u8).collect();
+    let writes = requests(&m, "Write");
+    let mut f = fs::File::create(m.dir.join("f")).unwrap();
+    for piece in body.chunks(10 * 1024) {
+        f.write_all(piece).unwrap();
+    }
+    drop(f);
+    assert_eq!(requests(&m, "Write") - writes, 1, "log:\n{}", m.log());
+    assert_eq!(fs::read(other.dir.join("f")).unwrap(), body);
+
+    // Left open: on the server without a close.
+    let mut f = fs::File::create(m.dir.join("g")).unwrap();
+    f.write_all(b"still open").unwrap();
+    soon("a held write sent without a close", true, || {
+        fs::read(s.export.join("g")).unwrap() == b"still open"
+    });
+    drop(f);
+}
+
 /// The CPUs in a `/proc` CPU list (`0-3,6`).
 fn cpu_list(list: &str) -> Vec<usize> {
     let mut cpus = Vec::new();

@@ -139,6 +139,8 @@ impl ServerMount {
         ino: INodeNo,
         s: SetAttr,
     ) -> Option<(FileAttr, Option<Ticket>)> {
+        // A write held to gather more goes first (before the table's lock: sending it takes it).
+        self.behind.send_held(ino.0);
         let mut t = self.table();
         let made = t.made.get_mut(&ino.0).filter(|m| m.uid == uid)?;
         let attr = predict(&made.attr, &s, SystemTime::now())?;

@@ -466,22 +466,33 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
                 }
             });
         }
-        // Written behind (fuse/write_behind.rs): answered once registered; the WRITE itself
-        // runs to its end whatever happens to the writer. Registered here when that needs no
-        // wait, else on the runtime.
-        if let Some(now) = sh.behind.begin_now(ino.0, offset, data.len()) {
-            let ticket = match now {
-                Ok(t) => t,
-                Err(e) => return reply.error(e),
-            };
-            reply.written(data.len() as u32);
-            let c = sh.client_for_caller(req);
-            // Sent from here (the kernel has its answer already), not by waking the runtime.
-            crate::first_poll::spawn_here(&self.rt, async move {
-                let r = sh.write(&c, ino, offset, &data).await;
-                ticket.end(r.map(|_| ()));
-            });
-            return;
+        // Written behind (fuse/write_behind.rs): answered once registered, and held to gather
+        // the next writes of the open file that continue it; the WRITE itself runs to its end
+        // whatever happens to the writer. Registered here when that needs no wait, else on
+        // the runtime.
+        let owner = (fh.0, req.uid());
+        let c = sh.client_for_caller(req);
+        let sender = {
+            let (sh, rt) = (sh.clone(), self.rt.clone());
+            move |ticket: super::write_behind::Ticket| -> super::write_behind::SendHeld {
+                Box::new(
+                    move |offset: u64,
+                          data: Vec<u8>,
+                          permits: Vec<tokio::sync::OwnedSemaphorePermit>| {
+                        // Sent from the thread that lets it go, not by waking the runtime.
+                        crate::first_poll::spawn_here(&rt, async move {
+                            let r = sh.write(&c, ino, offset, &data).await;
+                            drop(permits);
+                            ticket.end(r.map(|_| ()));
+                        });
+                    },
+                )
+            }
+        };
+        match sh.behind.write_now(ino.0, offset, &data, owner, sender) {
+            Some(Ok(())) => return reply.written(data.len() as u32),
+            Some(Err(e)) => return reply.error(e),
+            None => {}
         }
         self.spawn(req, sh, |sh, c| async move {
             let ticket = match sh.behind.begin(ino.0, offset, data.len()).await {

@@ -24,6 +24,16 @@
 //!   wait for it, and later SETATTRs answered early while it has not gone yet join it (one
 //!   SETATTR for `tar`'s `utimensat`, `fchown` and `fchmod` of a file).
 //!
+//! - **Small writes are gathered** ([`WriteBehind::write_now`]). A write answered on the
+//!   kernel's thread is held, not sent, and the next write of the same open file by the same
+//!   caller that continues it joins it (up to [`GATHER_MAX`] bytes): `tar` writes a file in
+//!   10 KiB records, each a WRITE to the server before, each costing the server a trip to a
+//!   storage thread. A held write is sent by whatever comes next for its file: another write
+//!   that does not continue it, an attribute change, anything that waits for the file's writes
+//!   (`close`, `fsync`, GETATTR, READ, ...), and at the latest [`GATHER_FOR`] after it was
+//!   held ([`WriteBehind::start_sweep`]), so a file left open reaches the server as soon as
+//!   before, give or take that.
+//!
 //! Bounds: [`BUDGET`] bytes under way in the whole mount (a writer past it waits, as for a
 //! full socket). Appends and the kernel's write-back of shared mappings are not written
 //! behind (the former need the server's answer, the latter come from the kernel's own cache).
@@ -31,6 +41,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use fuser::Errno;
 use parking_lot::Mutex;
@@ -41,6 +52,35 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 pub(crate) const BUDGET: usize = 32 << 20;
 /// The budget's unit: permits are counted in these.
 const UNIT: usize = 4096;
+
+/// Most bytes gathered into one held write.
+pub(crate) const GATHER_MAX: usize = 256 * 1024;
+
+/// Longest a write is held before it is sent anyway.
+pub(crate) const GATHER_FOR: Duration = Duration::from_millis(10);
+
+/// Sends a held write: its offset, its bytes and the budget its joined writes took (the
+/// first's is in its ticket). Called once.
+pub(crate) type SendHeld = Box<dyn FnOnce(u64, Vec<u8>, Vec<OwnedSemaphorePermit>) + Send>;
+
+/// A write answered and registered but not sent yet ([module docs](self)).
+struct Held {
+    /// Its range's id.
+    id: u64,
+    offset: u64,
+    data: Vec<u8>,
+    /// Who may join it: the open file (FUSE file handle) and the caller's uid.
+    owner: (u64, u32),
+    since: Instant,
+    permits: Vec<OwnedSemaphorePermit>,
+    send: SendHeld,
+}
+
+impl Held {
+    fn send(self) {
+        (self.send)(self.offset, self.data, self.permits);
+    }
+}
 
 /// One file's writes under way.
 #[derive(Default)]
@@ -53,6 +93,8 @@ struct Under {
     ended: Arc<Notify>,
     /// The attribute change answered early and not yet sent, with the id of its range.
     queued: Option<(u64, SetAttr)>,
+    /// The write held to gather the next ones (its range is in `ranges`).
+    held: Option<Held>,
 }
 
 impl Under {
@@ -71,6 +113,8 @@ pub(crate) struct WriteBehind {
     files: Mutex<HashMap<u64, Under>>,
     budget: Arc<Semaphore>,
     next_id: AtomicU64,
+    /// Sends writes held too long ([`WriteBehind::start_sweep`]).
+    held_sweep: Arc<crate::sweep::Sweep>,
 }
 
 /// The budget's permits a write of `len` bytes takes.
@@ -84,6 +128,7 @@ impl Default for WriteBehind {
             files: Mutex::new(HashMap::new()),
             budget: Arc::new(Semaphore::new(BUDGET / UNIT)),
             next_id: AtomicU64::new(0),
+            held_sweep: Arc::default(),
         }
     }
 }
@@ -117,6 +162,8 @@ impl WriteBehind {
         let end = offset.saturating_add(len as u64);
         let mut permit = Some(permit);
         loop {
+            // A write held to gather more goes now: this one does not continue it.
+            self.send_held(ino);
             let ended = match self.register(ino, offset, end, &mut permit) {
                 Ok(ticket) => return ticket,
                 Err(ended) => ended,
@@ -125,6 +172,7 @@ impl WriteBehind {
             let notified = ended.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            self.send_held(ino);
             let still = self
                 .files
                 .lock()
@@ -135,24 +183,6 @@ impl WriteBehind {
             }
             notified.await;
         }
-    }
-
-    /// [`WriteBehind::begin`] without waiting, on the kernel's thread: None if the write
-    /// would have to wait (the budget is used up, or it overlaps a write under way). Answering
-    /// a write there saves the hop to the runtime's thread and back, most of its cost.
-    pub(crate) fn begin_now(
-        self: &Arc<Self>,
-        ino: u64,
-        offset: u64,
-        len: usize,
-    ) -> Option<Result<Ticket, Errno>> {
-        let permit = self
-            .budget
-            .clone()
-            .try_acquire_many_owned(units(len))
-            .ok()?;
-        let end = offset.saturating_add(len as u64);
-        self.register(ino, offset, end, &mut Some(permit)).ok()
     }
 
     /// Registers `offset..end` of `ino` with `permit` (taken from it) unless it overlaps a
@@ -166,7 +196,18 @@ impl WriteBehind {
         permit: &mut Option<OwnedSemaphorePermit>,
     ) -> Result<Result<Ticket, Errno>, Arc<Notify>> {
         let mut files = self.files.lock();
-        let under = files.entry(ino).or_default();
+        self.register_in(files.entry(ino).or_default(), ino, offset, end, permit)
+    }
+
+    /// [`WriteBehind::register`] with the file's entry at hand (its lock held).
+    fn register_in(
+        self: &Arc<Self>,
+        under: &mut Under,
+        ino: u64,
+        offset: u64,
+        end: u64,
+        permit: &mut Option<OwnedSemaphorePermit>,
+    ) -> Result<Result<Ticket, Errno>, Arc<Notify>> {
         if let Some(e) = under.failed.take() {
             return Ok(Err(e));
         }
@@ -192,10 +233,13 @@ impl WriteBehind {
     /// [`WriteBehind::settle_before`] its id); Some(None) when it joined a change not yet sent;
     /// None when it cannot be under way (a failure is to be reported, or the budget is used
     /// up): then it is sent as usual.
+    ///
+    /// A write held to gather more must be sent first ([`WriteBehind::send_held`], by the
+    /// caller, holding no lock the WRITE takes): with one held, None.
     pub(crate) fn queue_attrs(self: &Arc<Self>, ino: u64, s: SetAttr) -> Option<Option<Ticket>> {
         let mut files = self.files.lock();
         let under = files.entry(ino).or_default();
-        if under.failed.is_some() {
+        if under.failed.is_some() || under.held.is_some() {
             return None;
         }
         if let Some((_, queued)) = &mut under.queued {
@@ -246,13 +290,17 @@ impl WriteBehind {
                 .map(|u| u.ended.clone())
         };
         loop {
+            // A write held to gather more is sent now: someone waits for it.
+            self.send_held(ino);
             let Some(ended_now) = ended() else {
                 return;
             };
             let notified = ended_now.notified();
             tokio::pin!(notified);
-            // Registered before looking again, so an end in between is not missed.
+            // Registered before looking again, so an end (or a write held) in between is not
+            // missed.
             notified.as_mut().enable();
+            self.send_held(ino);
             if ended().is_none() {
                 return;
             }
@@ -293,6 +341,108 @@ impl WriteBehind {
             .is_some_and(|u| u.failed.is_some())
     }
 
+    /// A write of `data` at `offset` of `ino` by `owner` (open file, uid), answered at once on
+    /// the kernel's thread: joined to the file's held write if it continues it, else
+    /// registered and held itself (the file's held write, if any, is sent first; `send` makes
+    /// what sends this one, given its ticket). None if it would have to wait (the budget is
+    /// used up, or it overlaps a write under way): the caller registers it with
+    /// [`WriteBehind::begin`]. A failure of an earlier write not yet reported is reported
+    /// instead.
+    pub(crate) fn write_now(
+        self: &Arc<Self>,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        owner: (u64, u32),
+        send: impl FnOnce(Ticket) -> SendHeld,
+    ) -> Option<Result<(), Errno>> {
+        let permit = self
+            .budget
+            .clone()
+            .try_acquire_many_owned(units(data.len()))
+            .ok()?;
+        let end = offset.saturating_add(data.len() as u64);
+        {
+            let mut files = self.files.lock();
+            let under = files.entry(ino).or_default();
+            let newest = under.ranges.last().map(|&(_, _, id)| id);
+            if let Some(h) = &mut under.held
+                && h.owner == owner
+                && newest == Some(h.id)
+                && h.offset + h.data.len() as u64 == offset
+                && h.data.len() + data.len() <= GATHER_MAX
+                && under.failed.is_none()
+            {
+                h.data.extend_from_slice(data);
+                h.permits.push(permit);
+                let id = h.id;
+                if let Some(r) = under.ranges.iter_mut().find(|r| r.2 == id) {
+                    r.1 = end;
+                }
+                return Some(Ok(()));
+            }
+        }
+        self.send_held(ino);
+        let mut files = self.files.lock();
+        let under = files.entry(ino).or_default();
+        let ticket = match self
+            .register_in(under, ino, offset, end, &mut Some(permit))
+            .ok()?
+        {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e)),
+        };
+        under.held = Some(Held {
+            id: ticket.id,
+            offset,
+            data: data.to_vec(),
+            owner,
+            since: Instant::now(),
+            permits: Vec::new(),
+            send: send(ticket),
+        });
+        // Whoever waits for the file's writes looks again, and sends it.
+        under.ended.notify_waiters();
+        drop(files);
+        self.held_sweep.added();
+        Some(Ok(()))
+    }
+
+    /// Sends the held write of `ino`, if any. Sending polls its request on this thread
+    /// ([`crate::first_poll`]), which takes the mount's table lock: never call this with it
+    /// held.
+    pub(crate) fn send_held(&self, ino: u64) {
+        let held = self.files.lock().get_mut(&ino).and_then(|u| u.held.take());
+        if let Some(h) = held {
+            h.send();
+        }
+    }
+
+    /// Starts, on `rt`, the sweep that sends every write held [`GATHER_FOR`] or longer
+    /// (ticking while any is held); it ends with the mount's writes.
+    pub(crate) fn start_sweep(self: &Arc<Self>, rt: &tokio::runtime::Handle) {
+        let (behind, sweep) = (Arc::downgrade(self), self.held_sweep.clone());
+        rt.spawn(async move {
+            let tick = || {
+                let wb = behind.upgrade()?;
+                let now = Instant::now();
+                let due: Vec<Held> = wb
+                    .files
+                    .lock()
+                    .values_mut()
+                    .filter(|u| u.held.as_ref().is_some_and(|h| now - h.since >= GATHER_FOR))
+                    .filter_map(|u| u.held.take())
+                    .collect();
+                for h in due {
+                    h.send();
+                }
+                let any = wb.files.lock().values().any(|u| u.held.is_some());
+                Some(any)
+            };
+            sweep.run(GATHER_FOR, 10, tick).await;
+        });
+    }
+
     fn end(&self, ino: u64, id: u64, result: Result<(), Errno>) {
         let mut files = self.files.lock();
         let Some(under) = files.get_mut(&ino) else {
@@ -310,6 +460,13 @@ impl WriteBehind {
         if under.idle() && under.failed.is_none() {
             files.remove(&ino);
         }
+    }
+}
+
+impl Drop for WriteBehind {
+    /// Lets an idle sweep see that the writes are gone, and end.
+    fn drop(&mut self) {
+        self.held_sweep.added();
     }
 }
 
@@ -443,6 +600,100 @@ mod tests {
         );
         assert_eq!(wb.settle_and_report(1).await, Err(Errno::EIO));
         assert!(wb.queue_attrs(1, SetAttr::default()).unwrap().is_some());
+    }
+
+    /// What [`WriteBehind::write_now`]'s held writes sent: (offset, bytes), in order.
+    type Sent = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+
+    fn sender(sent: &Sent) -> impl FnOnce(Ticket) -> SendHeld {
+        let sent = sent.clone();
+        move |ticket| {
+            Box::new(move |offset, data, _permits| {
+                sent.lock().push((offset, data));
+                ticket.end(Ok(()));
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_continuing_a_held_one_join_it_until_something_waits() {
+        let wb = Arc::new(WriteBehind::default());
+        let sent = Sent::default();
+        let me = (1, 1000);
+        for i in 0..4u64 {
+            let piece = vec![i as u8; 100];
+            wb.write_now(7, i * 100, &piece, me, sender(&sent))
+                .unwrap()
+                .unwrap();
+        }
+        assert!(sent.lock().is_empty(), "held, not sent");
+        assert!(wb.busy(7), "under way for whoever looks");
+        wb.settle(7).await;
+        let got = sent.lock().clone();
+        assert_eq!(got.len(), 1, "one write for the four");
+        assert_eq!(got[0].0, 0);
+        assert_eq!(got[0].1.len(), 400);
+        assert!(got[0].1[300..].iter().all(|b| *b == 3));
+        assert!(!wb.busy(7));
+    }
+
+    #[tokio::test]
+    async fn a_write_that_does_not_continue_the_held_one_sends_it() {
+        let wb = Arc::new(WriteBehind::default());
+        let sent = Sent::default();
+        let me = (1, 1000);
+        wb.write_now(7, 0, &[1; 10], me, sender(&sent))
+            .unwrap()
+            .unwrap();
+        // A gap: sent, and the new one held.
+        wb.write_now(7, 20, &[2; 10], me, sender(&sent))
+            .unwrap()
+            .unwrap();
+        assert_eq!(sent.lock().len(), 1);
+        // Another open file, or another user, continuing it: not joined.
+        wb.write_now(7, 30, &[3; 10], (2, 1000), sender(&sent))
+            .unwrap()
+            .unwrap();
+        wb.write_now(7, 40, &[4; 10], (2, 1001), sender(&sent))
+            .unwrap()
+            .unwrap();
+        assert_eq!(sent.lock().len(), 3);
+        // An attribute change is not queued while a write is held (it must go after the
+        // writes); once that is sent, it is.
+        assert!(wb.queue_attrs(7, SetAttr::default()).is_none());
+        wb.send_held(7);
+        assert_eq!(sent.lock().len(), 4);
+        let change = wb.queue_attrs(7, SetAttr::default()).unwrap().unwrap();
+        wb.settle_before(&change).await;
+        change.end(Ok(()));
+        // Too much to gather: sent, then held anew.
+        wb.write_now(8, 0, &vec![0; GATHER_MAX], me, sender(&sent))
+            .unwrap()
+            .unwrap();
+        wb.write_now(8, GATHER_MAX as u64, &[0; 1], me, sender(&sent))
+            .unwrap()
+            .unwrap();
+        assert_eq!(sent.lock().len(), 5);
+        wb.settle(8).await;
+        let offsets: Vec<u64> = sent.lock().iter().map(|(o, _)| *o).collect();
+        assert_eq!(offsets, [0, 20, 30, 40, 0, GATHER_MAX as u64]);
+    }
+
+    #[tokio::test]
+    async fn a_held_write_is_sent_by_the_sweep_if_nothing_else_comes() {
+        let wb = Arc::new(WriteBehind::default());
+        wb.start_sweep(&tokio::runtime::Handle::current());
+        let sent = Sent::default();
+        wb.write_now(7, 0, &[1; 10], (1, 1000), sender(&sent))
+            .unwrap()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while sent.lock().is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(2), "never sent");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert!(start.elapsed() >= GATHER_FOR, "sent before its time");
+        assert!(!wb.busy(7));
     }
 
     #[tokio::test]
