@@ -457,8 +457,8 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
             None
         };
         sh.made_written(ino, offset.saturating_add(data.len() as u64));
-        let data = data.to_vec();
         if let Some(c) = as_opener {
+            let data = data.to_vec();
             return self.spawn_as(req, sh, c, |sh, c| async move {
                 match sh.write(&c, ino, offset, &data).await {
                     Ok(n) => reply.written(n),
@@ -470,11 +470,13 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         // the next writes of the open file that continue it; the WRITE itself runs to its end
         // whatever happens to the writer. Registered here when that needs no wait, else on
         // the runtime.
+        // The write's bytes are copied once, into the held write (or, past here, into the
+        // task); the caller's groups are read only for a write that starts a held one.
         let owner = (fh.0, req.uid());
-        let c = sh.client_for_caller(req);
         let sender = {
             let (sh, rt) = (sh.clone(), self.rt.clone());
             move |ticket: super::write_behind::Ticket| -> super::write_behind::SendHeld {
+                let c = sh.client_for_caller(req);
                 Box::new(
                     move |offset: u64,
                           data: Vec<u8>,
@@ -489,11 +491,12 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
                 )
             }
         };
-        match sh.behind.write_now(ino.0, offset, &data, owner, sender) {
+        match sh.behind.write_now(ino.0, offset, data, owner, sender) {
             Some(Ok(())) => return reply.written(data.len() as u32),
             Some(Err(e)) => return reply.error(e),
             None => {}
         }
+        let data = data.to_vec();
         self.spawn(req, sh, |sh, c| async move {
             let ticket = match sh.behind.begin(ino.0, offset, data.len()).await {
                 Ok(t) => t,
