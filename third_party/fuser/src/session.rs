@@ -33,6 +33,7 @@ use crate::Request;
 use crate::channel::Channel;
 use crate::channel::ChannelSender;
 use crate::dev_fuse::DevFuse;
+use crate::duty::Duty;
 use crate::ll;
 use crate::ll::Operation;
 use crate::ll::ResponseErrno;
@@ -299,6 +300,9 @@ impl<FS: Filesystem> Session<FS> {
             // always wake one on another.
             cpus.clear();
         }
+        // Pinned threads: only the one on the callers' CPU reads while they keep to one
+        // (`duty.rs`).
+        let duty = (cpus.len() > 1).then(|| Duty::start(cpus.clone()));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let cpu = cpus.get(i).copied();
@@ -309,6 +313,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                duty: duty.clone().map(|d| (d, i)),
             };
             threads.push(
                 thread::Builder::new()
@@ -534,6 +539,21 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// With pinned threads (sfs's patch): the reading duty they share, and this thread's
+    /// number in it.
+    pub(crate) duty: Option<(Arc<Duty>, usize)>,
+}
+
+/// Ends the reading duty when its thread leaves its loop, however it leaves, so that the
+/// threads waiting for their turn leave too.
+struct EndsDuty<'a>(Option<&'a Duty>);
+
+impl Drop for EndsDuty<'_> {
+    fn drop(&mut self) {
+        if let Some(duty) = self.0 {
+            duty.end();
+        }
+    }
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -542,7 +562,13 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
+        let _ends_duty = EndsDuty(self.duty.as_ref().map(|(d, _)| &**d));
         loop {
+            if let Some((duty, me)) = &self.duty {
+                if !duty.wait_turn(*me) {
+                    return Ok(());
+                }
+            }
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
@@ -553,7 +579,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {
-                            req.dispatch(self)
+                            req.dispatch(self);
+                            if let Some((duty, _)) = &self.duty {
+                                duty.after_request(req.request.pid().as_raw() as u32);
+                            }
                         }
                     }
                     // Quit loop on illegal request

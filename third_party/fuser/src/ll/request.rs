@@ -2159,8 +2159,7 @@ impl<'a> AnyRequest<'a> {
     }
 
     /// Returns the PID of the process that triggered this request.
-    #[cfg_attr(not(test), expect(dead_code))]
-    fn pid(&self) -> Pid {
+    pub(crate) fn pid(&self) -> Pid {
         Pid::from_raw(self.header.pid as i32)
     }
 

@@ -21,8 +21,9 @@ pub struct Config {
     /// With as many event loop threads as CPUs the process may run on, pin thread `i` to the
     /// `i`-th of them (sfs's patch): a request is then often read on the CPU of the thread
     /// that made it, and waking a thread on the same CPU is much cheaper than on another (on
-    /// some virtual machines 8x). With any other number of threads, none is pinned; a pinning
-    /// the kernel refuses leaves that thread free.
+    /// some virtual machines 8x). While the callers keep to one CPU, only that CPU's thread
+    /// reads (`duty.rs`). With any other number of threads, none is pinned; a pinning the
+    /// kernel refuses leaves that thread free.
     pub pin_threads: bool,
 }
 
