@@ -1220,7 +1220,7 @@ fn a_program_on_one_cpu_has_its_requests_read_on_that_cpu() {
     }
     // A request the mount answers itself (no file it made has a capability).
     let ask = || assert_eq!(getxattr(&f, "security.capability", 0), Err(libc::ENODATA));
-    // Long enough for the mount's looks (one a millisecond, four agreeing) to settle.
+    // Long enough for the mount's looks (one every 4 ms, four agreeing) to settle.
     let settle = Instant::now();
     while settle.elapsed() < Duration::from_millis(100) {
         ask();

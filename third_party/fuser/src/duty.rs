@@ -26,7 +26,7 @@ use std::time::Duration;
 
 /// The least time between two looks at a caller's CPU (a look costs about 10 us, and a
 /// wake-up of the looking thread).
-const LOOK_EVERY: Duration = Duration::from_millis(1);
+const LOOK_EVERY: Duration = Duration::from_millis(4);
 /// Looks in a row that must agree on one CPU before only its thread reads.
 const LOOKS: usize = 4;
 
