@@ -275,6 +275,13 @@ mod tests {
 
     #[test]
     fn a_device_is_written_only_when_the_user_named_it() {
+        // Written only if it is the device: where it is missing, the named write would make
+        // it a regular file for every later program on the machine.
+        let null = std::fs::symlink_metadata("/dev/null");
+        assert!(
+            null.is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type())),
+            "this machine's /dev/null is not a character device"
+        );
         let dev = Dir::open_named(Path::new("/dev")).unwrap();
         assert!(dev.create_file(b"null").is_err());
         let mut f = dev.create_named_file(b"null").unwrap();
