@@ -1163,6 +1163,16 @@ fn allowed_cpus(status: &Path) -> Vec<usize> {
     cpu_list(list)
 }
 
+/// The `/proc` directories of the mount process `pid`'s threads that read the kernel's
+/// requests (fuser's `fuser-N`).
+fn reader_threads(pid: u32) -> Vec<PathBuf> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|t| t.unwrap().path())
+        .filter(|t| fs::read_to_string(t.join("comm")).is_ok_and(|c| c.starts_with("fuser-")))
+        .collect()
+}
+
 /// The mount reads the kernel's requests with one thread per CPU, each pinned to its own
 /// CPU (client README: a request is then often read on its caller's CPU).
 #[test]
@@ -1172,14 +1182,10 @@ fn the_kernels_requests_are_read_by_one_thread_pinned_to_each_cpu() {
     let a = s.mount("a");
     let ours = allowed_cpus(Path::new("/proc/self/status"));
     let cpus = std::thread::available_parallelism().unwrap().get();
-    let mut readers: Vec<Vec<usize>> = Vec::new();
-    for task in fs::read_dir(format!("/proc/{}/task", a.pid)).unwrap() {
-        let task = task.unwrap().path();
-        let comm = fs::read_to_string(task.join("comm")).unwrap_or_default();
-        if comm.starts_with("fuser-") {
-            readers.push(allowed_cpus(&task.join("status")));
-        }
-    }
+    let mut readers: Vec<Vec<usize>> = reader_threads(a.pid)
+        .iter()
+        .map(|t| allowed_cpus(&t.join("status")))
+        .collect();
     readers.sort();
     assert_eq!(readers.len(), cpus.min(16), "{readers:?}");
     if ours.len() == cpus && cpus <= 16 {
@@ -1228,18 +1234,14 @@ fn a_program_on_one_cpu_has_its_requests_read_on_that_cpu() {
     // Requests read by each reader: its switches, as a reader sleeps in between.
     let reads = || -> Vec<(usize, u64)> {
         let mut r = Vec::new();
-        for task in fs::read_dir(format!("/proc/{}/task", a.pid)).unwrap() {
-            let task = task.unwrap().path();
-            let comm = fs::read_to_string(task.join("comm")).unwrap_or_default();
-            if comm.starts_with("fuser-") {
-                let status = fs::read_to_string(task.join("status")).unwrap();
-                let switches: u64 = status
-                    .lines()
-                    .filter(|l| l.contains("ctxt_switches"))
-                    .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                    .sum();
-                r.push((allowed_cpus(&task.join("status"))[0], switches));
-            }
+        for task in reader_threads(a.pid) {
+            let status = fs::read_to_string(task.join("status")).unwrap();
+            let switches: u64 = status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum();
+            r.push((allowed_cpus(&task.join("status"))[0], switches));
         }
         r.sort();
         r

@@ -12,11 +12,11 @@
 //! the caller of a request just read last ran on, in `/proc/PID/stat`: the caller sleeps
 //! there until answered, and wakes there if that CPU is free. Not the reading threads
 //! themselves: reading a process's `stat` waits while that process is in the middle of an
-//! `execve`, which may itself wait for a request of this file system (the program's file), and
-//! a reading thread must never wait for a request only it could read. When the last [`LOOKS`] looks
-//! all found the callers on one CPU, only that CPU's thread reads; as soon as a look finds a
-//! caller elsewhere (a program the scheduler moved, or programs on several CPUs at once),
-//! every thread reads again, as without this patch. Neither way does a thread wait for the
+//! `execve`, which may itself wait for a request of this file system (the program's file),
+//! and a reading thread must never wait for a request only it could read. When the last
+//! [`LOOKS`] looks all found the callers on one CPU, only that CPU's thread reads; as soon
+//! as a look finds a caller elsewhere (a program the scheduler moved, or programs on several
+//! CPUs at once), every thread reads again, as without this patch. Neither way does a thread wait for the
 //! file system's work while others wait to read (sfs answers or parks every request at
 //! once), so one reading thread is no bottleneck: it is what fuser runs with on one CPU.
 
