@@ -2,6 +2,7 @@
 //! (Zeldovich et al., USENIX 2003) run on this code.
 
 mod cipher;
+mod cpu_idle;
 mod cputime;
 mod idle;
 mod mount;

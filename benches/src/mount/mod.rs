@@ -105,6 +105,9 @@ struct Row {
     server_cpu_s: f64,
     client_cpu_s: f64,
     reps: usize,
+    /// How the machine's idle CPUs waited ([`crate::cpu_idle`]): figures taken under
+    /// different settings are not comparable.
+    cpu_idle: String,
 }
 
 fn have(tool: &str) -> bool {
@@ -245,9 +248,10 @@ pub(crate) fn run(args: MountArgs) -> anyhow::Result<()> {
             workdir.display()
         );
     }
+    let cpu_idle = crate::cpu_idle::describe();
     eprintln!(
         "mount: {} file, tree of {} entries x {} copies, {} rep(s); {} CPU(s), shared with \
-         whatever else runs here",
+         whatever else runs here; {cpu_idle}",
         human(args.file_size),
         entries,
         args.tree_copies,
@@ -275,7 +279,7 @@ pub(crate) fn run(args: MountArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for (wi, &w) in Workload::ALL.iter().enumerate() {
         for (si, &system) in systems.iter().enumerate() {
-            rows.push(summarise(w, system, &samples[si][wi]));
+            rows.push(summarise(w, system, &samples[si][wi], &cpu_idle));
         }
     }
     print_table(&rows, &systems);
@@ -378,7 +382,7 @@ fn clean(export: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn summarise(w: Workload, system: System, samples: &[Sample]) -> Row {
+fn summarise(w: Workload, system: System, samples: &[Sample], cpu_idle: &str) -> Row {
     let rates: Vec<f64> = samples.iter().map(|s| s.outcome.rate(w)).collect();
     let (min, max) = spread(&rates);
     let secs = |f: fn(&Sample) -> Duration| {
@@ -400,6 +404,7 @@ fn summarise(w: Workload, system: System, samples: &[Sample]) -> Row {
         server_cpu_s: secs(|s| s.server_cpu),
         client_cpu_s: secs(|s| s.client_cpu),
         reps: samples.len(),
+        cpu_idle: cpu_idle.to_string(),
     }
 }
 
