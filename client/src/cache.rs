@@ -32,7 +32,9 @@ use parking_lot::Mutex;
 use protocol::{Attr, FileHandle};
 
 mod fresh_dirs;
+mod removable_dirs;
 use fresh_dirs::FreshDirs;
+use removable_dirs::RemovableDirs;
 
 /// Cached attributes and access bits, keyed by file handle.
 #[derive(Default)]
@@ -81,6 +83,8 @@ struct Cached {
     no_caps: HashMap<FileHandle, Instant>,
     /// Directories we made, with every name we may have put in them ([`fresh_dirs`]).
     fresh: FreshDirs,
+    /// Directories whose entries a user may remove ([`removable_dirs`]).
+    removable: RemovableDirs,
     /// The logical clock: the tick of the last change event of any object.
     clock: u64,
     changes: HashMap<FileHandle, Changes>,
@@ -305,6 +309,7 @@ impl AttrCache {
         g.changed(fh);
         g.no_caps.remove(fh);
         g.fresh.forget(fh);
+        g.removable.forget(fh);
     }
 
     /// `dir` was made by a MKDIR of `authno` replying `attr` ([`fresh_dirs`]).
@@ -325,7 +330,38 @@ impl AttrCache {
     /// A SETATTR of ours on `fh` is about to be sent: if a directory, it may no longer let
     /// its maker search it ([`fresh_dirs`]).
     pub(crate) fn setattr_sending(&self, fh: &FileHandle) {
-        self.inner.lock().fresh.forget(fh);
+        let mut g = self.inner.lock();
+        g.fresh.forget(fh);
+        g.removable.forget(fh);
+    }
+
+    /// Taken before asking ACCESS for [`AttrCache::removable_granted`].
+    pub(crate) fn removable_epoch(&self) -> u64 {
+        self.inner.lock().removable.epoch()
+    }
+
+    /// `authno` asked at `epoch` for DELETE and LOOKUP on `dir` and was `granted` them or
+    /// not, with `dir`'s attributes `attr` ([`removable_dirs`]).
+    pub(crate) fn removable_answered(
+        &self,
+        dir: FileHandle,
+        authno: u32,
+        attr: &Attr,
+        granted: bool,
+        epoch: u64,
+    ) {
+        let mut g = self.inner.lock();
+        g.removable.answered(dir, authno, attr, granted, epoch);
+    }
+
+    /// Whether `authno` may remove any entry of `dir`, as far as the server last said, and
+    /// whether the server's answer (either way) still holds ([`removable_dirs`]).
+    pub(crate) fn removable(&self, dir: &FileHandle, authno: u32) -> (bool, bool) {
+        let g = self.inner.lock();
+        (
+            g.removable.removable(dir, authno),
+            g.removable.known(dir, authno),
+        )
     }
 
     /// `fh` was made new by this client with `attr` ([`Cached::no_caps`]).
@@ -354,7 +390,10 @@ impl AttrCache {
     /// An extended attribute of `fh` is about to be set or removed by us: it may get a
     /// capability.
     pub(crate) fn xattr_changing(&self, fh: &FileHandle) {
-        self.inner.lock().no_caps.remove(fh);
+        let mut g = self.inner.lock();
+        g.no_caps.remove(fh);
+        // An ACL may take away the right to remove entries.
+        g.removable.forget(fh);
     }
 
     /// The server's INVALIDATE of `fh` (another client changed it), with its attributes when
@@ -365,6 +404,7 @@ impl AttrCache {
         let mut g = self.inner.lock();
         g.no_caps.remove(fh);
         g.fresh.forget(fh);
+        g.removable.forget(fh);
         let c = g.changed(fh);
         c.begun = c.tick;
         if let (Some(a), false) = (attr, c.ours) {
@@ -382,6 +422,7 @@ impl AttrCache {
         g.xattr_bytes = 0;
         g.no_caps.clear();
         g.fresh.clear();
+        g.removable.clear();
         g.clock += 1;
         g.floor = g.clock;
     }

@@ -93,6 +93,7 @@ mod locks;
 mod names;
 mod node_ranges;
 mod read_at_open;
+mod removes_behind;
 mod table;
 mod unlinked;
 mod write_behind;
@@ -131,6 +132,9 @@ pub(crate) struct ServerMount {
     /// WRITEs answered before the server's answer, and what waits for them
     /// ([`write_behind`]).
     behind: Arc<write_behind::WriteBehind>,
+    /// REMOVEs answered before the server's answer, and what waits for them
+    /// ([`removes_behind`]).
+    removes: Arc<removes_behind::RemovesBehind>,
     /// Listings kept between opens while their directory's lease lasts ([`kept_listings`]).
     kept: kept_listings::KeptListings,
     /// Listings read ahead along a walk of the tree ([`listing_ahead`]).
@@ -188,6 +192,7 @@ impl ServerMount {
             locks: Mutex::default(),
             xattr_ahead: xattr_ahead::XattrAhead::default(),
             behind,
+            removes: Arc::default(),
             kept: kept_listings::KeptListings::default(),
             listing_ahead: listing_ahead::ListingAhead::default(),
         })

@@ -3356,3 +3356,113 @@ fn appends_through_a_read_only_creation_fall_back_to_writes() {
         "ab\ncd\n"
     );
 }
+
+/// Stops the test's sfsd (SIGSTOP) until the guard drops (SIGCONT), so a failed test leaves
+/// no stopped server behind.
+struct Stopped(String);
+
+impl Stopped {
+    fn server(s: &Setup) -> Stopped {
+        let pid = s.server.child.id().to_string();
+        let stopped = Command::new("kill").args(["-STOP", &pid]).status();
+        assert!(stopped.unwrap().success());
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
+    }
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A directory `d` of `n` small files made through `m`, listed once (as `rm -r` lists what it
+/// removes), and its first file removed the usual way, which asks whether this user may
+/// remove entries of `d`.
+fn listed_files(m: &Mount, n: usize) -> PathBuf {
+    let d = m.dir.join("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..n {
+        fs::write(d.join(format!("f{i:02}")), b"x").unwrap();
+    }
+    assert_eq!(names_in(&d).len(), n);
+    fs::remove_file(d.join("f00")).unwrap();
+    d
+}
+
+/// Removing behind (`client/src/fuse/removes_behind.rs`): once the server said this user may
+/// remove entries of a directory, an unlink there is answered before the server's answer
+/// (here the server is stopped, and they return anyway), its REMOVE reaches the server, and
+/// nothing shows the directory as it was meanwhile: a listing asked while they are under
+/// way does not hand out the names, the kept one included.
+#[test]
+fn unlinks_are_answered_before_the_server_and_reach_it() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("m");
+    let d = listed_files(&m, 12);
+    let stopped = Stopped::server(&s);
+    let d2 = d.clone();
+    let (removed, _) = within(
+        "unlinks while the server is stopped",
+        Duration::from_secs(10),
+        move || (1..12).try_for_each(|i| fs::remove_file(d2.join(format!("f{i:02}")))),
+    );
+    removed.unwrap();
+    let d3 = d.clone();
+    let listing = std::thread::spawn(move || names_in(&d3));
+    std::thread::sleep(Duration::from_millis(300));
+    if listing.is_finished() {
+        let early = listing.join().unwrap();
+        panic!("a listing with the removals under way ended early: {early:?}");
+    }
+    drop(stopped);
+    assert_eq!(listing.join().unwrap(), Vec::<String>::new());
+    assert_eq!(names_in(&s.export.join("d")), Vec::<String>::new());
+    // A name removed behind can be made again, and the directory removed.
+    fs::write(d.join("f05"), b"new").unwrap();
+    assert_eq!(fs::read(s.export.join("d/f05")).unwrap(), b"new");
+    fs::remove_file(d.join("f05")).unwrap();
+    fs::remove_dir(&d).unwrap();
+    assert!(!s.export.join("d").exists());
+}
+
+/// What no client can foresee (here a file replaced by a directory on the server's own disk,
+/// behind sfsd's back, while the mount still holds the file's attributes) makes the server
+/// refuse a removal answered early: the name shows again, and `fsync` of the directory
+/// reports the refusal, once.
+#[test]
+fn a_removal_refused_after_its_answer_is_reported_by_the_directorys_fsync() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("m");
+    let d = listed_files(&m, 3);
+    let on_disk = s.export.join("d/f01");
+    fs::remove_file(&on_disk).unwrap();
+    fs::create_dir(&on_disk).unwrap();
+    fs::write(on_disk.join("inside"), b"kept").unwrap();
+    fs::remove_file(d.join("f01")).expect("answered before the server's refusal");
+    let dir = fs::File::open(&d).unwrap();
+    let refused = dir.sync_all().expect_err("the refusal is reported");
+    assert_eq!(refused.raw_os_error(), Some(libc::EISDIR), "{refused}");
+    dir.sync_all().expect("reported once");
+    assert_eq!(names_in(&d), vec!["f01".to_string(), "f02".to_string()]);
+    assert!(d.join("f01").is_dir());
+    assert_eq!(fs::read(d.join("f01/inside")).unwrap(), b"kept");
+    assert!(
+        m.log()
+            .contains("a file removed behind was refused by the server"),
+        "{}",
+        m.log()
+    );
+}

@@ -17,6 +17,8 @@ impl ServerMount {
     ) -> Result<(Duration, FileAttr), Errno> {
         let fh = self.fh(ino)?;
         self.behind.settle(ino.0).await;
+        // A directory's size, times and link count once its entries removed behind are gone.
+        self.removes.settle(&fh).await;
         if let Some(a) = self.listed_attr(c, ino, &fh) {
             return Ok((ttl(&a), fattr(ino.0, &a)));
         }
@@ -32,6 +34,9 @@ impl ServerMount {
             return None;
         }
         let fh = self.fh(ino).ok()?;
+        if self.removes.busy(&fh) {
+            return None;
+        }
         let a = self.listed_attr(c, ino, &fh)?;
         Some((ttl(&a), fattr(ino.0, &a)))
     }
@@ -67,6 +72,9 @@ impl ServerMount {
     ) -> Result<(Duration, FileAttr), Errno> {
         let fh = self.fh(ino)?;
         self.behind.settle(ino.0).await;
+        // A directory's mode changed before its entries removed behind are gone could make
+        // the server refuse them.
+        self.removes.settle(&fh).await;
         let a = c.setattr(&fh, s).await.map_err(errno)?;
         let attr = fattr(ino.0, &a);
         self.made_changed(ino, attr);

@@ -25,7 +25,7 @@ pub(crate) fn invalidator(
                 Invalidation::Object(fh, _) => match t.by_fh.get(&fh).copied() {
                     Some(ino) => {
                         let names = t.names.remove(&ino).unwrap_or_default();
-                        vec![(ino, names.into_iter().collect())]
+                        vec![(ino, names.into_keys().collect())]
                     }
                     None => continue,
                 },
@@ -35,7 +35,7 @@ pub(crate) fn invalidator(
                         .keys()
                         .map(|ino| {
                             let n = names.remove(ino).unwrap_or_default();
-                            (*ino, n.into_iter().collect())
+                            (*ino, n.into_keys().collect())
                         })
                         .collect()
                 }

@@ -728,6 +728,8 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         }
         self.rt.block_on(async move {
             for sh in mounts {
+                // Files removed behind are removed before the mount ends.
+                sh.removes.settle_all().await;
                 sh.remove_hidden().await;
             }
         });
@@ -748,14 +750,25 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         _fh: fuser::FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Directory operations are synchronous on the server.
-        reply.ok();
+        let sh = mount!(self, ino, else reply.ok());
+        let Ok(dir) = sh.fh(ino) else {
+            return reply.ok();
+        };
+        if !sh.removes.busy(&dir) && !sh.removes.failed(&dir) {
+            // Directory operations are synchronous on the server.
+            return reply.ok();
+        }
+        // Removals answered early: once the server has answered them, with the first it
+        // refused ([`super::removes_behind`]).
+        self.spawn(req, sh, move |sh, _c| async move {
+            reply_empty(sh.removes.settle_and_report(&dir).await, reply)
+        });
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
@@ -821,6 +834,8 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         self.spawn(req, sh, |sh, c| async move {
             // A WRITE clears `security.capability`: one under way must not clear this.
             sh.behind.settle(ino.0).await;
+            // A directory's ACL could make the server refuse its removals under way.
+            sh.settle_removes(ino).await;
             reply_empty(sh.setxattr(&c, ino, &name, &value, flags).await, reply)
         });
     }
@@ -831,6 +846,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         sh.made_forget(ino);
         self.spawn(req, sh, |sh, c| async move {
             sh.behind.settle(ino.0).await;
+            sh.settle_removes(ino).await;
             reply_empty(sh.removexattr(&c, ino, &name).await, reply)
         });
     }

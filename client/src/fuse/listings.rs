@@ -61,7 +61,7 @@ impl ServerMount {
     ) -> Option<(u64, bool)> {
         let dir = self.fh(ino).ok()?;
         let uid = self.acting_uid(uid);
-        if self.listing_ahead.reading(&dir, uid).is_some() {
+        if self.listing_ahead.reading(&dir, uid).is_some() || self.removes.busy(&dir) {
             return None;
         }
         let listing = self.kept.get(&dir, uid, c.cache())?;
@@ -143,6 +143,8 @@ impl ServerMount {
     /// Reads directory `dir` whole from the server.
     async fn read_listing(&self, c: &Client, dir: &FileHandle) -> Result<Listing, Errno> {
         let dir = *dir;
+        // Never a listing with a name removed behind in it ([`super::removes_behind`]).
+        self.removes.settle(&dir).await;
         let since = c.cache().stamp();
         let all = c.readdir_all(&dir).await.map_err(errno)?;
         let mut entries = Vec::with_capacity(all.len() + 2);

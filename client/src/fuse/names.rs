@@ -16,6 +16,8 @@ impl ServerMount {
         name: &[u8],
     ) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
+        // A name removed behind must not be found again ([`super::removes_behind`]).
+        self.removes.settle(&dir).await;
         let (fh, mut a) = c.lookup(&dir, name).await.map_err(errno)?;
         // A file with writes under way: its attributes once they are on the server.
         let known = self.table().by_fh.get(&fh).copied();
@@ -35,6 +37,7 @@ impl ServerMount {
         exclusive: bool,
     ) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
+        self.removes.settle(&dir).await;
         let attr = SetAttr {
             mode: Some(mode & 0o7777),
             ..crate::commands::transfer::set_nothing()
@@ -56,6 +59,7 @@ impl ServerMount {
         mode: u32,
     ) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
+        self.removes.settle(&dir).await;
         let attr = SetAttr {
             mode: Some(mode & 0o7777),
             ..crate::commands::transfer::set_nothing()
@@ -73,6 +77,7 @@ impl ServerMount {
         mode: u32,
     ) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
+        self.removes.settle(&dir).await;
         let attr = SetAttr {
             mode: Some(mode & 0o7777),
             ..crate::commands::transfer::set_nothing()
@@ -89,6 +94,7 @@ impl ServerMount {
         target: &[u8],
     ) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
+        self.removes.settle(&dir).await;
         let (fh, a) = c
             .symlink(&dir, name, target, crate::commands::transfer::set_nothing())
             .await
@@ -105,6 +111,7 @@ impl ServerMount {
     ) -> Result<Entry, Errno> {
         let fh = self.fh(ino)?;
         let dir = self.fh(parent)?;
+        self.removes.settle(&dir).await;
         let a = c.link(&fh, &dir, name).await.map_err(errno)?;
         Ok(self.entry(parent, name, fh, &a))
     }
@@ -118,11 +125,29 @@ impl ServerMount {
         is_dir: bool,
     ) -> Result<(), Errno> {
         let dir = self.fh(parent)?;
+        if is_dir {
+            self.removes.settle(&dir).await;
+            // The directory's own removals under way first: the server would find it not
+            // empty.
+            match self.named(parent, name) {
+                Some((_, victim)) => self.removes.settle(&victim).await,
+                None => self.removes.settle_all().await,
+            }
+        } else if self.remove_early(c, parent, name) {
+            return Ok(());
+        }
         if !is_dir && self.keep_if_open(c, uid, &dir, name).await? {
             self.forget_name(parent, name);
             return Ok(());
         }
-        c.remove(&dir, name, is_dir).await.map_err(errno)?;
+        if is_dir {
+            c.remove(&dir, name, true).await.map_err(errno)?;
+        } else {
+            // Beside it, whether the directory's next unlinks may be answered early.
+            let (removed, ()) =
+                tokio::join!(c.remove(&dir, name, false), self.learn_removable(c, &dir));
+            removed.map_err(errno)?;
+        }
         self.forget_name(parent, name);
         Ok(())
     }
@@ -137,6 +162,8 @@ impl ServerMount {
     ) -> Result<(), Errno> {
         let from = self.fh(parent)?;
         let to = self.fh(newparent)?;
+        self.removes.settle(&from).await;
+        self.removes.settle(&to).await;
         if flags.contains(RenameFlags::RENAME_EXCHANGE)
             || flags.contains(RenameFlags::RENAME_WHITEOUT)
         {

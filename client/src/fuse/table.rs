@@ -30,8 +30,8 @@ pub(super) struct Table {
     pub(super) by_fh: HashMap<FileHandle, u64>,
     pub(super) forgotten: Forgotten,
     /// Names under each directory for which the kernel may hold a dentry (sent in an entry
-    /// reply and not since invalidated).
-    pub(super) names: HashMap<u64, HashSet<Vec<u8>>>,
+    /// reply and not since invalidated), each with the node it was sent for.
+    pub(super) names: HashMap<u64, HashMap<Vec<u8>, u64>>,
     pub(super) next: u64,
     /// Open listings by FUSE file handle, with the directory node they were opened on.
     pub(super) listings: HashMap<u64, (u64, Arc<Listing>)>,
@@ -100,7 +100,10 @@ impl ServerMount {
                 ino
             }
         };
-        t.names.entry(parent.0).or_default().insert(name.to_vec());
+        t.names
+            .entry(parent.0)
+            .or_default()
+            .insert(name.to_vec(), ino);
         ino
     }
 
@@ -128,6 +131,13 @@ impl ServerMount {
                 t.kernel_listings.id_retired();
             }
         }
+    }
+
+    /// The node the kernel was last told `name` in `parent` is, if it still exists.
+    pub(super) fn named(&self, parent: INodeNo, name: &[u8]) -> Option<(u64, FileHandle)> {
+        let t = self.table();
+        let ino = *t.names.get(&parent.0)?.get(name)?;
+        Some((ino, t.nodes.get(&ino)?.fh))
     }
 
     pub(super) fn forget_name(&self, parent: INodeNo, name: &[u8]) {

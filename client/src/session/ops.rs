@@ -121,6 +121,46 @@ impl Client {
         Ok(access)
     }
 
+    /// Asks whether this user may remove any entry of directory `dir` (ACCESS DELETE and
+    /// LOOKUP), and remembers a grant for a directory that is not sticky
+    /// ([`crate::cache`]'s `removable_dirs`), for removals answered before the server's
+    /// answer. Whether it was granted.
+    pub(crate) async fn ask_removable(&self, dir: &FileHandle) -> Result<bool, SessionError> {
+        let authno = self.authno().await?;
+        let epoch = self.inner.cache.removable_epoch();
+        let bits = protocol::access::DELETE | protocol::access::LOOKUP;
+        let op = RequestOp::Access {
+            fh: *dir,
+            access: bits,
+        };
+        let since = self.inner.cache.stamp();
+        let_reply!(
+            self,
+            ReplyBody::Access { attr, access } = self.call(op).await?
+        );
+        let granted = access & bits == bits;
+        if let Some(a) = &attr {
+            self.inner
+                .cache
+                .put_access(*dir, authno, (bits, access), a.lease_ms, since);
+            if a.ftype == protocol::FileType::Directory {
+                let cache = &self.inner.cache;
+                cache.removable_answered(*dir, authno, a, granted, epoch);
+            }
+        }
+        self.note(dir, &attr, since);
+        Ok(granted)
+    }
+
+    /// Whether the server last said this user may remove any entry of `dir`
+    /// ([`Client::ask_removable`]), and whether that answer (either way) still holds; known
+    /// without waiting.
+    pub(crate) fn removable_now(&self, dir: &FileHandle) -> (bool, bool) {
+        self.authno_now().map_or((false, false), |authno| {
+            self.inner.cache.removable(dir, authno)
+        })
+    }
+
     /// SETATTR.
     pub(crate) async fn setattr(
         &self,
