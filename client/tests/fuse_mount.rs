@@ -1265,6 +1265,49 @@ fn a_program_on_one_cpu_has_its_requests_read_on_that_cpu() {
     );
 }
 
+/// A new file's times and mode, set right after its last write, go to the server right behind
+/// that WRITE rather than a round trip after its reply (protocol version 13 and up: the
+/// server applies a SETATTR after the WRITEs of its file that came before it): with the
+/// server stopped, `close` has sent both, and the two changes as one SETATTR. Afterwards the
+/// server's file has the times and mode, which a SETATTR applied before the WRITE would lose.
+#[test]
+fn a_new_files_setattr_goes_right_behind_its_write() {
+    need_fuse!();
+    let s = setup();
+    let a = s.mount("a");
+    let mut f = fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(a.dir.join("timed"))
+        .unwrap();
+    let (writes, setattrs) = (requests(&a, "Write"), requests(&a, "SetAttr"));
+    let stopped = Stopped::server(&s);
+    f.write_all(b"stamped").unwrap();
+    let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    f.set_modified(mtime).unwrap();
+    f.set_permissions(fs::Permissions::from_mode(0o600))
+        .unwrap();
+    // close waits for the server (close-to-open): on another thread.
+    let closing = std::thread::spawn(move || drop(f));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while requests(&a, "Write") == writes || requests(&a, "SetAttr") == setattrs {
+        assert!(
+            Instant::now() < deadline,
+            "the SETATTR waited for the WRITE's reply; log:\n{}",
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(stopped);
+    closing.join().unwrap();
+    let m = fs::metadata(s.export.join("timed")).unwrap();
+    assert_eq!(
+        (m.mtime(), m.mode() & 0o7777, m.len()),
+        (1_000_000, 0o600, 7)
+    );
+    assert_eq!(requests(&a, "SetAttr") - setattrs, 1, "{}", a.log());
+}
+
 /// `tar x` sets each file's times, owner and mode on the open file right after writing it:
 /// for a file this mount just made, those are answered at once and reach the server as one
 /// SETATTR behind the file's writes (fuse/attrs_behind.rs). Once `tar` returns, the server's

@@ -41,11 +41,11 @@ use crate::server::{ConnLink, InFlight, Server};
 use crate::users::Creds;
 
 mod admission;
-mod commit_order;
 mod identity;
 mod read_call;
-use commit_order::CommitOrder;
+mod write_order;
 use read_call::Reading;
+use write_order::WriteOrder;
 
 enum Phase {
     /// Accepted; the protocol end (its handshake machine and the server's first message) is
@@ -103,8 +103,8 @@ pub(crate) struct Conn {
     /// Sequenced requests being done, by request id: their replies go into the reply cache
     /// (as many as requests in flight).
     tickets: HashMap<u64, (Arc<Record>, Ticket)>,
-    /// COMMITs wait for the WRITEs of their file before them.
-    commits: CommitOrder,
+    /// COMMITs and SETATTRs wait for the WRITEs of their file before them.
+    write_order: WriteOrder,
 }
 
 /// A connection's state belongs to its color: every callback that touches it runs there, so
@@ -259,7 +259,7 @@ pub(crate) fn start(srv: &Arc<Server>, id: ConnId, mut stream: TcpStream, peer: 
             logged_in: false,
             anonymous_told: false,
             tickets: HashMap::new(),
-            commits: CommitOrder::default(),
+            write_order: WriteOrder::default(),
         },
     ));
     srv.open_conns.fetch_add(1, Ordering::SeqCst);
@@ -637,10 +637,10 @@ fn handle_request(
     }
 }
 
-/// Connection color: hands `op` to the storage, unless it is a COMMIT that waits for WRITEs
-/// ([`CommitOrder`]).
+/// Connection color: hands `op` to the storage, unless it is a COMMIT or SETATTR that waits
+/// for WRITEs ([`WriteOrder`]).
 fn dispatch_in_order(srv: &Arc<Server>, c: &mut Conn, d: InFlight, op: RequestOp) {
-    if let Some((d, op)) = c.commits.admit(d, op) {
+    if let Some((d, op)) = c.write_order.admit(d, op) {
         dispatch(srv, d, op);
     }
 }
@@ -757,7 +757,8 @@ fn release(srv: &Server, c: &mut Conn, reserved: usize) {
 fn complete_borrowed(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
     release(srv, c, reserved);
     // Even on a closed connection: a held COMMIT's ticket must be settled.
-    c.commits.answered(reply.id, |d, op| dispatch(srv, d, op));
+    c.write_order
+        .answered(reply.id, |d, op| dispatch(srv, d, op));
     // Even on a closed connection: its client may send the request again on another.
     c.settle_ticket(reply.id, &reply.result);
     if c.closed() {

@@ -824,6 +824,59 @@ fn new_objects_without_a_mode_get_the_documented_default() {
     check(&m, "m", 0o750);
 }
 
+/// A SETATTR sent behind WRITEs of its file on the same connection, without waiting for their
+/// replies, is applied only once they are done (protocol versions 13 and 14): its reply comes
+/// after every one of theirs, and the mtime it set is the file's mtime afterwards. Without the
+/// hold it runs at once in the connection's color while the WRITEs wait for storage threads:
+/// its reply comes first and the WRITEs move the mtime again (`tar x`'s times lost).
+#[test]
+fn a_setattr_behind_writes_of_its_file_waits_for_them() {
+    use std::os::unix::fs::MetadataExt;
+    let (area, _s, mut c, a, root) = setup();
+    let f = c.create(a, root, "timed", 0o644).unwrap();
+    let other = c.create(a, root, "other", 0o644).unwrap();
+    let mut writes = Vec::new();
+    for k in 0..8u64 {
+        let op = RequestOp::Write {
+            fh: f,
+            offset: k << 20,
+            stable: StableHow::Unstable,
+            data: vec![k as u8 + 1; 1 << 20].into(),
+        };
+        writes.push(c.send(a, op));
+    }
+    let set = |fh| RequestOp::SetAttr {
+        fh,
+        attr: SetAttr {
+            mode: Some(0o600),
+            mtime: SetTime::ClientTime(Time {
+                seconds: 1_000_000,
+                nanos: 0,
+            }),
+            ..SetAttr::default()
+        },
+        guard: None,
+    };
+    // Another file's SETATTR goes as usual.
+    c.send(a, set(other));
+    let setattr = c.send(a, set(f));
+    let mut answered = Vec::new();
+    while !answered.contains(&setattr) {
+        match c.next_message().expect("connection closed") {
+            ServerMessage::Reply(r) => {
+                assert!(r.result.is_ok(), "{:?}", r.result);
+                answered.push(r.id);
+            }
+            ServerMessage::Invalidate(_) => {}
+        }
+    }
+    assert_eq!(answered.len(), writes.len() + 2, "{answered:?}");
+    let meta = std::fs::metadata(area.export().join("timed")).unwrap();
+    assert_eq!(meta.len(), 8 << 20);
+    assert_eq!(meta.mtime(), 1_000_000, "a WRITE ran after the SETATTR");
+    assert_eq!(meta.mode() & 0o7777, 0o600);
+}
+
 /// A COMMIT sent behind WRITEs of its file on the same connection, without waiting for their
 /// replies, runs only once they are done (protocol versions 9 and 10): its reply comes after
 /// every one of theirs, and the data it covers is what they wrote. Without the hold, the

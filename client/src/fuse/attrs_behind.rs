@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use fuser::{FileAttr, INodeNo};
+use protocol::handshake::has_ordered_setattr;
 use protocol::{SetAttr, SetTime};
 
 use super::ServerMount;
@@ -149,26 +150,58 @@ impl ServerMount {
         Some((attr, ticket))
     }
 
-    /// Sends the SETATTR answered early under `ticket`, behind the file's writes before it.
+    /// Sends the SETATTR answered early under `ticket`, behind the file's writes before it:
+    /// to a server that applies a SETATTR only after the WRITEs of its file that came before
+    /// it on the connection (protocol version 13 and up), as soon as they have gone out, else
+    /// once they are answered. The order is relied on only where every one of those WRITEs
+    /// went out before it on the connection that answered both; where one did not (a
+    /// reconnect), the SETATTR is sent again after their replies (it sets no size, so twice
+    /// is the same as once).
     pub(super) async fn send_early_setattr(
         self: Arc<Self>,
         c: Client,
         ino: INodeNo,
         ticket: Ticket,
     ) {
-        self.behind.settle_before(&ticket).await;
+        let ordered = c.orders_setattr().await.unwrap_or(false);
+        if ordered {
+            self.behind.gone_out_before(&ticket).await;
+        } else {
+            self.behind.settle_before(&ticket).await;
+        }
         let Some(s) = self.behind.take_queued(&ticket) else {
             return ticket.end(Ok(()));
         };
-        let sent = match self.fh(ino) {
-            Ok(fh) => c.setattr(&fh, s).await.map(drop).map_err(errno),
-            Err(e) => Err(e),
+        let fh = match self.fh(ino) {
+            Ok(fh) => fh,
+            Err(e) => return self.early_setattr_failed(ino, ticket, e),
         };
-        if let Err(e) = sent {
-            tracing::warn!(ino = ino.0, error = ?e, "a SETATTR answered early failed");
-            self.made_forget(ino);
+        let mut at = None;
+        let mut sent = c.setattr_sent(&fh, s, &mut |x| at = Some(x)).await;
+        if sent.is_ok() && ordered {
+            self.behind.settle_before(&ticket).await;
+            let behind_writes = self.behind.take_watch(&ticket);
+            let covered = behind_writes
+                .zip(at)
+                .is_some_and(|(w, at)| w.covered_by(at, has_ordered_setattr));
+            if !covered {
+                tracing::debug!(
+                    ino = ino.0,
+                    "a SETATTR went before a WRITE of its file: again"
+                );
+                sent = c.setattr(&fh, s).await;
+            }
         }
-        ticket.end(sent);
+        match sent {
+            Ok(_) => ticket.end(Ok(())),
+            Err(e) => self.early_setattr_failed(ino, ticket, errno(e)),
+        }
+    }
+
+    fn early_setattr_failed(&self, ino: INodeNo, ticket: Ticket, e: fuser::Errno) {
+        tracing::warn!(ino = ino.0, error = ?e, "a SETATTR answered early failed");
+        self.made_forget(ino);
+        ticket.end(Err(e));
     }
 }
 

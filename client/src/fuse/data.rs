@@ -7,7 +7,7 @@ use protocol::StableHow;
 
 use super::ServerMount;
 use super::convert::errno;
-use crate::session::Client;
+use crate::session::{Client, Sent};
 
 /// Unstable writes not yet committed, per node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,21 +60,33 @@ impl ServerMount {
         offset: u64,
         data: &[u8],
     ) -> Result<u32, Errno> {
+        self.write_sent(c, ino, offset, data, &mut |_| {}).await
+    }
+
+    /// [`ServerMount::write`], telling `on_last_sent` where each attempt of the WRITE that
+    /// carries the data's end went (the pieces before it were answered by then).
+    pub(super) async fn write_sent(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        offset: u64,
+        data: &[u8],
+        on_last_sent: &mut (dyn FnMut(Sent) + Send),
+    ) -> Result<u32, Errno> {
         let fh = self.fh(ino)?;
         let (_, wmax) = c.io_sizes().await.map_err(errno)?;
         let wmax = wmax.max(1) as usize;
         let mut pos = 0usize;
         while pos < data.len() {
             let end = (pos + wmax).min(data.len());
-            let (n, verf) = c
-                .write(
-                    &fh,
-                    offset + pos as u64,
-                    StableHow::Unstable,
-                    &data[pos..end],
-                )
-                .await
-                .map_err(errno)?;
+            let (at, piece) = (offset + pos as u64, &data[pos..end]);
+            let unstable = StableHow::Unstable;
+            let (n, verf) = if end == data.len() {
+                c.write_sent(&fh, at, unstable, piece, on_last_sent).await
+            } else {
+                c.write(&fh, at, unstable, piece).await
+            }
+            .map_err(errno)?;
             self.note_write(ino.0, verf);
             if n == 0 {
                 return Err(Errno::EIO);

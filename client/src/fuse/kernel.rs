@@ -483,7 +483,8 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
                           permits: Vec<tokio::sync::OwnedSemaphorePermit>| {
                         // Sent from the thread that lets it go, not by waking the runtime.
                         crate::first_poll::spawn_here(&rt, async move {
-                            let r = sh.write(&c, ino, offset, &data).await;
+                            let went = &mut |at| ticket.went(at);
+                            let r = sh.write_sent(&c, ino, offset, &data, went).await;
                             drop(permits);
                             ticket.end(r.map(|_| ()));
                         });
@@ -504,7 +505,8 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
             };
             reply.written(data.len() as u32);
             crate::first_poll::spawn_here(&Handle::current(), async move {
-                let r = sh.write(&c, ino, offset, &data).await;
+                let went = &mut |at| ticket.went(at);
+                let r = sh.write_sent(&c, ino, offset, &data, went).await;
                 ticket.end(r.map(|_| ()));
             });
         });

@@ -20,7 +20,10 @@
 //!   order; writes of disjoint ranges may land in any order, which leaves the same bytes.
 //!
 //! - A SETATTR answered early ([`super::attrs_behind`]) is under way too, over the whole
-//!   file: it goes to the server once the file's writes before it are answered, later writes
+//!   file: it goes to the server once the file's writes before it are answered, or, where the
+//!   server applies a SETATTR only after the WRITEs of its file before it on the connection
+//!   (protocol version 13 and up), once they have gone out ([`WriteBehind::gone_out_before`];
+//!   where each went is kept for the check [`WriteBehind::take_watch`] serves). Later writes
 //!   wait for it, and later SETATTRs answered early while it has not gone yet join it (one
 //!   SETATTR for `tar`'s `utimensat`, `fchown` and `fchmod` of a file).
 //!
@@ -47,6 +50,8 @@ use fuser::Errno;
 use parking_lot::Mutex;
 use protocol::SetAttr;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+use crate::session::{Sent, SentSoFar};
 
 /// Bytes of written-behind data under way at once, over the whole mount.
 pub(crate) const BUDGET: usize = 32 << 20;
@@ -93,8 +98,18 @@ struct Under {
     ended: Arc<Notify>,
     /// The attribute change answered early and not yet sent, with the id of its range.
     queued: Option<(u64, SetAttr)>,
+    /// When `queued` was answered, and whether something waits for it (then it goes as soon
+    /// as the writes before it allow): to a server that orders it behind them, a change would
+    /// otherwise go out before the next one could join it ([`WriteBehind::gone_out_before`]).
+    queued_at: Option<(Instant, bool)>,
     /// The write held to gather the next ones (its range is in `ranges`).
     held: Option<Held>,
+    /// Where the last piece of each write under way last went out, by range id
+    /// ([`WriteBehind::went`]).
+    went: HashMap<u64, Sent>,
+    /// The SETATTR sent behind writes still under way (its range id), and where the answered
+    /// attempts of those writes went, folded as each ends ([`WriteBehind::take_watch`]).
+    watch: Option<(u64, SentSoFar)>,
 }
 
 impl Under {
@@ -161,6 +176,8 @@ impl WriteBehind {
             .map_err(|_| Errno::EIO)?;
         let end = offset.saturating_add(len as u64);
         let mut permit = Some(permit);
+        // A change answered early covers the whole file: this write waits for it.
+        self.want_queued(ino);
         loop {
             // A write held to gather more goes now: this one does not continue it.
             self.send_held(ino);
@@ -250,6 +267,9 @@ impl WriteBehind {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         under.ranges.push((0, u64::MAX, id));
         under.queued = Some((id, s));
+        under.queued_at = Some((Instant::now(), false));
+        drop(files);
+        self.held_sweep.added();
         Some(Some(Ticket {
             behind: self.clone(),
             ino,
@@ -259,16 +279,60 @@ impl WriteBehind {
         }))
     }
 
+    /// Something waits for `ino`'s change answered early, if one is queued: it goes as soon
+    /// as the writes before it allow.
+    fn want_queued(&self, ino: u64) {
+        let mut files = self.files.lock();
+        if let Some(u) = files.get_mut(&ino)
+            && let Some((_, wanted @ false)) = &mut u.queued_at
+        {
+            *wanted = true;
+            u.ended.notify_waiters();
+        }
+    }
+
     /// The change queued under `ticket` (with whatever joined it), which stops taking more.
+    /// From here on, where the writes before it that are still under way went is folded for
+    /// [`WriteBehind::take_watch`].
     pub(crate) fn take_queued(&self, ticket: &Ticket) -> Option<SetAttr> {
         let mut files = self.files.lock();
         let under = files.get_mut(&ticket.ino)?;
         match under.queued {
             Some((id, s)) if id == ticket.id => {
                 under.queued = None;
+                under.queued_at = None;
+                under.watch = Some((id, SentSoFar::default()));
                 Some(s)
             }
             _ => None,
+        }
+    }
+
+    /// Where the answered attempts of the writes that were still under way when the change
+    /// under `ticket` was taken ([`WriteBehind::take_queued`]) went, once
+    /// [`WriteBehind::settle_before`] it: the change counts as applied after them only if it
+    /// went out behind every one, on their connection. None if the change was not taken.
+    pub(crate) fn take_watch(&self, ticket: &Ticket) -> Option<SentSoFar> {
+        let mut files = self.files.lock();
+        let under = files.get_mut(&ticket.ino)?;
+        match under.watch.take() {
+            Some((id, so_far)) if id == ticket.id => Some(so_far),
+            other => {
+                under.watch = other;
+                None
+            }
+        }
+    }
+
+    /// The last piece of the write under `ticket`'s range `id` of `ino` went out at `at` (sent
+    /// again after a reconnect, it is told again).
+    pub(crate) fn went(&self, ino: u64, id: u64, at: Sent) {
+        let mut files = self.files.lock();
+        if let Some(u) = files.get_mut(&ino)
+            && u.ranges.iter().any(|&(_, _, i)| i == id)
+        {
+            u.went.insert(id, at);
+            u.ended.notify_waiters();
         }
     }
 
@@ -276,6 +340,24 @@ impl WriteBehind {
     pub(crate) async fn settle_before(&self, ticket: &Ticket) {
         self.wait_while(ticket.ino, |u| {
             u.ranges.iter().any(|&(_, _, i)| i < ticket.id)
+        })
+        .await;
+    }
+
+    /// Waits until every write of the ticket's file registered before it has gone out (its
+    /// last piece sent at least once: [`WriteBehind::went`]) or ended, every change before
+    /// it ended (changes are not ordered among themselves by the server), and the change is
+    /// wanted: something waits for the file (`close`, `stat`, a later write, ...), or it was
+    /// answered [`GATHER_FOR`] ago ([`WriteBehind::start_sweep`]). Until then the changes
+    /// that follow join it: `tar`'s three of a file go as one SETATTR.
+    pub(crate) async fn gone_out_before(&self, ticket: &Ticket) {
+        self.wait_while(ticket.ino, |u| {
+            let unwanted = u.queued.is_some_and(|(id, _)| id == ticket.id)
+                && u.queued_at.is_some_and(|(_, wanted)| !wanted);
+            unwanted
+                || u.ranges
+                    .iter()
+                    .any(|&(_, _, i)| i < ticket.id && !u.went.contains_key(&i))
         })
         .await;
     }
@@ -318,6 +400,7 @@ impl WriteBehind {
 
     /// Waits until `ino` has no write under way (those begun meanwhile included).
     pub(crate) async fn settle(&self, ino: u64) {
+        self.want_queued(ino);
         self.wait_while(ino, |u| !u.ranges.is_empty()).await;
     }
 
@@ -418,25 +501,37 @@ impl WriteBehind {
         }
     }
 
-    /// Starts, on `rt`, the sweep that sends every write held [`GATHER_FOR`] or longer
-    /// (ticking while any is held); it ends with the mount's writes.
+    /// Starts, on `rt`, the sweep that sends every write held [`GATHER_FOR`] or longer, and
+    /// lets every change answered that long ago go ([`WriteBehind::gone_out_before`]),
+    /// ticking while any is held or waits; it ends with the mount's writes.
     pub(crate) fn start_sweep(self: &Arc<Self>, rt: &tokio::runtime::Handle) {
         let (behind, sweep) = (Arc::downgrade(self), self.held_sweep.clone());
         rt.spawn(async move {
             let tick = || {
                 let wb = behind.upgrade()?;
                 let now = Instant::now();
-                let due: Vec<Held> = wb
-                    .files
-                    .lock()
-                    .values_mut()
-                    .filter(|u| u.held.as_ref().is_some_and(|h| now - h.since >= GATHER_FOR))
-                    .filter_map(|u| u.held.take())
-                    .collect();
+                let due: Vec<Held> = {
+                    let mut files = wb.files.lock();
+                    for u in files.values_mut() {
+                        if let Some((at, wanted @ false)) = &mut u.queued_at
+                            && now - *at >= GATHER_FOR
+                        {
+                            *wanted = true;
+                            u.ended.notify_waiters();
+                        }
+                    }
+                    files
+                        .values_mut()
+                        .filter(|u| u.held.as_ref().is_some_and(|h| now - h.since >= GATHER_FOR))
+                        .filter_map(|u| u.held.take())
+                        .collect()
+                };
                 for h in due {
                     h.send();
                 }
-                let any = wb.files.lock().values().any(|u| u.held.is_some());
+                let waiting =
+                    |u: &Under| u.held.is_some() || u.queued_at.is_some_and(|(_, wanted)| !wanted);
+                let any = wb.files.lock().values().any(waiting);
                 Some(any)
             };
             sweep.run(GATHER_FOR, 10, tick).await;
@@ -449,9 +544,16 @@ impl WriteBehind {
             return;
         };
         under.ranges.retain(|&(_, _, i)| i != id);
+        let went = under.went.remove(&id);
+        match &mut under.watch {
+            Some((w, so_far)) if id < *w => so_far.add(went),
+            Some((w, _)) if id == *w => under.watch = None,
+            _ => {}
+        }
         if under.queued.is_some_and(|(q, _)| q == id) {
             // Ended before it was sent: nothing more may join it.
             under.queued = None;
+            under.queued_at = None;
         }
         if let Err(e) = result {
             under.failed.get_or_insert(e);
@@ -471,6 +573,11 @@ impl Drop for WriteBehind {
 }
 
 impl Ticket {
+    /// The last piece of this write went out at `at` ([`WriteBehind::went`]).
+    pub(crate) fn went(&self, at: Sent) {
+        self.behind.went(self.ino, self.id, at);
+    }
+
     /// The write is answered: its range is free and a failure is kept for the file's next
     /// `write`, `close` or `fsync`.
     pub(crate) fn end(mut self, result: Result<(), Errno>) {
@@ -586,6 +693,70 @@ mod tests {
             "reported to the write after it"
         );
         assert!(!wb.busy(1));
+    }
+
+    #[tokio::test]
+    async fn an_ordered_change_goes_once_the_writes_before_it_went_out_and_it_is_wanted() {
+        use protocol::handshake::has_ordered_setattr;
+        let at = |seq| crate::session::Sent {
+            conn: 7,
+            seq,
+            version: 13,
+        };
+        let mode = |m| SetAttr {
+            mode: Some(m),
+            ..SetAttr::default()
+        };
+        let wb = Arc::new(WriteBehind::default());
+        let write = wb.begin(1, 0, 10).await.unwrap();
+        let change = wb.queue_attrs(1, mode(0o600)).unwrap().unwrap();
+        let wb2 = wb.clone();
+        let sending = tokio::spawn(async move {
+            wb2.gone_out_before(&change).await;
+            let s = wb2.take_queued(&change);
+            (change, s)
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!sending.is_finished(), "went before the write before it");
+        write.went(at(1));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !sending.is_finished(),
+            "went before anything waited for it: the next change cannot join"
+        );
+        assert!(wb.queue_attrs(1, mode(0o644)).unwrap().is_none());
+        // Something waits for the file: it goes, the write still under way.
+        let wb3 = wb.clone();
+        let closing = tokio::spawn(async move { wb3.settle_and_report(1).await });
+        let (change, s) = sending.await.unwrap();
+        assert_eq!(s, Some(mode(0o644)), "the two as one");
+        assert!(wb.busy(1));
+        // The write is sent again after the change went out (at 2), and that is answered:
+        // the change's check learns it.
+        write.went(at(3));
+        write.end(Ok(()));
+        wb.settle_before(&change).await;
+        let writes = wb.take_watch(&change).unwrap();
+        assert!(!writes.covered_by(at(2), has_ordered_setattr));
+        assert!(writes.covered_by(at(4), has_ordered_setattr));
+        change.end(Ok(()));
+        assert_eq!(closing.await.unwrap(), Ok(()));
+        assert!(!wb.busy(1));
+    }
+
+    #[tokio::test]
+    async fn a_change_nothing_waits_for_goes_after_a_while() {
+        let wb = Arc::new(WriteBehind::default());
+        wb.start_sweep(&tokio::runtime::Handle::current());
+        let start = std::time::Instant::now();
+        let change = wb.queue_attrs(3, SetAttr::default()).unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(2), wb.gone_out_before(&change))
+            .await
+            .expect("never let go");
+        assert!(start.elapsed() >= GATHER_FOR, "let go before its time");
+        assert!(wb.take_queued(&change).is_some());
+        change.end(Ok(()));
+        assert!(!wb.busy(3));
     }
 
     #[tokio::test]

@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::Client;
-use super::conn::Sent;
 use super::error::SessionError;
+use super::{Sent, SentSoFar};
 
 /// An outstanding READ of a bulk transfer: its offset and the task doing it.
 type ReadTask = (u64, JoinHandle<Result<(Data, bool), SessionError>>);
@@ -102,7 +102,7 @@ impl Client {
     /// each acknowledged byte count.
     ///
     /// Where the server orders a COMMIT behind the WRITEs of its file sent before it on the
-    /// same connection (protocol versions 9 and 10), the COMMIT goes out as soon as the last
+    /// same connection (protocol versions 9 and up), the COMMIT goes out as soon as the last
     /// WRITE has, not a round trip after the last reply. It counts only if every WRITE's
     /// answered attempt went out before it on the connection that answered it (no reconnect,
     /// no WRITE sent again after it, the file did not grow); otherwise another COMMIT is sent
@@ -232,7 +232,9 @@ impl Client {
             None => None,
         };
         let committed = match early {
-            Some((v, Some(at))) if sent.covered_by(at) => v,
+            Some((v, Some(at))) if sent.covered_by(at, protocol::handshake::has_ordered_commit) => {
+                v
+            }
             _ => self.commit(fh).await?,
         };
         if restarted || verifier.is_some_and(|v| v != committed) {
@@ -243,96 +245,5 @@ impl Client {
         }
         self.inner.cache.invalidate(fh);
         Ok(offset)
-    }
-}
-
-/// Where the answered WRITEs of a transfer went (see [`Client::write_file`]).
-#[derive(Debug, Default)]
-struct SentSoFar {
-    /// The connection all went on, `None` before the first.
-    conn: Option<u64>,
-    /// Some went on another connection, or a WRITE was answered without being sent (not
-    /// seen).
-    mixed: bool,
-    /// The latest place among them.
-    last: u64,
-    /// All went on connections whose server orders COMMIT behind them.
-    ordered: bool,
-}
-
-impl SentSoFar {
-    /// One more WRITE answered; `at` is where its answered attempt went.
-    fn add(&mut self, at: Option<Sent>) {
-        let Some(at) = at else {
-            self.mixed = true;
-            return;
-        };
-        match self.conn {
-            None => {
-                self.conn = Some(at.conn);
-                self.ordered = at.ordered;
-            }
-            Some(c) if c != at.conn => self.mixed = true,
-            Some(_) => self.ordered &= at.ordered,
-        }
-        self.last = self.last.max(at.seq);
-    }
-
-    /// Whether a COMMIT that went out at `commit` covers every WRITE: all went before it, on
-    /// its connection, to a server that orders COMMIT behind them.
-    fn covered_by(&self, commit: Sent) -> bool {
-        !self.mixed
-            && self.ordered
-            && commit.ordered
-            && self.conn.is_none_or(|c| c == commit.conn)
-            && self.last < commit.seq
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(conn: u64, seq: u64) -> Sent {
-        Sent {
-            conn,
-            seq,
-            ordered: true,
-        }
-    }
-
-    #[test]
-    fn an_early_commit_counts_only_behind_every_write_on_its_connection() {
-        let mut s = SentSoFar::default();
-        for seq in [3, 1, 2] {
-            s.add(Some(at(5, seq)));
-        }
-        assert!(s.covered_by(at(5, 4)));
-        assert!(!s.covered_by(at(5, 3)), "a WRITE went out after it");
-        assert!(!s.covered_by(at(6, 9)), "another connection");
-        let unordered = Sent {
-            ordered: false,
-            ..at(5, 4)
-        };
-        assert!(
-            !s.covered_by(unordered),
-            "a server that does not order COMMIT"
-        );
-        let mut mixed = SentSoFar::default();
-        mixed.add(Some(at(5, 1)));
-        mixed.add(Some(at(6, 2)));
-        assert!(
-            !mixed.covered_by(at(6, 3)),
-            "WRITEs answered on two connections"
-        );
-        let mut unseen = SentSoFar::default();
-        unseen.add(None);
-        assert!(!unseen.covered_by(at(5, 1)));
-        let mut old = SentSoFar::default();
-        old.add(Some(Sent {
-            ordered: false,
-            ..at(5, 1)
-        }));
-        assert!(!old.covered_by(at(5, 2)));
     }
 }

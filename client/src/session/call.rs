@@ -17,7 +17,7 @@ use protocol::client::UnsealedRequest;
 use protocol::sequence::Ticket;
 use protocol::{Attr, FileHandle, NfsStatus, Proc, ReplyBody, Request, RequestOp};
 
-use super::conn::Sent;
+use super::Sent;
 use super::error::{AfterTimeout, ConnectError, ProtocolError, SessionError, secs};
 use super::slots::Held;
 use super::{Client, MAX_TIMEOUT_RETRIES};

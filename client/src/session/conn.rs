@@ -30,7 +30,7 @@ use super::error::{ConnectError, ProtocolError, SessionError, status_message};
 use super::handshake;
 use super::known_keys;
 use super::outgoing::{Outgoing, write_queued};
-use super::{Client, ClientState, Invalidation, REUSE_ABOVE};
+use super::{Client, ClientState, Invalidation, REUSE_ABOVE, Sent};
 use crate::caller_groups::Groups;
 use crate::identity::Identity;
 use crate::sweep::Sweep;
@@ -111,17 +111,6 @@ impl Pending {
     }
 }
 
-/// Where a request went: its connection (by [`Conn::serial`]) and its place in the order in
-/// which that connection sent its requests. A server of protocol version 9 or 10 runs a
-/// COMMIT only after the WRITEs of its file sent before it on the same connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Sent {
-    pub(super) conn: u64,
-    pub(super) seq: u64,
-    /// The connection's server orders a COMMIT behind the WRITEs sent before it.
-    pub(super) ordered: bool,
-}
-
 /// The next connection's serial (for [`Sent`]): never reused within the process.
 static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -190,7 +179,7 @@ impl Conn {
         on_sent(Sent {
             conn: self.serial,
             seq,
-            ordered: protocol::handshake::has_ordered_commit(self.version),
+            version: self.version,
         });
         match rx.await {
             Ok(Ok(r)) => Ok(Some(r)),

@@ -41,6 +41,7 @@ pub(crate) mod limits;
 mod locks;
 mod ops;
 mod outgoing;
+mod sent;
 mod slots;
 mod window;
 mod xattr;
@@ -58,6 +59,7 @@ use crate::caller_groups::Groups;
 use crate::identity::Identity;
 pub(crate) use by_path::Fetched;
 use conn::Conn;
+pub(crate) use sent::{Sent, SentSoFar};
 pub(crate) use xattr::absent_unless_listed;
 
 pub(crate) use error::SessionError;

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use super::Client;
-use super::conn::Sent;
+use super::Sent;
 use super::error::{ProtocolError, SessionError};
 use super::limits::{MAX_DIR_ENTRIES, MAX_DIR_NAME_BYTES, MAX_DIR_PAGES};
 use crate::cache::{Stamp, XattrAnswer};
@@ -167,6 +167,16 @@ impl Client {
         fh: &FileHandle,
         attr: SetAttr,
     ) -> Result<Attr, SessionError> {
+        self.setattr_sent(fh, attr, &mut |_| {}).await
+    }
+
+    /// [`Client::setattr`], telling `on_sent` where each attempt went.
+    pub(crate) async fn setattr_sent(
+        &self,
+        fh: &FileHandle,
+        attr: SetAttr,
+        on_sent: &mut (dyn FnMut(Sent) + Send),
+    ) -> Result<Attr, SessionError> {
         self.inner.cache.setattr_sending(fh);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::SetAttr {
@@ -174,7 +184,10 @@ impl Client {
             attr,
             guard: None,
         };
-        let_reply!(self, ReplyBody::SetAttr { attr } = self.call(op).await?);
+        let_reply!(
+            self,
+            ReplyBody::SetAttr { attr } = self.call_sent(op, on_sent).await?
+        );
         change.end(attr);
         match attr {
             Some(a) => Ok(a),
@@ -225,6 +238,14 @@ impl Client {
         Ok((data, eof))
     }
 
+    /// Whether the server of the current connection applies a SETATTR only after the WRITEs
+    /// of its file sent before it ([`protocol::handshake::has_ordered_setattr`]); connects if
+    /// needed.
+    pub(crate) async fn orders_setattr(&self) -> Result<bool, SessionError> {
+        let version = self.connection().await?.version;
+        Ok(protocol::handshake::has_ordered_setattr(version))
+    }
+
     /// One WRITE of at most the negotiated size: (count written, verifier).
     pub(crate) async fn write(
         &self,
@@ -233,7 +254,19 @@ impl Client {
         stable: StableHow,
         data: &[u8],
     ) -> Result<(u32, [u8; 8]), SessionError> {
-        self.write_with(fh, offset, stable, data.len(), &mut |_| {}, |dst| {
+        self.write_sent(fh, offset, stable, data, &mut |_| {}).await
+    }
+
+    /// [`Client::write`], telling `on_sent` where each attempt went.
+    pub(crate) async fn write_sent(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        stable: StableHow,
+        data: &[u8],
+        on_sent: &mut (dyn FnMut(Sent) + Send),
+    ) -> Result<(u32, [u8; 8]), SessionError> {
+        self.write_with(fh, offset, stable, data.len(), on_sent, |dst| {
             dst.copy_from_slice(data);
             Ok(data.len())
         })

@@ -57,8 +57,8 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements (with ChaCha20-Poly1305 records; see
-/// [`CREATE_AT_AES_VERSION`] for the same with AES-256-GCM).
-pub const PROTOCOL_VERSION: u32 = CREATE_AT_VERSION;
+/// [`ORDERED_SETATTR_AES_VERSION`] for the same with AES-256-GCM).
+pub const PROTOCOL_VERSION: u32 = ORDERED_SETATTR_VERSION;
 /// The first version with SESSION and SEQUENCE ([`crate::sequence`]) and APPEND: a client
 /// sends them only on connections that chose it or a later one, so it still works with a
 /// server of version 2, without exactly-once changes or atomic appends.
@@ -88,10 +88,19 @@ pub const ORDERED_COMMIT_AES_VERSION: u32 = 10;
 pub const CREATE_AT_VERSION: u32 = 11;
 /// Version 11 with AES-256-GCM records, offered only with AES instructions as 4 is.
 pub const CREATE_AT_AES_VERSION: u32 = 12;
+/// Version 11 with SETATTR ordered behind the connection's WRITEs, as COMMIT is since
+/// [`ORDERED_COMMIT_VERSION`]: the server runs a SETATTR only once every WRITE and APPEND of
+/// the same file that arrived before it on the same connection has been answered, so a client
+/// may send the `utimensat` or `chmod` that follows a file's last write right behind that
+/// WRITE instead of a round trip after its reply. Nothing on the wire changes.
+pub const ORDERED_SETATTR_VERSION: u32 = 13;
+/// Version 13 with AES-256-GCM records, offered only with AES instructions as 4 is.
+pub const ORDERED_SETATTR_AES_VERSION: u32 = 14;
 /// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
 /// SEQUENCE, so a peer of either version can be served; 5 is 3 with FETCH; 7 is 5 with
 /// LISTDIR; 9 is 7 with COMMIT ordered behind the connection's WRITEs; 11 is 9 with
-/// CREATEAT; 4, 6, 8, 10 and 12 are 3, 5, 7, 9 and 11 with AES-256-GCM records.
+/// CREATEAT; 13 is 11 with SETATTR ordered behind them too; 4, 6, 8, 10, 12 and 14 are 3, 5,
+/// 7, 9, 11 and 13 with AES-256-GCM records.
 pub const SUPPORTED_VERSIONS: &[u32] = &[
     2,
     SESSIONS_VERSION,
@@ -104,6 +113,8 @@ pub const SUPPORTED_VERSIONS: &[u32] = &[
     ORDERED_COMMIT_AES_VERSION,
     CREATE_AT_VERSION,
     CREATE_AT_AES_VERSION,
+    ORDERED_SETATTR_VERSION,
+    ORDERED_SETATTR_AES_VERSION,
 ];
 
 /// Whether records of `version` are sealed with AES-256-GCM (else ChaCha20-Poly1305).
@@ -115,6 +126,7 @@ pub fn uses_aes(version: u32) -> bool {
             | LISTDIR_AES_VERSION
             | ORDERED_COMMIT_AES_VERSION
             | CREATE_AT_AES_VERSION
+            | ORDERED_SETATTR_AES_VERSION
     )
 }
 
@@ -137,6 +149,12 @@ pub fn has_create_at(version: u32) -> bool {
 /// the same file that came before it on the connection ([`ORDERED_COMMIT_VERSION`]).
 pub fn has_ordered_commit(version: u32) -> bool {
     version >= ORDERED_COMMIT_VERSION
+}
+
+/// Whether the server of a connection of `version` runs a SETATTR only after the WRITEs of
+/// the same file that came before it on the connection ([`ORDERED_SETATTR_VERSION`]).
+pub fn has_ordered_setattr(version: u32) -> bool {
+    version >= ORDERED_SETATTR_VERSION
 }
 
 /// The versions this machine offers: all it speaks, but those with AES records only with AES
@@ -510,6 +528,14 @@ mod tests {
             versions: vec![2, 3, 5, 7, 9, 11],
             ..HandshakeConfig::default()
         };
+        let v12 = HandshakeConfig {
+            versions: (2..=12).collect(),
+            ..HandshakeConfig::default()
+        };
+        let chacha13 = HandshakeConfig {
+            versions: vec![2, 3, 5, 7, 9, 11, 13],
+            ..HandshakeConfig::default()
+        };
         for (client, server, chosen) in [
             (v2.clone(), HandshakeConfig::default(), 2),
             (HandshakeConfig::default(), v2, 2),
@@ -536,7 +562,12 @@ mod tests {
             // CREATEAT.
             (chacha11.clone(), all.clone(), 11),
             (all.clone(), chacha11, 11),
-            (all.clone(), all, 12),
+            (v12.clone(), all.clone(), 12),
+            (all.clone(), v12, 12),
+            // Ordered SETATTR.
+            (chacha13.clone(), all.clone(), 13),
+            (all.clone(), chacha13, 13),
+            (all.clone(), all, 14),
         ] {
             let (mut c, mut s) = pair(client, server);
             pump(&mut c, &mut s).unwrap();
@@ -557,6 +588,7 @@ mod tests {
             assert_eq!(has_listdir(chosen), chosen >= 7);
             assert_eq!(has_ordered_commit(chosen), chosen >= 9);
             assert_eq!(has_create_at(chosen), chosen >= 11);
+            assert_eq!(has_ordered_setattr(chosen), chosen >= 13);
         }
     }
 

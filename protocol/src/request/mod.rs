@@ -114,7 +114,7 @@ pub enum Proc {
     /// directory needs no LISTXATTR or GETXATTR per entry.
     ListDir = 117,
     /// SFS extension: CREATE of a regular file named by its path from the export's root
-    /// ([`RequestOp::CreateAt`], versions 11 and 12), so an upload's file is made in the first
+    /// ([`RequestOp::CreateAt`], versions 11 to 14), so an upload's file is made in the first
     /// round trip after the handshake instead of a round trip after its directory is found.
     CreateAt = 118,
 }
@@ -477,7 +477,7 @@ pub enum RequestOp {
         /// Mode of creation.
         how: CreateHow,
     },
-    /// Create a regular file at `path` from the export's root (versions 11 and 12): the
+    /// Create a regular file at `path` from the export's root (versions 11 to 14): the
     /// directories on the way are searched as FETCH searches them, then the last component is
     /// made as CREATE makes it in the directory found.
     CreateAt {
