@@ -756,7 +756,7 @@ fn release(srv: &Server, c: &mut Conn, reserved: usize) {
 /// [`ConnLink::complete`] with the connection's state already borrowed from its cell.
 fn complete_borrowed(srv: &Arc<Server>, c: &mut Conn, reserved: usize, reply: Reply) {
     release(srv, c, reserved);
-    // Even on a closed connection: a held COMMIT's ticket must be settled.
+    // Even on a closed connection: a held COMMIT or SETATTR runs, and its ticket is settled.
     c.write_order
         .answered(reply.id, |d, op| dispatch(srv, d, op));
     // Even on a closed connection: its client may send the request again on another.
