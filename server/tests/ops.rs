@@ -824,6 +824,36 @@ fn new_objects_without_a_mode_get_the_documented_default() {
     check(&m, "m", 0o750);
 }
 
+/// Sends eight 1 MiB WRITEs of `f` (MiB k holds byte k + 1) without waiting; their ids.
+fn send_eight_writes(c: &mut Client, a: u32, f: FileHandle) -> Vec<u64> {
+    (0..8u64)
+        .map(|k| {
+            let op = RequestOp::Write {
+                fh: f,
+                offset: k << 20,
+                stable: StableHow::Unstable,
+                data: vec![k as u8 + 1; 1 << 20].into(),
+            };
+            c.send(a, op)
+        })
+        .collect()
+}
+
+/// The ids of the replies that come, in order, up to and including `last`'s; each a success.
+fn answered_until(c: &mut Client, last: u64) -> Vec<u64> {
+    let mut answered = Vec::new();
+    while !answered.contains(&last) {
+        match c.next_message().expect("connection closed") {
+            ServerMessage::Reply(r) => {
+                assert!(r.result.is_ok(), "{:?}", r.result);
+                answered.push(r.id);
+            }
+            ServerMessage::Invalidate(_) => {}
+        }
+    }
+    answered
+}
+
 /// A SETATTR sent behind WRITEs of its file on the same connection, without waiting for their
 /// replies, is applied only once they are done (protocol versions 13 and 14): its reply comes
 /// after every one of theirs, and the mtime it set is the file's mtime afterwards. Without the
@@ -835,16 +865,7 @@ fn a_setattr_behind_writes_of_its_file_waits_for_them() {
     let (area, _s, mut c, a, root) = setup();
     let f = c.create(a, root, "timed", 0o644).unwrap();
     let other = c.create(a, root, "other", 0o644).unwrap();
-    let mut writes = Vec::new();
-    for k in 0..8u64 {
-        let op = RequestOp::Write {
-            fh: f,
-            offset: k << 20,
-            stable: StableHow::Unstable,
-            data: vec![k as u8 + 1; 1 << 20].into(),
-        };
-        writes.push(c.send(a, op));
-    }
+    let writes = send_eight_writes(&mut c, a, f);
     let set = |fh| RequestOp::SetAttr {
         fh,
         attr: SetAttr {
@@ -860,16 +881,7 @@ fn a_setattr_behind_writes_of_its_file_waits_for_them() {
     // Another file's SETATTR goes as usual.
     c.send(a, set(other));
     let setattr = c.send(a, set(f));
-    let mut answered = Vec::new();
-    while !answered.contains(&setattr) {
-        match c.next_message().expect("connection closed") {
-            ServerMessage::Reply(r) => {
-                assert!(r.result.is_ok(), "{:?}", r.result);
-                answered.push(r.id);
-            }
-            ServerMessage::Invalidate(_) => {}
-        }
-    }
+    let answered = answered_until(&mut c, setattr);
     assert_eq!(answered.len(), writes.len() + 2, "{answered:?}");
     let meta = std::fs::metadata(area.export().join("timed")).unwrap();
     assert_eq!(meta.len(), 8 << 20);
@@ -886,16 +898,7 @@ fn a_setattr_behind_writes_of_its_file_waits_for_them() {
 fn a_commit_behind_writes_of_its_file_waits_for_them() {
     let (area, _s, mut c, a, root) = setup();
     let f = c.create(a, root, "ordered", 0o644).unwrap();
-    let mut writes = Vec::new();
-    for k in 0..8u64 {
-        let op = RequestOp::Write {
-            fh: f,
-            offset: k << 20,
-            stable: StableHow::Unstable,
-            data: vec![k as u8 + 1; 1 << 20].into(),
-        };
-        writes.push(c.send(a, op));
-    }
+    let writes = send_eight_writes(&mut c, a, f);
     let commit = c.send(
         a,
         RequestOp::Commit {
@@ -904,16 +907,7 @@ fn a_commit_behind_writes_of_its_file_waits_for_them() {
             count: 0,
         },
     );
-    let mut answered = Vec::new();
-    while !answered.contains(&commit) {
-        match c.next_message().expect("connection closed") {
-            ServerMessage::Reply(r) => {
-                assert!(r.result.is_ok(), "{:?}", r.result);
-                answered.push(r.id);
-            }
-            ServerMessage::Invalidate(_) => {}
-        }
-    }
+    let answered = answered_until(&mut c, commit);
     assert_eq!(answered.len(), writes.len() + 1, "{answered:?}");
     let data = std::fs::read(area.export().join("ordered")).unwrap();
     assert_eq!(data.len(), 8 << 20);
