@@ -728,14 +728,19 @@ mod tests {
         // Something waits for the file: it goes, the write still under way.
         let wb3 = wb.clone();
         let closing = tokio::spawn(async move { wb3.settle_and_report(1).await });
-        let (change, s) = sending.await.unwrap();
+        let (change, s) = tokio::time::timeout(Duration::from_secs(5), sending)
+            .await
+            .expect("not sent although waited for")
+            .unwrap();
         assert_eq!(s, Some(mode(0o644)), "the two as one");
         assert!(wb.busy(1));
         // The write is sent again after the change went out (at 2), and that is answered:
         // the change's check learns it.
         write.went(at(3));
         write.end(Ok(()));
-        wb.settle_before(&change).await;
+        tokio::time::timeout(Duration::from_secs(5), wb.settle_before(&change))
+            .await
+            .expect("the write ended");
         let writes = wb.take_watch(&change).unwrap();
         assert!(!writes.covered_by(at(2), has_ordered_setattr));
         assert!(writes.covered_by(at(4), has_ordered_setattr));
