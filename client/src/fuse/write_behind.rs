@@ -96,12 +96,8 @@ struct Under {
     failed: Option<Errno>,
     /// Woken whenever one of them ends.
     ended: Arc<Notify>,
-    /// The attribute change answered early and not yet sent, with the id of its range.
-    queued: Option<(u64, SetAttr)>,
-    /// When `queued` was answered, and whether something waits for it (then it goes as soon
-    /// as the writes before it allow): to a server that orders it behind them, a change would
-    /// otherwise go out before the next one could join it ([`WriteBehind::gone_out_before`]).
-    queued_at: Option<(Instant, bool)>,
+    /// The attribute change answered early and not yet sent.
+    queued: Option<Queued>,
     /// The write held to gather the next ones (its range is in `ranges`).
     held: Option<Held>,
     /// Where the last piece of each write under way last went out, by range id
@@ -112,7 +108,36 @@ struct Under {
     watch: Option<(u64, SentSoFar)>,
 }
 
+/// An attribute change answered early and not yet sent ([`Under::queued`]).
+struct Queued {
+    /// The id of its range.
+    id: u64,
+    /// The change, with those that joined it.
+    change: SetAttr,
+    /// When it was answered.
+    since: Instant,
+    /// Something waits for it: then it goes as soon as the writes before it allow. To a server
+    /// that orders it behind them it would otherwise go out before the next change could join
+    /// it ([`WriteBehind::gone_out_before`]).
+    wanted: bool,
+}
+
 impl Under {
+    /// The queued change, if any, is waited for from now on.
+    fn want_queued(&mut self) {
+        if let Some(q) = &mut self.queued
+            && !q.wanted
+        {
+            q.wanted = true;
+            self.ended.notify_waiters();
+        }
+    }
+
+    /// A change is queued that nothing waits for yet.
+    fn queued_unwanted(&self) -> bool {
+        self.queued.as_ref().is_some_and(|q| !q.wanted)
+    }
+
     /// Nothing under way (a queued change has a range until it ends).
     fn idle(&self) -> bool {
         self.ranges.is_empty() && self.queued.is_none()
@@ -259,15 +284,19 @@ impl WriteBehind {
         if under.failed.is_some() || under.held.is_some() {
             return None;
         }
-        if let Some((_, queued)) = &mut under.queued {
-            *queued = super::attrs_behind::merge(*queued, s);
+        if let Some(q) = &mut under.queued {
+            q.change = super::attrs_behind::merge(q.change, s);
             return Some(None);
         }
         let permit = self.budget.clone().try_acquire_many_owned(1).ok()?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         under.ranges.push((0, u64::MAX, id));
-        under.queued = Some((id, s));
-        under.queued_at = Some((Instant::now(), false));
+        under.queued = Some(Queued {
+            id,
+            change: s,
+            since: Instant::now(),
+            wanted: false,
+        });
         drop(files);
         self.held_sweep.added();
         Some(Some(Ticket {
@@ -282,12 +311,8 @@ impl WriteBehind {
     /// Something waits for `ino`'s change answered early, if one is queued: it goes as soon
     /// as the writes before it allow.
     fn want_queued(&self, ino: u64) {
-        let mut files = self.files.lock();
-        if let Some(u) = files.get_mut(&ino)
-            && let Some((_, wanted @ false)) = &mut u.queued_at
-        {
-            *wanted = true;
-            u.ended.notify_waiters();
+        if let Some(u) = self.files.lock().get_mut(&ino) {
+            u.want_queued();
         }
     }
 
@@ -297,15 +322,12 @@ impl WriteBehind {
     pub(crate) fn take_queued(&self, ticket: &Ticket) -> Option<SetAttr> {
         let mut files = self.files.lock();
         let under = files.get_mut(&ticket.ino)?;
-        match under.queued {
-            Some((id, s)) if id == ticket.id => {
-                under.queued = None;
-                under.queued_at = None;
-                under.watch = Some((id, SentSoFar::default()));
-                Some(s)
-            }
-            _ => None,
+        if under.queued.as_ref().is_none_or(|q| q.id != ticket.id) {
+            return None;
         }
+        let q = under.queued.take()?;
+        under.watch = Some((q.id, SentSoFar::default()));
+        Some(q.change)
     }
 
     /// Where the answered attempts of the writes that were still under way when the change
@@ -352,8 +374,10 @@ impl WriteBehind {
     /// that follow join it: `tar`'s three of a file go as one SETATTR.
     pub(crate) async fn gone_out_before(&self, ticket: &Ticket) {
         self.wait_while(ticket.ino, |u| {
-            let unwanted = u.queued.is_some_and(|(id, _)| id == ticket.id)
-                && u.queued_at.is_some_and(|(_, wanted)| !wanted);
+            let unwanted = u
+                .queued
+                .as_ref()
+                .is_some_and(|q| q.id == ticket.id && !q.wanted);
             unwanted
                 || u.ranges
                     .iter()
@@ -510,27 +534,22 @@ impl WriteBehind {
             let tick = || {
                 let wb = behind.upgrade()?;
                 let now = Instant::now();
-                let due: Vec<Held> = {
-                    let mut files = wb.files.lock();
-                    for u in files.values_mut() {
-                        if let Some((at, wanted @ false)) = &mut u.queued_at
-                            && now - *at >= GATHER_FOR
-                        {
-                            *wanted = true;
-                            u.ended.notify_waiters();
-                        }
+                let mut due: Vec<Held> = Vec::new();
+                for u in wb.files.lock().values_mut() {
+                    if u.queued
+                        .as_ref()
+                        .is_some_and(|q| now - q.since >= GATHER_FOR)
+                    {
+                        u.want_queued();
                     }
-                    files
-                        .values_mut()
-                        .filter(|u| u.held.as_ref().is_some_and(|h| now - h.since >= GATHER_FOR))
-                        .filter_map(|u| u.held.take())
-                        .collect()
-                };
+                    if u.held.as_ref().is_some_and(|h| now - h.since >= GATHER_FOR) {
+                        due.extend(u.held.take());
+                    }
+                }
                 for h in due {
                     h.send();
                 }
-                let waiting =
-                    |u: &Under| u.held.is_some() || u.queued_at.is_some_and(|(_, wanted)| !wanted);
+                let waiting = |u: &Under| u.held.is_some() || u.queued_unwanted();
                 let any = wb.files.lock().values().any(waiting);
                 Some(any)
             };
@@ -550,10 +569,9 @@ impl WriteBehind {
             Some((w, _)) if id == *w => under.watch = None,
             _ => {}
         }
-        if under.queued.is_some_and(|(q, _)| q == id) {
+        if under.queued.as_ref().is_some_and(|q| q.id == id) {
             // Ended before it was sent: nothing more may join it.
             under.queued = None;
-            under.queued_at = None;
         }
         if let Err(e) = result {
             under.failed.get_or_insert(e);
