@@ -110,8 +110,9 @@ pub struct ServeArgs {
     /// Maximum lease table entries (beyond it, replies carry no lease). Default 100000.
     #[arg(long)]
     pub max_leases: Option<usize>,
-    /// Maximum leases one connection may hold (beyond it, its replies carry no lease).
-    /// Default 4096.
+    /// Maximum leases one connection may hold (beyond it, its replies carry no lease, and
+    /// the client caches nothing more: keep it above the objects a client works with).
+    /// Default 16384.
     #[arg(long)]
     pub max_leases_per_conn: Option<usize>,
     /// Maximum simultaneous connections (default 4096; lowered to fit the open-file limit,

@@ -1520,6 +1520,63 @@ fn leases_bounded_per_connection() {
     );
 }
 
+/// The other side of the bound: with the default share, one client leases every object of a
+/// tree the size people work in (a distribution's kernel headers are ~9,000 entries), since an
+/// object without a lease is one its client cannot cache: every use of it, and every path step
+/// through it, is a round trip again.
+#[test]
+fn the_default_share_leases_a_working_tree() {
+    require_root!("the_default_share_leases_a_working_tree");
+    let st = setup(0o755);
+    let ex = st.ex();
+    const DIRS: usize = 10;
+    const PER_DIR: usize = 1000;
+    for d in 0..DIRS {
+        std::fs::create_dir(ex.join(format!("d{d}"))).unwrap();
+        for i in 0..PER_DIR {
+            std::fs::File::create(ex.join(format!("d{d}/f{i:04}"))).unwrap();
+        }
+    }
+    let s = st.start(&[]);
+    let (mut x, a, root) = user(&s, "alice");
+    let (mut leased, mut total) = (0, 0);
+    for d in 0..DIRS {
+        let dir = x.lookup(a, root, &format!("d{d}")).unwrap();
+        let (mut cookie, mut verifier) = (0, [0; 8]);
+        loop {
+            let op = RequestOp::ReadDirPlus {
+                dir,
+                cookie,
+                verifier,
+                dircount: u32::MAX,
+                maxcount: 1 << 20,
+            };
+            let r = x.call(a, op);
+            let Ok(ReplyBody::ReadDirPlus(p)) = r else {
+                panic!("READDIRPLUS: {r:?}")
+            };
+            for e in p
+                .entries
+                .iter()
+                .filter(|e| e.name != b"." && e.name != b"..")
+            {
+                total += 1;
+                leased += usize::from(e.attr.is_some_and(|at| at.lease_ms > 0));
+            }
+            cookie = p.entries.last().map_or(cookie, |e| e.cookie);
+            verifier = p.verifier;
+            if p.eof || p.entries.is_empty() {
+                break;
+            }
+        }
+    }
+    assert_eq!(total, DIRS * PER_DIR);
+    assert_eq!(
+        leased, total,
+        "one client walking a tree of {total} objects got {leased} leases with the default share"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 14. Export walks are rate-limited globally.
 
