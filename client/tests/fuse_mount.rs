@@ -920,6 +920,40 @@ fn a_name_made_on_the_servers_disk_shows_when_the_directory_lease_ends() {
     }
 }
 
+/// A tree walked again within the lease reads no listing again, however many directories it
+/// has up to the mount's bound (4096 listings, 65536 entries): 1,100 here, more than the 1,024
+/// it once kept, past which a second `ls -lR` of two header trees read every listing again.
+#[test]
+fn a_tree_of_many_directories_walked_again_reads_no_listing_again() {
+    need_fuse!();
+    let s = setup();
+    const DIRS: usize = 1100;
+    for i in 0..DIRS {
+        let d = s.export.join(format!("t/d{i:04}"));
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join("f"), b"x").unwrap();
+    }
+    let m = s.mount("mnt");
+    let walk = || {
+        let mut files = 0;
+        for d in fs::read_dir(m.dir.join("t")).unwrap() {
+            files += fs::read_dir(d.unwrap().path()).unwrap().count();
+        }
+        files
+    };
+    let listings = || kernel_requests(&m, "READDIRPLUS") + kernel_requests(&m, "READDIR");
+    assert_eq!(walk(), DIRS);
+    let first = listings();
+    assert!(first >= DIRS, "the first walk read {first} listings");
+    assert_eq!(walk(), DIRS);
+    assert_eq!(
+        listings(),
+        first,
+        "the second walk read {} listings again",
+        listings() - first
+    );
+}
+
 /// `ls -l` of a directory costs one request, not one or two per file: the listing (LISTDIR)
 /// says which entries have no extended attributes, so the `security.selinux` and
 /// `system.posix_acl_access` questions `ls` asks of every file are answered by the mount.

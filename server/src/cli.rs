@@ -112,7 +112,7 @@ pub struct ServeArgs {
     pub max_leases: Option<usize>,
     /// Maximum leases one connection may hold (beyond it, its replies carry no lease, and
     /// the client caches nothing more: keep it above the objects a client works with).
-    /// Default 16384.
+    /// Default 32768.
     #[arg(long)]
     pub max_leases_per_conn: Option<usize>,
     /// Maximum simultaneous connections (default 4096; lowered to fit the open-file limit,

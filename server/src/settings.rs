@@ -26,11 +26,12 @@ pub(crate) mod defaults {
     pub(crate) const MAX_LEASES: usize = 100_000;
     /// Leases one connection may hold. A lease is what lets a client cache an object at all
     /// (an object without one is asked for again at every use, each step of every path
-    /// through it a round trip), so a share is a client's whole cache: big enough for the
-    /// source trees people work in (the kernel headers of a distribution are ~9,000 entries;
-    /// with 4096, a walk of them took 50 times as long). It is a sixth of [`MAX_LEASES`];
-    /// an address or a user still holds at most half of the table ([`crate::leases::Shares`]).
-    pub(crate) const MAX_LEASES_PER_CONN: usize = 16_384;
+    /// through it a round trip), so a share is a client's whole cache, and must hold what a
+    /// client works with within a lease: a distribution's kernel headers are ~9,000 entries,
+    /// and untarring them and copying the copy is twice that (with 4096, a walk of them took
+    /// 50 times as long as within the share). A third of [`MAX_LEASES`]; an address or a user
+    /// still holds at most half of the table ([`crate::leases::Shares`]).
+    pub(crate) const MAX_LEASES_PER_CONN: usize = 32_768;
     /// uid and gid of anonymous requests ("nobody"/"nogroup").
     pub(crate) const ANONYMOUS_ID: u32 = crate::users::NOBODY;
     /// Storage threads per worker, and the fewest storage threads.

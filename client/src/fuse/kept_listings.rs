@@ -27,7 +27,7 @@ use super::listing::Listing;
 use crate::cache::AttrCache;
 
 /// How many listings are kept at most (the soonest to expire goes first when full).
-const MAX_KEPT: usize = 1024;
+const MAX_KEPT: usize = 4096;
 /// Larger listings are not kept: a walk's directories are small, and one huge directory
 /// must not hold megabytes of names for a minute.
 const MAX_KEPT_ENTRIES: usize = 4096;
