@@ -38,6 +38,9 @@ struct Registered<L> {
     /// Set while the connection (or its address) holds its whole share of leases; the
     /// connection's color reads it to grant lease 0 in its replies.
     lease_capped: Arc<AtomicBool>,
+    /// Whether the log has said the connection reached its share (once per connection: one
+    /// hovering at its share reaches it again at every lease that ends).
+    share_logged: AtomicBool,
 }
 
 /// The state only color 0 touches (libcolor serialises color 0's callbacks, so no lock).
@@ -85,7 +88,14 @@ impl<L> Bookkeeping<L> {
         lease_capped: Arc<AtomicBool>,
         peer: IpAddr,
     ) -> Option<Dropped> {
-        self.conns.insert(id, Registered { link, lease_capped });
+        self.conns.insert(
+            id,
+            Registered {
+                link,
+                lease_capped,
+                share_logged: AtomicBool::new(false),
+            },
+        );
         self.leases.open_conn(id, peer);
         self.startups.admit(id)
     }
@@ -247,8 +257,17 @@ impl<L> Bookkeeping<L> {
     /// Tells connection `id` whether it (or its address) holds its whole share of leases.
     fn publish_share(&self, id: ConnId) {
         if let Some(r) = self.conns.get(&id) {
-            r.lease_capped
-                .store(self.leases.over_share(id), Ordering::Relaxed);
+            let capped = self.leases.over_share(id);
+            r.lease_capped.store(capped, Ordering::Relaxed);
+            if capped && !r.share_logged.swap(true, Ordering::Relaxed) {
+                tracing::info!(
+                    conn = id,
+                    "connection holds its whole share of leases (--max-leases-per-conn, or its \
+                     address's or user's): its replies carry lease 0 until some of its leases \
+                     end, and its client caches nothing more (every use of those objects is a \
+                     round trip)"
+                );
+            }
         }
     }
 }

@@ -1512,6 +1512,11 @@ fn leases_bounded_per_connection() {
         "connection X holds {leased} + {getattr_leased} leases with --max-leases-per-conn 100"
     );
     let later = later.expect("connection X never got lease 0 beyond its share");
+    let said = s.log().matches("holds its whole share of leases").count();
+    assert_eq!(
+        said, 1,
+        "the log said {said} times that X reached its share"
+    );
     // Y still gets leases, even for an object X was refused one on.
     let at = y.getattr(b, later).unwrap();
     assert!(
@@ -1574,6 +1579,10 @@ fn the_default_share_leases_a_working_tree() {
     assert_eq!(
         leased, total,
         "one client walking a tree of {total} objects got {leased} leases with the default share"
+    );
+    assert!(
+        !s.log().contains("holds its whole share of leases"),
+        "the log says the client reached its share"
     );
 }
 
