@@ -263,9 +263,9 @@ impl<L> Bookkeeping<L> {
                 tracing::info!(
                     conn = id,
                     "connection holds its whole share of leases (--max-leases-per-conn, or its \
-                     address's or user's): its replies carry lease 0 until some of its leases \
-                     end, and its client caches nothing more (every use of those objects is a \
-                     round trip)"
+                     address's share): its replies carry lease 0 until some of its leases end, \
+                     and its client caches nothing more (every use of those objects is a round \
+                     trip)"
                 );
             }
         }
