@@ -1409,6 +1409,18 @@ fn readdir_crowd_does_not_starve_lookup() {
 // ---------------------------------------------------------------------------------------------
 // 13. Leases are bounded per connection.
 
+/// Directories `{prefix}0`, `{prefix}1`... in `ex`, each with `per_dir` empty files
+/// `f0000`, `f0001`..., made on the server's disk.
+fn make_dirs_of_files(ex: &Path, prefix: &str, dirs: usize, per_dir: usize) {
+    for d in 0..dirs {
+        let dir = ex.join(format!("{prefix}{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for i in 0..per_dir {
+            std::fs::File::create(dir.join(format!("f{i:04}"))).unwrap();
+        }
+    }
+}
+
 #[test]
 fn leases_bounded_per_connection() {
     require_root!("leases_bounded_per_connection");
@@ -1416,12 +1428,7 @@ fn leases_bounded_per_connection() {
     let ex = st.ex();
     const DIRS: usize = 4;
     const PER_DIR: usize = 500;
-    for d in 0..DIRS {
-        std::fs::create_dir(ex.join(format!("many{d}"))).unwrap();
-        for i in 0..PER_DIR {
-            std::fs::File::create(ex.join(format!("many{d}/f{i:04}"))).unwrap();
-        }
-    }
+    make_dirs_of_files(&ex, "many", DIRS, PER_DIR);
     std::fs::write(ex.join("other"), b"o").unwrap();
     // A global table of 600 that X alone could fill four times over without a share.
     let s = st.start(&[
@@ -1536,12 +1543,7 @@ fn the_default_share_leases_a_working_tree() {
     let ex = st.ex();
     const DIRS: usize = 10;
     const PER_DIR: usize = 1000;
-    for d in 0..DIRS {
-        std::fs::create_dir(ex.join(format!("d{d}"))).unwrap();
-        for i in 0..PER_DIR {
-            std::fs::File::create(ex.join(format!("d{d}/f{i:04}"))).unwrap();
-        }
-    }
+    make_dirs_of_files(&ex, "d", DIRS, PER_DIR);
     let s = st.start(&[]);
     let (mut x, a, root) = user(&s, "alice");
     let (mut leased, mut total) = (0, 0);
