@@ -11,6 +11,14 @@
 //! - **ACLs.** `system.posix_acl_*` travel as attributes, and the server's kernel enforces
 //!   them; this mount does not negotiate `FUSE_POSIX_ACL`, so the client kernel does not
 //!   evaluate them itself (the server decides every access anyway).
+//! - **Security labels stay on the server's host.** `security.selinux`, Smack's and
+//!   AppArmor's labels ([`host_label`]) are the server host's access-control policy, which
+//!   means nothing to this host's (as with NFS without labeled NFS, or sshfs): through the
+//!   mount they are `EOPNOTSUPP` and left out of lists. A client host that runs SELinux never
+//!   asks the mount (its kernel labels the mount itself); one that does not is `ls -l`, which
+//!   asks `security.selinux` of every file and, told `EOPNOTSUPP`, stops asking for the
+//!   whole mount: a request to the mount per file less. Copying files off the mount no
+//!   longer copies a foreign host's labels either (an ordinary user's `cp -a` failed on them).
 
 use fuser::{Errno, INodeNo, ReplyXattr};
 use protocol::xattr::{self, MAX_LIST_LEN, MAX_VALUE_LEN};
@@ -46,7 +54,10 @@ impl ServerMount {
         size: u32,
         rt: &Handle,
     ) -> Option<Result<Sized, Errno>> {
-        let name = name(name_).ok()?;
+        let name = match name(name_) {
+            Ok(name) => name,
+            Err(e) => return Some(Err(e)),
+        };
         let fh = self.fh(ino).ok()?;
         let (authno, answer) = c.getxattr_cached(&fh, name)?;
         self.xattr_ahead.answered(c, authno, &fh, Some(name), rt);
@@ -146,12 +157,16 @@ pub(crate) fn value(bytes: Vec<u8>, size: u32) -> Result<Sized, Errno> {
     sized(bytes, size, MAX_VALUE_LEN)
 }
 
-/// Names in `listxattr(2)`'s form (each followed by a NUL), for a buffer of `size`.
+/// Names in `listxattr(2)`'s form (each followed by a NUL), for a buffer of `size`, without
+/// the [`host_label`]s.
 pub(crate) fn list(names: &[Vec<u8>], size: u32) -> Result<Sized, Errno> {
     let mut out = Vec::with_capacity(xattr::list_len(names).min(MAX_LIST_LEN + 1));
     for n in names {
         if !xattr::name_is_valid(n) {
             continue; // not from a decoded reply; never handed to the kernel
+        }
+        if host_label(n) {
+            continue;
         }
         out.extend_from_slice(n);
         out.push(0);
@@ -163,15 +178,26 @@ pub(crate) fn list(names: &[Vec<u8>], size: u32) -> Result<Sized, Errno> {
 }
 
 /// A name from the kernel, checked as the server will check it (the kernel already refuses
-/// longer ones with `ERANGE`).
+/// longer ones with `ERANGE`); a [`host_label`] is `EOPNOTSUPP`, never asked of the server.
 pub(crate) fn name(name: &[u8]) -> Result<&[u8], Errno> {
     if name.len() > xattr::MAX_NAME_LEN {
         Err(Errno::ERANGE)
     } else if !xattr::name_is_valid(name) {
         Err(Errno::EINVAL)
+    } else if host_label(name) {
+        Err(Errno::EOPNOTSUPP)
     } else {
         Ok(name)
     }
+}
+
+/// A mandatory-access-control label (SELinux, Smack, AppArmor): the server host's policy's,
+/// which this mount does not carry (module documentation). `security.capability` and the
+/// other `security.` names are not labels and do travel.
+pub(crate) fn host_label(name: &[u8]) -> bool {
+    name == b"security.selinux"
+        || name == b"security.apparmor"
+        || name.starts_with(b"security.SMACK64")
 }
 
 /// `setxattr(2)`'s flags as the protocol's (the same bits); any other bit is `EINVAL`, as the
@@ -224,5 +250,37 @@ mod tests {
         assert_eq!(name(&[b'a'; 256]), Err(Errno::ERANGE));
         assert_eq!(name(b""), Err(Errno::EINVAL));
         assert_eq!(name(b"user.k"), Ok(&b"user.k"[..]));
+    }
+
+    #[test]
+    fn host_labels_are_not_supported_and_not_listed() {
+        for label in [
+            &b"security.selinux"[..],
+            b"security.apparmor",
+            b"security.SMACK64",
+            b"security.SMACK64EXEC",
+        ] {
+            assert_eq!(name(label), Err(Errno::EOPNOTSUPP));
+        }
+        for carried in [
+            &b"security.capability"[..],
+            b"security.selinuxx",
+            b"security.ima",
+            b"system.posix_acl_access",
+            b"user.selinux",
+        ] {
+            assert_eq!(name(carried), Ok(carried));
+        }
+        let names = vec![
+            b"security.selinux".to_vec(),
+            b"user.a".to_vec(),
+            b"security.SMACK64".to_vec(),
+            b"security.capability".to_vec(),
+        ];
+        assert_eq!(
+            list(&names, 100),
+            Ok(Sized::Data(b"user.a\0security.capability\0".to_vec()))
+        );
+        assert_eq!(list(&names, 0), Ok(Sized::Len(27)));
     }
 }
