@@ -3022,6 +3022,57 @@ fn extended_attribute_permissions_as_two_users() {
     );
 }
 
+/// In a `--multi-user` mount, where the kernel checks each caller's access itself, it
+/// evaluates POSIX ACLs too (`FUSE_POSIX_ACL`, fuse/kernel.rs): an ACL granting an ordinary
+/// user read of a root file its mode bits deny lets that user read it through the mount, as
+/// on the server's disk, and a file without one stays denied. The kernel keeps each file's
+/// ACL as long as its attributes, so `ls -l` again asks the mount for no ACL.
+#[test]
+fn multi_user_mount_grants_what_an_acl_grants_and_keeps_acls_in_the_kernel() {
+    need_fuse!();
+    let Some((s, m, _work)) = ordinary_user_mount() else {
+        return;
+    };
+    let none = rustix::fs::XattrFlags::empty();
+    let (granted, denied) = (m.dir.join("granted"), m.dir.join("denied"));
+    for f in [&granted, &denied] {
+        fs::write(f, b"secret").unwrap();
+        fs::set_permissions(f, fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    setxattr(
+        &granted,
+        "system.posix_acl_access",
+        &acl_with_a_named_user(),
+        none,
+    )
+    .unwrap();
+    let (ok, err) = as_uid(65534, &format!("cat {} >/dev/null", granted.display()));
+    assert!(ok, "65534 reads what its ACL grants: {err}\n{}", m.log());
+    let (ok, err) = as_uid(65534, &format!("cat {} >/dev/null", denied.display()));
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+
+    const FILES: usize = 50;
+    fs::create_dir(s.export.join("many")).unwrap();
+    for i in 0..FILES {
+        fs::write(s.export.join(format!("many/f{i:02}")), b"x").unwrap();
+    }
+    let ls = || {
+        let out = Command::new("ls")
+            .arg("-l")
+            .arg(m.dir.join("many"))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(out.stdout.split(|&b| b == b'\n').count(), FILES + 2);
+    };
+    ls();
+    let before = kernel_requests(&m, "GETXATTR");
+    ls();
+    let again = kernel_requests(&m, "GETXATTR") - before;
+    // At most the label `ls` asks once per run (EOPNOTSUPP, never cached by the kernel).
+    assert!(again <= 2, "ls -l again sent the mount {again} GETXATTRs");
+}
+
 /// Writes through the mount in 4 KiB (16 MiB) and in 1 MiB (64 MiB) `write(2)` calls (dd),
 /// timed. With extended attributes served the kernel asks for `security.capability` before
 /// writing a file (to drop file capabilities), but once per file, not per write: it then marks

@@ -33,6 +33,9 @@ pub(crate) struct SfsFuse<R: NodeRanges = OneServer> {
     ranges: R,
     rt: Handle,
     kills: Arc<KillWatch>,
+    /// The kernel evaluates POSIX ACLs and keeps them (`FUSE_POSIX_ACL`): in a multi-user
+    /// mount, the one where it checks each caller's access ([`configure`]).
+    kernel_acls: bool,
 }
 
 /// `let sh = mount!(self, ino, else fallback);`: the mount serving node `ino`, or the request
@@ -49,7 +52,11 @@ macro_rules! mount {
 impl SfsFuse {
     /// Serves the mount `sh` with tasks on `rt`.
     pub(crate) fn new(sh: Arc<ServerMount>, rt: Handle) -> SfsFuse {
-        SfsFuse::with_ranges(OneServer(sh), rt)
+        let kernel_acls = sh.multi_user;
+        SfsFuse {
+            kernel_acls,
+            ..SfsFuse::with_ranges(OneServer(sh), rt)
+        }
     }
 }
 
@@ -57,7 +64,12 @@ impl<R: NodeRanges> SfsFuse<R> {
     /// Serves the mounts of `ranges`, and its own nodes, with tasks on `rt`.
     pub(crate) fn with_ranges(ranges: R, rt: Handle) -> SfsFuse<R> {
         let kills = KillWatch::start(&rt);
-        SfsFuse { ranges, rt, kills }
+        SfsFuse {
+            ranges,
+            rt,
+            kills,
+            kernel_acls: false,
+        }
     }
 
     /// Runs `f` (polled first on this thread, [`crate::first_poll`], then on the runtime) with
@@ -128,8 +140,8 @@ fn reply_attr(r: Result<(Duration, FileAttr), Errno>, reply: ReplyAttr) {
     }
 }
 
-/// The kernel settings every sfs FUSE mount asks for.
-pub(super) fn configure(config: &mut KernelConfig) {
+/// The kernel settings every sfs FUSE mount asks for; `kernel_acls` for a multi-user mount.
+pub(super) fn configure(config: &mut KernelConfig, kernel_acls: bool) {
     // Best effort: an older kernel keeps its smaller limits.
     let _ = config.set_max_write(MAX_WRITE);
     let _ = config.set_max_readahead(MAX_WRITE);
@@ -156,6 +168,16 @@ pub(super) fn configure(config: &mut KernelConfig) {
     // them; without these the kernel keeps them local to this mount (fuse/locks.rs).
     let _ = config
         .add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS | fuser::InitFlags::FUSE_FLOCK_LOCKS);
+    // A multi-user mount has the kernel check each caller's access against the modes
+    // (`default_permissions`, which this flag implies); with it the kernel evaluates POSIX
+    // ACLs as well, so an ACL that grants more than the mode bits works through the mount as
+    // on the server, and it keeps each file's ACL as long as the file's attributes (forgotten
+    // when they are fetched again, and on our INVALIDATE of the file): `ls -l` then asks the
+    // mount for no ACL. A single-user mount leaves every check to the server, as the
+    // identity it logged in as: its owner's local uid and groups need not be the server's.
+    if kernel_acls {
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_POSIX_ACL);
+    }
 }
 
 /// Each request goes to the mount serving its node; the router's own nodes (the namespace's
@@ -163,7 +185,7 @@ pub(super) fn configure(config: &mut KernelConfig) {
 /// one is `EACCES`.
 impl<R: NodeRanges> Filesystem for SfsFuse<R> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        configure(config);
+        configure(config, self.kernel_acls);
         Ok(())
     }
 

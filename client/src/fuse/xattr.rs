@@ -9,8 +9,9 @@
 //!   `EOPNOTSUPP` (never `ENOSYS`: the kernel would take that as "no extended attributes on
 //!   this whole mount" and stop asking for every file).
 //! - **ACLs.** `system.posix_acl_*` travel as attributes, and the server's kernel enforces
-//!   them; this mount does not negotiate `FUSE_POSIX_ACL`, so the client kernel does not
-//!   evaluate them itself (the server decides every access anyway).
+//!   them. A multi-user mount negotiates `FUSE_POSIX_ACL` (fuse/kernel.rs), so its kernel,
+//!   which checks each caller itself there, evaluates and keeps them too; a single-user mount
+//!   does not, and leaves every check to the server.
 //! - **Security labels stay on the server's host.** `security.selinux`, Smack's and
 //!   AppArmor's labels ([`host_label`]) are the server host's access-control policy, which
 //!   means nothing to this host's (as with NFS without labeled NFS, or sshfs): through the
