@@ -3025,8 +3025,9 @@ fn extended_attribute_permissions_as_two_users() {
 /// In a `--multi-user` mount, where the kernel checks each caller's access itself, it
 /// evaluates POSIX ACLs too (`FUSE_POSIX_ACL`, fuse/kernel.rs): an ACL granting an ordinary
 /// user read of a root file its mode bits deny lets that user read it through the mount, as
-/// on the server's disk, and a file without one stays denied. The kernel keeps each file's
-/// ACL as long as its attributes, so `ls -l` again asks the mount for no ACL.
+/// on the server's disk, and a file without one stays denied; another client's revoke shows
+/// at once. The kernel keeps each file's ACL as long as its attributes, so `ls -l` again asks
+/// the mount for no ACL.
 #[test]
 fn multi_user_mount_grants_what_an_acl_grants_and_keeps_acls_in_the_kernel() {
     need_fuse!();
@@ -3050,6 +3051,18 @@ fn multi_user_mount_grants_what_an_acl_grants_and_keeps_acls_in_the_kernel() {
     assert!(ok, "65534 reads what its ACL grants: {err}\n{}", m.log());
     let (ok, err) = as_uid(65534, &format!("cat {} >/dev/null", denied.display()));
     assert!(!ok && err.contains("Permission denied"), "{err}");
+    // Another client takes the grant back: its INVALIDATE ends the kernel's copy (within the
+    // INVALIDATE's trip, not the 60 s lease).
+    let other = s.mount("other");
+    rustix::fs::removexattr(other.dir.join("granted"), "system.posix_acl_access").unwrap();
+    wait_for(
+        "the revoke to reach the kernel",
+        Duration::from_secs(5),
+        || {
+            let (ok, _) = as_uid(65534, &format!("cat {} >/dev/null", granted.display()));
+            !ok
+        },
+    );
 
     const FILES: usize = 50;
     fs::create_dir(s.export.join("many")).unwrap();
