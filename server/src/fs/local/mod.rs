@@ -31,6 +31,7 @@ mod attrs;
 mod create;
 mod data;
 mod inline;
+mod listxattr_at;
 mod lookup;
 mod open;
 mod readdir;

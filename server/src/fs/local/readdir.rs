@@ -12,10 +12,9 @@ use protocol::{Attr, DirEntry, DirEntryPlus, DirPage, FileHandle, FileType, NfsS
 
 use super::resolve::{Obj, open_dir_stream};
 use super::stat_at::{mount_id, stat_at};
-use super::xattr::lists_any_xattr;
+use super::xattr::entry_lists_any_xattr;
 use super::{LocalFs, MAX_DIR_REPLY, errno};
 use crate::fs::{OpCtx, Outcome};
-use crate::users::Creds;
 
 /// One page of a directory: the directory, its entries, and whether the page ends it.
 struct Page {
@@ -157,7 +156,8 @@ impl LocalFs {
         } else {
             None
         };
-        // `/proc/self/fd/N/` of the directory: each entry's xattrs are asked beside it.
+        // `/proc/self/fd/N/` of the directory: each entry's xattrs are asked beside it where
+        // the kernel has no `listxattrat`.
         let dir_path = format!("{}/", d.proc_path());
         if cookie != 0 {
             let at = i64::try_from(cookie).map_err(|_| NfsStatus::BadCookie)?;
@@ -197,7 +197,15 @@ impl LocalFs {
                 // Symlinks are left to LISTXATTR (which answers for the link through its
                 // handle), as are entries without a handle.
                 let plain = attr.is_some_and(|a| a.ftype != FileType::Symlink);
-                bare.push(plain && !has_xattrs(&dir_path, name, &ctx.creds));
+                bare.push(
+                    plain
+                        && !entry_lists_any_xattr(
+                            d.fd.as_fd(),
+                            &dir_path,
+                            OsStr::from_bytes(name),
+                            &ctx.creds,
+                        ),
+                );
             }
             entries.push(DirEntryPlus {
                 fileid,
@@ -236,14 +244,4 @@ impl LocalFs {
         self.remember(s.key, d.key, name);
         Ok((s.attr, self.handle(s.key, s.generation), s.key.1))
     }
-}
-
-/// Whether the entry `name` of the directory at `dir_path` (`/proc/self/fd/N/`) has extended
-/// attributes LISTXATTR would show the caller ([`super::xattr::lists_any_xattr`]): looked up
-/// through the directory's descriptor, no name is resolved from the export's root.
-fn has_xattrs(dir_path: &str, name: &[u8], creds: &Creds) -> bool {
-    let mut path = Vec::with_capacity(dir_path.len() + name.len());
-    path.extend_from_slice(dir_path.as_bytes());
-    path.extend_from_slice(name);
-    lists_any_xattr(OsStr::from_bytes(&path), creds)
 }

@@ -28,6 +28,7 @@
 //! request was admitted.
 
 use std::ffi::OsStr;
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 
 use protocol::xattr::{MAX_LIST_LEN, MAX_VALUE_LEN, name_is_served};
@@ -35,6 +36,7 @@ use protocol::{FileHandle, NfsStatus, ReplyBody};
 use rustix::buffer::spare_capacity;
 use rustix::fs::XattrFlags;
 
+use super::listxattr_at::listxattr_at;
 use super::resolve::Obj;
 use super::{LocalFs, errno};
 use crate::fs::{OpCtx, Outcome};
@@ -103,10 +105,37 @@ fn listed<'a>(list: &'a [u8], creds: &'a Creds) -> impl Iterator<Item = &'a [u8]
     })
 }
 
-/// Whether LISTXATTR of the object at `path` (not followed if it is a symlink) would answer
-/// the calling thread's `creds` any name (for LISTDIR). Most objects have none, which one
-/// `llistxattr` of size 0 tells; an error counts as "some", so the client asks itself.
-pub(super) fn lists_any_xattr(path: &OsStr, creds: &Creds) -> bool {
+/// Whether LISTXATTR of entry `name` of the directory `dir` (not followed if it is a
+/// symlink) would answer the calling thread's `creds` any name (for LISTDIR). Most objects
+/// have none, which one question of size 0 tells; an error counts as "some", so the client
+/// asks itself. Asked with `listxattrat` beside `dir`; on a kernel without it, by the entry's
+/// path through `dir_path` (the directory's `/proc/self/fd/N/`).
+pub(super) fn entry_lists_any_xattr(
+    dir: BorrowedFd<'_>,
+    dir_path: &str,
+    name: &OsStr,
+    creds: &Creds,
+) -> bool {
+    match listxattr_at(dir, name, &mut Vec::new()) {
+        None => lists_any_xattr(dir_path, name, creds),
+        Some(Ok(0)) => false,
+        Some(Ok(_)) => {
+            let mut list = Vec::with_capacity(MAX_LIST_LEN);
+            match listxattr_at(dir, name, &mut list) {
+                Some(Ok(_)) => listed(&list, creds).next().is_some(),
+                _ => true,
+            }
+        }
+        Some(Err(_)) => true,
+    }
+}
+
+/// [`entry_lists_any_xattr`] by the entry's path below `dir_path`, with `llistxattr`.
+fn lists_any_xattr(dir_path: &str, name: &OsStr, creds: &Creds) -> bool {
+    let mut path = Vec::with_capacity(dir_path.len() + name.len());
+    path.extend_from_slice(dir_path.as_bytes());
+    path.extend_from_slice(name.as_bytes());
+    let path = OsStr::from_bytes(&path);
     match rustix::fs::llistxattr_query(path) {
         Ok(0) => false,
         Ok(_) => {
