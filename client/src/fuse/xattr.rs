@@ -18,8 +18,8 @@
 //!   mount they are `EOPNOTSUPP` and left out of lists. A client host that runs SELinux never
 //!   asks the mount (its kernel labels the mount itself); one that does not is `ls -l`, which
 //!   asks `security.selinux` of every file and, told `EOPNOTSUPP`, stops asking for the
-//!   whole mount: a request to the mount per file less. Copying files off the mount no
-//!   longer copies a foreign host's labels either (an ordinary user's `cp -a` failed on them).
+//!   whole mount: a request to the mount per file less. Nor does root's `cp -a` or
+//!   `tar --xattrs` off the mount stamp the server host's labels on this host's files.
 
 use fuser::{Errno, INodeNo, ReplyXattr};
 use protocol::xattr::{self, MAX_LIST_LEN, MAX_VALUE_LEN};
