@@ -254,6 +254,21 @@ mod tests {
     }
 
     #[test]
+    fn bounds_hold_at_their_edges() {
+        let longest = |i: usize| {
+            let mut n = format!("user.{i:03}").into_bytes();
+            n.resize(xattr::MAX_NAME_LEN, b'x');
+            n
+        };
+        assert_eq!(name(&longest(0)), Ok(&longest(0)[..]));
+        // 256 names of 255 bytes and their NULs: exactly the kernel's 64 KiB list.
+        let mut names: Vec<Vec<u8>> = (0..256).map(longest).collect();
+        assert_eq!(list(&names, 0), Ok(Sized::Len(MAX_LIST_LEN as u32)));
+        names.push(b"user.a".to_vec());
+        assert_eq!(list(&names, 0), Err(Errno::E2BIG));
+    }
+
+    #[test]
     fn host_labels_are_not_supported_and_not_listed() {
         for label in [
             &b"security.selinux"[..],
