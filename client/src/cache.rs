@@ -69,7 +69,7 @@ struct Cached {
     access: HashMap<FileHandle, HashMap<u32, (u32, u32, Instant)>>,
     /// Per handle, per (authno, attribute name, or None for the list): what GETXATTR or
     /// LISTXATTR answered, until the attributes' lease ends (`ls -l` asks every file for
-    /// `security.selinux` and `system.posix_acl_access`).
+    /// `system.posix_acl_access`).
     xattrs: HashMap<FileHandle, HashMap<XattrKey, (XattrAnswer, Instant)>>,
     /// Bytes held in `xattrs` (bounded by [`MAX_XATTR_BYTES`]).
     xattr_bytes: usize,

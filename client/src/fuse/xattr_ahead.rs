@@ -1,9 +1,10 @@
 //! Extended-attribute read-ahead along a directory listing.
 //!
 //! The kernel does not cache extended attributes, and `ls -l` asks every file it lists for
-//! `security.selinux` and `system.posix_acl_access` (newer coreutils ask LISTXATTR first),
-//! one file at a time, each ask waiting for the last: one round trip to the server per file
-//! and name. The mount knows what comes next, since it read the whole listing at `opendir`
+//! `system.posix_acl_access` (newer coreutils ask LISTXATTR first; older ones
+//! `security.selinux` too, until the mount answers that it carries no labels,
+//! [`super::xattr`]), one file at a time, each ask waiting for the last: one round trip to
+//! the server per file and name. The mount knows what comes next, since it read the whole listing at `opendir`
 //! and `ls` walks it in that order. So when a name is asked for an entry of a listing after
 //! an earlier entry of the same listing, by the same user, the answers for the next
 //! [`AHEAD`] entries are asked for too, side by side on the one stream, and put in the
@@ -15,7 +16,7 @@
 //!   `tar --xattrs`, `cp -a`) does and a program looking at one file does not, and a wrong
 //!   guess costs at most [`AHEAD`] small requests.
 //! - **One request per file for `ls`.** `security.` and `system.posix_acl_` names are read
-//!   ahead through the file's LISTXATTR (shared by the two walks), a name it does not list
+//!   ahead through the file's LISTXATTR (shared by the walks), a name it does not list
 //!   taken as absent ([`absent_unless_listed`] says why that is exact), and GETXATTR sent
 //!   only for a listed one.
 //! - **Answers from the cache keep the walk going.** An ask the cache answers on the

@@ -13,7 +13,7 @@ use crate::cache::XattrAnswer;
 impl Client {
     /// GETXATTR: the whole value of `name`. Answers (an absent attribute included) are
     /// cached per user while the object's attributes are: `ls -l` asks every file it lists
-    /// for `security.selinux` and `system.posix_acl_access`, a round trip each otherwise.
+    /// for `system.posix_acl_access`, a round trip each otherwise.
     pub(crate) async fn getxattr(
         &self,
         fh: &FileHandle,
@@ -169,9 +169,9 @@ impl Client {
 /// read and lists whenever they are there (the security module checks reading and listing
 /// alike). Not of `user.` names, which need read permission to get (`EACCES`) but not to
 /// list, nor of `trusted.` ones, which a server hides from users not mapped to root. `ls -l`
-/// asks for two such names per file: with the list one request per file reads both ahead
-/// (and a third, `ls` of newer coreutils asks LISTXATTR itself), and with LISTDIR's answer
-/// none.
+/// asks for such a name per file (the ACL; the FUSE mount answers the label itself): the list
+/// reads it ahead in one request per file (`ls` of newer coreutils asks LISTXATTR itself),
+/// and with LISTDIR's answer none.
 pub(crate) fn absent_unless_listed(name: &[u8]) -> bool {
     name.starts_with(b"security.") || name.starts_with(b"system.posix_acl_")
 }
