@@ -278,4 +278,41 @@ mod tests {
             Err(NfsStatus::Perm)
         );
     }
+
+    /// LISTDIR's question gets the same answer by `listxattrat` and by the `/proc` path older
+    /// kernels take (run here directly, since this kernel has the call): an entry without
+    /// attributes, one with a `user.` attribute, one with only a `trusted.` attribute (listed
+    /// to root, hidden from others), and a missing one (an error: "ask yourself").
+    #[test]
+    fn both_ways_of_asking_an_entry_agree() {
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir().unwrap();
+        let flags = XattrFlags::empty();
+        std::fs::write(dir.path().join("plain"), b"x").unwrap();
+        std::fs::write(dir.path().join("user"), b"x").unwrap();
+        std::fs::write(dir.path().join("trusted"), b"x").unwrap();
+        if rustix::fs::setxattr(dir.path().join("user"), "user.k", b"v", flags).is_err()
+            || rustix::fs::setxattr(dir.path().join("trusted"), "trusted.k", b"v", flags).is_err()
+        {
+            eprintln!(
+                "SKIPPED: needs user. and trusted. attributes (root, a file system keeping them)"
+            );
+            return;
+        }
+        let d = std::fs::File::open(dir.path()).unwrap();
+        let dir_path = format!("/proc/self/fd/{}/", std::os::fd::AsRawFd::as_raw_fd(&d));
+        let (alice, root) = (creds(1000), creds(0));
+        for (name, who, want) in [
+            ("plain", &alice, false),
+            ("user", &alice, true),
+            ("trusted", &alice, false),
+            ("trusted", &root, true),
+            ("missing", &alice, true),
+        ] {
+            let name = OsStr::new(name);
+            let at = entry_lists_any_xattr(d.as_fd(), &dir_path, name, who);
+            let by_path = lists_any_xattr(&dir_path, name, who);
+            assert_eq!((at, by_path), (want, want), "{name:?} for uid {}", who.uid);
+        }
+    }
 }
