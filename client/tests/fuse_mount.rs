@@ -769,6 +769,26 @@ fn listing_a_directory_again_asks_the_server_nothing_while_its_lease_lasts() {
 
 /// FUSE requests of opcode `op` (READDIRPLUS, OPENDIR, ...) the kernel sent the mount so far:
 /// fuser logs each at debug level.
+/// `ls -l DIR`'s output; the run must succeed.
+fn ls_l(dir: &Path) -> String {
+    let out = Command::new("ls").arg("-l").arg(dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ls -l {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Makes `dir` with `n` one-byte files, named `f` and their index in `width` digits.
+fn dir_of_files(dir: &Path, n: usize, width: usize) {
+    fs::create_dir(dir).unwrap();
+    for i in 0..n {
+        fs::write(dir.join(format!("f{i:0width$}")), b"x").unwrap();
+    }
+}
+
 fn kernel_requests(m: &Mount, op: &str) -> usize {
     let want = format!(" {op} ");
     m.log()
@@ -964,10 +984,7 @@ fn security_labels_stay_on_the_servers_host() {
     let s = setup();
     const FILES: usize = 100;
     let dir = s.export.join("d");
-    fs::create_dir(&dir).unwrap();
-    for i in 0..FILES {
-        fs::write(dir.join(format!("f{i:03}")), b"x").unwrap();
-    }
+    dir_of_files(&dir, FILES, 3);
     let flags = rustix::fs::XattrFlags::empty();
     let on_disk = dir.join("f001");
     rustix::fs::setxattr(&on_disk, "user.tag", b"one", flags).unwrap();
@@ -996,13 +1013,7 @@ fn security_labels_stay_on_the_servers_host() {
         );
     }
     let before = kernel_requests(&m, "GETXATTR");
-    let out = Command::new("ls")
-        .arg("-l")
-        .arg(m.dir.join("d"))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert_eq!(out.stdout.split(|&b| b == b'\n').count(), FILES + 2);
+    assert_eq!(ls_l(&m.dir.join("d")).split('\n').count(), FILES + 2);
     let asked = kernel_requests(&m, "GETXATTR") - before;
     // The directory's own (label, ACL, default ACL) and one per file; two per file when
     // the label was answered ENODATA.
@@ -1022,10 +1033,7 @@ fn ls_l_asks_nothing_of_files_without_extended_attributes() {
     need_fuse!();
     let s = setup();
     let dir = s.export.join("d");
-    fs::create_dir(&dir).unwrap();
-    for i in 0..30 {
-        fs::write(dir.join(format!("f{i:02}")), b"x").unwrap();
-    }
+    dir_of_files(&dir, 30, 2);
     let acl = acl_with_a_named_user();
     let flags = rustix::fs::XattrFlags::empty();
     rustix::fs::setxattr(dir.join("f03"), "system.posix_acl_access", &acl, flags).unwrap();
@@ -1033,13 +1041,7 @@ fn ls_l_asks_nothing_of_files_without_extended_attributes() {
     let m = s.mount("mnt");
     let asked = |m: &Mount| requests(m, "GetXattr") + requests(m, "ListXattr");
     let before = asked(&m);
-    let out = Command::new("ls")
-        .arg("-l")
-        .arg(m.dir.join("d"))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = ls_l(&m.dir.join("d"));
     for line in text.lines().skip(1) {
         let mode = line.split(' ').next().unwrap();
         let want = if line.ends_with(" f03") {
@@ -1766,10 +1768,8 @@ fn large_directory_listing_and_inode_numbers() {
         fs::write(d.join(format!("f{i:03}")), i.to_string()).unwrap();
     }
     let t = Instant::now();
-    let out = Command::new("ls").arg("-l").arg(&d).output().unwrap();
+    let listed = ls_l(&d).lines().count();
     let took = t.elapsed();
-    assert!(out.status.success());
-    let listed = String::from_utf8_lossy(&out.stdout).lines().count();
     assert_eq!(listed, 401, "400 entries and the total line");
     eprintln!(
         "ls -l of 400 entries: {:.0} ms",
@@ -3065,19 +3065,8 @@ fn multi_user_mount_grants_what_an_acl_grants_and_keeps_acls_in_the_kernel() {
     );
 
     const FILES: usize = 50;
-    fs::create_dir(s.export.join("many")).unwrap();
-    for i in 0..FILES {
-        fs::write(s.export.join(format!("many/f{i:02}")), b"x").unwrap();
-    }
-    let ls = || {
-        let out = Command::new("ls")
-            .arg("-l")
-            .arg(m.dir.join("many"))
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        assert_eq!(out.stdout.split(|&b| b == b'\n').count(), FILES + 2);
-    };
+    dir_of_files(&s.export.join("many"), FILES, 2);
+    let ls = || assert_eq!(ls_l(&m.dir.join("many")).split('\n').count(), FILES + 2);
     ls();
     let before = kernel_requests(&m, "GETXATTR");
     ls();
@@ -3141,20 +3130,11 @@ fn measure_writes_with_extended_attributes_served() {
 fn measure_ls_l_with_extended_attributes_served() {
     need_fuse!();
     let s = setup();
-    fs::create_dir(s.export.join("many")).unwrap();
-    for i in 0..2000 {
-        fs::write(s.export.join(format!("many/f{i:04}")), b"x").unwrap();
-    }
+    dir_of_files(&s.export.join("many"), 2000, 4);
     let m = s.mount("mnt");
     for round in ["first", "second"] {
         let t = Instant::now();
-        let out = Command::new("ls")
-            .arg("-l")
-            .arg(m.dir.join("many"))
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        assert_eq!(out.stdout.split(|&b| b == b'\n').count(), 2002);
+        assert_eq!(ls_l(&m.dir.join("many")).split('\n').count(), 2002);
         eprintln!(
             "ls -l of 2000 files through the FUSE mount ({round}): {:.3} s",
             t.elapsed().as_secs_f64()
@@ -3223,13 +3203,7 @@ fn extended_attributes_are_read_ahead_along_a_listing() {
         }
     }
     let m = s.mount("mnt");
-    let out = Command::new("ls")
-        .arg("-l")
-        .arg(m.dir.join("many"))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = ls_l(&m.dir.join("many"));
     let mut seen = 0;
     for line in text.lines().skip(1) {
         let (mode, name) = (
