@@ -28,6 +28,7 @@
 //! request was admitted.
 
 use std::ffi::OsStr;
+use std::io;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 
@@ -118,15 +119,9 @@ pub(super) fn entry_lists_any_xattr(
 ) -> bool {
     match listxattr_at(dir, name, &mut Vec::new()) {
         None => lists_any_xattr(dir_path, name, creds),
-        Some(Ok(0)) => false,
-        Some(Ok(_)) => {
-            let mut list = Vec::with_capacity(MAX_LIST_LEN);
-            match listxattr_at(dir, name, &mut list) {
-                Some(Ok(_)) => listed(&list, creds).next().is_some(),
-                _ => true,
-            }
-        }
-        Some(Err(_)) => true,
+        Some(len) => any_listed(len, creds, |list| {
+            listxattr_at(dir, name, list).unwrap_or_else(|| Err(io::ErrorKind::Unsupported.into()))
+        }),
     }
 }
 
@@ -136,11 +131,25 @@ fn lists_any_xattr(dir_path: &str, name: &OsStr, creds: &Creds) -> bool {
     path.extend_from_slice(dir_path.as_bytes());
     path.extend_from_slice(name.as_bytes());
     let path = OsStr::from_bytes(&path);
-    match rustix::fs::llistxattr_query(path) {
+    let len = rustix::fs::llistxattr_query(path).map_err(io::Error::from);
+    any_listed(len, creds, |list| {
+        rustix::fs::llistxattr(path, spare_capacity(list)).map_err(io::Error::from)
+    })
+}
+
+/// Given what a list query of size 0 answered (the list's length), and `read`, which reads
+/// the list into an empty buffer: whether it holds a name LISTXATTR would answer `creds`.
+/// An error counts as "some", so the client asks itself.
+fn any_listed(
+    len: io::Result<usize>,
+    creds: &Creds,
+    read: impl FnOnce(&mut Vec<u8>) -> io::Result<usize>,
+) -> bool {
+    match len {
         Ok(0) => false,
         Ok(_) => {
             let mut list = Vec::with_capacity(MAX_LIST_LEN);
-            match rustix::fs::llistxattr(path, spare_capacity(&mut list)) {
+            match read(&mut list) {
                 Ok(_) => listed(&list, creds).next().is_some(),
                 Err(_) => true,
             }
