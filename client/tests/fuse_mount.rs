@@ -1023,6 +1023,27 @@ fn security_labels_stay_on_the_servers_host() {
     );
 }
 
+/// A single-user mount does not negotiate `FUSE_POSIX_ACL` (fuse/kernel.rs): that flag makes
+/// the kernel check every caller against the modes, and the mount's owner's local ids need
+/// not be the server's. Its kernel then neither evaluates nor keeps ACLs, so each `ls -l`
+/// asks the mount for every file's ACL again (a multi-user mount's second `ls -l` asks none).
+#[test]
+fn a_single_user_mount_leaves_acls_to_the_server() {
+    need_fuse!();
+    let s = setup();
+    const FILES: usize = 50;
+    dir_of_files(&s.export.join("d"), FILES, 2);
+    let m = s.mount("mnt");
+    ls_l(&m.dir.join("d"));
+    let before = kernel_requests(&m, "GETXATTR");
+    ls_l(&m.dir.join("d"));
+    let again = kernel_requests(&m, "GETXATTR") - before;
+    assert!(
+        again >= FILES,
+        "ls -l again sent the mount {again} GETXATTRs"
+    );
+}
+
 /// `ls -l` of a directory costs one request, not one or two per file: the listing (LISTDIR)
 /// says which entries have no extended attributes, so the `security.selinux` and
 /// `system.posix_acl_access` questions `ls` asks of every file are answered by the mount.
