@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use protocol::{Attr, FileHandle, NfsStatus, ReplyBody, StableHow};
 use rustix::fs::OFlags;
 
-use super::{LocalFs, io_status};
+use super::{LocalFs, inline, io_status};
 use crate::fs::{OpCtx, Outcome};
 
 impl LocalFs {
@@ -32,6 +32,12 @@ impl LocalFs {
             return Err(NfsStatus::FBig);
         }
         let f = self.open_data(ctx, &o, OFlags::WRONLY)?;
+        if inline::running_inline() {
+            let size = f.metadata().map_err(|e| io_status(&e))?.len();
+            if !inline::reads_no_page(offset, data.len() as u64, size) && inline::refused() {
+                return Err(NfsStatus::ServerFault);
+            }
+        }
         write_in_pieces(&f, data, offset).map_err(|e| io_status(&e))?;
         match stable {
             StableHow::Unstable if data.len() >= WRITE_BEHIND_MIN => {

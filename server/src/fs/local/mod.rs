@@ -48,7 +48,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use protocol::{Attr, HandleData, HandleKey, NewObject, NfsStatus, ReplyBody, RequestOp};
@@ -107,6 +107,8 @@ pub(crate) struct LocalFs {
     switcher: Switcher,
     /// Descriptors kept for connections' users ([`open`]).
     open: open::Descriptors,
+    /// Whether small WRITEs may run inline now ([`inline`]).
+    slow_writes: inline::SlowWrites,
 }
 
 impl LocalFs {
@@ -143,6 +145,7 @@ impl LocalFs {
             read_only,
             switcher,
             open: open::Descriptors::default(),
+            slow_writes: inline::SlowWrites::default(),
         })
     }
 
@@ -316,7 +319,17 @@ impl BlockingStorage for LocalFs {
         if !inline::runs_inline(op) {
             return None;
         }
-        inline::only_short(|| self.execute(ctx, op.clone()))
+        let write = matches!(op, RequestOp::Write { .. });
+        let started = Instant::now();
+        if write && self.slow_writes.cooling(started) {
+            return None;
+        }
+        let out = inline::only_short(|| self.execute(ctx, op.clone()));
+        if write && out.is_some() {
+            let now = Instant::now();
+            self.slow_writes.took(now - started, now);
+        }
+        out
     }
 
     fn execute(&self, ctx: &OpCtx, op: RequestOp) -> Outcome {
