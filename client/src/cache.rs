@@ -64,7 +64,9 @@ struct Changes {
 /// What the cache holds, behind its one mutex.
 #[derive(Default)]
 struct Cached {
-    attrs: HashMap<FileHandle, (Attr, Instant)>,
+    /// Attributes, until when their lease holds, and the stamp of the request that brought
+    /// them (None for an INVALIDATE's).
+    attrs: HashMap<FileHandle, (Attr, Instant, Option<u64>)>,
     /// Per handle (so a change drops them in one step), per authno: (asked, granted, expiry).
     access: HashMap<FileHandle, HashMap<u32, (u32, u32, Instant)>>,
     /// Per handle, per (authno, attribute name, or None for the list): what GETXATTR or
@@ -91,6 +93,11 @@ struct Cached {
     /// Stamps older than this are refused for every object: the change records they would be
     /// checked against were dropped (bound on memory, or a reconnect).
     floor: u64,
+    /// Tick of the last change this client ended or made, of any object, and how many are in
+    /// flight: such a change can change objects it does not name (an unlink: the link count
+    /// and change time of the file).
+    last_own_change: u64,
+    own_in_flight: u32,
 }
 
 /// Bound on entries: past it, expired entries are swept, then everything if still too many.
@@ -167,10 +174,11 @@ impl Cached {
                 .is_none_or(|c| c.in_flight == 0 && c.tick <= since.0)
     }
 
-    /// Caches `attr` for `fh` unless the cached attributes have a later ctime.
-    fn install(&mut self, fh: FileHandle, attr: Attr) {
+    /// Caches `attr` for `fh`, brought by a request stamped `since`, unless the cached
+    /// attributes have a later ctime.
+    fn install(&mut self, fh: FileHandle, attr: Attr, since: Option<u64>) {
         let now = Instant::now();
-        if let Some((old, e)) = self.attrs.get(&fh)
+        if let Some((old, e, _)) = self.attrs.get(&fh)
             && *e > now
             && old.ctime > attr.ctime
         {
@@ -181,13 +189,13 @@ impl Cached {
             return;
         }
         if self.attrs.len() >= MAX_ENTRIES {
-            self.attrs.retain(|_, (_, e)| *e > now);
+            self.attrs.retain(|_, (_, e, _)| *e > now);
             if self.attrs.len() >= MAX_ENTRIES {
                 self.attrs.clear();
             }
         }
         let expiry = now + Duration::from_millis(u64::from(attr.lease_ms));
-        self.attrs.insert(fh, (attr, expiry));
+        self.attrs.insert(fh, (attr, expiry, since));
     }
 
     fn drop_xattrs(&mut self, fh: &FileHandle) {
@@ -226,7 +234,7 @@ impl AttrCache {
     pub(crate) fn put(&self, fh: FileHandle, attr: Attr, since: Stamp) {
         let mut g = self.inner.lock();
         if g.unchanged_since(&fh, since) {
-            g.install(fh, attr);
+            g.install(fh, attr, Some(since.0));
         }
     }
 
@@ -245,10 +253,12 @@ impl AttrCache {
         c.in_flight += 1;
         c.ours = true;
         c.begun = c.tick;
+        let began = c.tick;
+        g.own_in_flight += 1;
         Change {
             cache: self,
             fh: *fh,
-            began: c.tick,
+            began,
             overlapped,
             ended: false,
         }
@@ -260,8 +270,10 @@ impl AttrCache {
         let c = g.changed(&change.fh);
         c.in_flight = c.in_flight.saturating_sub(1);
         let alone = !change.overlapped && c.begun == change.began;
+        g.own_in_flight = g.own_in_flight.saturating_sub(1);
+        g.last_own_change = g.clock;
         if let (Some(a), true) = (attr, alone && valid) {
-            g.install(change.fh, a);
+            g.install(change.fh, a, Some(change.began));
         }
     }
 
@@ -275,8 +287,9 @@ impl AttrCache {
         let c = g.changed(fh);
         c.begun = c.tick;
         c.ours = true;
+        g.last_own_change = g.clock;
         if let (Some(a), true) = (attr, install) {
-            g.install(*fh, a);
+            g.install(*fh, a, Some(since.0));
         }
     }
 
@@ -284,7 +297,7 @@ impl AttrCache {
     pub(crate) fn get(&self, fh: &FileHandle) -> Option<Attr> {
         let mut g = self.inner.lock();
         match g.attrs.get(fh) {
-            Some((a, e)) if *e > Instant::now() => Some(*a),
+            Some((a, e, _)) if *e > Instant::now() => Some(*a),
             Some(_) => {
                 g.attrs.remove(fh);
                 None
@@ -293,12 +306,35 @@ impl AttrCache {
         }
     }
 
+    /// [`AttrCache::get`], if also the request that brought them was sent after every change
+    /// of ours (to any object) had ended: what the server would answer now, but for the access
+    /// time its READs moved. A change of ours may change objects it does not name (an unlink:
+    /// the link count and change time of the file behind another name), which the attributes
+    /// of a request sent before it ended may not show; nor do an INVALIDATE's, which may have
+    /// been taken before such a change. Their `lease_ms` is what is left of the lease.
+    pub(crate) fn get_unchanged_by_us(&self, fh: &FileHandle) -> Option<Attr> {
+        let g = self.inner.lock();
+        let now = Instant::now();
+        match g.attrs.get(fh) {
+            Some((a, e, Some(since)))
+                if *e > now && g.own_in_flight == 0 && *since >= g.last_own_change =>
+            {
+                let left = e.duration_since(now).as_millis();
+                Some(Attr {
+                    lease_ms: u32::try_from(left).unwrap_or(u32::MAX).max(1),
+                    ..*a
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// Until when the cached attributes of `fh` hold (their lease), if any are cached.
     pub(crate) fn expiry(&self, fh: &FileHandle) -> Option<Instant> {
         let g = self.inner.lock();
         g.attrs
             .get(fh)
-            .map(|(_, until)| *until)
+            .map(|(_, until, _)| *until)
             .filter(|until| *until > Instant::now())
     }
 
@@ -408,7 +444,7 @@ impl AttrCache {
         let c = g.changed(fh);
         c.begun = c.tick;
         if let (Some(a), false) = (attr, c.ours) {
-            g.install(*fh, a);
+            g.install(*fh, a, None);
         }
     }
 
@@ -472,7 +508,7 @@ impl AttrCache {
         let now = Instant::now();
         let mut g = self.inner.lock();
         let expiry = match g.attrs.get(&fh) {
-            Some((_, e)) if *e > now => *e,
+            Some((_, e, _)) if *e > now => *e,
             _ => return,
         };
         if !g.unchanged_since(&fh, since) {
@@ -534,6 +570,65 @@ mod tests {
 
     const FH: FileHandle = FileHandle::from_bytes([9; 48]);
     const OTHER: FileHandle = FileHandle::from_bytes([8; 48]);
+
+    /// Cached attributes answer the kernel's GETATTR only when brought by a request sent after
+    /// every change of ours had ended (a change of another object may change this one unseen),
+    /// never an INVALIDATE's, and with what is left of their lease.
+    #[test]
+    fn attributes_unchanged_by_us_are_those_asked_after_our_last_change() {
+        let c = AttrCache::default();
+        c.put(FH, attr(60_000), c.stamp());
+        let a = c.get_unchanged_by_us(&FH).expect("nothing of ours changed");
+        assert!(
+            a.lease_ms <= 60_000 && a.lease_ms > 50_000,
+            "{}",
+            a.lease_ms
+        );
+
+        let asked_before = c.stamp();
+        let change = c.begin(&OTHER);
+        assert_eq!(
+            c.get_unchanged_by_us(&FH),
+            None,
+            "a change of ours in flight"
+        );
+        assert_eq!(size(&c, &FH), Some(5), "still cached for other uses");
+        change.end(None);
+        assert_eq!(
+            c.get_unchanged_by_us(&FH),
+            None,
+            "asked before that change ended"
+        );
+        c.put(FH, attr(60_000), asked_before);
+        assert_eq!(
+            c.get_unchanged_by_us(&FH),
+            None,
+            "a reply to a request sent before"
+        );
+        c.put(FH, attr(60_000), c.stamp());
+        assert!(c.get_unchanged_by_us(&FH).is_some(), "asked after it ended");
+
+        c.made(&OTHER, Some(attr(60_000)), c.stamp());
+        assert_eq!(
+            c.get_unchanged_by_us(&FH),
+            None,
+            "an object made is a change of ours"
+        );
+        c.put(FH, attr(60_000), c.stamp());
+        assert!(c.get_unchanged_by_us(&FH).is_some());
+
+        c.invalidated(&FH, Some(attr(60_000)));
+        assert_eq!(
+            size(&c, &FH),
+            Some(5),
+            "an INVALIDATE's attributes are cached"
+        );
+        assert_eq!(c.get_unchanged_by_us(&FH), None, "but not for this");
+
+        c.put(OTHER, attr(30), c.stamp());
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(c.get_unchanged_by_us(&OTHER), None, "the lease ended");
+    }
 
     #[test]
     fn lease_expires() {

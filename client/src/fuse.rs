@@ -84,6 +84,7 @@ mod convert;
 mod data;
 mod invalidator;
 mod kept_listings;
+mod kept_pages;
 mod kernel;
 mod kernel_listings;
 mod listing;

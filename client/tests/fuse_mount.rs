@@ -619,6 +619,76 @@ fn soon<T: PartialEq + std::fmt::Debug>(what: &str, want: T, mut f: impl FnMut()
     }
 }
 
+/// A file read again is read from the kernel's pages while it is unchanged under its lease
+/// (`FOPEN_KEEP_CACHE`, fuse/kept_pages.rs): no READ, and no GETATTR either (the kernel forgets
+/// a file's access time after each READ and asks again at the next `stat`, answered from the
+/// mount's cache). A change through another mount, even one that keeps the size, shows at
+/// once (its INVALIDATE drops the pages); so does one of ours.
+#[test]
+fn a_file_read_again_is_read_from_the_kernels_pages_until_it_changes() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let other = s.mount("other");
+    let files: Vec<PathBuf> = (0..20).map(|i| m.dir.join(format!("f{i:02}"))).collect();
+    for (i, f) in files.iter().enumerate() {
+        fs::write(f, format!("contents of file {i:02}")).unwrap();
+    }
+    let read_all = || -> Vec<Vec<u8>> { files.iter().map(|f| fs::read(f).unwrap()).collect() };
+    let first = read_all();
+    let asked = |m: &Mount| requests(m, "Read") + requests(m, "GetAttr");
+    let before = asked(&m);
+    for _ in 0..3 {
+        assert_eq!(read_all(), first);
+        for f in &files {
+            fs::metadata(f).unwrap();
+        }
+    }
+    let again = asked(&m) - before;
+    assert!(
+        again <= 2,
+        "reading 20 files again 3 times asked the server {again} times"
+    );
+
+    // Another client rewrites one file, same size: its new bytes show here.
+    let path = other.dir.join("f05");
+    fs::write(&path, b"CONTENTS OF FILE 05").unwrap();
+    soon(
+        "f05 through the first mount",
+        b"CONTENTS OF FILE 05".to_vec(),
+        || fs::read(&files[5]).unwrap(),
+    );
+    // Ours too, through a second descriptor while the first stays open.
+    let held = fs::File::open(&files[6]).unwrap();
+    fs::write(&files[6], b"rewritten here, longer than before").unwrap();
+    assert_eq!(
+        fs::read(&files[6]).unwrap(),
+        b"rewritten here, longer than before"
+    );
+    drop(held);
+    assert_eq!(fs::read(&files[7]).unwrap(), first[7]);
+}
+
+/// The kernel asks a file's attributes again after a change of ours that changed them without
+/// naming the file (an unlink of another of its names): the server answers, not attributes
+/// the mount cached before the change.
+#[test]
+fn a_link_count_changed_by_our_unlink_is_asked_of_the_server() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let f = m.dir.join("f");
+    fs::write(&f, b"linked").unwrap();
+    fs::hard_link(&f, m.dir.join("g")).unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"linked");
+    assert_eq!(fs::metadata(&f).unwrap().nlink(), 2);
+    // A READ makes the kernel forget f's access time, so its next stat asks the mount.
+    assert_eq!(fs::read(&f).unwrap(), b"linked");
+    fs::remove_file(m.dir.join("g")).unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"linked");
+    assert_eq!(fs::metadata(&f).unwrap().nlink(), 1);
+}
+
 #[test]
 fn two_mounts_see_each_others_changes_at_once() {
     need_fuse!();

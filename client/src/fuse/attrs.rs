@@ -22,7 +22,13 @@ impl ServerMount {
         if let Some(a) = self.listed_attr(c, ino, &fh) {
             return Ok((ttl(&a), fattr(ino.0, &a)));
         }
-        // The kernel asks only when its own copy expired or was invalidated: go to the server.
+        // The kernel asks when its own copy expired or was invalidated. It invalidates a
+        // file's access time after every READ, and then the cached attributes under their
+        // lease are still the server's (but for that time) unless a change of ours could have
+        // changed them unseen; otherwise go to the server.
+        if let Some(a) = c.cache().get_unchanged_by_us(&fh) {
+            return Ok((ttl(&a), fattr(ino.0, &a)));
+        }
         let a = c.getattr_fresh(&fh).await.map_err(errno)?;
         Ok((ttl(&a), fattr(ino.0, &a)))
     }
@@ -37,7 +43,9 @@ impl ServerMount {
         if self.removes.busy(&fh) {
             return None;
         }
-        let a = self.listed_attr(c, ino, &fh)?;
+        let a = self
+            .listed_attr(c, ino, &fh)
+            .or_else(|| c.cache().get_unchanged_by_us(&fh))?;
         Some((ttl(&a), fattr(ino.0, &a)))
     }
 

@@ -111,6 +111,7 @@ impl<R: NodeRanges> SfsFuse<R> {
 /// what the server has (close-to-open consistency, as with NFS).
 fn reply_open(
     sh: &ServerMount,
+    c: &Client,
     ino: INodeNo,
     uid: u32,
     flags: OpenFlags,
@@ -120,7 +121,11 @@ fn reply_open(
     match granted {
         Ok(()) => {
             sh.opened(ino.0);
-            reply.opened(sh.open_file(uid), append::open_flags(flags.0))
+            let mut open_flags = append::open_flags(flags.0);
+            if sh.open_keeps_pages(c, ino, flags) {
+                open_flags |= FopenFlags::FOPEN_KEEP_CACHE;
+            }
+            reply.opened(sh.open_file(uid), open_flags)
         }
         Err(e) => reply.error(e),
     }
@@ -408,12 +413,12 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         // With the access answer cached (as for a file opened again: a build's headers) and no
         // write under way, answered here, without the hop to the runtime's thread and back.
         if let Some(granted) = sh.open_access_now(&c, ino, open_bits(flags)) {
-            return reply_open(&sh, ino, uid, flags, granted, reply);
+            return reply_open(&sh, &c, ino, uid, flags, granted, reply);
         }
         self.spawn_as(req, sh, c, move |sh, c| async move {
             sh.behind.settle(ino.0).await;
             let granted = sh.check_open(&c, ino, flags, open_bits(flags)).await;
-            reply_open(&sh, ino, uid, flags, granted, reply);
+            reply_open(&sh, &c, ino, uid, flags, granted, reply);
         });
     }
 

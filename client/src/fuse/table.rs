@@ -65,6 +65,8 @@ pub(super) struct Table {
     pub(super) made: HashMap<u64, super::attrs_behind::MadeHere>,
     /// Small files' bytes read with their opens ([`super::read_at_open`]).
     pub(super) read_at_open: super::read_at_open::ReadAtOpen,
+    /// What the kernel's pages of each file were read under ([`super::kept_pages`]).
+    pub(super) kept_pages: super::kept_pages::KeptPages,
 }
 
 impl ServerMount {
@@ -127,6 +129,7 @@ impl ServerMount {
             t.names.remove(&ino);
             t.dirty.remove(&ino);
             t.read_at_open.forget(ino);
+            t.kept_pages.forget(ino);
             if t.forgotten.keep(fh, ino) {
                 t.kernel_listings.id_retired();
             }

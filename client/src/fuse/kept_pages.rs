@@ -1,0 +1,138 @@
+//! A file's pages kept in the kernel from one open to the next while the file is unchanged.
+//!
+//! Without `FOPEN_KEEP_CACHE` the kernel drops a file's cached pages at every open, so a file
+//! read again (a compiler's headers, `grep -r` run twice, git's objects and index) is read
+//! from the server again: a round trip per file, 50 ms apiece over a long link. The NFS client
+//! keeps them when a GETATTR at the open shows the file unchanged; this mount needs no GETATTR,
+//! since the server tells it of every change while it holds the file's lease (INVALIDATE).
+//!
+//! At each open that drops the pages, the mount remembers the attribute cache's clock
+//! ([`crate::cache::Stamp`]) and the file's modification time, change time and size as it then
+//! knows them. A later open keeps the pages only if
+//! - the attributes are still cached under their lease (held since: the lease ends only when
+//!   no INVALIDATE came, and then they are fetched again), and equal to the remembered ones
+//!   (what a lapse of the lease in between could have missed shows here, as it does to NFS);
+//! - nothing changed the file since the remembered clock, as the attribute cache tells
+//!   ([`crate::cache::AttrCache::changed_since`]: a change through this mount begun or ended,
+//!   another client's INVALIDATE);
+//! - no write of ours to it is under way, and the open neither truncates it nor appends (an
+//!   append is direct I/O, past the pages).
+//!
+//! A change through another client is then seen when its INVALIDATE arrives (which also drops
+//! the pages at once), as the attributes are; the kernel's page locks order a READ still in
+//! flight before the drop.
+
+use std::collections::HashMap;
+
+use fuser::{INodeNo, OpenFlags};
+use protocol::{Attr, FileType, Time};
+
+use super::ServerMount;
+use crate::cache::Stamp;
+use crate::session::Client;
+
+/// What the pages the kernel may hold of one file were read under.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PagesRead {
+    since: Stamp,
+    mtime: Time,
+    ctime: Time,
+    size: u64,
+}
+
+impl PagesRead {
+    fn of(since: Stamp, a: &Attr) -> PagesRead {
+        PagesRead {
+            since,
+            mtime: a.mtime,
+            ctime: a.ctime,
+            size: a.size,
+        }
+    }
+
+    fn matches(&self, a: &Attr) -> bool {
+        self.mtime == a.mtime && self.ctime == a.ctime && self.size == a.size
+    }
+}
+
+/// Per node, what its kept pages were read under (entries go with the node's FORGET).
+#[derive(Default)]
+pub(super) struct KeptPages {
+    by_node: HashMap<u64, PagesRead>,
+}
+
+impl KeptPages {
+    pub(super) fn forget(&mut self, ino: u64) {
+        self.by_node.remove(&ino);
+    }
+}
+
+/// Whether an open with `flags` may keep pages at all.
+fn may_keep(flags: OpenFlags) -> bool {
+    flags.0 & (libc::O_TRUNC | libc::O_APPEND) == 0
+}
+
+impl ServerMount {
+    /// Whether this open of `ino` may keep the kernel's pages of it (see the module's doc);
+    /// when not, what the pages read from now on are read under is remembered.
+    pub(super) fn open_keeps_pages(&self, c: &Client, ino: INodeNo, flags: OpenFlags) -> bool {
+        let Ok(fh) = self.fh(ino) else {
+            return false;
+        };
+        let cache = c.cache();
+        let now = cache.stamp();
+        let attr = cache.get(&fh).filter(|a| a.ftype == FileType::Regular);
+        let mut t = self.table();
+        let keep = may_keep(flags)
+            && !self.behind.busy(ino.0)
+            && match (t.kept_pages.by_node.get(&ino.0), &attr) {
+                (Some(read), Some(a)) => read.matches(a) && !cache.changed_since(&fh, read.since),
+                _ => false,
+            };
+        if !keep {
+            match attr {
+                Some(a) if may_keep(flags) => {
+                    t.kept_pages.by_node.insert(ino.0, PagesRead::of(now, &a));
+                }
+                _ => {
+                    t.kept_pages.by_node.remove(&ino.0);
+                }
+            }
+        }
+        keep
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(size: u64, secs: i64) -> Attr {
+        let mut a = Attr::test_file(size, 60_000);
+        a.mtime.seconds = secs;
+        a.ctime.seconds = secs;
+        a
+    }
+
+    #[test]
+    fn pages_match_only_the_attributes_they_were_read_under() {
+        let cache = crate::cache::AttrCache::default();
+        let read = PagesRead::of(cache.stamp(), &attr(10, 5));
+        assert!(read.matches(&attr(10, 5)));
+        assert!(!read.matches(&attr(11, 5)), "size");
+        let mut later = attr(10, 5);
+        later.mtime.nanos = 1;
+        assert!(!read.matches(&later), "mtime");
+        let mut changed = attr(10, 5);
+        changed.ctime.seconds = 6;
+        assert!(!read.matches(&changed), "ctime");
+    }
+
+    #[test]
+    fn truncating_and_appending_opens_never_keep() {
+        assert!(may_keep(OpenFlags(libc::O_RDONLY)));
+        assert!(may_keep(OpenFlags(libc::O_RDWR)));
+        assert!(!may_keep(OpenFlags(libc::O_WRONLY | libc::O_TRUNC)));
+        assert!(!may_keep(OpenFlags(libc::O_WRONLY | libc::O_APPEND)));
+    }
+}
