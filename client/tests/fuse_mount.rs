@@ -619,6 +619,38 @@ fn soon<T: PartialEq + std::fmt::Debug>(what: &str, want: T, mut f: impl FnMut()
     }
 }
 
+/// A LOOKUP of a name that a kept listing of the directory does not hold is answered by the
+/// mount (`ENOENT`) without asking the server: git looks for a `.gitignore` in every directory.
+/// A name another client adds shows at once (its INVALIDATE ends the kept listing), and so
+/// does one of ours.
+#[test]
+fn a_name_a_kept_listing_lacks_is_absent_without_asking_the_server() {
+    need_fuse!();
+    let s = setup();
+    // Made on the server's disk: a directory this mount made is known empty of other names
+    // anyway (`fresh_dirs`).
+    dir_of_files(&s.export.join("d"), 5, 1);
+    let m = s.mount("mnt");
+    let other = s.mount("other");
+    let d = m.dir.join("d");
+    assert_eq!(fs::read_dir(&d).unwrap().count(), 5);
+    let before = requests(&m, "Lookup");
+    for i in 0..20 {
+        assert!(!d.join(format!(".gitignore{i}")).exists());
+    }
+    let asked = requests(&m, "Lookup") - before;
+    assert_eq!(asked, 0, "20 absent names asked the server {asked} times");
+
+    fs::write(other.dir.join("d/.gitignore3"), b"*.o").unwrap();
+    soon("a name another mount added", true, || {
+        d.join(".gitignore3").exists()
+    });
+    assert_eq!(fs::read_dir(&d).unwrap().count(), 6);
+    fs::write(d.join(".gitignore4"), b"*.a").unwrap();
+    assert_eq!(fs::read(d.join(".gitignore4")).unwrap(), b"*.a");
+    assert!(!d.join(".gitignore5").exists());
+}
+
 /// A file read again is read from the kernel's pages while it is unchanged under its lease
 /// (`FOPEN_KEEP_CACHE`, fuse/kept_pages.rs): no READ, and no GETATTR either (the kernel forgets
 /// a file's access time after each READ and asks again at the next `stat`, answered from the

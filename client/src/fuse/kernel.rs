@@ -196,6 +196,11 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let sh = mount!(self, parent, else self.ranges.lookup(req, parent, name, reply));
+        if let Ok(dir) = sh.fh(parent)
+            && sh.listed_absent(&sh.client_for_caller(req), req.uid(), &dir, name.as_bytes())
+        {
+            return reply.error(Errno::ENOENT);
+        }
         let name = name.as_bytes().to_vec();
         self.spawn(req, sh, |sh, c| async move {
             reply_entry(sh.lookup(&c, parent, &name).await, reply)

@@ -2,11 +2,15 @@
 //! REMOVE and RENAME (which keep a file some program has open alive, [`super::unlinked`]).
 
 use fuser::{Errno, INodeNo, RenameFlags};
-use protocol::{CreateHow, SetAttr};
+use protocol::{CreateHow, FileHandle, SetAttr};
 
 use super::convert::errno;
 use super::{Entry, ServerMount};
 use crate::session::Client;
+
+/// Largest kept listing searched for a name [`ServerMount::listed_absent`] says is absent
+/// (a scan of its entries; larger directories ask the server).
+const ABSENT_SCAN_MAX: usize = 4096;
 
 impl ServerMount {
     pub(super) async fn lookup(
@@ -26,6 +30,30 @@ impl ServerMount {
             a = c.getattr_fresh(&fh).await.map_err(errno)?;
         }
         Ok(self.entry(parent, name, fh, &a))
+    }
+
+    /// Whether `name` is certainly not in directory `dir` for local user `uid`: a listing of
+    /// it kept for that user (unchanged under the directory's lease, [`super::kept_listings`])
+    /// does not hold it, and shows that the user may search the directory (entries with
+    /// attributes, which the server reads only with search permission). Then a LOOKUP is
+    /// answered `ENOENT` without asking the server: git looks for a `.gitignore` in every
+    /// directory of a work tree, each a round trip (50 ms apiece over a long link).
+    pub(super) fn listed_absent(
+        &self,
+        c: &Client,
+        uid: u32,
+        dir: &FileHandle,
+        name: &[u8],
+    ) -> bool {
+        if self.removes.busy(dir) {
+            return false;
+        }
+        let Some(l) = self.kept.get(dir, self.acting_uid(uid), c.cache()) else {
+            return false;
+        };
+        l.entries.len() <= ABSENT_SCAN_MAX
+            && l.entries.iter().any(|e| e.node.is_some())
+            && !l.entries.iter().any(|e| e.name == name)
     }
 
     pub(super) async fn create(
