@@ -297,10 +297,14 @@ fn files_and_directories_through_the_kernel() {
     fs::write(d.join("link"), b"new").unwrap();
     assert_eq!(fs::read(s.export.join("link")).unwrap(), b"new");
 
-    // unlink
+    // unlink: the file has one link and its attributes are cached, so the unlink may be
+    // answered at once and its REMOVE reach the server just behind (fuse/removes_behind.rs).
     fs::remove_file(d.join("link")).unwrap();
     fs::remove_file(d.join("sym")).unwrap();
-    assert!(!s.export.join("link").exists());
+    assert!(!d.join("link").exists());
+    soon("link on the server's disk", false, || {
+        s.export.join("link").exists()
+    });
 
     // statfs answers
     let out = Command::new("df").arg(d).output().unwrap();
@@ -649,6 +653,12 @@ fn a_name_a_kept_listing_lacks_is_absent_without_asking_the_server() {
     fs::write(d.join(".gitignore4"), b"*.a").unwrap();
     assert_eq!(fs::read(d.join(".gitignore4")).unwrap(), b"*.a");
     assert!(!d.join(".gitignore5").exists());
+
+    // A name longer than any the listing could hold is the server's to refuse.
+    fs::read_dir(&d).unwrap().count();
+    let long = "n".repeat(256);
+    let err = fs::metadata(d.join(long)).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENAMETOOLONG), "{err}");
 }
 
 /// A file read again is read from the kernel's pages while it is unchanged under its lease

@@ -12,6 +12,10 @@ use crate::session::Client;
 /// (a scan of its entries; larger directories ask the server).
 const ABSENT_SCAN_MAX: usize = 4096;
 
+/// Longest name a listing can hold (`NAME_MAX`): a longer one is the server's to refuse
+/// (`ENAMETOOLONG`), not absent.
+const NAME_MAX: usize = 255;
+
 impl ServerMount {
     pub(super) async fn lookup(
         &self,
@@ -45,7 +49,7 @@ impl ServerMount {
         dir: &FileHandle,
         name: &[u8],
     ) -> bool {
-        if self.removes.busy(dir) {
+        if name.len() > NAME_MAX || self.removes.busy(dir) {
             return false;
         }
         let Some(l) = self.kept.get(dir, self.acting_uid(uid), c.cache()) else {
