@@ -82,8 +82,9 @@ impl ServerMount {
         let cache = c.cache();
         let now = cache.stamp();
         let attr = cache.get(&fh).filter(|a| a.ftype == FileType::Regular);
+        let keepable = may_keep(flags);
         let mut t = self.table();
-        let keep = may_keep(flags)
+        let keep = keepable
             && !self.behind.busy(ino.0)
             && match (t.kept_pages.by_node.get(&ino.0), &attr) {
                 (Some(read), Some(a)) => read.matches(a) && !cache.changed_since(&fh, read.since),
@@ -91,7 +92,7 @@ impl ServerMount {
             };
         if !keep {
             match attr {
-                Some(a) if may_keep(flags) => {
+                Some(a) if keepable => {
                     t.kept_pages.by_node.insert(ino.0, PagesRead::of(now, &a));
                 }
                 _ => {

@@ -196,13 +196,16 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let sh = mount!(self, parent, else self.ranges.lookup(req, parent, name, reply));
+        // One session for the caller for both ways (a multi-user mount reads the caller's
+        // groups from /proc to make it).
+        let c = sh.client_for_caller(req);
         if let Ok(dir) = sh.fh(parent)
-            && sh.listed_absent(&sh.client_for_caller(req), req.uid(), &dir, name.as_bytes())
+            && sh.listed_absent(&c, req.uid(), &dir, name.as_bytes())
         {
             return reply.error(Errno::ENOENT);
         }
         let name = name.as_bytes().to_vec();
-        self.spawn(req, sh, |sh, c| async move {
+        self.spawn_as(req, sh, c, |sh, c| async move {
             reply_entry(sh.lookup(&c, parent, &name).await, reply)
         });
     }
