@@ -91,6 +91,7 @@ mod listing;
 mod listing_ahead;
 mod listings;
 mod locks;
+mod lookups_listed;
 mod names;
 mod node_ranges;
 mod read_at_open;
@@ -140,6 +141,8 @@ pub(crate) struct ServerMount {
     kept: kept_listings::KeptListings,
     /// Listings read ahead along a walk of the tree ([`listing_ahead`]).
     listing_ahead: listing_ahead::ListingAhead,
+    /// Directories read whole for the lookups in them ([`lookups_listed`]).
+    lookups_listed: lookups_listed::LookupsListed,
 }
 
 impl ServerMount {
@@ -196,6 +199,7 @@ impl ServerMount {
             removes: Arc::default(),
             kept: kept_listings::KeptListings::default(),
             listing_ahead: listing_ahead::ListingAhead::default(),
+            lookups_listed: lookups_listed::LookupsListed::default(),
         })
     }
 

@@ -623,6 +623,39 @@ fn soon<T: PartialEq + std::fmt::Debug>(what: &str, want: T, mut f: impl FnMut()
     }
 }
 
+/// `stat` of many names in a directory not listed yet (git status `lstat`s its index's paths
+/// before it lists anything) reads the directory whole at the second lookup in it, and the
+/// rest are answered from that listing: names it holds with their attributes, names it lacks
+/// with `ENOENT`. A file changed since (another client's write) shows its new size.
+#[test]
+fn lookups_in_a_directory_are_answered_from_one_listing_of_it() {
+    need_fuse!();
+    let s = setup();
+    dir_of_files(&s.export.join("d"), 30, 2);
+    let m = s.mount("mnt");
+    let other = s.mount("other");
+    let d = m.dir.join("d");
+    fs::metadata(&d).unwrap();
+    let before = requests(&m, "Lookup") + requests(&m, "ListDir");
+    for i in 0..30 {
+        assert_eq!(fs::metadata(d.join(format!("f{i:02}"))).unwrap().len(), 1);
+    }
+    for i in 0..10 {
+        assert!(!d.join(format!("absent{i}")).exists());
+    }
+    let asked = requests(&m, "Lookup") + requests(&m, "ListDir") - before;
+    assert!(
+        asked <= 3,
+        "30 names and 10 absent ones asked the server {asked} times"
+    );
+
+    fs::write(other.dir.join("d/f07"), b"longer now").unwrap();
+    soon("f07's new size", 10, || {
+        fs::metadata(d.join("f07")).map(|m| m.len()).unwrap_or(0)
+    });
+    assert_eq!(fs::read(d.join("f07")).unwrap(), b"longer now");
+}
+
 /// A LOOKUP of a name that a kept listing of the directory does not hold is answered by the
 /// mount (`ENOENT`) without asking the server: git looks for a `.gitignore` in every directory.
 /// A name another client adds shows at once (its INVALIDATE ends the kept listing), and so
@@ -1023,7 +1056,10 @@ fn a_walk_reads_the_next_listings_ahead() {
     assert_eq!(names("alone"), ["x", "y"]);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(listdirs(&m), before + 1, "log:\n{}", m.log());
-    // A walk: top, then top/a; then a/deep, b and c are read ahead.
+    // A walk: top, then top/a; then a/deep, b and c are read ahead. Looking `top` up is the
+    // second lookup in the root, which reads the root whole (fuse/lookups_listed.rs): done
+    // first, so that only the walk's listings are counted.
+    fs::metadata(m.dir.join("top")).unwrap();
     let before = listdirs(&m);
     assert_eq!(names("top"), ["a", "b", "c"]);
     assert_eq!(names("top/a"), ["deep"]);

@@ -205,8 +205,9 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
             return reply.error(Errno::ENOENT);
         }
         let name = name.as_bytes().to_vec();
-        self.spawn_as(req, sh, c, |sh, c| async move {
-            reply_entry(sh.lookup(&c, parent, &name).await, reply)
+        let uid = req.uid();
+        self.spawn_as(req, sh, c, move |sh, c| async move {
+            reply_entry(sh.lookup(&c, uid, parent, &name).await, reply)
         });
     }
 

@@ -141,7 +141,11 @@ impl ServerMount {
     }
 
     /// Reads directory `dir` whole from the server.
-    async fn read_listing(&self, c: &Client, dir: &FileHandle) -> Result<Listing, Errno> {
+    pub(super) async fn read_listing(
+        &self,
+        c: &Client,
+        dir: &FileHandle,
+    ) -> Result<Listing, Errno> {
         let dir = *dir;
         // Never a listing with a name removed behind in it ([`super::removes_behind`]).
         self.removes.settle(&dir).await;

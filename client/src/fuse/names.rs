@@ -8,24 +8,20 @@ use super::convert::errno;
 use super::{Entry, ServerMount};
 use crate::session::Client;
 
-/// Largest kept listing searched for a name [`ServerMount::listed_absent`] says is absent
-/// (a scan of its entries; larger directories ask the server).
-const ABSENT_SCAN_MAX: usize = 4096;
-
-/// Longest name a listing can hold (`NAME_MAX`): a longer one is the server's to refuse
-/// (`ENAMETOOLONG`), not absent.
-const NAME_MAX: usize = 255;
-
 impl ServerMount {
     pub(super) async fn lookup(
         &self,
         c: &Client,
+        uid: u32,
         parent: INodeNo,
         name: &[u8],
     ) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
         // A name removed behind must not be found again ([`super::removes_behind`]).
         self.removes.settle(&dir).await;
+        if let Some(answer) = self.lookup_listed(c, uid, parent, &dir, name).await {
+            return answer;
+        }
         let (fh, mut a) = c.lookup(&dir, name).await.map_err(errno)?;
         // A file with writes under way: its attributes once they are on the server.
         let known = self.table().by_fh.get(&fh).copied();
@@ -49,15 +45,13 @@ impl ServerMount {
         dir: &FileHandle,
         name: &[u8],
     ) -> bool {
-        if name.len() > NAME_MAX || self.removes.busy(dir) {
+        if self.removes.busy(dir) {
             return false;
         }
         let Some(l) = self.kept.get(dir, self.acting_uid(uid), c.cache()) else {
             return false;
         };
-        l.entries.len() <= ABSENT_SCAN_MAX
-            && l.entries.iter().any(|e| e.node.is_some())
-            && !l.entries.iter().any(|e| e.name == name)
+        matches!(super::lookups_listed::find(&l, name), Some(None))
     }
 
     pub(super) async fn create(

@@ -1,0 +1,204 @@
+//! Lookups answered from a listing of their directory, read at the second lookup in it.
+//!
+//! `git status` `lstat`s every path in its index before it lists any directory, and `make`
+//! `stat`s every prerequisite: each name not yet known to the kernel is a LOOKUP, a round trip
+//! to the server apiece (50 ms over a long link: 539 of them in the first `git status` of
+//! this repository). As the Linux NFS client turns to READDIRPLUS when lookups in a directory
+//! pile up, the mount reads the directory whole (one LISTDIR) at the second lookup in it that
+//! no listing answers, keeps the listing ([`super::kept_listings`]: for that user, under the
+//! directory's lease, until anything changes the directory), and answers that lookup and the
+//! next ones from it: a name it holds with its handle and attributes (or the cache's, if the
+//! object changed since), a name it lacks with `ENOENT`.
+//!
+//! - **Only small directories**: those whose cached size says at most [`LISTED_DIR_MAX`]
+//!   bytes; a large one is not read whole for a few names.
+//! - **Once per directory and lease**: a directory whose listing keeps being invalidated (one
+//!   being filled) is read for lookups at most once per [`RELIST_AFTER`].
+//! - **As whom**: the listing is read as the user who looked up, and answers only that user:
+//!   reading it needs the permission to list and to search the directory, more than a LOOKUP
+//!   needs; if it fails, the lookup goes to the server as before.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fuser::{Errno, INodeNo};
+use parking_lot::Mutex;
+use protocol::{Attr, FileHandle, FileType};
+
+use super::listing::Listing;
+use super::{Entry, ServerMount};
+use crate::session::Client;
+
+/// Largest directory (its size as the server reports it) read whole for lookups.
+const LISTED_DIR_MAX: u64 = 64 * 1024;
+
+/// A directory is read for lookups at most once in this long.
+const RELIST_AFTER: Duration = Duration::from_secs(60);
+
+/// Lookups in a directory no listing answered before it is read.
+const MISSES_BEFORE_LISTING: u32 = 2;
+
+/// Bound on the directories remembered (past it, all are forgotten).
+const MAX_REMEMBERED: usize = 4096;
+
+/// Largest listing searched for a name (a scan of its entries; larger directories ask the
+/// server).
+const SCAN_MAX: usize = 4096;
+
+/// Longest name a listing can hold (`NAME_MAX`): a longer one is the server's to refuse
+/// (`ENAMETOOLONG`), never absent.
+const NAME_MAX: usize = 255;
+
+#[derive(Default)]
+struct Seen {
+    misses: u32,
+    listed: Option<Instant>,
+}
+
+/// Per directory and user: lookups no listing answered, and when it was last read for them.
+#[derive(Default)]
+pub(super) struct LookupsListed {
+    seen: Mutex<HashMap<(FileHandle, u32), Seen>>,
+}
+
+impl LookupsListed {
+    /// A lookup in `dir` by `uid` that no listing answered: whether to read the directory now.
+    fn missed(&self, dir: &FileHandle, uid: u32, now: Instant) -> bool {
+        let mut seen = self.seen.lock();
+        if seen.len() >= MAX_REMEMBERED && !seen.contains_key(&(*dir, uid)) {
+            seen.clear();
+        }
+        let s = seen.entry((*dir, uid)).or_default();
+        if s.listed
+            .is_some_and(|at| now.duration_since(at) < RELIST_AFTER)
+        {
+            return false;
+        }
+        s.misses += 1;
+        if s.misses < MISSES_BEFORE_LISTING {
+            return false;
+        }
+        s.misses = 0;
+        s.listed = Some(now);
+        true
+    }
+}
+
+/// What a listing says of `name`: Some(Some(handle, attributes)) if it holds it, Some(None) if
+/// it certainly does not (it has entries with attributes, so its reader may search the
+/// directory), None if it cannot say.
+pub(super) fn find(listing: &Listing, name: &[u8]) -> Option<Option<(FileHandle, Attr)>> {
+    if listing.entries.len() > SCAN_MAX || name.len() > NAME_MAX {
+        return None;
+    }
+    match listing.entries.iter().find(|e| e.name == name) {
+        Some(e) => e.node.map(Some),
+        None if listing.entries.iter().any(|e| e.node.is_some()) => Some(None),
+        None => None,
+    }
+}
+
+impl ServerMount {
+    /// LOOKUP of `name` in `dir` (node `parent`) by local user `uid` answered from a listing
+    /// of `dir` (see the module's doc), or None: ask the server.
+    pub(super) async fn lookup_listed(
+        &self,
+        c: &Client,
+        uid: u32,
+        parent: INodeNo,
+        dir: &FileHandle,
+        name: &[u8],
+    ) -> Option<Result<Entry, Errno>> {
+        let uid = self.acting_uid(uid);
+        let listing = match self.kept.get(dir, uid, c.cache()) {
+            Some(kept) => kept,
+            None => {
+                let small = c
+                    .cache()
+                    .get(dir)
+                    .is_some_and(|a| a.ftype == FileType::Directory && a.size <= LISTED_DIR_MAX);
+                if !small || !self.lookups_listed.missed(dir, uid, Instant::now()) {
+                    return None;
+                }
+                let read = Arc::new(self.read_listing(c, dir).await.ok()?);
+                self.kept.keep(dir, uid, &read, c.cache());
+                read
+            }
+        };
+        let (fh, listed) = match find(&listing, name)? {
+            Some(node) => node,
+            None => return Some(Err(Errno::ENOENT)),
+        };
+        let known = self.table().by_fh.get(&fh).copied();
+        if known.is_some_and(|ino| self.behind.busy(ino)) {
+            return None;
+        }
+        // The entry's attributes, unless the object changed since the listing was asked for:
+        // then the cache's, if it has them.
+        let a = if c.cache().changed_since(&fh, listing.since) {
+            c.cache().get(&fh)?
+        } else {
+            let gone = u32::try_from(listing.received.elapsed().as_millis()).unwrap_or(u32::MAX);
+            let left = listed.lease_ms.checked_sub(gone).filter(|&ms| ms > 0)?;
+            let a = Attr {
+                lease_ms: left,
+                ..listed
+            };
+            // Cached as a LOOKUP's would be: an open keeps the pages, and a GETATTR after a
+            // READ is answered, only from the cache ([`super::kept_pages`]).
+            c.cache().put(fh, a, listing.since);
+            a
+        };
+        Some(Ok(self.entry(parent, name, fh, &a)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIR: FileHandle = FileHandle::from_bytes([7; 48]);
+
+    #[test]
+    fn a_listing_answers_names_it_holds_and_lacks_but_not_over_name_max() {
+        let file = FileHandle::from_bytes([8; 48]);
+        let a = Attr::test_file(1, 60_000);
+        let entry = |name: &[u8], node| super::super::listing::Listed {
+            ino: 9,
+            kind: fuser::FileType::RegularFile,
+            name: name.to_vec(),
+            node,
+        };
+        let listing = |entries| Listing {
+            entries,
+            since: crate::cache::AttrCache::default().stamp(),
+            received: Instant::now(),
+        };
+        let l = listing(vec![entry(b".", None), entry(b"f", Some((file, a)))]);
+        assert_eq!(find(&l, b"f"), Some(Some((file, a))));
+        assert_eq!(find(&l, b"g"), Some(None), "absent");
+        assert_eq!(find(&l, &[b'g'; 255]), Some(None), "NAME_MAX is a name");
+        assert_eq!(find(&l, &[b'g'; 256]), None, "the server's ENAMETOOLONG");
+        let bare = listing(vec![entry(b".", None), entry(b"f", None)]);
+        assert_eq!(find(&bare, b"g"), None, "no attributes: may not search");
+    }
+
+    #[test]
+    fn a_directory_is_read_at_its_second_miss_and_not_again_within_the_lease() {
+        let l = LookupsListed::default();
+        let t = Instant::now();
+        assert!(!l.missed(&DIR, 1, t), "the first lookup asks the server");
+        assert!(l.missed(&DIR, 1, t), "the second reads the directory");
+        assert!(!l.missed(&DIR, 2, t), "another user counts apart");
+        for _ in 0..5 {
+            assert!(!l.missed(&DIR, 1, t + Duration::from_secs(1)));
+        }
+        let later = t + RELIST_AFTER + Duration::from_secs(1);
+        assert!(!l.missed(&DIR, 1, later));
+        assert!(
+            l.missed(&DIR, 1, later),
+            "read again once the lease would have ended"
+        );
+    }
+}
