@@ -103,7 +103,7 @@ mod xattr;
 mod xattr_ahead;
 pub(crate) use xattr::{list as xattr_list, reply_sized as reply_xattr};
 
-pub(crate) use convert::{errno, fattr, placeholder_dir, time_from, ttl};
+pub(crate) use convert::{RANGE_SHIFT, errno, fattr, placeholder_dir, time_from, ttl};
 pub(crate) use invalidator::invalidator;
 pub(crate) use kernel::SfsFuse;
 pub(crate) use node_ranges::NodeRanges;

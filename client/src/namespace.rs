@@ -44,7 +44,7 @@ use crate::identity::Identity;
 use crate::session::{Client, Options, SessionError};
 
 /// Bits of a node id below the server number.
-const SHIFT: u32 = 40;
+const SHIFT: u32 = crate::fuse::RANGE_SHIFT;
 
 // The namespace's own node ids (root, bookmarks) stay far below the first server's range.
 const _: () = assert!(ROOT + (1 << 30) < 1 << SHIFT);
@@ -303,7 +303,11 @@ impl Namespace {
         } else {
             a.mode = 0o555;
         }
-        fattr(ino, &a)
+        // Range 0's numbers are the node ids: no server's file shows one of them.
+        FileAttr {
+            stat_ino: None,
+            ..fattr(ino, &a)
+        }
     }
 
     /// LOOKUP in the root: a bookmark, or a self-certifying name (connecting).

@@ -656,6 +656,110 @@ fn lookups_in_a_directory_are_answered_from_one_listing_of_it() {
     assert_eq!(fs::read(d.join("f07")).unwrap(), b"longer now");
 }
 
+/// `stat` shows the server's inode numbers, in every mount and after a remount, as NFS
+/// does; a listing's `d_ino` agrees. In the namespace each server's numbers carry its range
+/// in the top bits, so two servers' files never share one.
+#[test]
+fn inode_numbers_are_the_servers_and_outlast_a_remount() {
+    use std::os::unix::fs::DirEntryExt;
+    need_fuse!();
+    let s = setup();
+    dir_of_files(&s.export.join("d"), 10, 2);
+    fs::create_dir(s.export.join("d/sub")).unwrap();
+    fs::hard_link(s.export.join("d/f00"), s.export.join("d/link")).unwrap();
+    let inos = |d: &Path| -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let ino = fs::symlink_metadata(e.path()).unwrap().ino();
+                assert_eq!(e.ino(), ino, "d_ino of {:?}", e.file_name());
+                (e.file_name().into_string().unwrap(), ino)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let on_server = inos(&s.export.join("d"));
+    assert_eq!(on_server.len(), 12);
+    let m = s.mount("mnt");
+    assert_eq!(inos(&m.dir.join("d")), on_server);
+    assert_eq!(
+        fs::metadata(m.dir.join("d")).unwrap().ino(),
+        fs::metadata(s.export.join("d")).unwrap().ino()
+    );
+    drop(m);
+    let again = s.mount("again");
+    assert_eq!(inos(&again.dir.join("d")), on_server, "after a remount");
+    drop(again);
+
+    let ns = s.mount_namespace("ns", &[]);
+    let in_ns = inos(&ns.dir.join(&s.server.name).join("d"));
+    let tagged: Vec<(String, u64)> = on_server
+        .iter()
+        .map(|(n, ino)| (n.clone(), ino ^ 1 << 48))
+        .collect();
+    assert_eq!(in_ns, tagged, "the first server's range in the top bits");
+}
+
+/// A repository committed through one mount is clean through the next: git keeps each file's
+/// `st_ino` in its index, and `git status` reads again, whole, every file whose number changed
+/// (over a long link, the whole work tree after each remount).
+#[test]
+fn git_sees_a_clean_tree_after_a_remount() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let repo = m.dir.join("repo");
+    fs::create_dir(&repo).unwrap();
+    for i in 0..5 {
+        fs::write(repo.join(format!("f{i}")), format!("file {i}\n")).unwrap();
+    }
+    let git = |dir: &Path, args: &[&str]| {
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "safe.directory=*",
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+            ])
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "x"]);
+    let indexed = git(&repo, &["ls-files", "--debug"]);
+    drop(m);
+    let again = s.mount("again");
+    let repo = again.dir.join("repo");
+    // Met in another order than through the first mount (whose node ids were made in the
+    // order of creation), as after any remount.
+    for i in (0..5).rev() {
+        let name = format!("f{i}");
+        let ino = fs::metadata(repo.join(&name)).unwrap().ino();
+        // `ls-files --debug`: the path, then its stat data indented, `ino: N` among it.
+        let entry: String = indexed
+            .split_inclusive('\n')
+            .skip_while(|l| l.trim_end() != name)
+            .skip(1)
+            .take_while(|l| l.starts_with(' '))
+            .collect();
+        assert!(
+            entry.contains(&format!("ino: {ino}\n")),
+            "{name}'s inode number {ino} is not the index's:\n{indexed}"
+        );
+    }
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+}
+
 /// A LOOKUP of a name that a kept listing of the directory does not hold is answered by the
 /// mount (`ENOENT`) without asking the server: git looks for a `.gitignore` in every directory.
 /// A name another client adds shows at once (its INVALIDATE ends the kept listing), and so

@@ -229,6 +229,7 @@ mod tests {
             rdev: 0,
             blksize: 4096,
             flags: 0,
+            stat_ino: Some(77),
         }
     }
 

@@ -94,10 +94,32 @@ pub(super) fn set_time(t: Option<TimeOrNow>) -> SetTime {
     }
 }
 
+/// Bits of a node id below the number of its range: a mount of one server is range 0, and
+/// in the namespace server `n` is range `n` ([`crate::namespace`]).
+pub(crate) const RANGE_SHIFT: u32 = 40;
+
+/// The inode number `stat` shows (`st_ino`, and a listing's `d_ino`) for the object with the
+/// server's file id `fileid`, reached through node `node`: the file id itself in a mount of one
+/// server, as NFS shows it, so it is the same in every mount and across remounts (git keeps
+/// each file's `st_ino` in its index and reads again, whole, every file whose number
+/// changed). In the namespace, where several servers share one file system, the server's
+/// range number goes in the top 16 bits, so two servers' files differ. Node ids stay the
+/// kernel's handles; they are made per mount, in the order objects are met. A server
+/// controls only its own files' numbers: one that gives two files one number makes them
+/// look like hard links of each other to `cp -a` or `du`, no more. A file id of 0 (no Linux
+/// file system has one) shows as the node id.
+pub(crate) fn stat_ino(node: u64, fileid: u64) -> u64 {
+    match fileid ^ ((node >> RANGE_SHIFT) << 48) {
+        0 => node,
+        ino => ino,
+    }
+}
+
 /// The kernel's view of attributes for node `ino`.
 pub(crate) fn fattr(ino: u64, a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
+        stat_ino: Some(stat_ino(ino, a.fileid)),
         size: a.size,
         blocks: a.used.div_ceil(512),
         atime: time(a.atime),

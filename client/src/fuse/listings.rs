@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use fuser::{Errno, FileAttr, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 use protocol::{Attr, FileHandle, NfsStatus};
 
-use super::convert::{errno, fattr, kind, lease_left, placeholder_dir, ttl};
+use super::convert::{errno, fattr, kind, lease_left, placeholder_dir, stat_ino, ttl};
 use super::listing::{Listed, Listing};
 use super::unlinked::HIDDEN_PREFIX;
 use super::{ROOT, ServerMount, listing_ahead};
@@ -201,17 +201,23 @@ impl ServerMount {
             return;
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        // `.` as `stat` shows the directory, when its attributes are at hand.
+        let dot = self
+            .fh(dir)
+            .ok()
+            .and_then(|fh| self.client.cache().get(&fh))
+            .map_or(dir.0, |a| stat_ino(dir.0, a.fileid));
         let mut t = self.table();
         if start == 0 {
             t.kernel_listings.filling(dir.0, &l);
         }
         for (i, e) in l.entries.iter().enumerate().skip(start) {
-            // Our node id when the entry has one by now (the listing may have been kept from
-            // an earlier open, before it was looked up), so `d_ino` agrees with `st_ino`.
-            let ino = e
-                .node
-                .and_then(|(fh, _)| t.by_fh.get(&fh).copied())
-                .unwrap_or_else(|| e.ino_in(dir));
+            // What `stat` shows for the entry, so `d_ino` agrees with `st_ino`.
+            let ino = match &e.node {
+                Some((_, a)) => stat_ino(dir.0, a.fileid),
+                None if e.name == b"." => dot,
+                None => e.ino_in(dir),
+            };
             // The offset of an entry is where to continue after it.
             if reply.add(
                 INodeNo(ino),
@@ -356,6 +362,7 @@ impl ServerMount {
                     let ino = e.ino_in(dir);
                     let attr = FileAttr {
                         ino: INodeNo(ino),
+                        stat_ino: None,
                         ..fattr(ino, &placeholder_dir())
                     };
                     if reply.add(

@@ -203,6 +203,9 @@ pub struct FileAttr {
     pub blksize: u32,
     /// Flags (macOS only, see chflags(2))
     pub flags: u32,
+    /// The inode number `stat` reports (`st_ino`, and `d_ino` in a READDIRPLUS entry) where it
+    /// is not the node id `ino` (patched for sfs, see PATCHED.md).
+    pub stat_ino: Option<u64>,
 }
 
 /// Configuration of the fuse kernel module connection

@@ -1004,6 +1004,7 @@ mod test {
             gid: 0x77,
             rdev: 0x88,
             flags: 0x99,
+            stat_ino: None,
             blksize: 0xbb,
         };
         reply.entry(&ttl, &attr, ll::Generation(0xaa));
@@ -1059,6 +1060,7 @@ mod test {
             gid: 0x77,
             rdev: 0x88,
             flags: 0x99,
+            stat_ino: None,
             blksize: 0xbb,
         };
         reply.attr(&ttl, &attr);
@@ -1180,6 +1182,7 @@ mod test {
             gid: 0x77,
             rdev: 0x88,
             flags: 0x99,
+            stat_ino: None,
             blksize: 0xdd,
         };
         reply.created(

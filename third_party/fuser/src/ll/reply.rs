@@ -212,7 +212,7 @@ impl ResponseStruct<abi::fuse_create_out> {
     ) -> Self {
         ResponseStruct(abi::fuse_create_out(
             abi::fuse_entry_out {
-                nodeid: attr.attr.ino,
+                nodeid: attr.nodeid,
                 generation: generation.into(),
                 entry_valid: ttl.as_secs(),
                 attr_valid: ttl.as_secs(),
@@ -330,7 +330,7 @@ pub(crate) fn fuse_attr_from_attr(attr: &crate::FileAttr) -> abi::fuse_attr {
     let (crtime_secs, crtime_nanos) = time_from_system_time(&attr.crtime);
 
     abi::fuse_attr {
-        ino: attr.ino.0,
+        ino: attr.stat_ino.unwrap_or(attr.ino.0),
         size: attr.size,
         blocks: attr.blocks,
         atime: atime_secs,
@@ -359,19 +359,20 @@ pub(crate) fn fuse_attr_from_attr(attr: &crate::FileAttr) -> abi::fuse_attr {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Attr {
     pub(crate) attr: abi::fuse_attr,
+    /// The node id (`attr.ino` is what `stat` reports, which may differ).
+    pub(crate) nodeid: u64,
 }
 impl From<&crate::FileAttr> for Attr {
     fn from(attr: &crate::FileAttr) -> Self {
         Self {
             attr: fuse_attr_from_attr(attr),
+            nodeid: attr.ino.0,
         }
     }
 }
 impl From<crate::FileAttr> for Attr {
     fn from(attr: crate::FileAttr) -> Self {
-        Self {
-            attr: fuse_attr_from_attr(&attr),
-        }
+        Self::from(&attr)
     }
 }
 
@@ -518,7 +519,7 @@ impl DirEntPlusList {
         let name = x.name.as_ref().as_os_str().as_bytes();
         let header = abi::fuse_direntplus {
             entry_out: abi::fuse_entry_out {
-                nodeid: x.attr.attr.ino,
+                nodeid: x.attr.nodeid,
                 generation: x.generation.into(),
                 entry_valid: x.entry_valid.as_secs(),
                 attr_valid: x.attr_valid.as_secs(),
@@ -632,6 +633,7 @@ mod test {
             gid: 0x77,
             rdev: 0x88,
             flags: 0x99,
+            stat_ino: None,
             blksize: 0xbb,
         };
         let r = ResponseStruct::new_entry(INodeNo(0x11), Generation(0xaa), &attr.into(), ttl, ttl);
@@ -689,6 +691,7 @@ mod test {
             gid: 0x77,
             rdev: 0x88,
             flags: 0x99,
+            stat_ino: None,
             blksize: 0xbb,
         };
         let r = ResponseStruct::new_attr(&ttl, &attr.into());
@@ -816,6 +819,7 @@ mod test {
             gid: 0x77,
             rdev: 0x88,
             flags: 0x99,
+            stat_ino: None,
             blksize: 0xdd,
         };
         let r = ResponseStruct::new_create(
