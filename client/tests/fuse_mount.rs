@@ -1049,7 +1049,7 @@ fn kernel_requests(m: &Mount, op: &str) -> usize {
 /// A directory listed again is read from the kernel's own copy of its listing
 /// (`FOPEN_CACHE_DIR`, fuse/kernel_listings.rs): no READDIRPLUS reaches the mount. A change
 /// ends that copy: ours at once, another mount's with its INVALIDATE. Nodes the kernel forgot
-/// keep their ids when looked up again, so `st_ino` stays and the copy's `d_ino` stay right.
+/// get new ids when looked up again, yet `st_ino` stays and the copy's `d_ino` stay right.
 #[test]
 fn a_directory_listed_again_is_the_kernels_own_copy_until_it_changes() {
     need_fuse!();

@@ -17,10 +17,8 @@
 //!   any change we learn of and at the directory's lease end) is the very listing the
 //!   kernel's copy was filled from. A new listing (its lease ended, a change, another user's
 //!   listing, a read-ahead) always replaces the copy, so it is never older than what this
-//!   user would be shown, nor one another user was shown;
-//! - no node id was retired since that fill: the copy holds the node ids the fill gave as
-//!   `d_ino`, and a handle whose id was retired gets a new id at its next lookup, so `d_ino`
-//!   would no longer be the file's `st_ino`.
+//!   user would be shown, nor one another user was shown. Its `d_ino` are the files' own
+//!   inode numbers (`convert::stat_ino`), not node ids, so no FORGET makes them stale.
 //!
 //! The record is taken when the kernel starts a fill (a listing read from offset 0, which
 //! reaches us only when the kernel has no copy) and dropped with the directory's node.
@@ -30,23 +28,15 @@ use std::sync::{Arc, Weak};
 
 /// What each directory's kernel copy was filled from ([module docs](self)).
 pub(super) struct KernelListings<L> {
-    by_dir: HashMap<u64, Filled<L>>,
-    /// Node ids retired so far, over the whole mount.
-    drops: u64,
-}
-
-struct Filled<L> {
-    /// The listing served to the fill (weak: a listing no longer kept is never kept again).
-    listing: Weak<L>,
-    /// [`KernelListings::drops`] when the fill began.
-    drops: u64,
+    /// Each copy's listing, the one served to its fill (weak: a listing no longer kept is
+    /// never kept again).
+    by_dir: HashMap<u64, Weak<L>>,
 }
 
 impl<L> Default for KernelListings<L> {
     fn default() -> Self {
         KernelListings {
             by_dir: HashMap::new(),
-            drops: 0,
         }
     }
 }
@@ -54,11 +44,7 @@ impl<L> Default for KernelListings<L> {
 impl<L> KernelListings<L> {
     /// The kernel reads `listing` of directory `dir` from its start: it is filling its copy.
     pub(super) fn filling(&mut self, dir: u64, listing: &Arc<L>) {
-        let filled = Filled {
-            listing: Arc::downgrade(listing),
-            drops: self.drops,
-        };
-        self.by_dir.insert(dir, filled);
+        self.by_dir.insert(dir, Arc::downgrade(listing));
     }
 
     /// Directory `ino`'s node was forgotten by the kernel, and its copy with it.
@@ -66,18 +52,13 @@ impl<L> KernelListings<L> {
         self.by_dir.remove(&ino);
     }
 
-    /// A forgotten node's id was retired for good: the handle gets a new id at its next
-    /// lookup, so no copy filled before may stay.
-    pub(super) fn id_retired(&mut self) {
-        self.drops += 1;
-    }
-
     /// Whether an `opendir` of `dir` that will serve `listing` may leave the kernel's copy
     /// in place. When not, the reply makes the kernel drop it, and so is the record.
     pub(super) fn may_keep(&mut self, dir: u64, listing: &Arc<L>) -> bool {
-        let keep = self.by_dir.get(&dir).is_some_and(|f| {
-            f.drops == self.drops && std::ptr::eq(f.listing.as_ptr(), Arc::as_ptr(listing))
-        });
+        let keep = self
+            .by_dir
+            .get(&dir)
+            .is_some_and(|filled| std::ptr::eq(filled.as_ptr(), Arc::as_ptr(listing)));
         if !keep {
             self.by_dir.remove(&dir);
         }
@@ -107,17 +88,12 @@ mod tests {
     }
 
     #[test]
-    fn a_retired_id_ends_every_copy_filled_before() {
+    fn a_forgotten_directory_ends_its_copy_alone() {
         let mut k = KernelListings::default();
         let a = Arc::new(());
         let b = Arc::new(());
         k.filling(1, &a);
-        k.filling(2, &b);
-        k.id_retired();
-        assert!(!k.may_keep(1, &a), "its d_ino values may be stale");
-        assert!(!k.may_keep(2, &b));
-        k.filling(1, &a);
-        assert!(k.may_keep(1, &a), "a fill after the retirement is good");
+        assert!(k.may_keep(1, &a));
         k.dir_forgotten(1);
         k.filling(2, &b);
         assert!(!k.may_keep(1, &a), "the directory's own node went");

@@ -2,11 +2,12 @@
 //!
 //! A handle gets a node id the first time an entry for it is sent to the kernel; the kernel's
 //! lookup count is kept, and the node is dropped when the kernel FORGETs it. A handle found
-//! again soon after keeps its old id ([`Forgotten`]); an id is never given to another handle,
-//! so a stale kernel reference can only ever meet `ESTALE`. [`Table`] also holds, under the
+//! again gets a new id; an id is never given to another handle, so a stale kernel reference
+//! can only ever meet `ESTALE`. What `stat` shows is the server's inode number, not the id
+//! (`convert::stat_ino`). [`Table`] also holds, under the
 //! same lock, what the other parts keep per node and per open file (their fields say which).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use fuser::{Errno, INodeNo};
@@ -28,7 +29,6 @@ pub(super) struct Node {
 pub(super) struct Table {
     pub(super) nodes: HashMap<u64, Node>,
     pub(super) by_fh: HashMap<FileHandle, u64>,
-    pub(super) forgotten: Forgotten,
     /// Names under each directory for which the kernel may hold a dentry (sent in an entry
     /// reply and not since invalidated), each with the node it was sent for.
     pub(super) names: HashMap<u64, HashMap<Vec<u8>, u64>>,
@@ -90,13 +90,10 @@ impl ServerMount {
                 ino
             }
             None => {
-                let ino = match t.forgotten.revive(&fh) {
-                    Some(ino) => ino,
-                    None => {
-                        t.next += 1;
-                        t.next - 1
-                    }
-                };
+                // Never an id the kernel knew another handle by: `st_ino` is not the id
+                // (`convert::stat_ino`), so a handle found again may take a new one.
+                t.next += 1;
+                let ino = t.next - 1;
                 t.nodes.insert(ino, Node { fh, lookups: 1 });
                 t.by_fh.insert(fh, ino);
                 ino
@@ -130,9 +127,6 @@ impl ServerMount {
             t.dirty.remove(&ino);
             t.read_at_open.forget(ino);
             t.kept_pages.forget(ino);
-            if t.forgotten.keep(fh, ino) {
-                t.kernel_listings.id_retired();
-            }
         }
     }
 
@@ -159,50 +153,6 @@ impl ServerMount {
     }
 }
 
-/// How many forgotten handles keep their node ids: at most ~1.2 MiB (a handle is stored
-/// twice, at its largest ~130 bytes each time).
-const FORGOTTEN_KEPT: usize = 4096;
-
-/// Handles whose nodes the kernel forgot, with their ids, so a handle found again gets its old
-/// id back. `st_ino` then stays what programs saw (git's index, the hard-link tables of tar,
-/// du and rsync), and a `d_ino` in the kernel's own copy of a listing stays the file's
-/// `st_ino` however a FORGET (read by one thread) and the next OPENDIR or LOOKUP (read by
-/// another) cross. The oldest are retired for good, past [`FORGOTTEN_KEPT`].
-#[derive(Default)]
-pub(super) struct Forgotten {
-    /// Each kept handle's id, and when it was kept (its entry in `order`).
-    ids: HashMap<FileHandle, (u64, u64)>,
-    /// Kept handles, oldest first, each with when it was kept; an entry whose handle was
-    /// revived (or kept again) since is stale and skipped.
-    order: VecDeque<(FileHandle, u64)>,
-    kept: u64,
-}
-
-impl Forgotten {
-    /// Keeps `fh`'s id `ino`; true if an older one was retired to make room.
-    fn keep(&mut self, fh: FileHandle, ino: u64) -> bool {
-        self.kept += 1;
-        self.ids.insert(fh, (ino, self.kept));
-        self.order.push_back((fh, self.kept));
-        let mut retired = false;
-        while self.order.len() > FORGOTTEN_KEPT {
-            let Some((old, when)) = self.order.pop_front() else {
-                break;
-            };
-            if self.ids.get(&old).is_some_and(|&(_, w)| w == when) {
-                self.ids.remove(&old);
-                retired = true;
-            }
-        }
-        retired
-    }
-
-    /// `fh`'s old id, if it is still kept (and it is no longer: it is a live node again).
-    fn revive(&mut self, fh: &FileHandle) -> Option<u64> {
-        self.ids.remove(fh).map(|(ino, _)| ino)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,56 +172,13 @@ mod tests {
         assert_eq!(sh.fh(INodeNo(ino)).unwrap(), a, "one lookup left");
         sh.forget(ino, 1);
         assert_eq!(sh.fh(INodeNo(ino)), Err(Errno::ESTALE));
-        // Found again: the same number, so st_ino and the kernel's d_ino stay right.
-        assert_eq!(sh.remember(INodeNo(ROOT), b"a", a), ino);
-        assert_eq!(sh.fh(INodeNo(ino)).unwrap(), a);
-        // Another handle never gets it.
-        let b = FileHandle::from_bytes([3; 48]);
-        assert!(sh.remember(INodeNo(ROOT), b"c", b) > ino);
+        // Found again: a new id; no other handle ever gets the old one.
+        let again = sh.remember(INodeNo(ROOT), b"a", a);
+        assert!(again > ino);
+        assert_eq!(sh.fh(INodeNo(again)).unwrap(), a);
+        assert_eq!(sh.fh(INodeNo(ino)), Err(Errno::ESTALE));
         // The root is never forgotten.
         sh.forget(ROOT, 100);
         assert!(sh.fh(INodeNo(ROOT)).is_ok());
-    }
-
-    #[test]
-    fn the_oldest_forgotten_ids_are_retired_and_end_the_kernels_copies() {
-        let sh = shared();
-        let handle = |i: u32| {
-            let mut b = [0u8; 48];
-            b[..4].copy_from_slice(&i.to_le_bytes());
-            b[4] = 1;
-            FileHandle::from_bytes(b)
-        };
-        let first = sh.remember(INodeNo(ROOT), b"0", handle(0));
-        sh.forget(first, 1);
-        let dir = Arc::new(Listing {
-            entries: Vec::new(),
-            since: sh.client.cache().stamp(),
-            received: std::time::Instant::now(),
-        });
-        sh.table().kernel_listings.filling(ROOT, &dir);
-        for i in 1..FORGOTTEN_KEPT as u32 {
-            let ino = sh.remember(INodeNo(ROOT), b"n", handle(i));
-            sh.forget(ino, 1);
-        }
-        assert!(
-            sh.table().kernel_listings.may_keep(ROOT, &dir),
-            "every id is still kept"
-        );
-        // Forgotten, revived and forgotten again: kept once, as the newest.
-        let again = sh.remember(INodeNo(ROOT), b"0", handle(0));
-        assert_eq!(again, first);
-        sh.forget(again, 1);
-        let ino = sh.remember(INodeNo(ROOT), b"n", handle(FORGOTTEN_KEPT as u32));
-        sh.forget(ino, 1);
-        assert!(
-            !sh.table().kernel_listings.may_keep(ROOT, &dir),
-            "an id was retired: a copy filled before may hold it as d_ino"
-        );
-        assert_eq!(sh.remember(INodeNo(ROOT), b"0", handle(0)), first);
-        assert!(
-            sh.remember(INodeNo(ROOT), b"n", handle(1)) > ino,
-            "the oldest got a new number"
-        );
     }
 }
