@@ -259,6 +259,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn stat_shows_the_servers_number_tagged_by_range() {
+        assert_eq!(stat_ino(7, 1_180_354), 1_180_354, "a mount of one server");
+        let third = 3 << RANGE_SHIFT;
+        assert_eq!(
+            stat_ino(third + 5, 1_180_354),
+            1_180_354 ^ 3 << 48,
+            "server 3"
+        );
+        assert_ne!(
+            stat_ino(third + 5, 42),
+            stat_ino((2 << RANGE_SHIFT) + 5, 42)
+        );
+        assert_eq!(stat_ino(9, 0), 9, "file id 0: the node id");
+        assert_eq!(
+            fattr(9, &Attr::test_file(1, 1)).stat_ino,
+            Some(stat_ino(9, 7))
+        );
+    }
+
+    #[test]
     fn errnos_are_linux_ones() {
         assert_eq!(status_errno(NfsStatus::NoEnt), Errno::ENOENT);
         assert_eq!(status_errno(NfsStatus::NotEmpty).code(), libc::ENOTEMPTY);

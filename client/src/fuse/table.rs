@@ -4,8 +4,8 @@
 //! lookup count is kept, and the node is dropped when the kernel FORGETs it. A handle found
 //! again gets a new id; an id is never given to another handle, so a stale kernel reference
 //! can only ever meet `ESTALE`. What `stat` shows is the server's inode number, not the id
-//! (`convert::stat_ino`). [`Table`] also holds, under the
-//! same lock, what the other parts keep per node and per open file (their fields say which).
+//! (`convert::stat_ino`). [`Table`] also holds, under the same lock, what the other parts
+//! keep per node and per open file (their fields say which).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -177,6 +177,9 @@ mod tests {
         assert!(again > ino);
         assert_eq!(sh.fh(INodeNo(again)).unwrap(), a);
         assert_eq!(sh.fh(INodeNo(ino)), Err(Errno::ESTALE));
+        // Another handle never gets either.
+        let b = FileHandle::from_bytes([3; 48]);
+        assert!(sh.remember(INodeNo(ROOT), b"c", b) > again);
         // The root is never forgotten.
         sh.forget(ROOT, 100);
         assert!(sh.fh(INodeNo(ROOT)).is_ok());
