@@ -816,17 +816,19 @@ fn a_file_read_again_is_read_from_the_kernels_pages_until_it_changes() {
     let read_all = || -> Vec<Vec<u8>> { files.iter().map(|f| fs::read(f).unwrap()).collect() };
     let first = read_all();
     let asked = |m: &Mount| requests(m, "Read") + requests(m, "GetAttr");
-    let before = asked(&m);
-    for _ in 0..3 {
-        assert_eq!(read_all(), first);
-        for f in &files {
-            fs::metadata(f).unwrap();
+    let tries = tries_until_at_most(2, || {
+        let before = asked(&m);
+        for _ in 0..3 {
+            assert_eq!(read_all(), first);
+            for f in &files {
+                fs::metadata(f).unwrap();
+            }
         }
-    }
-    let again = asked(&m) - before;
+        asked(&m) - before
+    });
     assert!(
-        again <= 2,
-        "reading 20 files again 3 times asked the server {again} times"
+        tries.last() <= Some(&2),
+        "reading 20 files again 3 times asked the server this many times, try by try: {tries:?}"
     );
 
     // Another client rewrites one file, same size: its new bytes show here.
@@ -949,6 +951,18 @@ fn two_mounts_see_each_others_changes_at_once() {
 
 /// Requests of procedure `proc_` the mount sent so far: its log has a line ending in
 /// `request proc=PROC` for each (debug level, which these mounts log at).
+/// What `run` asked, try by try, until a try asks at most `most` (5 tries at most). The kernel
+/// may drop what it cached (pages, inodes with their ACLs) under memory pressure, and CI's page
+/// cache is full of build output; it then asks again. A mount that makes it ask every time
+/// asks as much on every try, so a few tries tell the two apart.
+fn tries_until_at_most(most: usize, mut run: impl FnMut() -> usize) -> Vec<usize> {
+    let mut tries = Vec::new();
+    while tries.len() < 5 && tries.last().is_none_or(|&asked| asked > most) {
+        tries.push(run());
+    }
+    tries
+}
+
 fn requests(m: &Mount, proc_: &str) -> usize {
     let want = format!("request proc={proc_}");
     m.log()
@@ -1081,14 +1095,18 @@ fn a_directory_listed_again_is_the_kernels_own_copy_until_it_changes() {
         names
     };
     assert_eq!(list(&d).len(), 20);
-    let before = kernel_requests(&m, "READDIRPLUS") + kernel_requests(&m, "READDIR");
-    for _ in 0..5 {
-        assert_eq!(list(&d).len(), 20);
-    }
+    let listings = || kernel_requests(&m, "READDIRPLUS") + kernel_requests(&m, "READDIR");
+    let tries = tries_until_at_most(0, || {
+        let before = listings();
+        for _ in 0..5 {
+            assert_eq!(list(&d).len(), 20);
+        }
+        listings() - before
+    });
     assert_eq!(
-        kernel_requests(&m, "READDIRPLUS") + kernel_requests(&m, "READDIR"),
-        before,
-        "listings read again from the mount; log:\n{}",
+        tries.last(),
+        Some(&0),
+        "listings read again from the mount, try by try: {tries:?}; log:\n{}",
         m.log()
     );
     fs::write(d.join("ours"), b"o").unwrap();
@@ -1208,6 +1226,9 @@ fn a_tree_of_many_directories_walked_again_reads_no_listing_again() {
         fs::write(d.join("f"), b"x").unwrap();
     }
     let m = s.mount("mnt");
+    // Held open, `t` keeps its name in the kernel, which may otherwise forget it and look it
+    // up again: a second miss in the root, which reads the root's listing (lookups_listed.rs).
+    let _held_t = fs::File::open(m.dir.join("t")).unwrap();
     let walk = || {
         let mut files = 0;
         for d in fs::read_dir(m.dir.join("t")).unwrap() {
@@ -1813,8 +1834,12 @@ fn creating_files_costs_no_lookup_capability_or_commit_request() {
             requests(m, "Commit"),
         )
     };
+    // Open directories keep their names in the kernel, which may otherwise forget them under
+    // memory pressure and look them up again (a LOOKUP of `d` goes to the server).
+    let _held_d = fs::File::open(&d).unwrap();
     let before = counts(&a);
     fs::create_dir(d.join("sub")).unwrap();
+    let _held_sub = fs::File::open(d.join("sub")).unwrap();
     let (uid, gid) = (rustix::process::geteuid(), rustix::process::getegid());
     for i in 0..20 {
         let name = format!("f{i}");
@@ -3343,11 +3368,16 @@ fn multi_user_mount_grants_what_an_acl_grants_and_keeps_acls_in_the_kernel() {
     dir_of_files(&s.export.join("many"), FILES, 2);
     let ls = || assert_eq!(ls_l(&m.dir.join("many")).split('\n').count(), FILES + 2);
     ls();
-    let before = kernel_requests(&m, "GETXATTR");
-    ls();
-    let again = kernel_requests(&m, "GETXATTR") - before;
+    let tries = tries_until_at_most(2, || {
+        let before = kernel_requests(&m, "GETXATTR");
+        ls();
+        kernel_requests(&m, "GETXATTR") - before
+    });
     // At most the label `ls` asks once per run (EOPNOTSUPP, never cached by the kernel).
-    assert!(again <= 2, "ls -l again sent the mount {again} GETXATTRs");
+    assert!(
+        tries.last() <= Some(&2),
+        "ls -l again sent the mount this many GETXATTRs, try by try: {tries:?}"
+    );
 }
 
 /// Writes through the mount in 4 KiB (16 MiB) and in 1 MiB (64 MiB) `write(2)` calls (dd),
