@@ -1249,6 +1249,44 @@ fn a_tree_of_many_directories_walked_again_reads_no_listing_again() {
     );
 }
 
+/// A listing kept from before a file had its node still waits for the file's writes under
+/// way: `ls -l` right after a write that returned shows the written size, not the listed one.
+/// (The listing once remembered the node an entry had when listed, or none, and missed the
+/// writes of the node the file has since.) The kernel's own copy of the listing is dropped
+/// with `fadvise` so the mount is asked while the write is still held (10 ms at most).
+#[test]
+fn a_kept_listing_waits_for_writes_of_a_file_made_a_node_since() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    let other = s.mount("other");
+    let d = m.dir.join("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..10 {
+        let name = format!("f{i}");
+        fs::write(other.dir.join("d").join(&name), b"").unwrap();
+        let dir = fs::File::open(&d).unwrap();
+        // The listing is read (and kept) while `f{i}` has no node here yet.
+        soon("the other mount's file", i + 1, || {
+            fs::read_dir(&d).unwrap().count()
+        });
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(d.join(&name))
+            .unwrap();
+        f.write_all(b"ten bytes!").unwrap();
+        rustix::fs::fadvise(&dir, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        for e in fs::read_dir(&d).unwrap() {
+            fs::symlink_metadata(e.unwrap().path()).unwrap();
+        }
+        assert_eq!(
+            fs::metadata(d.join(&name)).unwrap().len(),
+            10,
+            "{name} right after its write"
+        );
+    }
+}
+
 /// Security labels stay on the server's host (fuse/xattr.rs): a `security.selinux` label on
 /// the server's disk is `EOPNOTSUPP` through the mount, left out of `listxattr`, and cannot be
 /// set through it, while `user.` attributes travel. `ls -l`, told `EOPNOTSUPP` once, stops

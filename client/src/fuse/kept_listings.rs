@@ -154,7 +154,6 @@ mod tests {
         let since = cache.stamp();
         let entries = (0..entries)
             .map(|i| super::super::listing::Listed {
-                ino: i as u64 + 2,
                 kind: fuser::FileType::RegularFile,
                 name: format!("f{i}").into_bytes(),
                 node: None,

@@ -8,6 +8,7 @@ use std::time::Instant;
 use fuser::INodeNo;
 use protocol::{Attr, FileHandle};
 
+use super::ROOT;
 use crate::cache::Stamp;
 
 /// One directory listing taken at `opendir`, served in pieces by `readdir`/`readdirplus`.
@@ -23,8 +24,6 @@ pub(super) struct Listing {
 }
 
 pub(super) struct Listed {
-    /// Inode number for plain `readdir` (ours when known, else the server's file id).
-    pub(super) ino: u64,
     pub(super) kind: fuser::FileType,
     pub(super) name: Vec<u8>,
     /// Handle and attributes, for `readdirplus` (none for `.` and `..`).
@@ -32,13 +31,10 @@ pub(super) struct Listed {
 }
 
 impl Listed {
-    /// The inode number to list for this entry of directory node `dir`: `.` is the node the
-    /// directory was opened as (a listing is kept, or read ahead, by handle, not by node).
-    pub(super) fn ino_in(&self, dir: INodeNo) -> u64 {
-        if self.node.is_none() && self.name == b"." {
-            dir.0
-        } else {
-            self.ino
-        }
+    /// The node to list `.` or `..` (the entries without a handle) of directory node `dir`
+    /// as: `.` is the node the directory was opened as (a listing is kept, or read ahead, by
+    /// handle, not by node); the kernel makes nothing of `..`'s.
+    pub(super) fn dots_node(&self, dir: INodeNo) -> u64 {
+        if self.name == b"." { dir.0 } else { ROOT }
     }
 }

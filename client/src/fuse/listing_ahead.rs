@@ -206,7 +206,6 @@ mod tests {
             let mut attr = Attr::test_file(0, 60_000);
             attr.ftype = ftype;
             Listed {
-                ino: 0,
                 kind: fuser::FileType::Directory,
                 name: format!("e{n}").into_bytes(),
                 node: Some((fh(n), attr)),

@@ -13,7 +13,7 @@ use protocol::{Attr, FileHandle, NfsStatus};
 use super::convert::{errno, fattr, kind, lease_left, placeholder_dir, stat_ino, ttl};
 use super::listing::{Listed, Listing};
 use super::unlinked::HIDDEN_PREFIX;
-use super::{ROOT, ServerMount, listing_ahead};
+use super::{ServerMount, listing_ahead};
 use crate::session::{Client, SessionError};
 
 impl ServerMount {
@@ -154,8 +154,6 @@ impl ServerMount {
         let mut entries = Vec::with_capacity(all.len() + 2);
         for name in [&b"."[..], b".."] {
             entries.push(Listed {
-                // `.`'s is the node of whoever opens the directory ([`Listed::ino_in`]).
-                ino: ROOT,
                 kind: fuser::FileType::Directory,
                 name: name.to_vec(),
                 node: None,
@@ -178,10 +176,7 @@ impl ServerMount {
                     Err(err) => return Err(errno(err)),
                 },
             };
-            // readdir's inode numbers are informational; use ours when we have one.
-            let known = self.table().by_fh.get(&fh).copied();
             entries.push(Listed {
-                ino: known.unwrap_or(e.fileid.max(2)),
                 kind: kind(attr.ftype),
                 name: e.name,
                 node: Some((fh, attr)),
@@ -216,7 +211,7 @@ impl ServerMount {
             let ino = match &e.node {
                 Some((_, a)) => stat_ino(dir.0, a.fileid),
                 None if e.name == b"." => dot,
-                None => e.ino_in(dir),
+                None => e.dots_node(dir),
             };
             // The offset of an entry is where to continue after it.
             if reply.add(
@@ -284,6 +279,12 @@ impl ServerMount {
         }
     }
 
+    /// Whether the file with handle `fh` has writes under way ([`super::write_behind`]).
+    fn writing(&self, fh: &FileHandle) -> bool {
+        let node = self.table().by_fh.get(fh).copied();
+        node.is_some_and(|n| self.behind.busy(n))
+    }
+
     pub(super) fn listing(&self, h: u64) -> Option<Arc<Listing>> {
         self.table().listings.get(&h).map(|(_, l)| l.clone())
     }
@@ -316,8 +317,9 @@ impl ServerMount {
                     let a = match known.take() {
                         Some(Some(a)) => a,
                         Some(None) => continue,
-                        // Writes under way: its attributes once they are on the server.
-                        None if self.behind.busy(e.ino) => {
+                        // Writes under way: its attributes once they are on the server. (By
+                        // handle: the node the entry had when listed may be forgotten since.)
+                        None if self.writing(h) => {
                             return Some(NeedAttr {
                                 at: i,
                                 fh: *h,
@@ -359,7 +361,7 @@ impl ServerMount {
                 }
                 None => {
                     // `.` and `..`: the kernel uses neither the attributes nor a lookup.
-                    let ino = e.ino_in(dir);
+                    let ino = e.dots_node(dir);
                     let attr = FileAttr {
                         ino: INodeNo(ino),
                         stat_ino: None,

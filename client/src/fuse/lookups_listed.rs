@@ -165,7 +165,6 @@ mod tests {
         let file = FileHandle::from_bytes([8; 48]);
         let a = Attr::test_file(1, 60_000);
         let entry = |name: &[u8], node| super::super::listing::Listed {
-            ino: 9,
             kind: fuser::FileType::RegularFile,
             name: name.to_vec(),
             node,
