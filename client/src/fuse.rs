@@ -82,6 +82,7 @@ mod attrs;
 mod attrs_behind;
 mod convert;
 mod data;
+mod files_ahead;
 mod invalidator;
 mod kept_listings;
 mod kept_pages;
@@ -131,6 +132,7 @@ pub(crate) struct ServerMount {
     locks: Mutex<locks::Held>,
     /// Extended attributes asked along a listing are read ahead ([`xattr_ahead`]).
     xattr_ahead: xattr_ahead::XattrAhead,
+    files_ahead: files_ahead::FilesAhead,
     /// WRITEs answered before the server's answer, and what waits for them
     /// ([`write_behind`]).
     behind: Arc<write_behind::WriteBehind>,
@@ -195,6 +197,7 @@ impl ServerMount {
             root: base,
             locks: Mutex::default(),
             xattr_ahead: xattr_ahead::XattrAhead::default(),
+            files_ahead: files_ahead::FilesAhead::default(),
             behind,
             removes: Arc::default(),
             kept: kept_listings::KeptListings::default(),

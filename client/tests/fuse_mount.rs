@@ -1249,6 +1249,75 @@ fn a_tree_of_many_directories_walked_again_reads_no_listing_again() {
     );
 }
 
+/// Files opened along a listing are read ahead (fuse/files_ahead.rs): `cat` of a directory's
+/// files in listing order reads each file from the server once, most of them ahead of their
+/// opens, and what was read ahead of a file another client changed since is not served: its
+/// new bytes show.
+#[test]
+fn files_opened_along_a_listing_are_read_ahead_once_and_never_stale() {
+    need_fuse!();
+    let s = setup();
+    const FILES: usize = 40;
+    fs::create_dir(s.export.join("d")).unwrap();
+    for i in 0..FILES {
+        fs::write(s.export.join(format!("d/f{i:02}")), format!("file {i:02}")).unwrap();
+    }
+    let m = s.mount("mnt");
+    let other = s.mount("other");
+    let d = m.dir.join("d");
+    let order: Vec<PathBuf> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(order.len(), FILES);
+    let contents = |p: &Path| String::from_utf8(fs::read(p).unwrap()).unwrap();
+    let expected = |p: &Path| format!("file {}", &p.file_name().unwrap().to_str().unwrap()[1..]);
+    let reads_before = requests(&m, "Read");
+    for p in &order {
+        assert_eq!(contents(p), expected(p));
+    }
+    let reads = requests(&m, "Read") - reads_before;
+    let ahead = read_ahead(&m);
+    assert_eq!(reads, FILES, "READs for {FILES} files ({ahead} read ahead)");
+    assert!(ahead >= FILES - 4, "{ahead} of {FILES} files read ahead");
+
+    // A file changed after it was read ahead: its new bytes, not those read ahead.
+    let changed = &order[10];
+    let before = fs::metadata(changed).unwrap().mtime_nsec();
+    for p in &order[..3] {
+        assert_eq!(contents(p), expected(p));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let theirs = other.dir.join("d").join(changed.file_name().unwrap());
+    fs::write(&theirs, b"FILE CHANGED").unwrap();
+    soon("the change seen here", true, || {
+        fs::metadata(changed).unwrap().mtime_nsec() != before
+    });
+    for p in &order[3..] {
+        let want = if p == changed {
+            "FILE CHANGED".to_owned()
+        } else {
+            expected(p)
+        };
+        assert_eq!(contents(p), want, "{}", p.display());
+    }
+    // Files whose pages the kernel keeps are not read ahead again: only the changed one.
+    assert!(
+        read_ahead(&m) <= ahead + 1,
+        "the second walk read ahead {} files",
+        read_ahead(&m) - ahead
+    );
+}
+
+/// How many files the mount read ahead ([`files_opened_along_a_listing_are_read_ahead_once_and_never_stale`]).
+fn read_ahead(m: &Mount) -> usize {
+    m.log()
+        .lines()
+        .filter_map(|l| l.split("files read ahead files=").nth(1))
+        .map(|n| n.trim().parse::<usize>().unwrap())
+        .sum()
+}
+
 /// A listing kept from before a file had its node still waits for the file's writes under
 /// way: `ls -l` right after a write that returned shows the written size, not the listed one.
 /// (The listing once remembered the node an entry had when listed, or none, and missed the

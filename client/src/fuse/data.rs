@@ -29,6 +29,7 @@ impl ServerMount {
     ) -> Result<Vec<u8>, Errno> {
         let fh = self.fh(ino)?;
         self.behind.settle(ino.0).await;
+        self.files_ahead.settle(&fh).await;
         if let Some(early) = self.read_from_open(ino.0, offset, size) {
             return Ok(early);
         }

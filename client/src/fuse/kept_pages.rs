@@ -25,10 +25,10 @@
 use std::collections::HashMap;
 
 use fuser::{INodeNo, OpenFlags};
-use protocol::{Attr, FileType, Time};
+use protocol::{Attr, FileHandle, FileType, Time};
 
 use super::ServerMount;
-use crate::cache::Stamp;
+use crate::cache::{AttrCache, Stamp};
 use crate::session::Client;
 
 /// What the pages the kernel may hold of one file were read under.
@@ -52,6 +52,11 @@ impl PagesRead {
 
     fn matches(&self, a: &Attr) -> bool {
         self.mtime == a.mtime && self.ctime == a.ctime && self.size == a.size
+    }
+
+    /// Whether the pages are still the file's `fh`, whose cached attributes are `attr`.
+    fn still_of(&self, fh: &FileHandle, attr: Option<&Attr>, cache: &AttrCache) -> bool {
+        attr.is_some_and(|a| self.matches(a)) && !cache.changed_since(fh, self.since)
     }
 }
 
@@ -86,10 +91,8 @@ impl ServerMount {
         let mut t = self.table();
         let keep = keepable
             && !self.behind.busy(ino.0)
-            && match (t.kept_pages.by_node.get(&ino.0), &attr) {
-                (Some(read), Some(a)) => read.matches(a) && !cache.changed_since(&fh, read.since),
-                _ => false,
-            };
+            && (t.kept_pages.by_node.get(&ino.0))
+                .is_some_and(|r| r.still_of(&fh, attr.as_ref(), cache));
         if !keep {
             match attr {
                 Some(a) if keepable => {
@@ -101,6 +104,19 @@ impl ServerMount {
             }
         }
         keep
+    }
+
+    /// Whether the next open of `fh` would keep the kernel's pages of it, as far as the mount
+    /// knows (the kernel may have dropped some since, under memory pressure).
+    pub(super) fn pages_kept(&self, fh: &FileHandle) -> bool {
+        let cache = self.client.cache();
+        let attr = cache.get(fh);
+        let t = self.table();
+        let read = t
+            .by_fh
+            .get(fh)
+            .and_then(|ino| t.kept_pages.by_node.get(ino));
+        read.is_some_and(|r| r.still_of(fh, attr.as_ref(), cache))
     }
 }
 

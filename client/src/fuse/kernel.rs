@@ -20,7 +20,7 @@ use tokio::runtime::Handle;
 
 use super::convert::{open_bits, reply_empty, set_time, special_kind};
 use super::node_ranges::{NodeRanges, OneServer};
-use super::{BLKSIZE, Entry, ServerMount, append, locks, reply_xattr, xattr_list};
+use super::{BLKSIZE, Entry, ServerMount, append, locks, read_at_open, reply_xattr, xattr_list};
 use crate::interrupt::KillWatch;
 use crate::session::Client;
 
@@ -419,13 +419,24 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         let uid = req.uid();
         let c = sh.client_for_caller(req);
+        let reading = read_at_open::reading_only(flags);
         // With the access answer cached (as for a file opened again: a build's headers) and no
         // write under way, answered here, without the hop to the runtime's thread and back.
         if let Some(granted) = sh.open_access_now(&c, ino, open_bits(flags)) {
+            if reading
+                && granted.is_ok()
+                && let (Some(authno), Ok(fh)) = (c.authno_now(), sh.fh(ino))
+            {
+                sh.opened_for_reading(&c, authno, &fh, &self.rt);
+            }
             return reply_open(&sh, &c, ino, uid, flags, granted, reply);
         }
         self.spawn_as(req, sh, c, move |sh, c| async move {
             sh.behind.settle(ino.0).await;
+            if reading && let (Ok(authno), Ok(fh)) = (c.authno().await, sh.fh(ino)) {
+                sh.opened_for_reading(&c, authno, &fh, &Handle::current());
+                sh.files_ahead.settle(&fh).await;
+            }
             let granted = sh.check_open(&c, ino, flags, open_bits(flags)).await;
             reply_open(&sh, &c, ino, uid, flags, granted, reply);
         });

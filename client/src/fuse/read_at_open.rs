@@ -11,6 +11,9 @@
 //! ended, or another client's INVALIDATE), with no write of ours under way, and for
 //! [`KEPT_FOR`] at most. Any local user's READ may be served: the kernel sends one only for a
 //! file its caller opened for reading, which the server granted.
+//!
+//! Bytes are kept by file handle, not node: files read ahead along a listing
+//! ([`super::files_ahead`]) are kept here too, and may have no node yet.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -27,14 +30,14 @@ use crate::session::Client;
 pub(super) const READ_AT_OPEN_MAX: u64 = 128 * 1024;
 
 /// Files whose bytes are kept at once (a walk opens one at a time; each is used within
-/// microseconds of its open, or never).
+/// microseconds of its open, or never; a read-ahead keeps at most
+/// [`super::files_ahead::AHEAD`] ahead of it).
 const KEPT_MAX: usize = 64;
 
 /// How long the bytes wait for the kernel's READ.
 const KEPT_FOR: Duration = Duration::from_secs(2);
 
 struct Early {
-    fh: FileHandle,
     /// Taken before the READ was sent.
     since: Stamp,
     data: Vec<u8>,
@@ -43,18 +46,22 @@ struct Early {
     at: Instant,
 }
 
-/// The bytes read with opens, by node ([module docs](self)).
+/// The bytes read with opens, by file ([module docs](self)).
 #[derive(Default)]
 pub(super) struct ReadAtOpen {
-    by_node: HashMap<u64, Early>,
+    by_fh: HashMap<FileHandle, Early>,
+}
+
+/// Whether an open with `flags` is for reading only (no truncation).
+pub(super) fn reading_only(flags: OpenFlags) -> bool {
+    flags.0 & libc::O_ACCMODE == libc::O_RDONLY && flags.0 & libc::O_TRUNC == 0
 }
 
 /// How much to read with an open of `flags` of a file with attributes `a`: None unless it is
 /// a regular file opened for reading only (no truncation) and at most [`READ_AT_OPEN_MAX`]
 /// long.
 pub(super) fn wanted(flags: OpenFlags, a: &Attr) -> Option<u32> {
-    let reading_only = flags.0 & libc::O_ACCMODE == libc::O_RDONLY && flags.0 & libc::O_TRUNC == 0;
-    (reading_only && a.ftype == FileType::Regular && a.size <= READ_AT_OPEN_MAX)
+    (reading_only(flags) && a.ftype == FileType::Regular && a.size <= READ_AT_OPEN_MAX)
         .then(|| u32::try_from(a.size).unwrap_or(u32::MAX).max(1))
 }
 
@@ -74,6 +81,10 @@ impl ServerMount {
         let Some(size) = cache.get(&fh).and_then(|a| wanted(flags, &a)) else {
             return self.check_access(c, ino, bits).await;
         };
+        if self.kept_from_open(&fh) {
+            // Read ahead along a listing already.
+            return self.check_access(c, ino, bits).await;
+        }
         let since = cache.stamp();
         let (granted, read) = tokio::join!(self.check_access(c, ino, bits), c.read(&fh, 0, size));
         if granted.is_ok()
@@ -81,7 +92,7 @@ impl ServerMount {
         {
             self.table()
                 .read_at_open
-                .keep(ino.0, fh, since, data.to_vec(), eof);
+                .keep(fh, since, data.to_vec(), eof);
         }
         granted
     }
@@ -92,43 +103,38 @@ impl ServerMount {
         if self.behind.busy(ino) {
             return None;
         }
+        let fh = self.fh(fuser::INodeNo(ino)).ok()?;
         let cache = self.client.cache();
         self.table()
             .read_at_open
-            .take(ino, offset, size, |fh, since| {
-                !cache.changed_since(fh, since)
-            })
+            .take(&fh, offset, size, |since| !cache.changed_since(&fh, since))
+    }
+
+    /// Whether bytes of `fh` are kept that are still the file's.
+    pub(super) fn kept_from_open(&self, fh: &FileHandle) -> bool {
+        let cache = self.client.cache();
+        self.table()
+            .read_at_open
+            .holds(fh, |since| !cache.changed_since(fh, since))
     }
 }
 
 impl ReadAtOpen {
-    /// Keeps `data` (from offset 0; `eof`: to the end) read from `fh`, node `ino`, by a READ
-    /// stamped `since`.
-    pub(super) fn keep(
-        &mut self,
-        ino: u64,
-        fh: FileHandle,
-        since: Stamp,
-        data: Vec<u8>,
-        eof: bool,
-    ) {
+    /// Keeps `data` (from offset 0; `eof`: to the end) read from `fh` by a READ stamped
+    /// `since`.
+    pub(super) fn keep(&mut self, fh: FileHandle, since: Stamp, data: Vec<u8>, eof: bool) {
         let now = Instant::now();
-        self.by_node
+        self.by_fh
             .retain(|_, e| now.duration_since(e.at) < KEPT_FOR);
-        if self.by_node.len() >= KEPT_MAX
-            && let Some(oldest) = self
-                .by_node
-                .iter()
-                .min_by_key(|(_, e)| e.at)
-                .map(|(k, _)| *k)
+        if self.by_fh.len() >= KEPT_MAX
+            && let Some(oldest) = self.by_fh.iter().min_by_key(|(_, e)| e.at).map(|(k, _)| *k)
         {
-            self.by_node.remove(&oldest);
+            self.by_fh.remove(&oldest);
         }
         let at = now;
-        self.by_node.insert(
-            ino,
+        self.by_fh.insert(
+            fh,
             Early {
-                fh,
                 since,
                 data,
                 eof,
@@ -137,18 +143,25 @@ impl ReadAtOpen {
         );
     }
 
-    /// The answer to a READ of `size` bytes at `offset` of node `ino`, if the kept bytes hold
-    /// it whole (or up to the end of the file) and `unchanged(fh, since)` says they are still
-    /// the file's. Kept bytes that cannot serve go.
+    /// Whether bytes of `fh` are kept that `unchanged(since)` says are still the file's.
+    pub(super) fn holds(&self, fh: &FileHandle, unchanged: impl FnOnce(Stamp) -> bool) -> bool {
+        self.by_fh
+            .get(fh)
+            .is_some_and(|e| e.at.elapsed() < KEPT_FOR && unchanged(e.since))
+    }
+
+    /// The answer to a READ of `size` bytes at `offset` of `fh`, if the kept bytes hold it
+    /// whole (or up to the end of the file) and `unchanged(since)` says they are still the
+    /// file's. Kept bytes that cannot serve go.
     pub(super) fn take(
         &mut self,
-        ino: u64,
+        fh: &FileHandle,
         offset: u64,
         size: u32,
-        unchanged: impl FnOnce(&FileHandle, Stamp) -> bool,
+        unchanged: impl FnOnce(Stamp) -> bool,
     ) -> Option<Vec<u8>> {
-        let e = self.by_node.remove(&ino)?;
-        if e.at.elapsed() >= KEPT_FOR || !unchanged(&e.fh, e.since) {
+        let e = self.by_fh.remove(fh)?;
+        if e.at.elapsed() >= KEPT_FOR || !unchanged(e.since) {
             return None;
         }
         let start = usize::try_from(offset)
@@ -162,14 +175,9 @@ impl ReadAtOpen {
         };
         // Kept for the READs after, unless this one read to the end.
         if end < e.data.len() {
-            self.by_node.insert(ino, e);
+            self.by_fh.insert(*fh, e);
         }
         Some(answer)
-    }
-
-    /// Node `ino` is gone.
-    pub(super) fn forget(&mut self, ino: u64) {
-        self.by_node.remove(&ino);
     }
 }
 
@@ -209,54 +217,50 @@ mod tests {
 
     #[test]
     fn kept_bytes_answer_reads_they_hold_while_the_file_is_unchanged() {
-        let fh = FileHandle::from_bytes([4; 48]);
+        let fh = &FileHandle::from_bytes([4; 48]);
+        let other = &FileHandle::from_bytes([5; 48]);
         let cache = crate::cache::AttrCache::default();
         let since = cache.stamp();
         let mut r = ReadAtOpen::default();
         let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        r.keep(7, fh, since, data.clone(), true);
-        assert_eq!(r.take(8, 0, 4096, |_, _| true), None, "another node");
+        r.keep(*fh, since, data.clone(), true);
+        assert!(r.holds(fh, |_| true) && !r.holds(other, |_| true));
+        assert!(!r.holds(fh, |s| s != since), "changed since");
+        assert_eq!(r.take(other, 0, 4096, |_| true), None, "another file");
         assert_eq!(
-            r.take(7, 0, 4096, |_, _| true).as_deref(),
+            r.take(fh, 0, 4096, |_| true).as_deref(),
             Some(&data[..4096])
         );
         assert_eq!(
-            r.take(7, 4096, 65536, |_, _| true).as_deref(),
+            r.take(fh, 4096, 65536, |_| true).as_deref(),
             Some(&data[4096..]),
             "to the end of the file"
         );
-        assert_eq!(r.take(7, 0, 10, |_, _| true), None, "read to the end: gone");
+        assert_eq!(r.take(fh, 0, 10, |_| true), None, "read to the end: gone");
+        assert!(!r.holds(fh, |_| true));
 
-        r.keep(7, fh, since, data.clone(), false);
+        r.keep(*fh, since, data.clone(), false);
         assert_eq!(
-            r.take(7, 8192, 4096, |_, _| true),
+            r.take(fh, 8192, 4096, |_| true),
             None,
             "past what was read, not the end"
         );
-        r.keep(7, fh, since, data.clone(), true);
-        assert_eq!(r.take(7, 0, 10, |_, s| s != since), None, "changed since");
-        assert_eq!(r.take(7, 0, 10, |_, _| true), None, "and dropped");
-        r.keep(7, fh, since, data, true);
-        r.forget(7);
-        assert_eq!(r.take(7, 0, 10, |_, _| true), None, "node forgotten");
+        r.keep(*fh, since, data, true);
+        assert_eq!(r.take(fh, 0, 10, |s| s != since), None, "changed since");
+        assert_eq!(r.take(fh, 0, 10, |_| true), None, "and dropped");
     }
 
     #[test]
     fn at_most_kept_max_files_are_kept() {
         let cache = crate::cache::AttrCache::default();
         let mut r = ReadAtOpen::default();
-        for i in 0..(KEPT_MAX as u64 + 10) {
-            r.keep(
-                i,
-                FileHandle::from_bytes([5; 48]),
-                cache.stamp(),
-                vec![1],
-                true,
-            );
+        let fh = |i: usize| FileHandle::from_bytes([i as u8; 48]);
+        for i in 0..(KEPT_MAX + 10) {
+            r.keep(fh(i), cache.stamp(), vec![1], true);
         }
-        assert_eq!(r.by_node.len(), KEPT_MAX);
+        assert_eq!(r.by_fh.len(), KEPT_MAX);
         assert!(
-            r.take(KEPT_MAX as u64 + 9, 0, 1, |_, _| true).is_some(),
+            r.take(&fh(KEPT_MAX + 9), 0, 1, |_| true).is_some(),
             "the newest stays"
         );
     }

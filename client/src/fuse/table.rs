@@ -125,7 +125,6 @@ impl ServerMount {
             t.by_fh.remove(&fh);
             t.names.remove(&ino);
             t.dirty.remove(&ino);
-            t.read_at_open.forget(ino);
             t.kept_pages.forget(ino);
         }
     }

@@ -72,6 +72,31 @@ const MAX_IN_FLIGHT: usize = 128;
 /// A name (`None`: the list, LISTXATTR) as asked by one user (authno).
 type Asked = (u32, Option<Vec<u8>>);
 
+/// Who walks a listing, doing what: one user asking one name (or the list) of each entry, or
+/// one user opening each entry for reading ([`super::files_ahead`] reads along the same
+/// listings).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Walker {
+    Asking(Asked),
+    Opening(u32),
+}
+
+impl Walker {
+    /// How many entries past the one asked it reads ahead.
+    fn ahead(&self) -> usize {
+        match self {
+            Walker::Asking(_) => AHEAD,
+            Walker::Opening(_) => super::files_ahead::AHEAD,
+        }
+    }
+}
+
+impl From<&Asked> for Walker {
+    fn from(asked: &Asked) -> Walker {
+        Walker::Asking(asked.clone())
+    }
+}
+
 /// The read-ahead state of one mount.
 pub(crate) struct XattrAhead {
     state: Arc<Mutex<State>>,
@@ -105,8 +130,8 @@ struct Remembered {
     /// collision only loses a read-ahead).
     at: HashMap<u64, u32>,
     hasher: RandomState,
-    /// Per user and name: the walk along this listing.
-    walks: HashMap<Asked, Walk>,
+    /// Per user and name asked (or opening): the walk along this listing.
+    walks: HashMap<Walker, Walk>,
 }
 
 /// How far one user has asked one name along a listing.
@@ -124,17 +149,18 @@ impl Remembered {
         (self.entries.get(i) == Some(fh)).then_some(i)
     }
 
-    /// The entries to read ahead now that `asked` was asked for entry `i`: none the first
-    /// time (one file is no walk), nor when the asks go backwards or repeat (a size probe and
-    /// then the read), nor while at least half of [`AHEAD`] entries past `i` are read ahead
-    /// already; else up to [`AHEAD`] entries past `i` not read ahead yet, with the position
-    /// asked before `i`.
-    fn plan(&mut self, asked: &Asked, i: usize) -> (Range<usize>, usize) {
+    /// The entries to read ahead now that `walker` asked for entry `i`: none the first time
+    /// (one file is no walk), nor when the asks go backwards or repeat (a size probe and then
+    /// the read), nor while at least half of its [`Walker::ahead`] entries past `i` are read
+    /// ahead already; else up to that many entries past `i` not read ahead yet, with the
+    /// position asked before `i`.
+    fn plan(&mut self, walker: Walker, i: usize) -> (Range<usize>, usize) {
         let len = self.entries.len();
-        if !self.walks.contains_key(asked) && self.walks.len() >= MAX_WALKS {
+        let ahead = walker.ahead();
+        if !self.walks.contains_key(&walker) && self.walks.len() >= MAX_WALKS {
             self.walks.clear();
         }
-        let w = self.walks.entry(asked.clone()).or_insert(Walk {
+        let w = self.walks.entry(walker).or_insert(Walk {
             last: i,
             ahead_to: i + 1,
         });
@@ -148,11 +174,11 @@ impl Remembered {
             return (0..0, i);
         }
         let before = std::mem::replace(&mut w.last, i);
-        if i + AHEAD / 2 < w.ahead_to {
+        if i + ahead / 2 < w.ahead_to {
             return (0..0, before);
         }
         let from = w.ahead_to.max(i + 1).min(len);
-        let to = (i + 1 + AHEAD).min(len);
+        let to = (i + 1 + ahead).min(len);
         w.ahead_to = to.max(w.ahead_to);
         (from..to, before)
     }
@@ -189,11 +215,11 @@ impl State {
         });
     }
 
-    /// What to read ahead for `asked` on `fh`, along the newest listing holding it.
-    fn plan(&mut self, fh: &FileHandle, asked: &Asked) -> Plan {
+    /// What to read ahead for `walker` at `fh`, along the newest listing holding it.
+    fn plan(&mut self, fh: &FileHandle, walker: impl Into<Walker>) -> Plan {
         for l in self.listings.iter_mut().rev() {
             if let Some(i) = l.position(fh) {
-                let (r, before) = l.plan(asked, i);
+                let (r, before) = l.plan(walker.into(), i);
                 return Plan {
                     entries: l.entries[r].to_vec(),
                     before: l.entries.get(before).copied(),
@@ -232,6 +258,12 @@ impl XattrAhead {
     /// `opendir` read directory `dir` with these entries (in the order the kernel gets them).
     pub(crate) fn remember(&self, dir: FileHandle, entries: Vec<FileHandle>) {
         self.state.lock().remember(dir, entries);
+    }
+
+    /// User `authno` opened `fh` for reading: the entries after it to read ahead, if this
+    /// continues a walk along a listing ([`Remembered::plan`]'s rule).
+    pub(crate) fn opened(&self, fh: &FileHandle, authno: u32) -> Vec<FileHandle> {
+        self.state.lock().plan(fh, Walker::Opening(authno)).entries
     }
 
     /// `c` is about to ask `name` (`None`: the list) of `fh`: reads ahead along the listing
@@ -557,7 +589,7 @@ mod tests {
         );
         let l = &mut st.listings[0];
         for user in 0..MAX_WALKS as u32 + 5 {
-            l.plan(&sel(user), 0);
+            l.plan(Walker::from(&sel(user)), 0);
         }
         assert!(l.walks.len() <= MAX_WALKS);
     }
