@@ -102,12 +102,18 @@ mount_it() {
     echo "the mount did not come up" >&2
     exit 1
 }
+# Runs $1 in the work tree and prints its time and the requests the mount sent for it (the
+# mount's log is $W/mount$2.log), most frequent first.
 timed() {
-    local s e
+    local s e from asked
+    from=$(wc -l < "$W/mount$2.log")
     s=$(date +%s%N)
     (cd "$W/mnt/repo" && eval "$1") > /dev/null 2>&1 || true
     e=$(date +%s%N)
-    printf '%-36s %8.2f s\n' "$1" "$(echo "($e - $s) / 1000000000" | bc -l)"
+    asked=$(tail -n +"$((from + 1))" "$W/mount$2.log" | grep -oE 'request proc=[A-Za-z]+$' \
+        | cut -d= -f2 | sort | uniq -c | sort -rn | awk '{printf "%s %s, ", $2, $1}')
+    printf '%-36s %8.2f s   %s\n' "$1" "$(echo "($e - $s) / 1000000000" | bc -l)" \
+        "${asked:-no request}"
 }
 
 echo "long link: $((2 * DELAY)) ms round trip, this repository on the server"
@@ -116,7 +122,7 @@ commands)
     mount_it 1
     for c in "git status --short" "git status --short" "grep -r fn_does_not_exist ." \
         "grep -r fn_does_not_exist ." "git log --oneline -3" "git diff --stat" "ls -lR" "ls -lR"; do
-        timed "$c"
+        timed "$c" 1
     done
     ;;
 remount)
@@ -125,7 +131,7 @@ remount)
         # Objects met in another order than by the command: node ids differ between mounts.
         (cd "$W/mnt/repo" && ls -R src > /dev/null 2>&1) || true
         printf 'mount %s: ' "$round"
-        timed "git status --short"
+        timed "git status --short" "$round"
         echo "  READs sent: $(grep -c 'request proc=Read$' "$W/mount$round.log" || true)"
         fusermount3 -u "$W/mnt"
         sleep 0.5

@@ -93,9 +93,11 @@ struct Cached {
     /// Stamps older than this are refused for every object: the change records they would be
     /// checked against were dropped (bound on memory, or a reconnect).
     floor: u64,
-    /// Tick of the last change this client ended or made, of any object, and how many are in
-    /// flight: such a change can change objects it does not name (an unlink: the link count
-    /// and change time of the file).
+    /// Tick of the last change this client ended that can change objects it does not name,
+    /// and how many such are in flight: a REMOVE, RMDIR or RENAME changes the link count and
+    /// change time of the object behind the name it removes or replaces, and the change time
+    /// of the object it moves, whose handles the request does not carry. (Every other change
+    /// changes only the objects it names, which the per-object records follow.)
     last_own_change: u64,
     own_in_flight: u32,
 }
@@ -144,6 +146,8 @@ pub(crate) struct Change<'a> {
     began: u64,
     /// Another change of the object was in flight when it began.
     overlapped: bool,
+    /// It may change objects it does not name ([`AttrCache::begin_unnamed`]).
+    unnamed: bool,
     ended: bool,
 }
 
@@ -247,6 +251,17 @@ impl AttrCache {
     /// A modifying request to `fh` is about to be sent: what is cached of `fh` goes, and
     /// replies to requests sent before (or while it is in flight) are not installed.
     pub(crate) fn begin(&self, fh: &FileHandle) -> Change<'_> {
+        self.begin_as(fh, false)
+    }
+
+    /// [`AttrCache::begin`] for a change of directory `dir` that also changes objects it does
+    /// not name (REMOVE, RMDIR, RENAME: see `last_own_change`): until it has ended, no cached
+    /// attributes answer [`AttrCache::get_unchanged_by_us`].
+    pub(crate) fn begin_unnamed(&self, dir: &FileHandle) -> Change<'_> {
+        self.begin_as(dir, true)
+    }
+
+    fn begin_as(&self, fh: &FileHandle, unnamed: bool) -> Change<'_> {
         let mut g = self.inner.lock();
         let c = g.changed(fh);
         let overlapped = c.in_flight > 0;
@@ -254,12 +269,15 @@ impl AttrCache {
         c.ours = true;
         c.begun = c.tick;
         let began = c.tick;
-        g.own_in_flight += 1;
+        if unnamed {
+            g.own_in_flight += 1;
+        }
         Change {
             cache: self,
             fh: *fh,
             began,
             overlapped,
+            unnamed,
             ended: false,
         }
     }
@@ -270,8 +288,10 @@ impl AttrCache {
         let c = g.changed(&change.fh);
         c.in_flight = c.in_flight.saturating_sub(1);
         let alone = !change.overlapped && c.begun == change.began;
-        g.own_in_flight = g.own_in_flight.saturating_sub(1);
-        g.last_own_change = g.clock;
+        if change.unnamed {
+            g.own_in_flight = g.own_in_flight.saturating_sub(1);
+            g.last_own_change = g.clock;
+        }
         if let (Some(a), true) = (attr, alone && valid) {
             g.install(change.fh, a, Some(change.began));
         }
@@ -287,7 +307,6 @@ impl AttrCache {
         let c = g.changed(fh);
         c.begun = c.tick;
         c.ours = true;
-        g.last_own_change = g.clock;
         if let (Some(a), true) = (attr, install) {
             g.install(*fh, a, Some(since.0));
         }
@@ -307,11 +326,11 @@ impl AttrCache {
     }
 
     /// [`AttrCache::get`], if also the request that brought them was sent after every change
-    /// of ours (to any object) had ended: what the server would answer now, but for the access
-    /// time its READs moved. A change of ours may change objects it does not name (an unlink:
-    /// the link count and change time of the file behind another name), which the attributes
-    /// of a request sent before it ended may not show; nor do an INVALIDATE's, which may have
-    /// been taken before such a change. Their `lease_ms` is what is left of the lease.
+    /// of ours that may change objects it does not name had ended: what the server would
+    /// answer now, but for the access time its READs moved. Such a change (an unlink: the link
+    /// count and change time of the file behind another name) may not show in the attributes
+    /// of a request sent before it ended; nor in an INVALIDATE's, which may have been taken
+    /// before such a change. Their `lease_ms` is what is left of the lease.
     pub(crate) fn get_unchanged_by_us(&self, fh: &FileHandle) -> Option<Attr> {
         let g = self.inner.lock();
         let now = Instant::now();
@@ -572,8 +591,10 @@ mod tests {
     const OTHER: FileHandle = FileHandle::from_bytes([8; 48]);
 
     /// Cached attributes answer the kernel's GETATTR only when brought by a request sent after
-    /// every change of ours had ended (a change of another object may change this one unseen),
-    /// never an INVALIDATE's, and with what is left of their lease.
+    /// every change of ours that may change objects it does not name had ended (a REMOVE may
+    /// change this one unseen), never an INVALIDATE's, and with what is left of their lease.
+    /// Changes of other objects that change only what they name (a WRITE, a CREATE) leave
+    /// them be.
     #[test]
     fn attributes_unchanged_by_us_are_those_asked_after_our_last_change() {
         let c = AttrCache::default();
@@ -585,8 +606,15 @@ mod tests {
             a.lease_ms
         );
 
+        c.begin(&OTHER).end(None);
+        c.made(&OTHER, Some(attr(60_000)), c.stamp());
+        assert!(
+            c.get_unchanged_by_us(&FH).is_some(),
+            "changes of another object that name only it"
+        );
+
         let asked_before = c.stamp();
-        let change = c.begin(&OTHER);
+        let change = c.begin_unnamed(&OTHER);
         assert_eq!(
             c.get_unchanged_by_us(&FH),
             None,
@@ -607,15 +635,6 @@ mod tests {
         );
         c.put(FH, attr(60_000), c.stamp());
         assert!(c.get_unchanged_by_us(&FH).is_some(), "asked after it ended");
-
-        c.made(&OTHER, Some(attr(60_000)), c.stamp());
-        assert_eq!(
-            c.get_unchanged_by_us(&FH),
-            None,
-            "an object made is a change of ours"
-        );
-        c.put(FH, attr(60_000), c.stamp());
-        assert!(c.get_unchanged_by_us(&FH).is_some());
 
         c.invalidated(&FH, Some(attr(60_000)));
         assert_eq!(

@@ -850,6 +850,37 @@ fn a_file_read_again_is_read_from_the_kernels_pages_until_it_changes() {
     assert_eq!(fs::read(&files[7]).unwrap(), first[7]);
 }
 
+/// A change of ours that names only what it changes (a CREATE, a WRITE) leaves the attributes
+/// cached of everything else answering the kernel: `git status` writes its index, and its next
+/// run `stat`s every directory again (the kernel forgets a directory's access time after each
+/// READDIR), which asked the server once per directory after any write.
+#[test]
+fn a_write_leaves_other_objects_cached_attributes_answering() {
+    need_fuse!();
+    let s = setup();
+    const DIRS: usize = 20;
+    for i in 0..DIRS {
+        fs::create_dir_all(s.export.join(format!("t/d{i:02}"))).unwrap();
+    }
+    let m = s.mount("mnt");
+    let dirs: Vec<PathBuf> = (0..DIRS)
+        .map(|i| m.dir.join(format!("t/d{i:02}")))
+        .collect();
+    for d in &dirs {
+        assert_eq!(fs::read_dir(d).unwrap().count(), 0);
+    }
+    let before = requests(&m, "GetAttr");
+    fs::write(m.dir.join("t/index"), b"written").unwrap();
+    for d in &dirs {
+        fs::metadata(d).unwrap();
+    }
+    assert_eq!(
+        requests(&m, "GetAttr") - before,
+        0,
+        "GETATTRs for {DIRS} directories after a write elsewhere"
+    );
+}
+
 /// The kernel asks a file's attributes again after a change of ours that changed them without
 /// naming the file (an unlink of another of its names): the server answers, not attributes
 /// the mount cached before the change.

@@ -602,7 +602,7 @@ impl Client {
         name: &[u8],
         is_dir: bool,
     ) -> Result<(), SessionError> {
-        let _change = self.inner.cache.begin(dir);
+        let _change = self.inner.cache.begin_unnamed(dir);
         let op = if is_dir {
             RequestOp::Rmdir {
                 dir: *dir,
@@ -679,7 +679,7 @@ impl Client {
         to_name: &[u8],
     ) -> Result<(), SessionError> {
         self.inner.cache.naming(to_dir, to_name);
-        let _from = self.inner.cache.begin(from_dir);
+        let _from = self.inner.cache.begin_unnamed(from_dir);
         let _to = self.inner.cache.begin(to_dir);
         self.call(RequestOp::Rename {
             from_dir: *from_dir,
@@ -702,7 +702,7 @@ impl Client {
         flags: u32,
     ) -> Result<(), SessionError> {
         self.inner.cache.naming(to_dir, to_name);
-        let _from = self.inner.cache.begin(from_dir);
+        let _from = self.inner.cache.begin_unnamed(from_dir);
         let _to = self.inner.cache.begin(to_dir);
         let op = RequestOp::Rename2 {
             from_dir: *from_dir,
