@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use protocol::{Attr, FileHandle};
+use protocol::{Attr, FileHandle, FileType};
 
 mod fresh_dirs;
 mod removable_dirs;
@@ -93,13 +93,57 @@ struct Cached {
     /// Stamps older than this are refused for every object: the change records they would be
     /// checked against were dropped (bound on memory, or a reconnect).
     floor: u64,
-    /// Tick of the last change this client ended that can change objects it does not name,
-    /// and how many such are in flight: a REMOVE, RMDIR or RENAME changes the link count and
-    /// change time of the object behind the name it removes or replaces, and the change time
-    /// of the object it moves, whose handles the request does not carry. (Every other change
-    /// changes only the objects it names, which the per-object records follow.)
-    last_own_change: u64,
-    own_in_flight: u32,
+    /// Changes of ours that can change files, or directories, they do not name: a REMOVE or
+    /// RENAME changes the link count and change time of the object behind the name it removes
+    /// or replaces, a RENAME the change time of the object it moves, an RMDIR the directory it
+    /// removes, and no request carries those objects' handles. (Every other change changes
+    /// only the objects it names, which the per-object records follow.)
+    unseen_files: Unseen,
+    unseen_dirs: Unseen,
+}
+
+/// Changes of ours that can change objects of one kind without naming them.
+#[derive(Default)]
+struct Unseen {
+    /// Tick of the last one ended.
+    last: u64,
+    /// How many are in flight.
+    in_flight: u32,
+}
+
+impl Unseen {
+    fn ended(&mut self, at: u64) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.last = at;
+    }
+
+    /// Whether attributes brought by a request stamped `since` may show all of them.
+    fn all_before(&self, since: u64) -> bool {
+        self.in_flight == 0 && since >= self.last
+    }
+}
+
+/// What a change may change without naming it ([`AttrCache::begin_unnamed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unnamed {
+    /// Nothing: it changes only the objects it names.
+    Nothing,
+    /// A file behind a removed name (REMOVE).
+    Files,
+    /// The directory removed (RMDIR).
+    Dirs,
+    /// Either (RENAME: the object moved, and the one replaced).
+    Both,
+}
+
+impl Unnamed {
+    fn files(self) -> bool {
+        matches!(self, Unnamed::Files | Unnamed::Both)
+    }
+
+    fn dirs(self) -> bool {
+        matches!(self, Unnamed::Dirs | Unnamed::Both)
+    }
 }
 
 /// Bound on entries: past it, expired entries are swept, then everything if still too many.
@@ -146,8 +190,8 @@ pub(crate) struct Change<'a> {
     began: u64,
     /// Another change of the object was in flight when it began.
     overlapped: bool,
-    /// It may change objects it does not name ([`AttrCache::begin_unnamed`]).
-    unnamed: bool,
+    /// What it may change without naming it ([`AttrCache::begin_unnamed`]).
+    unnamed: Unnamed,
     ended: bool,
 }
 
@@ -169,6 +213,14 @@ impl Drop for Change<'_> {
 }
 
 impl Cached {
+    /// Our changes that may change objects of kind `ftype` unseen.
+    fn unseen_of(&self, ftype: FileType) -> &Unseen {
+        match ftype {
+            FileType::Directory => &self.unseen_dirs,
+            _ => &self.unseen_files,
+        }
+    }
+
     /// Whether attributes of `fh` taken by a request stamped `since` may be installed.
     fn unchanged_since(&self, fh: &FileHandle, since: Stamp) -> bool {
         since.0 >= self.floor
@@ -251,17 +303,13 @@ impl AttrCache {
     /// A modifying request to `fh` is about to be sent: what is cached of `fh` goes, and
     /// replies to requests sent before (or while it is in flight) are not installed.
     pub(crate) fn begin(&self, fh: &FileHandle) -> Change<'_> {
-        self.begin_as(fh, false)
+        self.begin_unnamed(fh, Unnamed::Nothing)
     }
 
-    /// [`AttrCache::begin`] for a change of directory `dir` that also changes objects it does
-    /// not name (REMOVE, RMDIR, RENAME: see `last_own_change`): until it has ended, no cached
-    /// attributes answer [`AttrCache::get_unchanged_by_us`].
-    pub(crate) fn begin_unnamed(&self, dir: &FileHandle) -> Change<'_> {
-        self.begin_as(dir, true)
-    }
-
-    fn begin_as(&self, fh: &FileHandle, unnamed: bool) -> Change<'_> {
+    /// [`AttrCache::begin`] for a change of directory `dir` that also changes objects of a
+    /// kind it does not name (REMOVE, RMDIR, RENAME): until it has ended, no cached
+    /// attributes of that kind answer [`AttrCache::get_unchanged_by_us`].
+    pub(crate) fn begin_unnamed(&self, fh: &FileHandle, unnamed: Unnamed) -> Change<'_> {
         let mut g = self.inner.lock();
         let c = g.changed(fh);
         let overlapped = c.in_flight > 0;
@@ -269,8 +317,11 @@ impl AttrCache {
         c.ours = true;
         c.begun = c.tick;
         let began = c.tick;
-        if unnamed {
-            g.own_in_flight += 1;
+        if unnamed.files() {
+            g.unseen_files.in_flight += 1;
+        }
+        if unnamed.dirs() {
+            g.unseen_dirs.in_flight += 1;
         }
         Change {
             cache: self,
@@ -288,9 +339,12 @@ impl AttrCache {
         let c = g.changed(&change.fh);
         c.in_flight = c.in_flight.saturating_sub(1);
         let alone = !change.overlapped && c.begun == change.began;
-        if change.unnamed {
-            g.own_in_flight = g.own_in_flight.saturating_sub(1);
-            g.last_own_change = g.clock;
+        let clock = g.clock;
+        if change.unnamed.files() {
+            g.unseen_files.ended(clock);
+        }
+        if change.unnamed.dirs() {
+            g.unseen_dirs.ended(clock);
         }
         if let (Some(a), true) = (attr, alone && valid) {
             g.install(change.fh, a, Some(change.began));
@@ -326,7 +380,8 @@ impl AttrCache {
     }
 
     /// [`AttrCache::get`], if also the request that brought them was sent after every change
-    /// of ours that may change objects it does not name had ended: what the server would
+    /// of ours that may change objects of its kind (file or directory) without naming them had
+    /// ended: what the server would
     /// answer now, but for the access time its READs moved. Such a change (an unlink: the link
     /// count and change time of the file behind another name) may not show in the attributes
     /// of a request sent before it ended; nor in an INVALIDATE's, which may have been taken
@@ -335,9 +390,7 @@ impl AttrCache {
         let g = self.inner.lock();
         let now = Instant::now();
         match g.attrs.get(fh) {
-            Some((a, e, Some(since)))
-                if *e > now && g.own_in_flight == 0 && *since >= g.last_own_change =>
-            {
+            Some((a, e, Some(since))) if *e > now && g.unseen_of(a.ftype).all_before(*since) => {
                 let left = e.duration_since(now).as_millis();
                 Some(Attr {
                     lease_ms: u32::try_from(left).unwrap_or(u32::MAX).max(1),
@@ -614,7 +667,7 @@ mod tests {
         );
 
         let asked_before = c.stamp();
-        let change = c.begin_unnamed(&OTHER);
+        let change = c.begin_unnamed(&OTHER, Unnamed::Files);
         assert_eq!(
             c.get_unchanged_by_us(&FH),
             None,
@@ -635,6 +688,27 @@ mod tests {
         );
         c.put(FH, attr(60_000), c.stamp());
         assert!(c.get_unchanged_by_us(&FH).is_some(), "asked after it ended");
+
+        // A REMOVE changes no directory unseen, an RMDIR no file.
+        let dir = FileHandle::from_bytes([7; 48]);
+        let mut d = attr(60_000);
+        d.ftype = FileType::Directory;
+        c.put(dir, d, c.stamp());
+        c.begin_unnamed(&OTHER, Unnamed::Files).end(None);
+        assert!(
+            c.get_unchanged_by_us(&dir).is_some(),
+            "a REMOVE, a directory"
+        );
+        assert_eq!(c.get_unchanged_by_us(&FH), None, "a REMOVE, a file");
+        c.put(FH, attr(60_000), c.stamp());
+        c.begin_unnamed(&OTHER, Unnamed::Dirs).end(None);
+        assert!(c.get_unchanged_by_us(&FH).is_some(), "an RMDIR, a file");
+        assert_eq!(c.get_unchanged_by_us(&dir), None, "an RMDIR, a directory");
+        c.put(dir, d, c.stamp());
+        c.begin_unnamed(&OTHER, Unnamed::Both).end(None);
+        assert_eq!(c.get_unchanged_by_us(&FH), None, "a RENAME, a file");
+        assert_eq!(c.get_unchanged_by_us(&dir), None, "a RENAME, a directory");
+        c.put(FH, attr(60_000), c.stamp());
 
         c.invalidated(&FH, Some(attr(60_000)));
         assert_eq!(

@@ -851,9 +851,10 @@ fn a_file_read_again_is_read_from_the_kernels_pages_until_it_changes() {
 }
 
 /// A change of ours that names only what it changes (a CREATE, a WRITE) leaves the attributes
-/// cached of everything else answering the kernel: `git status` writes its index, and its next
-/// run `stat`s every directory again (the kernel forgets a directory's access time after each
-/// READDIR), which asked the server once per directory after any write.
+/// cached of everything else answering the kernel, and a REMOVE those of directories: `git
+/// status` makes and removes its index's lock file, and its next run `stat`s every directory
+/// again (the kernel forgets a directory's access time after each READDIR), which asked the
+/// server once per directory after any change.
 #[test]
 fn a_write_leaves_other_objects_cached_attributes_answering() {
     need_fuse!();
@@ -870,6 +871,9 @@ fn a_write_leaves_other_objects_cached_attributes_answering() {
         assert_eq!(fs::read_dir(d).unwrap().count(), 0);
     }
     let before = requests(&m, "GetAttr");
+    // git's lock file: made, then removed (a REMOVE changes no directory it does not name).
+    fs::write(m.dir.join("t/index.lock"), b"").unwrap();
+    fs::remove_file(m.dir.join("t/index.lock")).unwrap();
     fs::write(m.dir.join("t/index"), b"written").unwrap();
     for d in &dirs {
         fs::metadata(d).unwrap();

@@ -14,7 +14,7 @@ use super::Client;
 use super::Sent;
 use super::error::{ProtocolError, SessionError};
 use super::limits::{MAX_DIR_ENTRIES, MAX_DIR_NAME_BYTES, MAX_DIR_PAGES};
-use crate::cache::{Stamp, XattrAnswer};
+use crate::cache::{Stamp, Unnamed, XattrAnswer};
 
 /// Binds the fields of the reply an operation expects (`let`-else on `pattern = reply`); any
 /// other kind of reply returns [`Client::unexpected`] from the calling operation.
@@ -602,7 +602,12 @@ impl Client {
         name: &[u8],
         is_dir: bool,
     ) -> Result<(), SessionError> {
-        let _change = self.inner.cache.begin_unnamed(dir);
+        let unnamed = if is_dir {
+            Unnamed::Dirs
+        } else {
+            Unnamed::Files
+        };
+        let _change = self.inner.cache.begin_unnamed(dir, unnamed);
         let op = if is_dir {
             RequestOp::Rmdir {
                 dir: *dir,
@@ -679,7 +684,7 @@ impl Client {
         to_name: &[u8],
     ) -> Result<(), SessionError> {
         self.inner.cache.naming(to_dir, to_name);
-        let _from = self.inner.cache.begin_unnamed(from_dir);
+        let _from = self.inner.cache.begin_unnamed(from_dir, Unnamed::Both);
         let _to = self.inner.cache.begin(to_dir);
         self.call(RequestOp::Rename {
             from_dir: *from_dir,
@@ -702,7 +707,7 @@ impl Client {
         flags: u32,
     ) -> Result<(), SessionError> {
         self.inner.cache.naming(to_dir, to_name);
-        let _from = self.inner.cache.begin_unnamed(from_dir);
+        let _from = self.inner.cache.begin_unnamed(from_dir, Unnamed::Both);
         let _to = self.inner.cache.begin(to_dir);
         let op = RequestOp::Rename2 {
             from_dir: *from_dir,
