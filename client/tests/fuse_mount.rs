@@ -1305,6 +1305,18 @@ fn files_opened_along_a_listing_are_read_ahead_once_and_never_stale() {
         .map(|e| e.unwrap().path())
         .collect();
     assert_eq!(order.len(), FILES);
+    // Pinned (O_PATH: no OPEN reaches the mount), so the kernel keeps every file's node under
+    // memory pressure, and with it the mount's record of the pages the kernel holds.
+    let _pinned: Vec<fs::File> = order
+        .iter()
+        .map(|p| {
+            fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(p)
+                .unwrap()
+        })
+        .collect();
     let contents = |p: &Path| String::from_utf8(fs::read(p).unwrap()).unwrap();
     let expected = |p: &Path| format!("file {}", &p.file_name().unwrap().to_str().unwrap()[1..]);
     let reads_before = requests(&m, "Read");
