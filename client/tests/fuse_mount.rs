@@ -1356,6 +1356,43 @@ fn files_opened_along_a_listing_are_read_ahead_once_and_never_stale() {
     );
 }
 
+/// In a directory a walk of the tree stepped into (`grep -r`), the first file opened already
+/// reads the next ones ahead, and each file is read from the server once.
+#[test]
+fn a_walks_first_open_in_a_directory_reads_ahead() {
+    need_fuse!();
+    let s = setup();
+    const FILES: usize = 12;
+    fs::create_dir_all(s.export.join("top/sub")).unwrap();
+    for i in 0..FILES {
+        fs::write(s.export.join(format!("top/sub/f{i:02}")), b"x").unwrap();
+    }
+    let m = s.mount("mnt");
+    let top = m.dir.join("top");
+    assert_eq!(fs::read_dir(&top).unwrap().count(), 1);
+    let sub = top.join("sub");
+    let order: Vec<PathBuf> = fs::read_dir(&sub)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(order.len(), FILES);
+    let reads_before = requests(&m, "Read");
+    assert_eq!(fs::read(&order[0]).unwrap(), b"x");
+    let ahead = read_ahead(&m);
+    assert!(
+        ahead > 0,
+        "nothing read ahead at the first open in a directory stepped into"
+    );
+    for p in &order[1..] {
+        assert_eq!(fs::read(p).unwrap(), b"x");
+    }
+    assert_eq!(
+        requests(&m, "Read") - reads_before,
+        FILES,
+        "{ahead} read ahead"
+    );
+}
+
 /// How many files the mount read ahead ([`files_opened_along_a_listing_are_read_ahead_once_and_never_stale`]).
 fn read_ahead(m: &Mount) -> usize {
     m.log()

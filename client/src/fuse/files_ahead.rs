@@ -5,7 +5,8 @@
 //! (its bytes come with its open, [`super::read_at_open`]), during which the program and the
 //! stream sit idle: 50 ms a file over a long link. When a user opens for reading a file that
 //! comes after the one they opened before in a listing (the walk rule of
-//! [`super::xattr_ahead`], which remembers the listings), the next [`AHEAD`] small regular
+//! [`super::xattr_ahead`], which remembers the listings), or the first file in a directory
+//! their walk of the tree stepped into ([`super::listing_ahead`]), the next [`AHEAD`] small regular
 //! files of that listing are read ahead, side by side on the one stream: each file's access
 //! for that user (so its open is answered by the mount) and its bytes, kept with the bytes read
 //! at open, where the program's next opens and READs find them.
@@ -106,16 +107,16 @@ impl FilesAhead {
 }
 
 impl ServerMount {
-    /// `c`'s user (`authno`) opened `fh` for reading: if that continues a walk along a
+    /// Local user `uid` (as `c`) opened `fh` for reading: if that continues a walk along a
     /// listing, reads the next files ahead (tasks on `rt`; see the module's doc).
     pub(super) fn opened_for_reading(
         self: &Arc<Self>,
         c: &Client,
-        authno: u32,
+        uid: u32,
         fh: &FileHandle,
         rt: &Handle,
     ) {
-        let next = self.xattr_ahead.opened(fh, authno);
+        let next = self.xattr_ahead.opened(fh, self.acting_uid(uid));
         if next.is_empty() {
             return;
         }

@@ -425,16 +425,16 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         if let Some(granted) = sh.open_access_now(&c, ino, open_bits(flags)) {
             if reading
                 && granted.is_ok()
-                && let (Some(authno), Ok(fh)) = (c.authno_now(), sh.fh(ino))
+                && let Ok(fh) = sh.fh(ino)
             {
-                sh.opened_for_reading(&c, authno, &fh, &self.rt);
+                sh.opened_for_reading(&c, uid, &fh, &self.rt);
             }
             return reply_open(&sh, &c, ino, uid, flags, granted, reply);
         }
         self.spawn_as(req, sh, c, move |sh, c| async move {
             sh.behind.settle(ino.0).await;
-            if reading && let (Ok(authno), Ok(fh)) = (c.authno().await, sh.fh(ino)) {
-                sh.opened_for_reading(&c, authno, &fh, &Handle::current());
+            if reading && let Ok(fh) = sh.fh(ino) {
+                sh.opened_for_reading(&c, uid, &fh, &Handle::current());
                 sh.files_ahead.settle(&fh).await;
             }
             let granted = sh.check_open(&c, ino, flags, open_bits(flags)).await;

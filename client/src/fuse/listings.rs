@@ -80,14 +80,17 @@ impl ServerMount {
         listing: Arc<Listing>,
     ) -> (u64, bool) {
         let dir = *dir;
-        if let Some(parent) = self.listing_ahead.opened(&dir, uid, &listing) {
-            self.read_ahead(c, uid, &dir, &listing, &parent);
+        let step = self.listing_ahead.opened(&dir, uid, &listing);
+        if let Some(parent) = &step {
+            self.read_ahead(c, uid, &dir, &listing, parent);
         }
         let order = listing
             .entries
             .iter()
             .filter_map(|e| e.node.map(|(fh, _)| fh));
-        self.xattr_ahead.remember(dir, order.collect());
+        let stepped_into_by = step.map(|_| uid);
+        self.xattr_ahead
+            .remember(dir, order.collect(), stepped_into_by);
         let mut t = self.table();
         let keep = t.kernel_listings.may_keep(ino.0, &listing);
         let h = t.next_listing;

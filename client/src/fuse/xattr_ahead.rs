@@ -73,8 +73,8 @@ const MAX_IN_FLIGHT: usize = 128;
 type Asked = (u32, Option<Vec<u8>>);
 
 /// Who walks a listing, doing what: one user asking one name (or the list) of each entry, or
-/// one user opening each entry for reading ([`super::files_ahead`] reads along the same
-/// listings).
+/// one local user (uid) opening each entry for reading ([`super::files_ahead`] reads along
+/// the same listings).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Walker {
     Asking(Asked),
@@ -132,6 +132,10 @@ struct Remembered {
     hasher: RandomState,
     /// Per user and name asked (or opening): the walk along this listing.
     walks: HashMap<Walker, Walk>,
+    /// The local user whose walk of the tree opened this directory, a step down
+    /// ([`super::listing_ahead`]): that user's first open of a file in it already continues a
+    /// walk (`grep -r` reads every file of every directory it steps into).
+    stepped_into_by: Option<u32>,
 }
 
 /// How far one user has asked one name along a listing.
@@ -157,14 +161,17 @@ impl Remembered {
     fn plan(&mut self, walker: Walker, i: usize) -> (Range<usize>, usize) {
         let len = self.entries.len();
         let ahead = walker.ahead();
-        if !self.walks.contains_key(&walker) && self.walks.len() >= MAX_WALKS {
+        let new = !self.walks.contains_key(&walker);
+        if new && self.walks.len() >= MAX_WALKS {
             self.walks.clear();
         }
+        let stepped_in =
+            new && matches!(walker, Walker::Opening(uid) if self.stepped_into_by == Some(uid));
         let w = self.walks.entry(walker).or_insert(Walk {
             last: i,
             ahead_to: i + 1,
         });
-        if i <= w.last {
+        if i <= w.last && !stepped_in {
             if i < w.last {
                 *w = Walk {
                     last: i,
@@ -185,7 +192,12 @@ impl Remembered {
 }
 
 impl State {
-    fn remember(&mut self, dir: FileHandle, entries: Vec<FileHandle>) {
+    fn remember(
+        &mut self,
+        dir: FileHandle,
+        entries: Vec<FileHandle>,
+        stepped_into_by: Option<u32>,
+    ) {
         if let Some(p) = self.listings.iter().position(|l| l.dir == dir) {
             let old = self.listings.remove(p);
             self.remembered -= old.map_or(0, |l| l.entries.len());
@@ -212,6 +224,7 @@ impl State {
             at,
             hasher,
             walks: HashMap::new(),
+            stepped_into_by,
         });
     }
 
@@ -255,15 +268,22 @@ impl Drop for Pending {
 }
 
 impl XattrAhead {
-    /// `opendir` read directory `dir` with these entries (in the order the kernel gets them).
-    pub(crate) fn remember(&self, dir: FileHandle, entries: Vec<FileHandle>) {
-        self.state.lock().remember(dir, entries);
+    /// `opendir` read directory `dir` with these entries (in the order the kernel gets them);
+    /// `stepped_into_by`: the local user whose walk of the tree this opendir is a step of.
+    pub(crate) fn remember(
+        &self,
+        dir: FileHandle,
+        entries: Vec<FileHandle>,
+        stepped_into_by: Option<u32>,
+    ) {
+        self.state.lock().remember(dir, entries, stepped_into_by);
     }
 
-    /// User `authno` opened `fh` for reading: the entries after it to read ahead, if this
-    /// continues a walk along a listing ([`Remembered::plan`]'s rule).
-    pub(crate) fn opened(&self, fh: &FileHandle, authno: u32) -> Vec<FileHandle> {
-        self.state.lock().plan(fh, Walker::Opening(authno)).entries
+    /// Local user `uid` opened `fh` for reading: the entries after it to read ahead, if this
+    /// continues a walk along a listing ([`Remembered::plan`]'s rule), or is the first open
+    /// in a directory that user's walk of the tree stepped into.
+    pub(crate) fn opened(&self, fh: &FileHandle, uid: u32) -> Vec<FileHandle> {
+        self.state.lock().plan(fh, Walker::Opening(uid)).entries
     }
 
     /// `c` is about to ask `name` (`None`: the list) of `fh`: reads ahead along the listing
@@ -475,7 +495,7 @@ mod tests {
     #[test]
     fn reads_ahead_along_a_walk_in_order() {
         let mut st = State::default();
-        st.remember(fh(1000), listing(200));
+        st.remember(fh(1000), listing(200), None);
         assert!(
             st.plan(&fh(0), &sel(1)).entries.is_empty(),
             "one file is no walk"
@@ -508,7 +528,7 @@ mod tests {
     #[test]
     fn absence_is_read_from_lists_only_for_names_listed_whenever_present() {
         let mut st = State::default();
-        st.remember(fh(1000), listing(10));
+        st.remember(fh(1000), listing(10), None);
         assert_eq!(st.plan(&fh(3), &sel(1)).before, Some(fh(3)), "a first ask");
         let p = st.plan(&fh(4), &sel(1));
         assert_eq!((p.entries.len(), p.before), (5, Some(fh(3))));
@@ -523,12 +543,49 @@ mod tests {
         assert!(!absent_unless_listed(b"system.nfs4_acl"));
     }
 
+    /// Opening walks read [`super::super::files_ahead::AHEAD`] entries ahead, from the second
+    /// open, or from the first in a directory the same user's walk stepped into.
+    #[test]
+    fn opening_walks_start_at_the_first_open_where_a_walk_stepped_in() {
+        let files_ahead = super::super::files_ahead::AHEAD;
+        let mut st = State::default();
+        st.remember(fh(1000), listing(100), None);
+        assert!(
+            st.plan(&fh(0), Walker::Opening(7)).entries.is_empty(),
+            "one open"
+        );
+        let next = st.plan(&fh(1), Walker::Opening(7)).entries;
+        assert_eq!(
+            next,
+            (2..2 + files_ahead as u32).map(fh).collect::<Vec<_>>()
+        );
+
+        st.remember(fh(2000), listing(100), Some(7));
+        assert!(
+            st.plan(&fh(0), Walker::Opening(8)).entries.is_empty(),
+            "another user's first open"
+        );
+        assert_eq!(
+            st.plan(&fh(0), Walker::Opening(7)).entries,
+            (1..1 + files_ahead as u32).map(fh).collect::<Vec<_>>(),
+            "the walking user's first open"
+        );
+        assert!(
+            st.plan(&fh(0), Walker::Opening(7)).entries.is_empty(),
+            "the same file again"
+        );
+        assert!(
+            st.plan(&fh(0), &sel(7)).entries.is_empty(),
+            "names asked: no step counts"
+        );
+    }
+
     /// Walks are per user and per name; a repeated ask (size probe, then read) and a step
     /// back start nothing; an unknown handle nothing.
     #[test]
     fn walks_are_per_user_and_name_and_need_order() {
         let mut st = State::default();
-        st.remember(fh(1000), listing(100));
+        st.remember(fh(1000), listing(100), None);
         st.plan(&fh(0), &sel(1));
         assert!(
             st.plan(&fh(0), &sel(1)).entries.is_empty(),
@@ -566,7 +623,7 @@ mod tests {
     fn memory_is_bounded() {
         let mut st = State::default();
         for d in 0..MAX_LISTINGS as u32 + 3 {
-            st.remember(fh(100_000 + d), listing(10));
+            st.remember(fh(100_000 + d), listing(10), None);
         }
         assert_eq!(st.listings.len(), MAX_LISTINGS);
         assert_eq!(
@@ -574,10 +631,10 @@ mod tests {
             fh(100_003),
             "the oldest went"
         );
-        st.remember(fh(100_005), listing(10));
+        st.remember(fh(100_005), listing(10), None);
         assert_eq!(st.listings.len(), MAX_LISTINGS, "listed again: replaced");
         assert_eq!(st.remembered, MAX_LISTINGS * 10);
-        st.remember(fh(200_000), listing(MAX_REMEMBERED as u32 + 10));
+        st.remember(fh(200_000), listing(MAX_REMEMBERED as u32 + 10), None);
         assert_eq!(st.listings.len(), 1, "a huge listing pushes out the others");
         assert_eq!(st.remembered, MAX_REMEMBERED);
         let last = fh(MAX_REMEMBERED as u32 - 1);
