@@ -121,9 +121,9 @@ impl ServerMount {
             return;
         }
         let cache = self.client.cache();
+        let reading = OpenFlags(libc::O_RDONLY);
         let mut started = 0;
         for e in next {
-            let reading = OpenFlags(libc::O_RDONLY);
             let Some(size) = cache.get(&e).and_then(|a| wanted(reading, &a)) else {
                 continue;
             };

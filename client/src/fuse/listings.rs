@@ -263,8 +263,7 @@ impl ServerMount {
         mut need: NeedAttr,
     ) {
         loop {
-            let entry_ino = self.table().by_fh.get(&need.fh).copied();
-            if let Some(busy) = entry_ino.filter(|&i| self.behind.busy(i)) {
+            if let Some(busy) = self.writing(&need.fh) {
                 self.behind.settle(busy).await;
                 c.cache().invalidate(&need.fh);
             }
@@ -282,10 +281,11 @@ impl ServerMount {
         }
     }
 
-    /// Whether the file with handle `fh` has writes under way ([`super::write_behind`]).
-    fn writing(&self, fh: &FileHandle) -> bool {
+    /// The node of the file with handle `fh`, if it has writes under way
+    /// ([`super::write_behind`]).
+    fn writing(&self, fh: &FileHandle) -> Option<u64> {
         let node = self.table().by_fh.get(fh).copied();
-        node.is_some_and(|n| self.behind.busy(n))
+        node.filter(|&n| self.behind.busy(n))
     }
 
     pub(super) fn listing(&self, h: u64) -> Option<Arc<Listing>> {
@@ -322,7 +322,7 @@ impl ServerMount {
                         Some(None) => continue,
                         // Writes under way: its attributes once they are on the server. (By
                         // handle: the node the entry had when listed may be forgotten since.)
-                        None if self.writing(h) => {
+                        None if self.writing(h).is_some() => {
                             return Some(NeedAttr {
                                 at: i,
                                 fh: *h,

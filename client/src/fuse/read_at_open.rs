@@ -78,13 +78,11 @@ impl ServerMount {
     ) -> Result<(), fuser::Errno> {
         let fh = self.fh(ino)?;
         let cache = self.client.cache();
-        let Some(size) = cache.get(&fh).and_then(|a| wanted(flags, &a)) else {
+        // Nothing to read: not wanted, or read ahead along a listing already.
+        let wanted_size = cache.get(&fh).and_then(|a| wanted(flags, &a));
+        let Some(size) = wanted_size.filter(|_| !self.kept_from_open(&fh)) else {
             return self.check_access(c, ino, bits).await;
         };
-        if self.kept_from_open(&fh) {
-            // Read ahead along a listing already.
-            return self.check_access(c, ino, bits).await;
-        }
         let since = cache.stamp();
         let (granted, read) = tokio::join!(self.check_access(c, ino, bits), c.read(&fh, 0, size));
         if granted.is_ok()
