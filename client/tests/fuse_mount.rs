@@ -885,6 +885,32 @@ fn a_write_leaves_other_objects_cached_attributes_answering() {
     );
 }
 
+/// A RENAME changes the change time of the directory it moves, which it does not name: the
+/// moved directory's `stat` is the server's after it, not attributes cached before.
+#[test]
+fn a_moved_directory_shows_its_new_change_time() {
+    need_fuse!();
+    let s = setup();
+    let m = s.mount("mnt");
+    for d in ["a/x", "b"] {
+        fs::create_dir_all(m.dir.join(d)).unwrap();
+    }
+    let before = fs::metadata(m.dir.join("a/x")).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    fs::rename(m.dir.join("a/x"), m.dir.join("b/x")).unwrap();
+    let on_disk = fs::metadata(s.export.join("b/x")).unwrap();
+    assert_ne!(
+        (on_disk.ctime(), on_disk.ctime_nsec()),
+        (before.ctime(), before.ctime_nsec()),
+        "the server's file system moves a renamed directory's ctime"
+    );
+    let moved = fs::metadata(m.dir.join("b/x")).unwrap();
+    assert_eq!(
+        (moved.ctime(), moved.ctime_nsec()),
+        (on_disk.ctime(), on_disk.ctime_nsec())
+    );
+}
+
 /// The kernel asks a file's attributes again after a change of ours that changed them without
 /// naming the file (an unlink of another of its names): the server answers, not attributes
 /// the mount cached before the change.
