@@ -1419,6 +1419,113 @@ fn a_walks_first_open_in_a_directory_reads_ahead() {
     );
 }
 
+/// In a `--multi-user` mount, files read ahead along one user's walk serve no other user the
+/// server refuses, even one the kernel's own check lets open them: local uid 65534 logs in as
+/// server uid 65533, so the kernel sees it owning files the server says it may not read. Its
+/// opens must still be the server's answer for it, not the answer or the bytes got for the
+/// user whose walk read them ahead.
+#[test]
+fn files_read_ahead_for_one_user_serve_no_user_the_server_refuses() {
+    need_fuse!();
+    let root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    if !root || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs root and setpriv to act as other local users");
+        return;
+    }
+    // Server uid 65534 (owns the files) is local uid 65533's login, and server uid 65533 is
+    // local uid 65534's: each users-file line has the name of the local user logging in with
+    // its key, and the identity files (named after server uids when made) are swapped.
+    let (p, q) = (passwd_name(65533), passwd_name(65534));
+    let s = setup_grouped(
+        None,
+        &[
+            (&p, 65534, "65534".to_owned()),
+            (&q, 65533, "65533".to_owned()),
+        ],
+    );
+    fs::set_permissions(s.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let idents = s.dir.path().join("idents");
+    fs::rename(idents.join("65533"), idents.join("swap")).unwrap();
+    fs::rename(idents.join("65534"), idents.join("65533")).unwrap();
+    fs::rename(idents.join("swap"), idents.join("65534")).unwrap();
+    const FILES: usize = 20;
+    fs::create_dir(s.export.join("d")).unwrap();
+    fs::set_permissions(s.export.join("d"), fs::Permissions::from_mode(0o755)).unwrap();
+    for i in 0..FILES {
+        let f = s.export.join(format!("d/f{i:02}"));
+        fs::write(&f, format!("secret {i:02}")).unwrap();
+        std::os::unix::fs::chown(&f, Some(65534), Some(65532)).unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o640)).unwrap();
+    }
+    let m = s.mount_with(
+        "mnt",
+        &["--multi-user", "--identities", idents.to_str().unwrap()],
+    );
+    let d = m.dir.join("d");
+    // The reader: local 65533 in group 65532 locally (the kernel lets it read through the
+    // group), p at the server (the owner). The refused: local 65534 (the kernel sees the
+    // owner), q at the server (neither owner nor in the group).
+    let reader = |script: &str| as_ids(65533, 65533, &[65532], script);
+    let refused = |script: &str| as_ids(65534, 65534, &[], script);
+    let cat = |i: usize| format!("cat {}/f{i:02}", d.display());
+    let (ok, err) = refused(&format!("ls {}", d.display()));
+    assert!(ok, "{err}\n{}", m.log());
+    let (ok, _) = refused(&cat(FILES - 1));
+    assert!(!ok, "the server must refuse q the last file");
+
+    // The reader's walk: two files in listing order read the next ones ahead, as p.
+    let (ok, listing) = {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=65533",
+                "--regid=65533",
+                "--groups=65532",
+                "ls",
+                "-f",
+            ])
+            .arg(&d)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    assert!(ok);
+    let order: Vec<&str> = listing.lines().filter(|n| n.starts_with('f')).collect();
+    assert_eq!(order.len(), FILES);
+    let first_two = format!(
+        "cat {0}/{1} {0}/{2} > /dev/null",
+        d.display(),
+        order[0],
+        order[1]
+    );
+    let (ok, err) = reader(&first_two);
+    assert!(ok, "{err}\n{}", m.log());
+    soon("files read ahead for the reader", true, || {
+        read_ahead(&m) >= 4
+    });
+
+    // While their bytes are kept, each open by the refused user is the server's answer for it.
+    for name in &order[2..FILES - 1] {
+        let (ok, err) = refused(&format!("cat {}/{name}", d.display()));
+        assert!(
+            !ok,
+            "{name} read by a user the server refuses ({err})\n{}",
+            m.log()
+        );
+    }
+    // The reader still reads them, and what it reads is each file's.
+    for name in &order[2..] {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65533", "--regid=65533", "--groups=65532", "cat"])
+            .arg(d.join(name))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}\n{}", m.log());
+        assert_eq!(out.stdout, format!("secret {}", &name[1..]).into_bytes());
+    }
+}
 /// How many files the mount read ahead ([`files_opened_along_a_listing_are_read_ahead_once_and_never_stale`]).
 fn read_ahead(m: &Mount) -> usize {
     m.log()
