@@ -656,6 +656,63 @@ fn lookups_in_a_directory_are_answered_from_one_listing_of_it() {
     assert_eq!(fs::read(d.join("f07")).unwrap(), b"longer now");
 }
 
+/// Lookups in a directory its user may list but not search (mode 0744, another owner) are
+/// the server's refusals, however many pile up: a listing read for them has names but no
+/// attributes, and answers nothing (an absent name is `EACCES`, not `ENOENT`). In one it may
+/// search but not list (0711) the listing cannot be read, and lookups go to the server: names
+/// there are found, absent ones are `ENOENT`.
+#[test]
+fn lookups_where_the_user_may_not_both_list_and_search_are_the_servers_answers() {
+    need_fuse!();
+    if fs::metadata("/proc/self").unwrap().uid() != 0 {
+        eprintln!("SKIPPED: needs root to log in as another server user");
+        return;
+    }
+    // The mount logs in as server uid 65534; the directories are root's.
+    let s = setup_grouped(Some(65534), &[]);
+    for (d, mode) in [("listable", 0o744), ("searchable", 0o711)] {
+        dir_of_files(&s.export.join(d), 10, 2);
+        fs::set_permissions(s.export.join(d), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let m = s.mount("mnt");
+    let errno = |p: PathBuf| {
+        fs::metadata(p)
+            .map(|_| 0)
+            .unwrap_or_else(|e| e.raw_os_error().unwrap())
+    };
+
+    // (Listing it through the mount is refused as well: the mount lists only entries it can
+    // give attributes; see the README's gaps.)
+    let listable = m.dir.join("listable");
+    for i in 0..5 {
+        let (name, absent) = (format!("f{i:02}"), format!("absent{i}"));
+        assert_eq!(
+            errno(listable.join(&name)),
+            libc::EACCES,
+            "{name}\n{}",
+            m.log()
+        );
+        assert_eq!(
+            errno(listable.join(&absent)),
+            libc::EACCES,
+            "{absent}\n{}",
+            m.log()
+        );
+    }
+
+    let searchable = m.dir.join("searchable");
+    assert!(fs::read_dir(&searchable).is_err(), "not listable");
+    let before = requests(&m, "Lookup");
+    for i in 0..5 {
+        assert_eq!(errno(searchable.join(format!("f{i:02}"))), 0, "{}", m.log());
+        assert_eq!(errno(searchable.join(format!("absent{i}"))), libc::ENOENT);
+    }
+    assert_eq!(
+        requests(&m, "Lookup") - before,
+        10,
+        "each lookup asked the server"
+    );
+}
 /// `stat` shows the server's inode numbers, in every mount and after a remount, as NFS
 /// does; a listing's `d_ino` agrees. In the namespace each server's numbers carry its range
 /// in the top bits, so two servers' files never share one.

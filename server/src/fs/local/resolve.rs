@@ -170,10 +170,14 @@ fn generation(meta: &std::fs::Metadata) -> u64 {
 }
 
 /// Opens directory `dir` for reading (the kernel checks read permission) as a stream.
+///
+/// Through `/proc/self/fd/N`, which names the directory itself: `openat(dir, ".")` would
+/// look `.` up in it, which needs search permission as well, so a directory its caller may
+/// list but not search (mode 0744 to others) could not be listed, as it can be locally.
 pub(super) fn open_dir_stream(dir: BorrowedFd<'_>) -> Result<rustix::fs::Dir, NfsStatus> {
     let fd = rustix::fs::openat(
-        dir,
-        ".",
+        rustix::fs::CWD,
+        format!("/proc/self/fd/{}", dir.as_raw_fd()),
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NONBLOCK,
         Mode::empty(),
     )
