@@ -98,6 +98,7 @@ mod node_ranges;
 mod read_at_open;
 mod removes_behind;
 mod table;
+mod under_way;
 mod unlinked;
 mod write_behind;
 mod xattr;

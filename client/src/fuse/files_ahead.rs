@@ -28,18 +28,17 @@
 //!   whole mount (past that, files are left to their opens); the bytes kept are bounded by
 //!   [`super::read_at_open`]'s limits (64 files of at most 128 KiB).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use fuser::OpenFlags;
-use parking_lot::Mutex;
 use protocol::FileHandle;
 use tokio::runtime::Handle;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::Semaphore;
 
 use super::ServerMount;
 use super::convert::open_bits;
 use super::read_at_open::wanted;
+use super::under_way::UnderWay;
 use crate::session::Client;
 
 /// Files read ahead of the one opened.
@@ -48,61 +47,27 @@ pub(super) const AHEAD: usize = 16;
 /// Read-aheads under way at once, over the whole mount.
 const MAX_IN_FLIGHT: usize = 32;
 
-/// The files being read ahead, each with a receiver that sees its end.
+/// The files being read ahead.
 pub(super) struct FilesAhead {
-    pending: Arc<Mutex<HashMap<FileHandle, watch::Receiver<()>>>>,
+    reading: UnderWay<FileHandle>,
     permits: Arc<Semaphore>,
 }
 
 impl Default for FilesAhead {
     fn default() -> FilesAhead {
         FilesAhead {
-            pending: Arc::default(),
+            reading: UnderWay::default(),
             permits: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         }
-    }
-}
-
-/// A read-ahead under way: when it ends (or is dropped), it is no longer pending and its
-/// waiters wake.
-struct Pending {
-    pending: Arc<Mutex<HashMap<FileHandle, watch::Receiver<()>>>>,
-    fh: FileHandle,
-    _permit: OwnedSemaphorePermit,
-    _done: watch::Sender<()>,
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.pending.lock().remove(&self.fh);
     }
 }
 
 impl FilesAhead {
     /// Waits for a read-ahead of `fh` under way, if any.
     pub(super) async fn settle(&self, fh: &FileHandle) {
-        let done = self.pending.lock().get(fh).cloned();
-        if let Some(mut done) = done {
-            // Err: the read-ahead ended (its sender went); nothing is ever sent.
-            let _ = done.changed().await;
+        if let Some(end) = self.reading.end(fh) {
+            end.wait().await;
         }
-    }
-
-    /// Marks `fh` as being read ahead, unless it is already or too many are.
-    fn start(&self, fh: FileHandle) -> Option<Pending> {
-        let mut pending = self.pending.lock();
-        if pending.contains_key(&fh) {
-            return None;
-        }
-        let permit = self.permits.clone().try_acquire_owned().ok()?;
-        let (tx, rx) = watch::channel(());
-        pending.insert(fh, rx);
-        Some(Pending {
-            pending: self.pending.clone(),
-            fh,
-            _permit: permit,
-            _done: tx,
-        })
     }
 }
 
@@ -131,7 +96,10 @@ impl ServerMount {
             if self.kept_from_open(&e) || self.pages_kept(&e) {
                 continue;
             }
-            let Some(pending) = self.files_ahead.start(e) else {
+            let Ok(permit) = self.files_ahead.permits.clone().try_acquire_owned() else {
+                break;
+            };
+            let Some(under_way) = self.files_ahead.reading.start(e) else {
                 continue;
             };
             started += 1;
@@ -143,7 +111,7 @@ impl ServerMount {
                 if let Ok((data, eof)) = read {
                     sh.table().read_at_open.keep(e, since, data.to_vec(), eof);
                 }
-                drop(pending);
+                drop((under_way, permit));
             });
         }
         if started > 0 {

@@ -30,9 +30,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use protocol::{FileHandle, FileType};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::listing::Listing;
+use super::under_way::{End, Started, UnderWay};
 
 /// Directories whose listings are read ahead at one step of a walk (its subdirectories
 /// first, then its siblings).
@@ -49,14 +50,16 @@ type Key = (FileHandle, u32);
 
 /// What a walk has shown so far, and which listings are being read ahead.
 pub(super) struct ListingAhead {
-    state: Arc<Mutex<State>>,
+    state: Mutex<State>,
+    reading: UnderWay<Key>,
     permits: Arc<Semaphore>,
 }
 
 impl Default for ListingAhead {
     fn default() -> Self {
         ListingAhead {
-            state: Arc::default(),
+            state: Mutex::default(),
+            reading: UnderWay::default(),
             permits: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         }
     }
@@ -68,8 +71,6 @@ struct State {
     parent_of: Bounded<Key, FileHandle>,
     /// Directories whose subdirectories were read ahead already.
     expanded: Bounded<Key, ()>,
-    /// Listings being read ahead: the receiver sees its sender dropped when the read ends.
-    reading: HashMap<Key, watch::Receiver<()>>,
 }
 
 /// A map that forgets its oldest entries past a number of them.
@@ -119,16 +120,8 @@ impl Default for Bounded<Key, ()> {
 /// A listing read ahead, from its start to its end: dropping it ends the read for whoever
 /// waits on it, and frees its place among [`MAX_IN_FLIGHT`].
 pub(super) struct Reading {
-    state: Arc<Mutex<State>>,
-    key: Key,
-    _done: watch::Sender<()>,
+    _started: Started<Key>,
     _permit: OwnedSemaphorePermit,
-}
-
-impl Drop for Reading {
-    fn drop(&mut self) {
-        self.state.lock().reading.remove(&self.key);
-    }
 }
 
 /// The subdirectories of `listing`, in its order.
@@ -142,8 +135,13 @@ pub(super) fn subdirectories(listing: &Listing) -> impl Iterator<Item = FileHand
 
 impl ListingAhead {
     /// The end of the read ahead of `dir`'s listing for `uid`, if one is under way.
-    pub(super) fn reading(&self, dir: &FileHandle, uid: u32) -> Option<watch::Receiver<()>> {
-        self.state.lock().reading.get(&(*dir, uid)).cloned()
+    pub(super) fn reading(&self, dir: &FileHandle, uid: u32) -> Option<End> {
+        self.reading.end(&(*dir, uid))
+    }
+
+    /// Whether `dir`'s listing is being read ahead for `uid`.
+    pub(super) fn busy(&self, dir: &FileHandle, uid: u32) -> bool {
+        self.reading.busy(&(*dir, uid))
     }
 
     /// Local user `uid` opened directory `dir` and got `listing`: its subdirectories are
@@ -172,16 +170,8 @@ impl ListingAhead {
     /// `uid`; None if that read is already under way.
     pub(super) async fn start(&self, dir: FileHandle, uid: u32) -> Option<Reading> {
         let permit = self.permits.clone().acquire_owned().await.ok()?;
-        let mut s = self.state.lock();
-        if s.reading.contains_key(&(dir, uid)) {
-            return None;
-        }
-        let (done, rx) = watch::channel(());
-        s.reading.insert((dir, uid), rx);
         Some(Reading {
-            state: self.state.clone(),
-            key: (dir, uid),
-            _done: done,
+            _started: self.reading.start((dir, uid))?,
             _permit: permit,
         })
     }
@@ -272,12 +262,12 @@ mod tests {
         let ahead = ListingAhead::default();
         let reading = ahead.start(fh(1), 0).await.expect("first start");
         assert!(ahead.start(fh(1), 0).await.is_none(), "already under way");
-        let mut waiter = ahead.reading(&fh(1), 0).expect("under way");
+        let waiter = ahead.reading(&fh(1), 0).expect("under way");
         assert!(ahead.reading(&fh(1), 1).is_none(), "not for another user");
         drop(reading);
-        // The waiter sees the end (its sender gone), and the read is no longer listed.
-        assert!(waiter.changed().await.is_err());
-        assert!(ahead.reading(&fh(1), 0).is_none());
+        // The waiter sees the end, and the read is no longer listed.
+        waiter.wait().await;
+        assert!(!ahead.busy(&fh(1), 0));
         assert!(ahead.start(fh(1), 0).await.is_some(), "may start again");
     }
 

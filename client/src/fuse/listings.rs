@@ -33,9 +33,9 @@ impl ServerMount {
     ) -> Result<(u64, bool), Errno> {
         let dir = self.fh(ino)?;
         let uid = self.acting_uid(uid);
-        if let Some(mut reading) = self.listing_ahead.reading(&dir, uid) {
-            // Ends (Err) when the read ahead does, kept or not.
-            let _ = reading.changed().await;
+        if let Some(end) = self.listing_ahead.reading(&dir, uid) {
+            // The read ahead ended, its listing kept or not.
+            end.wait().await;
         }
         let listing = match self.kept.get(&dir, uid, c.cache()) {
             Some(kept) => kept,
@@ -61,7 +61,7 @@ impl ServerMount {
     ) -> Option<(u64, bool)> {
         let dir = self.fh(ino).ok()?;
         let uid = self.acting_uid(uid);
-        if self.listing_ahead.reading(&dir, uid).is_some() || self.removes.busy(&dir) {
+        if self.listing_ahead.busy(&dir, uid) || self.removes.busy(&dir) {
             return None;
         }
         let listing = self.kept.get(&dir, uid, c.cache())?;

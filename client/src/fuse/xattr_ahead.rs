@@ -48,8 +48,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use protocol::FileHandle;
 use tokio::runtime::Handle;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::under_way::{End, Started, UnderWay};
 use crate::cache::XattrAnswer;
 use crate::session::Client;
 use crate::session::absent_unless_listed;
@@ -99,14 +100,17 @@ impl From<&Asked> for Walker {
 
 /// The read-ahead state of one mount.
 pub(crate) struct XattrAhead {
-    state: Arc<Mutex<State>>,
+    state: Mutex<State>,
+    /// Read-ahead requests under way.
+    asking: UnderWay<(FileHandle, Asked)>,
     permits: Arc<Semaphore>,
 }
 
 impl Default for XattrAhead {
     fn default() -> XattrAhead {
         XattrAhead {
-            state: Arc::default(),
+            state: Mutex::default(),
+            asking: UnderWay::default(),
             permits: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
         }
     }
@@ -118,8 +122,6 @@ struct State {
     listings: VecDeque<Remembered>,
     /// Entries held in `listings`.
     remembered: usize,
-    /// Read-ahead requests under way, each with a receiver that sees its end.
-    pending: HashMap<(FileHandle, Asked), watch::Receiver<()>>,
 }
 
 /// One listing's entries, in order.
@@ -253,20 +255,6 @@ struct Plan {
     before: Option<FileHandle>,
 }
 
-/// A read-ahead under way: when it ends (or is dropped), it is no longer pending and its
-/// waiters wake.
-struct Pending {
-    state: Arc<Mutex<State>>,
-    key: (FileHandle, Asked),
-    _done: watch::Sender<()>,
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.state.lock().pending.remove(&self.key);
-    }
-}
-
 impl XattrAhead {
     /// `opendir` read directory `dir` with these entries (in the order the kernel gets them);
     /// `stepped_into_by`: the local user whose walk of the tree this opendir is a step of.
@@ -294,9 +282,8 @@ impl XattrAhead {
             return; // the ask itself will fail and say why
         };
         let asked: Asked = (authno, name.map(<[u8]>::to_vec));
-        if let Some(mut done) = self.asked(c, fh, &asked, &Handle::current()) {
-            // Err: the read-ahead ended (its sender went); nothing is ever sent.
-            let _ = done.changed().await;
+        if let Some(end) = self.asked(c, fh, &asked, &Handle::current()) {
+            end.wait().await;
         }
     }
 
@@ -316,69 +303,41 @@ impl XattrAhead {
 
     /// Starts the read-ahead `asked` of `fh` calls for (tasks on `rt`); the end of one
     /// already fetching this very answer, if any.
-    fn asked(
-        &self,
-        c: &Client,
-        fh: &FileHandle,
-        asked: &Asked,
-        rt: &Handle,
-    ) -> Option<watch::Receiver<()>> {
-        let (jobs, wait) = {
-            let mut st = self.state.lock();
-            let plan = st.plan(fh, asked);
-            let from_list = asked.1.as_deref().is_some_and(absent_unless_listed)
-                && plan
-                    .before
-                    .is_some_and(|b| c.cache().get_xattr(&b, asked).is_some());
-            let jobs: Vec<_> = plan
-                .entries
-                .into_iter()
-                .filter_map(|e| self.start(&mut st, c, e, asked, from_list))
-                .collect();
-            (jobs, st.pending.get(&(*fh, asked.clone())).cloned())
-        };
+    fn asked(&self, c: &Client, fh: &FileHandle, asked: &Asked, rt: &Handle) -> Option<End> {
+        let plan = self.state.lock().plan(fh, asked);
+        let from_list = asked.1.as_deref().is_some_and(absent_unless_listed)
+            && plan
+                .before
+                .is_some_and(|b| c.cache().get_xattr(&b, asked).is_some());
+        let jobs: Vec<Job> = plan
+            .entries
+            .into_iter()
+            .filter_map(|e| self.start(c, e, asked, from_list))
+            .collect();
         if !jobs.is_empty() {
             let name = asked_name(asked.1.as_deref());
             tracing::debug!(?name, entries = jobs.len(), "xattr read-ahead");
         }
-        // Spawned with the state unlocked: a task dropped at once (the runtime shutting
-        // down) unlocks it in its drop.
         for job in jobs {
             rt.spawn(job.run(c.clone()));
         }
-        wait
+        self.asking.end(&(*fh, asked.clone()))
     }
 
     /// A read-ahead of `asked` of `fh`, marked under way, unless it is cached or under way
     /// already, its answer would not be kept (no cached attributes), or too many are under
     /// way. `from_list`: see [`Job::from_list`].
-    fn start(
-        &self,
-        st: &mut State,
-        c: &Client,
-        fh: FileHandle,
-        asked: &Asked,
-        from_list: bool,
-    ) -> Option<Job> {
-        let key = (fh, asked.clone());
+    fn start(&self, c: &Client, fh: FileHandle, asked: &Asked, from_list: bool) -> Option<Job> {
         let cache = c.cache();
-        if st.pending.contains_key(&key)
-            || cache.get(&fh).is_none()
-            || cache.get_xattr(&fh, asked).is_some()
-        {
+        if cache.get(&fh).is_none() || cache.get_xattr(&fh, asked).is_some() {
             return None;
         }
         let permit = self.permits.clone().try_acquire_owned().ok()?;
-        let (tx, rx) = watch::channel(());
-        st.pending.insert(key.clone(), rx);
         Some(Job {
             _permit: permit,
             from_list,
-            pending: Pending {
-                state: self.state.clone(),
-                key,
-                _done: tx,
-            },
+            asking: self.asking.start((fh, asked.clone()))?,
+            under_way: self.asking.clone(),
         })
     }
 }
@@ -396,14 +355,16 @@ struct Job {
     /// for the name in the cache, so the server's file system serves it (where it does not,
     /// the server answers `NotSupp`, never cached, and the names are asked for themselves).
     from_list: bool,
-    pending: Pending,
+    asking: Started<(FileHandle, Asked)>,
+    /// Where the list it reads first is found under way ([`list`]).
+    under_way: UnderWay<(FileHandle, Asked)>,
 }
 
 impl Job {
     /// Asks as `c`; the answer goes to the cache. Errors are left to the direct ask, which
     /// gets them itself.
     async fn run(self, c: Client) {
-        let (fh, (authno, name)) = &self.pending.key;
+        let (fh, (authno, name)) = self.asking.key();
         let Some(n) = name else {
             let _ = c.listxattr(fh).await;
             return;
@@ -412,7 +373,7 @@ impl Job {
             // Stamped before the list is read or asked for: an absence taken from it is
             // kept only if nothing changed the file since (the cache's own rule).
             let since = c.cache().stamp();
-            if let Some(names) = list(&self.pending.state, &c, fh, *authno).await
+            if let Some(names) = list(&self.under_way, &c, fh, *authno).await
                 && !names.contains(n)
             {
                 let key = (*authno, Some(n.clone()));
@@ -428,12 +389,11 @@ impl Job {
 /// for them (two walks, `security.selinux` and `system.posix_acl_access`, share one LISTXATTR),
 /// else asked for. `None` if the server did not answer with a list.
 async fn list(
-    state: &Arc<Mutex<State>>,
+    under_way: &UnderWay<(FileHandle, Asked)>,
     c: &Client,
     fh: &FileHandle,
     authno: u32,
 ) -> Option<Vec<Vec<u8>>> {
-    let key = (*fh, (authno, None));
     let whole: Asked = (authno, None);
     let cached = || match c.cache().get_xattr(fh, &whole) {
         Some(XattrAnswer::Names(names)) => Some(names),
@@ -442,25 +402,10 @@ async fn list(
     if let Some(names) = cached() {
         return Some(names);
     }
-    let waiting = {
-        let mut st = state.lock();
-        match st.pending.get(&key) {
-            Some(done) => Err(done.clone()),
-            None => {
-                let (tx, rx) = watch::channel(());
-                st.pending.insert(key.clone(), rx);
-                Ok(Pending {
-                    state: state.clone(),
-                    key,
-                    _done: tx,
-                })
-            }
-        }
-    };
-    match waiting {
+    match under_way.start_or_end((*fh, whole.clone())) {
         Ok(_asking) => c.listxattr(fh).await.ok(),
-        Err(mut done) => {
-            let _ = done.changed().await;
+        Err(end) => {
+            end.wait().await;
             cached()
         }
     }
