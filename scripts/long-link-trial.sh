@@ -8,6 +8,7 @@
 #
 #   sudo scripts/long-link-trial.sh commands [ONE_WAY_MS]   # git status x2, grep -r x2, ...
 #   sudo scripts/long-link-trial.sh remount [ONE_WAY_MS]    # git status, remount, git status
+#   sudo scripts/long-link-trial.sh edit [ONE_WAY_MS]       # edit, git add, status, commit
 #
 # `remount` also counts the READs each mount sent (git reads a file whole when its stat data,
 # st_ino among them, differs from its index). Default ONE_WAY_MS: 25 (a 50 ms round trip).
@@ -15,7 +16,7 @@
 # target/release).
 set -euo pipefail
 
-MODE=${1:?commands or remount}
+MODE=${1:?commands, remount or edit}
 DELAY=${2:-25}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SFSD=${SFSD:-$REPO/target/release/sfsd}
@@ -137,8 +138,19 @@ remount)
         sleep 0.5
     done
     ;;
+edit)
+    # A change committed the way a user makes one: every git command that writes the index
+    # makes index.lock and renames it over the index.
+    mount_it 1
+    timed "git status --short" 1
+    for c in "echo change >> README.md" "git add README.md" "git status --short" \
+        "git -c user.name=t -c user.email=t@t commit -qm change" "git status --short" \
+        "git status --short"; do
+        timed "$c" 1
+    done
+    ;;
 *)
-    echo "unknown mode $MODE (commands or remount)" >&2
+    echo "unknown mode $MODE (commands, remount or edit)" >&2
     exit 2
     ;;
 esac

@@ -942,6 +942,48 @@ fn a_write_leaves_other_objects_cached_attributes_answering() {
     );
 }
 
+/// A RENAME of ours leaves the attributes cached of objects it does not change answering the
+/// kernel (git renames its index's lock file over the index after every change of it, and its
+/// next run `stat`s every directory again), and the server tells us of the one it replaced
+/// before its reply: another name of the replaced file shows the link it lost.
+#[test]
+fn a_rename_leaves_other_cached_attributes_answering_and_shows_what_it_replaced() {
+    need_fuse!();
+    let s = setup();
+    const DIRS: usize = 20;
+    for i in 0..DIRS {
+        fs::create_dir_all(s.export.join(format!("t/d{i:02}"))).unwrap();
+    }
+    let m = s.mount("mnt");
+    let t = m.dir.join("t");
+    let dirs: Vec<PathBuf> = (0..DIRS).map(|i| t.join(format!("d{i:02}"))).collect();
+    for d in &dirs {
+        assert_eq!(fs::read_dir(d).unwrap().count(), 0);
+    }
+    fs::write(t.join("index"), b"old index").unwrap();
+    fs::hard_link(t.join("index"), t.join("kept")).unwrap();
+    assert_eq!(fs::metadata(t.join("kept")).unwrap().nlink(), 2);
+    let before = requests(&m, "GetAttr");
+    fs::write(t.join("index.lock"), b"new index").unwrap();
+    fs::rename(t.join("index.lock"), t.join("index")).unwrap();
+    for d in &dirs {
+        fs::metadata(d).unwrap();
+    }
+    assert_eq!(
+        requests(&m, "GetAttr") - before,
+        0,
+        "GETATTRs for {DIRS} directories after a rename elsewhere"
+    );
+    assert_eq!(fs::read(t.join("index")).unwrap(), b"new index");
+    // A READ makes the kernel forget the file's access time, so its next stat asks the mount.
+    assert_eq!(fs::read(t.join("kept")).unwrap(), b"old index");
+    assert_eq!(
+        fs::metadata(t.join("kept")).unwrap().nlink(),
+        1,
+        "the replaced file's other name\n{}",
+        m.log()
+    );
+}
 /// A RENAME changes the change time of the directory it moves, which it does not name: the
 /// moved directory's `stat` is the server's after it, not attributes cached before.
 #[test]

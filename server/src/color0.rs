@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use protocol::{Attr, FileHandle, NfsStatus, ReplyBody};
+use protocol::{Attr, FileHandle, NfsStatus, ReplyBody, RequestOp};
 
 use crate::changes::{Changes, Epoch};
 use crate::fs::ObjKey;
@@ -30,6 +30,35 @@ pub(crate) struct Invalidation {
     pub conn: ConnId,
     pub fh: FileHandle,
     pub attr: Option<Attr>,
+}
+
+/// What a request changed.
+pub(crate) struct Changed<'a> {
+    /// The objects, with their new attributes where the request returned them.
+    pub objects: &'a [(ObjKey, FileHandle, Option<Attr>)],
+    /// For a REMOVE, RMDIR or RENAME, the handles it named ([`named_by`]): its sender is told
+    /// of any other object in `objects` (the one removed, moved or replaced) as other holders
+    /// are, before its reply, so its cached attributes of that object end before the reply
+    /// reaches it.
+    pub named: Option<&'a [FileHandle]>,
+}
+
+/// The handles a REMOVE, RMDIR, RENAME or RENAME2 names (its directories); None for any
+/// other request, which changes only objects it names. Such a request also changes an object
+/// it names only by a name (the one removed, moved or replaced), and its sender is told of it
+/// as any other holder is ([`Bookkeeping::request_finished`]): a client of protocol version
+/// 15 or later relies on that to keep its other cached attributes answering.
+pub(crate) fn named_by(op: &RequestOp) -> Option<Vec<FileHandle>> {
+    match op {
+        RequestOp::Remove { dir, .. } | RequestOp::Rmdir { dir, .. } => Some(vec![*dir]),
+        RequestOp::Rename {
+            from_dir, to_dir, ..
+        }
+        | RequestOp::Rename2 {
+            from_dir, to_dir, ..
+        } => Some(vec![*from_dir, *to_dir]),
+        _ => None,
+    }
 }
 
 /// A connection as color 0 knows it.
@@ -134,8 +163,9 @@ impl<L> Bookkeeping<L> {
 
     /// A request of `holder` finished at `now`. Every attribute in `result` keeps its lease
     /// only if the grant fits (the others go with lease 0); `leased` names the handles of the
-    /// objects the reply carries attributes of. Every other holder of an object in `changed`
-    /// whose lease still runs is told; the changer is not.
+    /// objects the reply carries attributes of. Every other holder of an object the request
+    /// `changed` whose lease still runs is told. The changer is not, except of an object it
+    /// changed without naming it ([`Changed::named`]).
     pub(crate) fn request_finished(
         &mut self,
         now: Instant,
@@ -143,8 +173,9 @@ impl<L> Bookkeeping<L> {
         lease_ms: u32,
         result: &mut Result<ReplyBody, NfsStatus>,
         leased: &[(ObjKey, FileHandle)],
-        changed: &[(ObjKey, FileHandle, Option<Attr>)],
+        changed: Changed<'_>,
     ) -> Vec<Invalidation> {
+        let Changed { objects, named } = changed;
         if let Ok(body) = result {
             // A listing carries many attributes: look their handles up, not through the list.
             let handles: HashMap<ObjKey, FileHandle> = leased.iter().copied().collect();
@@ -158,12 +189,15 @@ impl<L> Bookkeeping<L> {
                 }
             }
         }
-        for (key, _, _) in changed {
+        for (key, _, _) in objects {
             self.changes.note(*key);
         }
         let mut told = Vec::new();
-        for (key, fh, attr) in changed {
-            let (ended, _) = self.leases.changed(now, *key, holder.conn);
+        for (key, fh, attr) in objects {
+            let unnamed = named.is_some_and(|named| !named.contains(fh));
+            // Connection 0 is never a holder: every holder's lease ends.
+            let kept_by = if unnamed { 0 } else { holder.conn };
+            let (ended, _) = self.leases.changed(now, *key, kept_by);
             for other in ended {
                 self.publish_share(other);
                 if self.conns.contains_key(&other) {
@@ -342,7 +376,10 @@ mod tests {
             LEASE_MS,
             &mut result,
             &[(OBJ, fh(1))],
-            &[],
+            Changed {
+                objects: &[],
+                named: None,
+            },
         );
         assert!(effects.is_empty(), "a read-only request told {effects:?}");
         match result {
@@ -361,7 +398,10 @@ mod tests {
             LEASE_MS,
             &mut result,
             &[],
-            &[(OBJ, fh(1), Some(attr))],
+            Changed {
+                objects: &[(OBJ, fh(1), Some(attr))],
+                named: None,
+            },
         )
     }
 
@@ -389,6 +429,43 @@ mod tests {
         assert_eq!(attr, Some((20, 0)));
         // A's lease ended with the INVALIDATE, the changer kept its own: C's change tells B.
         assert_eq!(told(&write(&mut c0, at, C)), vec![B]);
+    }
+
+    #[test]
+    fn a_remove_or_rename_tells_its_sender_too_of_what_it_changed_without_naming_it() {
+        let now = Instant::now();
+        let mut c0 = color0(&[A, B], 8, 16);
+        assert_eq!(getattr(&mut c0, now, A), LEASE_MS);
+        assert_eq!(getattr(&mut c0, now, B), LEASE_MS);
+        // A renames something over OBJ (fh 1) in directory `dir`, which the request names.
+        let dir = fh(2);
+        let op = RequestOp::Rename {
+            from_dir: dir,
+            from_name: b"new".to_vec(),
+            to_dir: dir,
+            to_name: b"obj".to_vec(),
+        };
+        let named = named_by(&op).expect("a rename names its directories");
+        let mut result = Ok(ReplyBody::Null);
+        let effects = c0.request_finished(
+            now,
+            holder(A),
+            LEASE_MS,
+            &mut result,
+            &[],
+            Changed {
+                objects: &[(OBJ, fh(1), None), ((7, 1), dir, None)],
+                named: Some(&named[..]),
+            },
+        );
+        // OBJ: both holders, the sender among them; the directory it named: nobody.
+        assert_eq!(told(&effects), vec![A, B]);
+        assert!(effects.iter().all(|i| i.fh == fh(1)));
+        // Any other request tells only the other holders, as before.
+        assert_eq!(named_by(&RequestOp::GetAttr { fh: dir }), None);
+        assert_eq!(getattr(&mut c0, now, A), LEASE_MS);
+        assert_eq!(getattr(&mut c0, now, B), LEASE_MS);
+        assert_eq!(told(&write(&mut c0, now, A)), vec![B]);
     }
 
     #[test]
@@ -478,7 +555,10 @@ mod tests {
             LEASE_MS,
             &mut result,
             &[((9, 9), fh(9))],
-            &[],
+            Changed {
+                objects: &[],
+                named: None,
+            },
         );
         assert!(matches!(result, Ok(ReplyBody::GetAttr { attr }) if attr.lease_ms == 0));
         // B's change ends A's lease: A may be granted again.

@@ -29,7 +29,7 @@ use protocol::{
 };
 
 use crate::changes::{Changes, Epoch};
-use crate::color0::{Bookkeeping, Invalidation};
+use crate::color0::{Bookkeeping, Changed, Invalidation};
 use crate::fs::{ObjKey, OpCtx, Storage};
 use crate::leases::{ConnId, Holder, Leases, Principal, Shares};
 use crate::limits::Limits;
@@ -295,13 +295,15 @@ impl Server {
         let srv = self.clone();
         let replying_to = conn.clone();
         let access = changes_access(&op);
+        let named = crate::color0::named_by(&op);
         let completed = move |outcome: crate::fs::Outcome| {
             if access && !outcome.changed.is_empty() {
                 // As soon as it is done, so no cached descriptor serves after this reply.
                 srv.changes.note_access();
             }
             srv.in_color(Color::DEFAULT, move |srv| {
-                srv.finish(replying_to, holder, req_id, reserved, lease_ms, outcome)
+                let reply = (req_id, reserved, lease_ms);
+                srv.finish(replying_to, holder, reply, outcome, named.as_deref())
             });
         };
         if self.storage.submit(ctx, op, Box::new(completed)).is_err() {
@@ -309,16 +311,16 @@ impl Server {
         }
     }
 
-    /// Color 0: leases, then invalidations to other holders, then the reply in the
-    /// connection's color.
+    /// Color 0: leases, then invalidations to other holders (and to the changer, of what it
+    /// changed without `named` naming it: [`crate::color0::named_by`]), then the reply
+    /// (`req_id`, with `reserved` bytes and `lease_ms`) in the connection's color, behind them.
     fn finish(
         self: &Arc<Self>,
         conn: ConnLinkRef,
         holder: Holder,
-        req_id: u64,
-        reserved: usize,
-        lease_ms: u32,
+        (req_id, reserved, lease_ms): (u64, usize, u32),
         outcome: crate::fs::Outcome,
+        named: Option<&[FileHandle]>,
     ) {
         let id = holder.conn;
         let mut result = outcome.result;
@@ -329,7 +331,10 @@ impl Server {
                 lease_ms,
                 &mut result,
                 &outcome.leased,
-                &outcome.changed,
+                Changed {
+                    objects: &outcome.changed,
+                    named,
+                },
             );
             self.publish_table(c0);
             told

@@ -10,7 +10,10 @@
 //! of ours on the directory (its mode or owner), a change of its extended attributes (an
 //! ACL), another client's change (its INVALIDATE), a reconnect (an INVALIDATE may have been
 //! missed), and the end of the answer's lease. An answer asked before any of these happened
-//! anywhere is refused when it arrives (the epoch below), so it cannot outlive the change.
+//! to its directory is refused when it arrives (the epochs below), so it cannot outlive the
+//! change. Only to its directory: the server tells the sender of a REMOVE of the file it
+//! removed (protocol version 15), and that INVALIDATE arrives while the ACCESS asked right
+//! behind the REMOVE is still out.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -19,6 +22,10 @@ use protocol::{Attr, FileHandle};
 
 /// Bound on remembered (directory, user) answers (past it, the expired go, then all).
 const MAX_DIRS: usize = 4096;
+
+/// Bound on the objects whose last revoking event is remembered (past it, all answers asked
+/// before are refused).
+const MAX_FORGOTTEN: usize = 4096;
 
 /// The sticky bit: entries only their owner (or the directory's) may remove.
 const STICKY: u32 = 0o1000;
@@ -29,9 +36,13 @@ pub(super) struct RemovableDirs {
     /// A refusal is kept too, so a user who may not (or a sticky directory) is not asked
     /// again at every unlink.
     known: HashMap<(FileHandle, u32), (bool, Instant)>,
-    /// Counts the events that may revoke an answer; an answer is kept only if none happened
-    /// since it was asked for.
+    /// Counts the events that may revoke an answer.
     epoch: u64,
+    /// The epoch of the last such event, per object it happened to: an answer for a
+    /// directory is kept only if none happened to it since it was asked for.
+    forgotten: HashMap<FileHandle, u64>,
+    /// Answers asked before this epoch are refused (the forgotten ones went).
+    floor: u64,
 }
 
 impl RemovableDirs {
@@ -49,7 +60,8 @@ impl RemovableDirs {
         granted: bool,
         epoch: u64,
     ) {
-        if epoch != self.epoch || attr.lease_ms == 0 {
+        let revoked = self.forgotten.get(&dir).is_some_and(|&at| at > epoch);
+        if epoch < self.floor || revoked || attr.lease_ms == 0 {
             return;
         }
         let now = Instant::now();
@@ -85,11 +97,18 @@ impl RemovableDirs {
     /// Something that may change who may remove entries of `dir` happened.
     pub(super) fn forget(&mut self, dir: &FileHandle) {
         self.epoch += 1;
+        if self.forgotten.len() >= MAX_FORGOTTEN {
+            self.forgotten.clear();
+            self.floor = self.epoch;
+        }
+        self.forgotten.insert(*dir, self.epoch);
         self.known.retain(|(d, _), _| d != dir);
     }
 
     pub(super) fn clear(&mut self) {
         self.epoch += 1;
+        self.floor = self.epoch;
+        self.forgotten.clear();
         self.known.clear();
     }
 }
@@ -142,10 +161,42 @@ mod tests {
         let asked = r.epoch();
         r.forget(&E);
         r.answered(D, 7, &dir_attr(0o755, 60_000), true, asked);
+        assert!(r.removable(&D, 7), "a change elsewhere since it was asked");
+        let asked = r.epoch();
+        r.forget(&D);
+        r.forget(&E);
+        r.answered(D, 7, &dir_attr(0o755, 60_000), true, asked);
         assert!(
             !r.removable(&D, 7),
             "asked before a change that may revoke it"
         );
+        let asked = r.epoch();
+        r.clear();
+        r.answered(D, 7, &dir_attr(0o755, 60_000), true, asked);
+        assert!(!r.removable(&D, 7), "asked before a reconnect");
+    }
+
+    #[test]
+    fn past_its_bound_every_answer_asked_before_is_refused() {
+        let mut r = RemovableDirs::default();
+        let asked = r.epoch();
+        for i in 0..MAX_FORGOTTEN + 1 {
+            r.forget(&FileHandle::from_bytes([(i % 251) as u8 + 3; 48]));
+            r.forget(&FileHandle::from_bytes({
+                let mut b = [0; 48];
+                b[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                b[8] = 9;
+                b
+            }));
+        }
+        assert!(r.forgotten.len() <= MAX_FORGOTTEN);
+        r.answered(D, 7, &dir_attr(0o755, 60_000), true, asked);
+        assert!(
+            !r.removable(&D, 7),
+            "D's own change may have been forgotten"
+        );
+        r.answered(D, 7, &dir_attr(0o755, 60_000), true, r.epoch());
+        assert!(r.removable(&D, 7));
     }
 
     #[test]

@@ -595,6 +595,21 @@ impl Client {
         }
     }
 
+    /// What a REMOVE, RMDIR or RENAME that may change `unnamed` objects without naming them
+    /// holds back of the cached attributes: nothing where the server tells us of each such
+    /// object before its reply, as it tells other clients (an INVALIDATE, which the cache
+    /// takes before the reply; [`protocol::handshake::tells_unnamed`]). Asked of the current
+    /// connection without waiting (a removal answered before the server must not wait here);
+    /// with none at hand it holds back as with a server that does not tell. A reconnect
+    /// before the request goes out drops the whole cache anyway.
+    fn unnamed(&self, unnamed: Unnamed) -> Unnamed {
+        let told = self.inner.conn.try_lock().is_ok_and(|c| {
+            c.as_ref()
+                .is_some_and(|c| protocol::handshake::tells_unnamed(c.version))
+        });
+        if told { Unnamed::Nothing } else { unnamed }
+    }
+
     /// REMOVE or RMDIR.
     pub(crate) async fn remove(
         &self,
@@ -607,7 +622,7 @@ impl Client {
         } else {
             Unnamed::Files
         };
-        let _change = self.inner.cache.begin_unnamed(dir, unnamed);
+        let _change = self.inner.cache.begin_unnamed(dir, self.unnamed(unnamed));
         let op = if is_dir {
             RequestOp::Rmdir {
                 dir: *dir,
@@ -684,7 +699,8 @@ impl Client {
         to_name: &[u8],
     ) -> Result<(), SessionError> {
         self.inner.cache.naming(to_dir, to_name);
-        let _from = self.inner.cache.begin_unnamed(from_dir, Unnamed::Both);
+        let unnamed = self.unnamed(Unnamed::Both);
+        let _from = self.inner.cache.begin_unnamed(from_dir, unnamed);
         let _to = self.inner.cache.begin(to_dir);
         self.call(RequestOp::Rename {
             from_dir: *from_dir,
@@ -707,7 +723,8 @@ impl Client {
         flags: u32,
     ) -> Result<(), SessionError> {
         self.inner.cache.naming(to_dir, to_name);
-        let _from = self.inner.cache.begin_unnamed(from_dir, Unnamed::Both);
+        let unnamed = self.unnamed(Unnamed::Both);
+        let _from = self.inner.cache.begin_unnamed(from_dir, unnamed);
         let _to = self.inner.cache.begin(to_dir);
         let op = RequestOp::Rename2 {
             from_dir: *from_dir,

@@ -57,8 +57,8 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements (with ChaCha20-Poly1305 records; see
-/// [`ORDERED_SETATTR_AES_VERSION`] for the same with AES-256-GCM).
-pub const PROTOCOL_VERSION: u32 = ORDERED_SETATTR_VERSION;
+/// [`UNNAMED_TOLD_AES_VERSION`] for the same with AES-256-GCM).
+pub const PROTOCOL_VERSION: u32 = UNNAMED_TOLD_VERSION;
 /// The first version with SESSION and SEQUENCE ([`crate::sequence`]) and APPEND: a client
 /// sends them only on connections that chose it or a later one, so it still works with a
 /// server of version 2, without exactly-once changes or atomic appends.
@@ -96,11 +96,21 @@ pub const CREATE_AT_AES_VERSION: u32 = 12;
 pub const ORDERED_SETATTR_VERSION: u32 = 13;
 /// Version 13 with AES-256-GCM records, offered only with AES instructions as 4 is.
 pub const ORDERED_SETATTR_AES_VERSION: u32 = 14;
+/// Version 13 whose server tells the sender of a REMOVE, RMDIR, RENAME or RENAME2 of what it
+/// changed without naming it by handle (the object removed, moved or replaced), as it tells
+/// any other client holding a lease on it: an INVALIDATE sent before the reply. A client may
+/// then keep answering from its other cached attributes while such a request is under way,
+/// where before it had to take any of them as possibly changed (a hard link of the removed
+/// file, say). Nothing on the wire changes.
+pub const UNNAMED_TOLD_VERSION: u32 = 15;
+/// Version 15 with AES-256-GCM records, offered only with AES instructions as 4 is.
+pub const UNNAMED_TOLD_AES_VERSION: u32 = 16;
 /// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
 /// SEQUENCE, so a peer of either version can be served; 5 is 3 with FETCH; 7 is 5 with
 /// LISTDIR; 9 is 7 with COMMIT ordered behind the connection's WRITEs; 11 is 9 with
-/// CREATEAT; 13 is 11 with SETATTR ordered behind them too; 4, 6, 8, 10, 12 and 14 are 3, 5,
-/// 7, 9, 11 and 13 with AES-256-GCM records.
+/// CREATEAT; 13 is 11 with SETATTR ordered behind them too; 15 is 13 whose server tells the
+/// sender of a removal or rename what it changed unnamed; 4, 6, 8, 10, 12, 14 and 16 are 3,
+/// 5, 7, 9, 11, 13 and 15 with AES-256-GCM records.
 pub const SUPPORTED_VERSIONS: &[u32] = &[
     2,
     SESSIONS_VERSION,
@@ -115,6 +125,8 @@ pub const SUPPORTED_VERSIONS: &[u32] = &[
     CREATE_AT_AES_VERSION,
     ORDERED_SETATTR_VERSION,
     ORDERED_SETATTR_AES_VERSION,
+    UNNAMED_TOLD_VERSION,
+    UNNAMED_TOLD_AES_VERSION,
 ];
 
 /// Whether records of `version` are sealed with AES-256-GCM (else ChaCha20-Poly1305).
@@ -127,6 +139,7 @@ pub fn uses_aes(version: u32) -> bool {
             | ORDERED_COMMIT_AES_VERSION
             | CREATE_AT_AES_VERSION
             | ORDERED_SETATTR_AES_VERSION
+            | UNNAMED_TOLD_AES_VERSION
     )
 }
 
@@ -155,6 +168,13 @@ pub fn has_ordered_commit(version: u32) -> bool {
 /// the same file that came before it on the connection ([`ORDERED_SETATTR_VERSION`]).
 pub fn has_ordered_setattr(version: u32) -> bool {
     version >= ORDERED_SETATTR_VERSION
+}
+
+/// Whether the server of a connection of `version` tells the sender of a REMOVE, RMDIR,
+/// RENAME or RENAME2 of the objects it changed unnamed, before its reply
+/// ([`UNNAMED_TOLD_VERSION`]).
+pub fn tells_unnamed(version: u32) -> bool {
+    version >= UNNAMED_TOLD_VERSION
 }
 
 /// The versions this machine offers: all it speaks, but those with AES records only with AES
@@ -536,6 +556,14 @@ mod tests {
             versions: vec![2, 3, 5, 7, 9, 11, 13],
             ..HandshakeConfig::default()
         };
+        let v14 = HandshakeConfig {
+            versions: (2..=14).collect(),
+            ..HandshakeConfig::default()
+        };
+        let chacha15 = HandshakeConfig {
+            versions: vec![2, 3, 5, 7, 9, 11, 13, 15],
+            ..HandshakeConfig::default()
+        };
         for (client, server, chosen) in [
             (v2.clone(), HandshakeConfig::default(), 2),
             (HandshakeConfig::default(), v2, 2),
@@ -567,7 +595,12 @@ mod tests {
             // Ordered SETATTR.
             (chacha13.clone(), all.clone(), 13),
             (all.clone(), chacha13, 13),
-            (all.clone(), all, 14),
+            (v14.clone(), all.clone(), 14),
+            (all.clone(), v14, 14),
+            // The sender of a removal or rename told what it changed unnamed.
+            (chacha15.clone(), all.clone(), 15),
+            (all.clone(), chacha15, 15),
+            (all.clone(), all, 16),
         ] {
             let (mut c, mut s) = pair(client, server);
             pump(&mut c, &mut s).unwrap();
@@ -589,6 +622,7 @@ mod tests {
             assert_eq!(has_ordered_commit(chosen), chosen >= 9);
             assert_eq!(has_create_at(chosen), chosen >= 11);
             assert_eq!(has_ordered_setattr(chosen), chosen >= 13);
+            assert_eq!(tells_unnamed(chosen), chosen >= 15);
         }
     }
 

@@ -36,7 +36,7 @@ use protocol::{
 };
 
 use crate::changes::{Changes, Epoch};
-use crate::color0::{Bookkeeping, Invalidation};
+use crate::color0::{Bookkeeping, Changed, Invalidation};
 use crate::fs::{ObjKey, Outcome};
 use crate::leases::{Holder, Leases, Principal, Shares};
 use crate::read::ReadState;
@@ -336,7 +336,10 @@ impl Sim {
                     lease_ms,
                     &mut result,
                     &outcome.leased,
-                    &outcome.changed,
+                    Changed {
+                        objects: &outcome.changed,
+                        named: None,
+                    },
                 );
                 self.queue_invalidations(told);
                 let reply = Reply { id: req_id, result };
