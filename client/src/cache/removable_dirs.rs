@@ -200,6 +200,32 @@ mod tests {
     }
 
     #[test]
+    fn past_its_bound_the_expired_answers_go_then_all() {
+        let mut r = RemovableDirs::default();
+        let dir = |i: usize| {
+            let mut b = [0; 48];
+            b[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            FileHandle::from_bytes(b)
+        };
+        // Half of them expire at once; past the bound only those go.
+        for i in 0..MAX_DIRS {
+            let lease = if i % 2 == 0 { 1 } else { 60_000 };
+            r.answered(dir(i), 7, &dir_attr(0o755, lease), true, r.epoch());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        r.answered(D, 7, &dir_attr(0o755, 60_000), true, r.epoch());
+        assert_eq!(r.known.len(), MAX_DIRS / 2 + 1);
+        assert!(r.removable(&dir(1), 7) && r.removable(&D, 7));
+        // None expired: past the bound all go, and the new answer stays.
+        for i in MAX_DIRS..2 * MAX_DIRS {
+            r.answered(dir(i), 7, &dir_attr(0o755, 60_000), true, r.epoch());
+        }
+        assert!(r.known.len() <= MAX_DIRS);
+        assert!(!r.removable(&dir(1), 7), "the oldest went with the rest");
+        assert!(r.removable(&dir(2 * MAX_DIRS - 1), 7));
+    }
+
+    #[test]
     fn a_grant_ends_with_its_lease() {
         let mut r = RemovableDirs::default();
         r.answered(D, 7, &dir_attr(0o755, 1), true, r.epoch());

@@ -141,4 +141,14 @@ mod tests {
         assert!(!under_way.busy(&1), "the key is off once it ends");
         assert!(under_way.start(1).is_some(), "and may start again");
     }
+
+    #[test]
+    fn a_clone_sees_the_same_work() {
+        let under_way = UnderWay::<u8>::default();
+        let other = under_way.clone();
+        let started = other.start(1).expect("first start");
+        assert!(under_way.busy(&1) && under_way.start(1).is_none());
+        drop(started);
+        assert!(!under_way.busy(&1));
+    }
 }
