@@ -907,6 +907,27 @@ fn a_file_read_again_is_read_from_the_kernels_pages_until_it_changes() {
     assert_eq!(fs::read(&files[7]).unwrap(), first[7]);
 }
 
+/// Directories `t/d00`, `t/d01`, ... (`n` of them) made on the server, and a mount of it that
+/// has listed each once (it caches their attributes): the mount and their paths in it.
+fn mount_with_listed_dirs(s: &Setup, n: usize) -> (Mount, Vec<PathBuf>) {
+    for i in 0..n {
+        fs::create_dir_all(s.export.join(format!("t/d{i:02}"))).unwrap();
+    }
+    let m = s.mount("mnt");
+    let dirs: Vec<PathBuf> = (0..n).map(|i| m.dir.join(format!("t/d{i:02}"))).collect();
+    for d in &dirs {
+        assert_eq!(fs::read_dir(d).unwrap().count(), 0);
+    }
+    (m, dirs)
+}
+
+/// The GETATTRs the server got while `f` ran.
+fn getattrs_during(m: &Mount, f: impl FnOnce()) -> usize {
+    let before = requests(m, "GetAttr");
+    f();
+    requests(m, "GetAttr") - before
+}
+
 /// A change of ours that names only what it changes (a CREATE, a WRITE) leaves the attributes
 /// cached of everything else answering the kernel, and a REMOVE those of directories: `git
 /// status` makes and removes its index's lock file, and its next run `stat`s every directory
@@ -916,29 +937,21 @@ fn a_file_read_again_is_read_from_the_kernels_pages_until_it_changes() {
 fn a_write_leaves_other_objects_cached_attributes_answering() {
     need_fuse!();
     let s = setup();
-    const DIRS: usize = 20;
-    for i in 0..DIRS {
-        fs::create_dir_all(s.export.join(format!("t/d{i:02}"))).unwrap();
-    }
-    let m = s.mount("mnt");
-    let dirs: Vec<PathBuf> = (0..DIRS)
-        .map(|i| m.dir.join(format!("t/d{i:02}")))
-        .collect();
-    for d in &dirs {
-        assert_eq!(fs::read_dir(d).unwrap().count(), 0);
-    }
-    let before = requests(&m, "GetAttr");
-    // git's lock file: made, then removed (a REMOVE changes no directory it does not name).
-    fs::write(m.dir.join("t/index.lock"), b"").unwrap();
-    fs::remove_file(m.dir.join("t/index.lock")).unwrap();
-    fs::write(m.dir.join("t/index"), b"written").unwrap();
-    for d in &dirs {
-        fs::metadata(d).unwrap();
-    }
+    let (m, dirs) = mount_with_listed_dirs(&s, 20);
+    let asked = getattrs_during(&m, || {
+        // git's lock file: made, then removed (a REMOVE changes no directory it does not name).
+        fs::write(m.dir.join("t/index.lock"), b"").unwrap();
+        fs::remove_file(m.dir.join("t/index.lock")).unwrap();
+        fs::write(m.dir.join("t/index"), b"written").unwrap();
+        for d in &dirs {
+            fs::metadata(d).unwrap();
+        }
+    });
     assert_eq!(
-        requests(&m, "GetAttr") - before,
+        asked,
         0,
-        "GETATTRs for {DIRS} directories after a write elsewhere"
+        "GETATTRs for {} directories after a write elsewhere",
+        dirs.len()
     );
 }
 
@@ -950,29 +963,23 @@ fn a_write_leaves_other_objects_cached_attributes_answering() {
 fn a_rename_leaves_other_cached_attributes_answering_and_shows_what_it_replaced() {
     need_fuse!();
     let s = setup();
-    const DIRS: usize = 20;
-    for i in 0..DIRS {
-        fs::create_dir_all(s.export.join(format!("t/d{i:02}"))).unwrap();
-    }
-    let m = s.mount("mnt");
+    let (m, dirs) = mount_with_listed_dirs(&s, 20);
     let t = m.dir.join("t");
-    let dirs: Vec<PathBuf> = (0..DIRS).map(|i| t.join(format!("d{i:02}"))).collect();
-    for d in &dirs {
-        assert_eq!(fs::read_dir(d).unwrap().count(), 0);
-    }
     fs::write(t.join("index"), b"old index").unwrap();
     fs::hard_link(t.join("index"), t.join("kept")).unwrap();
     assert_eq!(fs::metadata(t.join("kept")).unwrap().nlink(), 2);
-    let before = requests(&m, "GetAttr");
-    fs::write(t.join("index.lock"), b"new index").unwrap();
-    fs::rename(t.join("index.lock"), t.join("index")).unwrap();
-    for d in &dirs {
-        fs::metadata(d).unwrap();
-    }
+    let asked = getattrs_during(&m, || {
+        fs::write(t.join("index.lock"), b"new index").unwrap();
+        fs::rename(t.join("index.lock"), t.join("index")).unwrap();
+        for d in &dirs {
+            fs::metadata(d).unwrap();
+        }
+    });
     assert_eq!(
-        requests(&m, "GetAttr") - before,
+        asked,
         0,
-        "GETATTRs for {DIRS} directories after a rename elsewhere"
+        "GETATTRs for {} directories after a rename elsewhere",
+        dirs.len()
     );
     assert_eq!(fs::read(t.join("index")).unwrap(), b"new index");
     // A READ makes the kernel forget the file's access time, so its next stat asks the mount.
@@ -984,6 +991,7 @@ fn a_rename_leaves_other_cached_attributes_answering_and_shows_what_it_replaced(
         m.log()
     );
 }
+
 /// A RENAME changes the change time of the directory it moves, which it does not name: the
 /// moved directory's `stat` is the server's after it, not attributes cached before.
 #[test]
