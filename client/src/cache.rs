@@ -59,6 +59,25 @@ struct Changes {
     /// We changed it (since its record was made): an INVALIDATE's attributes, taken when
     /// another client changed it, may predate our change, so they are not installed.
     ours: bool,
+    /// Our changes in flight together now, or last ([`Settled`]).
+    group: Group,
+}
+
+/// Our changes of one object in flight together: from one begun while none was, to the
+/// last of those begun meanwhile ended.
+#[derive(Debug, Default, Clone, Copy)]
+struct Group {
+    /// Tick of its first begin (which names it).
+    began: u64,
+    /// The stamp from which what was known of the object held until the group began: the
+    /// object's last change event before (or the floor then).
+    from: u64,
+    /// Changes begun in it.
+    members: u32,
+    /// Something else changed the object meanwhile (an INVALIDATE, a local invalidation,
+    /// an unbracketed change), or a member ended without its reply: what the group did is
+    /// not all known.
+    spoiled: bool,
 }
 
 /// What the cache holds, behind its one mutex.
@@ -195,18 +214,58 @@ pub(crate) struct Change<'a> {
     ended: bool,
 }
 
+/// A change of ours to one object answered by the server, one of a group of ours in flight
+/// together that nothing else overlapped. What was known of the object as of a stamp taken
+/// after its last change before the group and before the group began
+/// ([`Settled::applies_to`]) is, with each of the group's changes applied (all of them:
+/// the last to end says how many there were), what the server holds as of the last one's
+/// reply. A kept directory listing is brought up to date so, rather than read again after
+/// each name we add or remove (git removes two lock files at once, the first removed
+/// behind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settled {
+    /// The object's last change event before the group (or the floor then).
+    from: u64,
+    /// The group's first begin, which names it.
+    group: u64,
+    /// This change's end.
+    to: u64,
+    /// How many changes the group had, if this one ended last.
+    members: Option<u32>,
+}
+
+impl Settled {
+    /// Whether knowledge of the object valid as of `since` misses exactly the group's
+    /// changes: no other change came between `since` and the group, which began after it.
+    pub(crate) fn applies_to(&self, since: Stamp) -> bool {
+        (self.from..self.group).contains(&since.0)
+    }
+
+    /// The group this change was one of.
+    pub(crate) fn group(&self) -> u64 {
+        self.group
+    }
+
+    /// How many changes the group had, if this one ended last; then, the stamp the
+    /// knowledge holds as of once all of them are applied.
+    pub(crate) fn last(&self) -> Option<(u32, Stamp)> {
+        self.members.map(|n| (n, Stamp(self.to)))
+    }
+}
+
 impl Change<'_> {
     /// The request's reply came: installs `attr` (its post-op attributes) unless another
-    /// change of the object overlapped this one.
-    pub(crate) fn end(mut self, attr: Option<Attr>) {
+    /// change of the object overlapped this one; [`Settled`] when none did.
+    pub(crate) fn end(mut self, attr: Option<Attr>) -> Option<Settled> {
         self.ended = true;
-        self.cache.end(&self, attr);
+        self.cache.end(&self, attr)
     }
 }
 
 impl Drop for Change<'_> {
     fn drop(&mut self) {
         if !self.ended {
+            // No reply (an error, or the request given up): what it did is not known.
             self.cache.end(self, None);
         }
     }
@@ -261,6 +320,16 @@ impl Cached {
         }
     }
 
+    /// [`Cached::changed`] for a change event not of our bracketed changes: a group of ours
+    /// in flight on `fh` is spoiled ([`Settled`]).
+    fn changed_unbracketed(&mut self, fh: &FileHandle) -> &mut Changes {
+        let c = self.changed(fh);
+        if c.in_flight > 0 {
+            c.group.spoiled = true;
+        }
+        c
+    }
+
     /// A new tick of the clock, recorded as a change event of `fh`; what is cached of it goes.
     fn changed(&mut self, fh: &FileHandle) -> &mut Changes {
         if self.changes.len() >= MAX_ENTRIES && !self.changes.contains_key(fh) {
@@ -311,8 +380,21 @@ impl AttrCache {
     /// attributes of that kind answer [`AttrCache::get_unchanged_by_us`].
     pub(crate) fn begin_unnamed(&self, fh: &FileHandle, unnamed: Unnamed) -> Change<'_> {
         let mut g = self.inner.lock();
-        let c = g.changed(fh);
+        let last = g.changes.get(fh).map_or(0, |c| c.tick);
+        g.changed(fh);
+        // After `changed`, which raises the floor when it drops the records.
+        let from = last.max(g.floor);
+        let c = g.changes.get_mut(fh).expect("`changed` made the record");
         let overlapped = c.in_flight > 0;
+        if !overlapped {
+            c.group = Group {
+                began: c.tick,
+                from,
+                members: 0,
+                spoiled: false,
+            };
+        }
+        c.group.members += 1;
         c.in_flight += 1;
         c.ours = true;
         c.begun = c.tick;
@@ -333,12 +415,14 @@ impl AttrCache {
         }
     }
 
-    fn end(&self, change: &Change<'_>, attr: Option<Attr>) {
+    fn end(&self, change: &Change<'_>, attr: Option<Attr>) -> Option<Settled> {
         let mut g = self.inner.lock();
         let valid = change.began >= g.floor;
         let c = g.changed(&change.fh);
         c.in_flight = c.in_flight.saturating_sub(1);
         let alone = !change.overlapped && c.begun == change.began;
+        c.group.spoiled |= !change.ended;
+        let (group, last) = (c.group, c.in_flight == 0);
         let clock = g.clock;
         if change.unnamed.files() {
             g.unseen_files.ended(clock);
@@ -349,6 +433,16 @@ impl AttrCache {
         if let (Some(a), true) = (attr, alone && valid) {
             g.install(change.fh, a, Some(change.began));
         }
+        // The group's records still hold after `changed`, which may have dropped them.
+        if group.spoiled || group.began < g.floor {
+            return None;
+        }
+        Some(Settled {
+            from: group.from,
+            group: group.began,
+            to: clock,
+            members: last.then_some(group.members),
+        })
     }
 
     /// `fh` was made, or maybe changed (CREATE of an existing file truncates it), by a request
@@ -358,7 +452,7 @@ impl AttrCache {
     pub(crate) fn made(&self, fh: &FileHandle, attr: Option<Attr>, since: Stamp) {
         let mut g = self.inner.lock();
         let install = g.unchanged_since(fh, since);
-        let c = g.changed(fh);
+        let c = g.changed_unbracketed(fh);
         c.begun = c.tick;
         c.ours = true;
         if let (Some(a), true) = (attr, install) {
@@ -414,7 +508,7 @@ impl AttrCache {
     /// are not installed either.
     pub(crate) fn invalidate(&self, fh: &FileHandle) {
         let mut g = self.inner.lock();
-        g.changed(fh);
+        g.changed_unbracketed(fh);
         g.no_caps.remove(fh);
         g.fresh.forget(fh);
         g.removable.forget(fh);
@@ -513,7 +607,7 @@ impl AttrCache {
         g.no_caps.remove(fh);
         g.fresh.forget(fh);
         g.removable.forget(fh);
-        let c = g.changed(fh);
+        let c = g.changed_unbracketed(fh);
         c.begun = c.tick;
         if let (Some(a), false) = (attr, c.ours) {
             g.install(*fh, a, None);

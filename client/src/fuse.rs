@@ -141,7 +141,7 @@ pub(crate) struct ServerMount {
     /// ([`removes_behind`]).
     removes: Arc<removes_behind::RemovesBehind>,
     /// Listings kept between opens while their directory's lease lasts ([`kept_listings`]).
-    kept: kept_listings::KeptListings,
+    kept: Arc<kept_listings::KeptListings>,
     /// Listings read ahead along a walk of the tree ([`listing_ahead`]).
     listing_ahead: listing_ahead::ListingAhead,
     /// Directories read whole for the lookups in them ([`lookups_listed`]).
@@ -201,7 +201,7 @@ impl ServerMount {
             files_ahead: files_ahead::FilesAhead::default(),
             behind,
             removes: Arc::default(),
-            kept: kept_listings::KeptListings::default(),
+            kept: Arc::default(),
             listing_ahead: listing_ahead::ListingAhead::default(),
             lookups_listed: lookups_listed::LookupsListed::default(),
         })

@@ -327,13 +327,13 @@ impl NFSFileSystem for SfsNfs {
         attr: sattr3,
     ) -> Result<(fileid3, fattr3), nfsstat3> {
         let dir = self.fh(dirid)?;
-        let (fh, a) = self
+        let made = self
             .client
             .create(&dir, &filename.0, CreateHow::Unchecked(setattr_from(&attr)))
             .await
             .map_err(nfs_err)?;
-        let id = self.id(fh);
-        Ok((id, self.fattr(id, &a)))
+        let id = self.id(made.fh);
+        Ok((id, self.fattr(id, &made.attr)))
     }
 
     async fn create_exclusive(
@@ -342,7 +342,7 @@ impl NFSFileSystem for SfsNfs {
         filename: &filename3,
     ) -> Result<fileid3, nfsstat3> {
         let dir = self.fh(dirid)?;
-        let (fh, _) = self
+        let made = self
             .client
             .create(
                 &dir,
@@ -351,7 +351,7 @@ impl NFSFileSystem for SfsNfs {
             )
             .await
             .map_err(nfs_err)?;
-        Ok(self.id(fh))
+        Ok(self.id(made.fh))
     }
 
     async fn mkdir(
@@ -360,13 +360,13 @@ impl NFSFileSystem for SfsNfs {
         dirname: &filename3,
     ) -> Result<(fileid3, fattr3), nfsstat3> {
         let dir = self.fh(dirid)?;
-        let (fh, a) = self
+        let made = self
             .client
             .mkdir(&dir, &dirname.0, crate::commands::transfer::set_nothing())
             .await
             .map_err(nfs_err)?;
-        let id = self.id(fh);
-        Ok((id, self.fattr(id, &a)))
+        let id = self.id(made.fh);
+        Ok((id, self.fattr(id, &made.attr)))
     }
 
     async fn remove(&self, dirid: fileid3, filename: &filename3) -> Result<(), nfsstat3> {
@@ -397,6 +397,7 @@ impl NFSFileSystem for SfsNfs {
         self.client
             .rename(&from, &from_filename.0, &to, &to_filename.0)
             .await
+            .map(|_| ())
             .map_err(nfs_err)
     }
 
@@ -451,13 +452,13 @@ impl NFSFileSystem for SfsNfs {
         attr: &sattr3,
     ) -> Result<(fileid3, fattr3), nfsstat3> {
         let dir = self.fh(dirid)?;
-        let (fh, a) = self
+        let made = self
             .client
             .symlink(&dir, &linkname.0, &symlink.0, setattr_from(attr))
             .await
             .map_err(nfs_err)?;
-        let id = self.id(fh);
-        Ok((id, self.fattr(id, &a)))
+        let id = self.id(made.fh);
+        Ok((id, self.fattr(id, &made.attr)))
     }
 
     async fn readlink(&self, id: fileid3) -> Result<nfspath3, nfsstat3> {

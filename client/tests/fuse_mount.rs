@@ -855,6 +855,69 @@ fn a_name_a_kept_listing_lacks_is_absent_without_asking_the_server() {
     assert_eq!(err.raw_os_error(), Some(libc::ENAMETOOLONG), "{err}");
 }
 
+/// Our own changes of a directory (creates, renames, removals, several removed at once behind
+/// the kernel's back) do not end its kept listing: it is edited to show them, so the names
+/// git probes for in `.git` between its own lock-file renames stay free of round trips. The
+/// listing shows exactly the directory as the server has it, and another client's change
+/// still ends it at once.
+#[test]
+fn our_own_changes_keep_the_listing_of_their_directory_answering() {
+    need_fuse!();
+    let s = setup();
+    dir_of_files(&s.export.join("d"), 8, 1);
+    let m = s.mount("mnt");
+    let other = s.mount("other");
+    let d = m.dir.join("d");
+    assert_eq!(fs::read_dir(&d).unwrap().count(), 8);
+    // What git does to `.git`: a lock file made, written and renamed over its target, a
+    // file renamed, files removed in a row (the later ones removed behind, together).
+    fs::write(d.join("index.lock"), b"new index").unwrap();
+    fs::rename(d.join("index.lock"), d.join("f1")).unwrap();
+    fs::rename(d.join("f0"), d.join("moved")).unwrap();
+    fs::create_dir(d.join("sub")).unwrap();
+    std::os::unix::fs::symlink("f1", d.join("link")).unwrap();
+    for i in 2..7 {
+        fs::remove_file(d.join(format!("f{i}"))).unwrap();
+    }
+    let before = requests(&m, "Lookup") + requests(&m, "ListDir");
+    for i in 0..20 {
+        assert!(!d.join(format!("MERGE_HEAD{i}")).exists());
+    }
+    for gone in ["index.lock", "f0", "f2", "f6"] {
+        assert!(!d.join(gone).exists(), "{gone}");
+    }
+    let mut names: Vec<String> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let asked = requests(&m, "Lookup") + requests(&m, "ListDir") - before;
+    assert_eq!(
+        asked, 0,
+        "absent names and the listing asked the server {asked} times"
+    );
+    assert_eq!(names, ["f1", "f7", "link", "moved", "sub"]);
+    assert_eq!(fs::read(d.join("f1")).unwrap(), b"new index");
+    assert_eq!(fs::read(d.join("moved")).unwrap(), b"x");
+    assert!(fs::metadata(d.join("sub")).unwrap().is_dir());
+    assert_eq!(fs::read_link(d.join("link")).unwrap(), Path::new("f1"));
+
+    // As the server has it.
+    let mut on_disk: Vec<String> = fs::read_dir(s.export.join("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    on_disk.sort();
+    assert_eq!(names, on_disk);
+
+    // Another client's name shows at once (its INVALIDATE ends the listing).
+    fs::write(other.dir.join("d/MERGE_HEAD3"), b"x").unwrap();
+    soon("a name another mount added", true, || {
+        d.join("MERGE_HEAD3").exists()
+    });
+    assert_eq!(fs::read_dir(&d).unwrap().count(), 6);
+}
+
 /// A file read again is read from the kernel's pages while it is unchanged under its lease
 /// (`FOPEN_KEEP_CACHE`, fuse/kept_pages.rs): no READ, and no GETATTR either (the kernel forgets
 /// a file's access time after each READ and asks again at the next `stat`, answered from the
@@ -3796,7 +3859,9 @@ fn multi_user_mount_grants_what_an_acl_grants_and_keeps_acls_in_the_kernel() {
     );
 
     const FILES: usize = 50;
-    dir_of_files(&s.export.join("many"), FILES, 2);
+    // Made through another client: a name made on the server's own disk, behind sfsd's back,
+    // shows only when the lease of the listing this mount keeps of its root ends.
+    dir_of_files(&other.dir.join("many"), FILES, 2);
     let ls = || assert_eq!(ls_l(&m.dir.join("many")).split('\n').count(), FILES + 2);
     ls();
     let tries = tries_until_at_most(2, || {

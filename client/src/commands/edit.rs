@@ -142,5 +142,6 @@ pub(crate) async fn mv(ctx: &mut Ctx, from: &str, to: &str) -> Result<(), CmdErr
     let (_, tdir, tname) = ctx.parent(&t).await?;
     c.rename(&fdir, fname.as_bytes(), &tdir, tname.as_bytes())
         .await
+        .map(|_| ())
         .map_err(|e| CmdError::at(from, e))
 }

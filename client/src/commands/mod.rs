@@ -306,7 +306,7 @@ pub(crate) async fn mkdir_or_existing(
     label: &str,
 ) -> Result<(FileHandle, bool), CmdError> {
     match c.mkdir(parent, name.as_bytes(), attr).await {
-        Ok((fh, _)) => Ok((fh, true)),
+        Ok(m) => Ok((m.fh, true)),
         Err(SessionError::Nfs(NfsStatus::Exist)) => {
             let (fh, attr) = c
                 .lookup(parent, name.as_bytes())

@@ -399,7 +399,7 @@ impl Dest<'_> {
             Dest::In(dir, name) => c
                 .create(dir, name.as_bytes(), how)
                 .await
-                .map(|(fh, _)| Some(fh)),
+                .map(|m| Some(m.fh)),
             Dest::At(path) => Ok(c.create_at(path, how).await?.map(|(fh, _)| fh)),
         }
     }

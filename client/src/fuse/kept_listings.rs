@@ -10,6 +10,15 @@
 //! the server's own disk, behind sfsd's back, shows when the lease ends (at most the lease,
 //! 60 s by default), exactly as an attribute changed there does.
 //!
+//! A change of ours to the directory's names (a create, a removal, a rename) that no other
+//! change overlapped does not drop the listing: it is edited to show the change and holds on
+//! ([`KeptListings::patch`]). git makes `index.lock` and renames it over `index` at each
+//! index write, and probes `.git` for absent names (`MERGE_HEAD`, lock files) all the while:
+//! read again after each change, each of those probes would be a round trip. Only a change
+//! the server tells us all of is so applied: the new name's object and attributes come with
+//! the reply, and the server tells us (before the reply) of the objects a removal or rename
+//! changes without naming them, as it does other clients.
+//!
 //! A kept listing is handed only to the local user it was read for: another user may not be
 //! allowed to read the directory, and the server is who decides. The keeping is bounded:
 //! at most [`MAX_KEPT`] listings of at most [`MAX_KEPT_ENTRIES`] entries each and
@@ -21,10 +30,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use protocol::FileHandle;
+use protocol::{Attr, FileHandle};
 
-use super::listing::Listing;
-use crate::cache::AttrCache;
+use super::convert::kind;
+use super::listing::{Listed, Listing};
+use crate::cache::{AttrCache, Settled, Stamp};
 
 /// How many listings are kept at most (the soonest to expire goes first when full).
 const MAX_KEPT: usize = 4096;
@@ -34,37 +44,121 @@ const MAX_KEPT_ENTRIES: usize = 4096;
 /// Entries of all kept listings together.
 const MAX_KEPT_TOTAL: usize = 65536;
 
-/// Listings by (directory, local user acting).
+/// Listings by directory, then by local user acting.
 #[derive(Default)]
 pub(super) struct KeptListings {
     kept: Mutex<KeptSet>,
 }
 
-/// The listings, and how many entries they hold together.
+/// The listings, how many, and how many entries they hold together.
 #[derive(Default)]
 struct KeptSet {
-    by_dir: HashMap<(FileHandle, u32), Kept>,
+    by_dir: HashMap<FileHandle, HashMap<u32, Kept>>,
+    listings: usize,
     entries: usize,
 }
 
 impl KeptSet {
-    fn remove(&mut self, key: &(FileHandle, u32)) {
-        if let Some(k) = self.by_dir.remove(key) {
+    fn remove(&mut self, dir: &FileHandle, uid: u32) {
+        let Some(users) = self.by_dir.get_mut(dir) else {
+            return;
+        };
+        if let Some(k) = users.remove(&uid) {
+            self.listings -= 1;
             self.entries -= k.listing.entries.len();
         }
+        if users.is_empty() {
+            self.by_dir.remove(dir);
+        }
+    }
+
+    /// Every listing's key and when it ends.
+    fn ends(&self) -> impl Iterator<Item = ((FileHandle, u32), Instant)> + '_ {
+        let users = self.by_dir.iter();
+        users.flat_map(|(dir, users)| users.iter().map(|(uid, k)| ((*dir, *uid), k.until)))
     }
 }
 
 struct Kept {
     listing: Arc<Listing>,
+    /// The stamp as of which the listing shows the directory's names: when it was asked
+    /// for, or the reply to the last of our changes applied to it.
+    names_since: Stamp,
     /// The end of the directory's lease.
     until: Instant,
+    /// A group of our changes of the directory partly applied: until all are, the listing
+    /// is handed to no one.
+    applying: Option<Applying>,
+}
+
+/// The changes of a group ([`Settled`]) applied to a listing so far.
+struct Applying {
+    group: u64,
+    applied: u32,
+    /// The names they touched: two changes of one name in flight together may have been
+    /// done in either order.
+    touched: Vec<Vec<u8>>,
+    /// How many the group had, and the stamp the listing holds as of once all are applied
+    /// (known when the last to end is applied).
+    last: Option<(u32, Stamp)>,
+}
+
+/// A change of ours to one directory's names, to apply to its kept listings.
+pub(super) enum Edit<'a> {
+    /// `name` now names this object (made, linked, or moved there).
+    Named(&'a [u8], &'a (FileHandle, Attr)),
+    /// `name` is gone.
+    Unnamed(&'a [u8]),
+    /// `from` was renamed `to` in the directory.
+    Renamed { from: &'a [u8], to: &'a [u8] },
+}
+
+impl Edit<'_> {
+    /// The names it touches.
+    fn names(&self) -> [Option<&[u8]>; 2] {
+        match *self {
+            Edit::Named(name, _) | Edit::Unnamed(name) => [Some(name), None],
+            Edit::Renamed { from, to } => [Some(from), Some(to)],
+        }
+    }
+
+    /// Applies the edit to `entries`; false if it cannot be (a rename of a name they lack).
+    fn apply(&self, entries: &mut Vec<Listed>) -> bool {
+        let unname = |entries: &mut Vec<Listed>, name: &[u8]| {
+            let at = entries.iter().position(|e| e.name == name)?;
+            Some(entries.remove(at))
+        };
+        match *self {
+            Edit::Named(name, node) => {
+                unname(entries, name);
+                entries.push(Listed {
+                    kind: kind(node.1.ftype),
+                    name: name.to_vec(),
+                    node: Some(*node),
+                });
+            }
+            Edit::Unnamed(name) => {
+                unname(entries, name);
+            }
+            Edit::Renamed { from, to } => {
+                let Some(moved) = unname(entries, from) else {
+                    return false;
+                };
+                unname(entries, to);
+                entries.push(Listed {
+                    name: to.to_vec(),
+                    ..moved
+                });
+            }
+        }
+        true
+    }
 }
 
 impl KeptListings {
     /// The listing of directory `dir` kept for `uid`, if it is still what the server would
     /// answer: the directory's lease has not ended and `cache` saw no change of it since the
-    /// listing was asked for.
+    /// listing was asked for (or since our own change last applied to it).
     pub(super) fn get(
         &self,
         dir: &FileHandle,
@@ -72,11 +166,14 @@ impl KeptListings {
         cache: &AttrCache,
     ) -> Option<Arc<Listing>> {
         let mut kept = self.kept.lock();
-        let k = kept.by_dir.get(&(*dir, uid))?;
-        if Instant::now() < k.until && !cache.changed_since(dir, k.listing.since) {
+        let k = kept.by_dir.get(dir)?.get(&uid)?;
+        if k.applying.is_some() && Instant::now() < k.until {
+            return None;
+        }
+        if Instant::now() < k.until && !cache.changed_since(dir, k.names_since) {
             return Some(k.listing.clone());
         }
-        kept.remove(&(*dir, uid));
+        kept.remove(dir, uid);
         None
     }
 
@@ -96,55 +193,132 @@ impl KeptListings {
         if listing.entries.len() > MAX_KEPT_ENTRIES || cache.changed_since(dir, listing.since) {
             return;
         }
-        let n = listing.entries.len();
         let mut kept = self.kept.lock();
-        kept.remove(&(*dir, uid));
-        let full = |k: &KeptSet| k.by_dir.len() >= MAX_KEPT || k.entries + n > MAX_KEPT_TOTAL;
-        if full(&kept) {
-            let now = Instant::now();
-            let expired: Vec<_> = kept
-                .by_dir
-                .iter()
-                .filter(|(_, k)| k.until <= now)
-                .map(|(key, _)| *key)
-                .collect();
-            for key in &expired {
-                kept.remove(key);
-            }
-        }
-        while full(&kept) {
-            let Some(soonest) = kept
-                .by_dir
-                .iter()
-                .min_by_key(|(_, k)| k.until)
-                .map(|(key, _)| *key)
-            else {
-                break;
-            };
-            kept.remove(&soonest);
-        }
+        kept.remove(dir, uid);
+        let n = listing.entries.len();
+        make_room(&mut kept, n);
+        kept.listings += 1;
         kept.entries += n;
-        kept.by_dir.insert(
-            (*dir, uid),
+        kept.by_dir.entry(*dir).or_default().insert(
+            uid,
             Kept {
                 listing: listing.clone(),
+                names_since: listing.since,
                 until,
+                applying: None,
             },
         );
+    }
+
+    /// Our change of `dir`'s names, answered, one of a group of ours that nothing else
+    /// overlapped (`settled`): each listing of `dir` kept from before the group, unchanged
+    /// since but by it, gets `edit`, and once it has all the group's changes it holds on as
+    /// of the last one's reply. Listings read since already show the changes and stay as
+    /// they are; one the edit does not fit (or whose group was left unfinished) goes.
+    pub(super) fn patch(&self, dir: &FileHandle, settled: Settled, edit: &Edit<'_>) {
+        let mut kept = self.kept.lock();
+        let Some(users) = kept.by_dir.get_mut(dir) else {
+            return;
+        };
+        let (mut patched, mut gone) = (Vec::new(), Vec::new());
+        let mut grown = 0isize;
+        for (uid, k) in users.iter_mut() {
+            match &k.applying {
+                Some(a) if a.group == settled.group() => {}
+                Some(_) => {
+                    gone.push(*uid);
+                    continue;
+                }
+                None if settled.applies_to(k.names_since) => {
+                    k.applying = Some(Applying {
+                        group: settled.group(),
+                        applied: 0,
+                        touched: Vec::new(),
+                        last: None,
+                    });
+                }
+                None => continue,
+            }
+            patched.push(*uid);
+            let before = k.listing.entries.len();
+            if !apply(k, settled, edit) {
+                gone.push(*uid);
+            }
+            grown += k.listing.entries.len() as isize - before as isize;
+        }
+        kept.entries = kept.entries.saturating_add_signed(grown);
+        if kept.entries > MAX_KEPT_TOTAL {
+            gone = patched;
+        }
+        for uid in gone {
+            kept.remove(dir, uid);
+        }
     }
 
     /// How many listings are kept.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.kept.lock().by_dir.len()
+        self.kept.lock().listings
+    }
+}
+
+/// Applies `edit`, our change that settled as `settled`, to `k` (which is applying its
+/// group): false if the listing must go instead.
+fn apply(k: &mut Kept, settled: Settled, edit: &Edit<'_>) -> bool {
+    let Some(a) = k.applying.as_mut() else {
+        return false;
+    };
+    for name in edit.names().into_iter().flatten() {
+        if a.touched.iter().any(|t| t == name) {
+            return false;
+        }
+        a.touched.push(name.to_vec());
+    }
+    a.applied += 1;
+    a.last = a.last.or(settled.last());
+    // Edited in place unless a reader holds it (an open directory serves it to the end, as
+    // read); a copy otherwise. Either way no longer the kernel's copy
+    // ([`super::kernel_listings`] holds it weakly).
+    let listing = Arc::make_mut(&mut k.listing);
+    if !edit.apply(&mut listing.entries) || listing.entries.len() > MAX_KEPT_ENTRIES {
+        return false;
+    }
+    match a.last {
+        Some((n, to)) if a.applied == n => {
+            k.names_since = to;
+            k.applying = None;
+            true
+        }
+        Some((n, _)) => a.applied < n,
+        None => true,
+    }
+}
+
+/// Room for a listing of `n` entries: the expired go first, then the soonest to expire.
+fn make_room(kept: &mut KeptSet, n: usize) {
+    let full = |k: &KeptSet| k.listings >= MAX_KEPT || k.entries + n > MAX_KEPT_TOTAL;
+    if full(kept) {
+        let now = Instant::now();
+        let expired: Vec<_> = kept
+            .ends()
+            .filter(|(_, until)| *until <= now)
+            .map(|(key, _)| key)
+            .collect();
+        for (dir, uid) in expired {
+            kept.remove(&dir, uid);
+        }
+    }
+    while full(kept) {
+        let Some((dir, uid)) = kept.ends().min_by_key(|(_, until)| *until).map(|(k, _)| k) else {
+            break;
+        };
+        kept.remove(&dir, uid);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
-
-    use protocol::Attr;
 
     use super::*;
 
@@ -260,5 +434,203 @@ mod tests {
         // Kept again under the same key: counted once.
         kept.keep(&dir(39), 0, &large, &cache);
         assert_eq!(kept.kept.lock().entries, MAX_KEPT_TOTAL);
+    }
+
+    fn names(kept: &KeptListings, cache: &AttrCache, uid: u32) -> Option<Vec<String>> {
+        let l = kept.get(&DIR, uid, cache)?;
+        let names = l
+            .entries
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.name).into());
+        Some(names.collect())
+    }
+
+    /// A listing of f0, f1, f2 kept for user 0 under a minute's lease.
+    fn kept_three(cache: &AttrCache) -> KeptListings {
+        let kept = KeptListings::default();
+        let l = listing(cache, 3);
+        leased(cache, &l, 60_000);
+        kept.keep(&DIR, 0, &l, cache);
+        kept
+    }
+
+    const NEW: FileHandle = FileHandle::from_bytes([9; 48]);
+
+    #[test]
+    fn our_own_changes_edit_the_kept_listing_which_holds_on() {
+        let cache = AttrCache::default();
+        let kept = kept_three(&cache);
+        let held = kept.get(&DIR, 0, &cache).unwrap();
+        let weak = Arc::downgrade(&held);
+        let created = cache.begin(&DIR).end(None).unwrap();
+        kept.patch(
+            &DIR,
+            created,
+            &Edit::Named(b"n", &(NEW, Attr::test_file(0, 60_000))),
+        );
+        assert_eq!(names(&kept, &cache, 0).unwrap(), ["f0", "f1", "f2", "n"]);
+        assert_eq!(
+            held.entries.len(),
+            3,
+            "an open directory serves what it opened"
+        );
+        let renamed = cache.begin(&DIR).end(None).unwrap();
+        kept.patch(
+            &DIR,
+            renamed,
+            &Edit::Renamed {
+                from: b"n",
+                to: b"f1",
+            },
+        );
+        assert_eq!(names(&kept, &cache, 0).unwrap(), ["f0", "f2", "f1"]);
+        let moved = kept.get(&DIR, 0, &cache).unwrap();
+        assert_eq!(
+            moved.entries[2].node.unwrap().0,
+            NEW,
+            "f1 is the moved object"
+        );
+        let removed = cache.begin(&DIR).end(None).unwrap();
+        kept.patch(&DIR, removed, &Edit::Unnamed(b"f0"));
+        assert_eq!(names(&kept, &cache, 0).unwrap(), ["f2", "f1"]);
+        assert_eq!(kept.kept.lock().entries, 2);
+        drop((held, moved));
+        assert!(
+            weak.upgrade().is_none(),
+            "not the listing the kernel's copy was filled from"
+        );
+    }
+
+    #[test]
+    fn only_a_change_from_just_after_the_listing_edits_it() {
+        let cache = AttrCache::default();
+        // Another change came first, unseen by the listing: not edited, and dropped.
+        let kept = kept_three(&cache);
+        cache.invalidate(&DIR);
+        let ours = cache.begin(&DIR).end(None).unwrap();
+        kept.patch(&DIR, ours, &Edit::Unnamed(b"f0"));
+        assert_eq!(names(&kept, &cache, 0), None);
+        assert_eq!(kept.len(), 0);
+        // A listing read after the change already shows it: left as it is.
+        let settled = cache.begin(&DIR).end(None).unwrap();
+        let kept = kept_three(&cache);
+        kept.patch(&DIR, settled, &Edit::Unnamed(b"f0"));
+        assert_eq!(names(&kept, &cache, 0).unwrap(), ["f0", "f1", "f2"]);
+        // Nor one read while it was under way (it may or may not show it): never kept.
+        let change = cache.begin(&DIR);
+        let during = listing(&cache, 3);
+        let settled = change.end(None).unwrap();
+        assert!(!settled.applies_to(during.since));
+    }
+
+    #[test]
+    fn changes_in_flight_together_apply_once_all_are_in() {
+        let cache = AttrCache::default();
+        let kept = kept_three(&cache);
+        let (first, second) = (cache.begin(&DIR), cache.begin(&DIR));
+        let second = second.end(None).unwrap();
+        assert_eq!(second.last(), None, "the first is still in flight");
+        kept.patch(&DIR, second, &Edit::Unnamed(b"f1"));
+        assert_eq!(
+            names(&kept, &cache, 0),
+            None,
+            "half applied: handed to no one"
+        );
+        assert_eq!(kept.len(), 1, "but kept");
+        let first = first.end(None).unwrap();
+        assert_eq!(first.last().map(|(n, _)| n), Some(2));
+        kept.patch(&DIR, first, &Edit::Unnamed(b"f0"));
+        assert_eq!(names(&kept, &cache, 0).unwrap(), ["f2"]);
+        // Applied in the other order than they ended: the same.
+        let kept = kept_three(&cache);
+        let (first, second) = (cache.begin(&DIR), cache.begin(&DIR));
+        let (second, first) = (second.end(None).unwrap(), first.end(None).unwrap());
+        kept.patch(&DIR, first, &Edit::Unnamed(b"f0"));
+        assert_eq!(names(&kept, &cache, 0), None);
+        kept.patch(&DIR, second, &Edit::Unnamed(b"f1"));
+        assert_eq!(names(&kept, &cache, 0).unwrap(), ["f2"]);
+    }
+
+    #[test]
+    fn a_group_not_all_known_leaves_no_listing_handed_out() {
+        let cache = AttrCache::default();
+        // A member without its reply (an error, or given up).
+        let kept = kept_three(&cache);
+        let (first, second) = (cache.begin(&DIR), cache.begin(&DIR));
+        let first = first.end(None).unwrap();
+        kept.patch(&DIR, first, &Edit::Unnamed(b"f0"));
+        drop(second);
+        assert_eq!(names(&kept, &cache, 0), None);
+        // The next change of ours drops it.
+        let next = cache.begin(&DIR).end(None).unwrap();
+        kept.patch(&DIR, next, &Edit::Unnamed(b"f1"));
+        assert_eq!(kept.len(), 0);
+        // Another client's change while ours were in flight: none of them settles after.
+        let kept = kept_three(&cache);
+        let (first, second) = (cache.begin(&DIR), cache.begin(&DIR));
+        let first = first.end(None).unwrap();
+        kept.patch(&DIR, first, &Edit::Unnamed(b"f0"));
+        cache.invalidated(&DIR, None);
+        assert_eq!(second.end(None), None);
+        assert_eq!(names(&kept, &cache, 0), None);
+        // Two changes of one name in flight together: the order is not known.
+        let kept = kept_three(&cache);
+        let (first, second) = (cache.begin(&DIR), cache.begin(&DIR));
+        let (first, second) = (first.end(None).unwrap(), second.end(None).unwrap());
+        kept.patch(&DIR, first, &Edit::Unnamed(b"f0"));
+        kept.patch(
+            &DIR,
+            second,
+            &Edit::Named(b"f0", &(NEW, Attr::test_file(0, 60_000))),
+        );
+        assert_eq!(kept.len(), 0);
+    }
+
+    #[test]
+    fn an_edit_that_does_not_fit_drops_the_listing() {
+        let cache = AttrCache::default();
+        let kept = kept_three(&cache);
+        let renamed = cache.begin(&DIR).end(None).unwrap();
+        kept.patch(
+            &DIR,
+            renamed,
+            &Edit::Renamed {
+                from: b"absent",
+                to: b"f0",
+            },
+        );
+        assert_eq!(kept.len(), 0, "a rename of a name it lacks");
+        assert_eq!(kept.kept.lock().entries, 0);
+        // Grown past the bound on one listing.
+        let kept = KeptListings::default();
+        let full = listing(&cache, MAX_KEPT_ENTRIES);
+        leased(&cache, &full, 60_000);
+        kept.keep(&DIR, 0, &full, &cache);
+        let made = cache.begin(&DIR).end(None).unwrap();
+        kept.patch(
+            &DIR,
+            made,
+            &Edit::Named(b"n", &(NEW, Attr::test_file(0, 60_000))),
+        );
+        assert_eq!(kept.len(), 0, "more than MAX_KEPT_ENTRIES");
+        assert_eq!(kept.kept.lock().entries, 0);
+    }
+
+    #[test]
+    fn every_user_s_listing_of_the_directory_is_edited() {
+        let cache = AttrCache::default();
+        let kept = kept_three(&cache);
+        let l = listing(&cache, 3);
+        kept.keep(&DIR, 7, &l, &cache);
+        let made = cache.begin(&DIR).end(None).unwrap();
+        kept.patch(
+            &DIR,
+            made,
+            &Edit::Named(b"n", &(NEW, Attr::test_file(0, 60_000))),
+        );
+        for uid in [0, 7] {
+            assert_eq!(names(&kept, &cache, uid).unwrap().len(), 4, "user {uid}");
+        }
+        assert_eq!(kept.kept.lock().entries, 8);
     }
 }

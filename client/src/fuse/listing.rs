@@ -12,6 +12,7 @@ use super::ROOT;
 use crate::cache::Stamp;
 
 /// One directory listing taken at `opendir`, served in pieces by `readdir`/`readdirplus`.
+#[derive(Clone)]
 pub(super) struct Listing {
     pub(super) entries: Vec<Listed>,
     /// Taken before the listing was asked for: its attributes are from no earlier.
@@ -23,6 +24,7 @@ pub(super) struct Listing {
     pub(super) received: Instant,
 }
 
+#[derive(Clone)]
 pub(super) struct Listed {
     pub(super) kind: fuser::FileType,
     pub(super) name: Vec<u8>,

@@ -5,8 +5,11 @@ use fuser::{Errno, INodeNo, RenameFlags};
 use protocol::{CreateHow, FileHandle, SetAttr};
 
 use super::convert::errno;
+use super::kept_listings::{Edit, KeptListings};
+use super::unlinked::HIDDEN_PREFIX;
 use super::{Entry, ServerMount};
-use crate::session::Client;
+use crate::cache::Settled;
+use crate::session::{Client, Made};
 
 impl ServerMount {
     pub(super) async fn lookup(
@@ -73,8 +76,8 @@ impl ServerMount {
         } else {
             CreateHow::Unchecked(attr)
         };
-        let (fh, a) = c.create(&dir, name, how).await.map_err(errno)?;
-        Ok(self.entry(parent, name, fh, &a))
+        let made = c.create(&dir, name, how).await.map_err(errno)?;
+        Ok(self.made(parent, &dir, name, made))
     }
 
     pub(super) async fn mkdir(
@@ -90,8 +93,8 @@ impl ServerMount {
             mode: Some(mode & 0o7777),
             ..crate::commands::transfer::set_nothing()
         };
-        let (fh, a) = c.mkdir(&dir, name, attr).await.map_err(errno)?;
-        Ok(self.entry(parent, name, fh, &a))
+        let made = c.mkdir(&dir, name, attr).await.map_err(errno)?;
+        Ok(self.made(parent, &dir, name, made))
     }
 
     pub(super) async fn mknod(
@@ -108,8 +111,8 @@ impl ServerMount {
             mode: Some(mode & 0o7777),
             ..crate::commands::transfer::set_nothing()
         };
-        let (fh, a) = c.mknod(&dir, name, kind, attr).await.map_err(errno)?;
-        Ok(self.entry(parent, name, fh, &a))
+        let made = c.mknod(&dir, name, kind, attr).await.map_err(errno)?;
+        Ok(self.made(parent, &dir, name, made))
     }
 
     pub(super) async fn symlink(
@@ -121,11 +124,11 @@ impl ServerMount {
     ) -> Result<Entry, Errno> {
         let dir = self.fh(parent)?;
         self.removes.settle(&dir).await;
-        let (fh, a) = c
+        let made = c
             .symlink(&dir, name, target, crate::commands::transfer::set_nothing())
             .await
             .map_err(errno)?;
-        Ok(self.entry(parent, name, fh, &a))
+        Ok(self.made(parent, &dir, name, made))
     }
 
     pub(super) async fn link(
@@ -138,8 +141,16 @@ impl ServerMount {
         let fh = self.fh(ino)?;
         let dir = self.fh(parent)?;
         self.removes.settle(&dir).await;
-        let a = c.link(&fh, &dir, name).await.map_err(errno)?;
-        Ok(self.entry(parent, name, fh, &a))
+        let made = c.link(&fh, &dir, name).await.map_err(errno)?;
+        Ok(self.made(parent, &dir, name, made))
+    }
+
+    /// The entry for `made` as `name` in `dir` (node `parent`), the name added to the
+    /// directory's kept listings.
+    fn made(&self, parent: INodeNo, dir: &FileHandle, name: &[u8], made: Made) -> Entry {
+        let node = (made.fh, made.attr);
+        edited(&self.kept, dir, made.settled, Edit::Named(name, &node));
+        self.entry(parent, name, made.fh, &made.attr)
     }
 
     pub(super) async fn remove(
@@ -166,14 +177,15 @@ impl ServerMount {
             self.forget_name(parent, name);
             return Ok(());
         }
-        if is_dir {
-            c.remove(&dir, name, true).await.map_err(errno)?;
+        let settled = if is_dir {
+            c.remove(&dir, name, true).await.map_err(errno)?
         } else {
             // Beside it, whether the directory's next unlinks may be answered early.
             let (removed, ()) =
                 tokio::join!(c.remove(&dir, name, false), self.learn_removable(c, &dir));
-            removed.map_err(errno)?;
-        }
+            removed.map_err(errno)?
+        };
+        edited(&self.kept, &dir, settled, Edit::Unnamed(name));
         self.forget_name(parent, name);
         Ok(())
     }
@@ -195,18 +207,50 @@ impl ServerMount {
         {
             return Err(Errno::EINVAL);
         }
-        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+        let settled = if flags.contains(RenameFlags::RENAME_NOREPLACE) {
             // One RENAME2 on the server: the existence check and the rename are one
             // renameat2(RENAME_NOREPLACE), so a racing creator cannot be replaced.
             c.rename2(&from, name, &to, newname, protocol::rename_flags::NOREPLACE)
                 .await
-                .map_err(errno)?;
+                .map_err(errno)?
         } else {
             // Replacing a file some program has open: keep it alive.
             self.keep_if_open(c, uid, &to, newname).await?;
-            c.rename(&from, name, &to, newname).await.map_err(errno)?;
+            c.rename(&from, name, &to, newname).await.map_err(errno)?
+        };
+        if from == to {
+            let edit = Edit::Renamed {
+                from: name,
+                to: newname,
+            };
+            edited(&self.kept, &from, settled, edit);
+        } else {
+            // Listings of the directory it went to are read again: the moved entry's
+            // attributes would be checked against another listing's stamps.
+            edited(&self.kept, &from, settled, Edit::Unnamed(name));
         }
         self.forget_name(parent, name);
         Ok(())
     }
+}
+
+/// Our change `edit` of `dir`'s names, which settled as `settled`, applied to its kept
+/// listings ([`KeptListings::patch`]). Names of files kept hidden while open
+/// ([`super::unlinked`]) are never listed: made or renamed so, a name is only gone.
+pub(super) fn edited(
+    kept: &KeptListings,
+    dir: &FileHandle,
+    settled: Option<Settled>,
+    edit: Edit<'_>,
+) {
+    let Some(settled) = settled else {
+        return;
+    };
+    let hidden = |name: &[u8]| name.starts_with(HIDDEN_PREFIX);
+    let edit = match edit {
+        Edit::Named(name, _) if hidden(name) => Edit::Unnamed(name),
+        Edit::Renamed { from, to } if hidden(to) => Edit::Unnamed(from),
+        edit => edit,
+    };
+    kept.patch(dir, settled, &edit);
 }

@@ -42,6 +42,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::ServerMount;
 use super::convert::errno;
+use super::kept_listings::Edit;
 use crate::session::{Client, SessionError};
 
 /// Removals under way at once in the whole mount; past it, an unlink waits for the server.
@@ -214,10 +215,14 @@ impl ServerMount {
         let Some(removal) = self.removes.begin(dir) else {
             return false;
         };
-        let (c, owned) = (c.clone(), name.to_vec());
+        let (c, owned, kept) = (c.clone(), name.to_vec(), self.kept.clone());
         let work = async move {
             let result = match c.remove(&dir, &owned, false).await {
-                Ok(()) | Err(SessionError::Nfs(NfsStatus::NoEnt)) => Ok(()),
+                Ok(settled) => {
+                    super::names::edited(&kept, &dir, settled, Edit::Unnamed(&owned));
+                    Ok(())
+                }
+                Err(SessionError::Nfs(NfsStatus::NoEnt)) => Ok(()),
                 Err(e) => Err(e),
             };
             if let Err(e) = &result {

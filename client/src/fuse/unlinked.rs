@@ -7,6 +7,8 @@ use protocol::{FileHandle, NfsStatus};
 
 use super::ServerMount;
 use super::convert::errno;
+use super::kept_listings::Edit;
+use super::names::edited;
 use super::table::Table;
 use crate::session::{Client, SessionError};
 
@@ -69,13 +71,19 @@ impl ServerMount {
             );
             h
         };
-        c.rename(dir, name, dir, &hidden).await.map_err(errno)?;
+        let settled = c.rename(dir, name, dir, &hidden).await.map_err(errno)?;
+        let renamed = Edit::Renamed {
+            from: name,
+            to: &hidden,
+        };
+        edited(&self.kept, dir, settled, renamed);
         let recorded = self.while_open(ino, |t| {
             t.hidden.insert(ino, (*dir, hidden.clone()));
         });
         if !recorded {
             // Closed while the rename was under way: nobody is left to remove it but us.
-            c.remove(dir, &hidden, false).await.map_err(errno)?;
+            let settled = c.remove(dir, &hidden, false).await.map_err(errno)?;
+            edited(&self.kept, dir, settled, Edit::Unnamed(&hidden));
         }
         Ok(true)
     }
@@ -99,8 +107,11 @@ impl ServerMount {
     pub(crate) async fn remove_hidden(&self) {
         let hidden: Vec<_> = self.table().hidden.drain().map(|(_, h)| h).collect();
         for (dir, name) in hidden {
-            if let Err(e) = self.client.remove(&dir, &name, false).await {
-                tracing::warn!(error = %e.report(), "cannot remove a hidden name at unmount");
+            match self.client.remove(&dir, &name, false).await {
+                Ok(settled) => edited(&self.kept, &dir, settled, Edit::Unnamed(&name)),
+                Err(e) => {
+                    tracing::warn!(error = %e.report(), "cannot remove a hidden name at unmount");
+                }
             }
         }
     }
@@ -139,7 +150,8 @@ impl ServerMount {
             }
         }
         if let Some((dir, name)) = hidden {
-            c.remove(&dir, &name, false).await.map_err(errno)?;
+            let settled = c.remove(&dir, &name, false).await.map_err(errno)?;
+            edited(&self.kept, &dir, settled, Edit::Unnamed(&name));
         }
         Ok(())
     }

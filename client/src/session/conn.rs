@@ -10,6 +10,7 @@
 //! "lost"; the next request makes a new connection ([`Client::connection`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -238,6 +239,7 @@ impl Client {
         {
             return Ok((c.clone(), None));
         }
+        self.inner.tells_unnamed.store(false, Ordering::Release);
         let reconnect = slot.take().is_some();
         let opts = &self.inner.opts;
         let mut delay = opts.initial_backoff;
@@ -256,6 +258,8 @@ impl Client {
                         self.inner.invalidated(Invalidation::Everything);
                     }
                     let c = Arc::new(c);
+                    let tells = protocol::handshake::tells_unnamed(c.version);
+                    self.inner.tells_unnamed.store(tells, Ordering::Release);
                     *slot = Some(c.clone());
                     return Ok((c, early_reply));
                 }
@@ -351,7 +355,7 @@ impl Client {
             write_max,
             epoch: None,
             version,
-            serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
             tasks: [writer, readertask, sweeper],
         };
         let identity = self.inner.identity.as_ref();

@@ -48,7 +48,7 @@ mod xattr;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -59,6 +59,7 @@ use crate::caller_groups::Groups;
 use crate::identity::Identity;
 pub(crate) use by_path::Fetched;
 use conn::Conn;
+pub(crate) use ops::Made;
 pub(crate) use sent::{Sent, SentSoFar};
 pub(crate) use xattr::absent_unless_listed;
 
@@ -144,6 +145,10 @@ struct ClientState {
     cache: AttrCache,
     next_id: AtomicU64,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The connection in `conn`, if any, is of a version that tells its sender of the
+    /// objects a removal or rename changes unnamed ([`protocol::handshake::tells_unnamed`]);
+    /// read without waiting for `conn`'s lock, which every request takes.
+    tells_unnamed: AtomicBool,
     on_invalidate: std::sync::OnceLock<InvalidateHook>,
     resolver: std::sync::OnceLock<IdentityResolver>,
     user_ids: Mutex<HashMap<u32, Option<Identity>>>,
@@ -237,6 +242,7 @@ impl Client {
                 cache: AttrCache::default(),
                 next_id: AtomicU64::new(1),
                 conn: tokio::sync::Mutex::new(None),
+                tells_unnamed: AtomicBool::new(false),
                 on_invalidate: std::sync::OnceLock::new(),
                 resolver: std::sync::OnceLock::new(),
                 user_ids: Mutex::new(HashMap::new()),
@@ -297,7 +303,11 @@ impl Client {
     /// again. Cached attributes are dropped and [`Invalidation::Everything`] is reported,
     /// since no INVALIDATE can arrive while disconnected. Whether there was a connection.
     pub(crate) async fn disconnect(&self) -> bool {
-        let was = self.inner.conn.lock().await.take().is_some();
+        let was = {
+            let mut slot = self.inner.conn.lock().await;
+            self.inner.tells_unnamed.store(false, Ordering::Release);
+            slot.take().is_some()
+        };
         if was {
             self.inner.cache.clear();
             self.inner.invalidated(Invalidation::Everything);

@@ -14,7 +14,7 @@ use super::Client;
 use super::Sent;
 use super::error::{ProtocolError, SessionError};
 use super::limits::{MAX_DIR_ENTRIES, MAX_DIR_NAME_BYTES, MAX_DIR_PAGES};
-use crate::cache::{Stamp, Unnamed, XattrAnswer};
+use crate::cache::{Settled, Stamp, Unnamed, XattrAnswer};
 
 /// Binds the fields of the reply an operation expects (`let`-else on `pattern = reply`); any
 /// other kind of reply returns [`Client::unexpected`] from the calling operation.
@@ -466,7 +466,7 @@ impl Client {
         dir: &FileHandle,
         name: &[u8],
         how: CreateHow,
-    ) -> Result<(FileHandle, Attr), SessionError> {
+    ) -> Result<Made, SessionError> {
         // Unchecked may have opened an existing file; the others made this one.
         let made = !matches!(how, CreateHow::Unchecked(_));
         self.inner.cache.naming(dir, name);
@@ -478,8 +478,10 @@ impl Client {
             how,
         };
         let_reply!(self, ReplyBody::Create(o) = self.call(op).await?);
-        change.end(None);
-        self.made(dir, name, o, since, made).await
+        let settled = change.end(None);
+        self.made(dir, name, o, since, made)
+            .await
+            .map(|(fh, attr)| Made { fh, attr, settled })
     }
 
     /// MKDIR.
@@ -488,7 +490,7 @@ impl Client {
         dir: &FileHandle,
         name: &[u8],
         attr: SetAttr,
-    ) -> Result<(FileHandle, Attr), SessionError> {
+    ) -> Result<Made, SessionError> {
         self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
@@ -498,13 +500,13 @@ impl Client {
             attr,
         };
         let_reply!(self, ReplyBody::Mkdir(o) = self.call(op).await?);
-        change.end(None);
+        let settled = change.end(None);
         let known = o.fh.is_some();
-        let (fh, a) = self.made(dir, name, o, since, true).await?;
+        let (fh, attr) = self.made(dir, name, o, since, true).await?;
         if known && let Some(authno) = self.authno_now() {
-            self.inner.cache.dir_made(&fh, &a, authno);
+            self.inner.cache.dir_made(&fh, &attr, authno);
         }
-        Ok((fh, a))
+        Ok(Made { fh, attr, settled })
     }
 
     /// [`Client::new_object`] for an object the request made new when `made`: the cache then
@@ -533,7 +535,7 @@ impl Client {
         name: &[u8],
         target: &[u8],
         attr: SetAttr,
-    ) -> Result<(FileHandle, Attr), SessionError> {
+    ) -> Result<Made, SessionError> {
         self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
@@ -544,8 +546,8 @@ impl Client {
             target: target.to_vec(),
         };
         let_reply!(self, ReplyBody::Symlink(o) = self.call(op).await?);
-        change.end(None);
-        self.new_object(dir, name, o, since).await
+        let settled = change.end(None);
+        self.new_made(dir, name, o, (since, settled)).await
     }
 
     /// The handle and attributes of an object just made (asked for when the reply has none).
@@ -557,7 +559,7 @@ impl Client {
         name: &[u8],
         kind: protocol::SpecialKind,
         attr: SetAttr,
-    ) -> Result<(FileHandle, Attr), SessionError> {
+    ) -> Result<Made, SessionError> {
         self.inner.cache.naming(dir, name);
         let change = self.inner.cache.begin(dir);
         let since = self.inner.cache.stamp();
@@ -568,8 +570,20 @@ impl Client {
             attr,
         };
         let_reply!(self, ReplyBody::Mknod(o) = self.call(op).await?);
-        change.end(None);
-        self.new_object(dir, name, o, since).await
+        let settled = change.end(None);
+        self.new_made(dir, name, o, (since, settled)).await
+    }
+
+    /// [`Client::new_object`], with the change of `dir` that made it.
+    async fn new_made(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        o: NewObject,
+        (since, settled): (Stamp, Option<Settled>),
+    ) -> Result<Made, SessionError> {
+        let (fh, attr) = self.new_object(dir, name, o, since).await?;
+        Ok(Made { fh, attr, settled })
     }
 
     /// The handle and attributes of the object just made as `name` in `dir`: from the reply,
@@ -599,30 +613,33 @@ impl Client {
     /// holds back of the cached attributes: nothing where the server tells us of each such
     /// object before its reply, as it tells other clients (an INVALIDATE, which the cache
     /// takes before the reply; [`protocol::handshake::tells_unnamed`]). Asked of the current
-    /// connection without waiting (a removal answered before the server must not wait here);
-    /// with none at hand it holds back as with a server that does not tell. A reconnect
-    /// before the request goes out drops the whole cache anyway.
+    /// connection without waiting (a removal answered before the server must not wait here,
+    /// nor any request for another's turn at the connection's lock); with none at hand it
+    /// holds back as with a server that does not tell. A reconnect before the request goes
+    /// out drops the whole cache anyway.
     fn unnamed(&self, unnamed: Unnamed) -> Unnamed {
-        let told = self.inner.conn.try_lock().is_ok_and(|c| {
-            c.as_ref()
-                .is_some_and(|c| protocol::handshake::tells_unnamed(c.version))
-        });
-        if told { Unnamed::Nothing } else { unnamed }
+        if self.inner.tells_unnamed.load(Ordering::Acquire) {
+            Unnamed::Nothing
+        } else {
+            unnamed
+        }
     }
 
-    /// REMOVE or RMDIR.
+    /// REMOVE or RMDIR; how the directory's change settled when the server tells us of the
+    /// object removed (what we know of it then stays true: [`Client::unnamed`]).
     pub(crate) async fn remove(
         &self,
         dir: &FileHandle,
         name: &[u8],
         is_dir: bool,
-    ) -> Result<(), SessionError> {
+    ) -> Result<Option<Settled>, SessionError> {
         let unnamed = if is_dir {
             Unnamed::Dirs
         } else {
             Unnamed::Files
         };
-        let _change = self.inner.cache.begin_unnamed(dir, self.unnamed(unnamed));
+        let unnamed = self.unnamed(unnamed);
+        let change = self.inner.cache.begin_unnamed(dir, unnamed);
         let op = if is_dir {
             RequestOp::Rmdir {
                 dir: *dir,
@@ -634,7 +651,9 @@ impl Client {
                 name: name.to_vec(),
             }
         };
-        self.call(op).await.map(|_| ())
+        self.call(op).await?;
+        let settled = change.end(None);
+        Ok(settled.filter(|_| unnamed == Unnamed::Nothing))
     }
 
     /// LINK: a new name `dir/name` for `fh`; the object's attributes afterwards.
@@ -643,9 +662,9 @@ impl Client {
         fh: &FileHandle,
         dir: &FileHandle,
         name: &[u8],
-    ) -> Result<Attr, SessionError> {
+    ) -> Result<Made, SessionError> {
         self.inner.cache.naming(dir, name);
-        let _dir_change = self.inner.cache.begin(dir);
+        let dir_change = self.inner.cache.begin(dir);
         let change = self.inner.cache.begin(fh);
         let op = RequestOp::Link {
             fh: *fh,
@@ -654,10 +673,16 @@ impl Client {
         };
         let_reply!(self, ReplyBody::Link { attr, .. } = self.call(op).await?);
         change.end(attr);
-        match attr {
-            Some(a) => Ok(a),
-            None => self.getattr_fresh(fh).await,
-        }
+        let settled = dir_change.end(None);
+        let attr = match attr {
+            Some(a) => a,
+            None => self.getattr_fresh(fh).await?,
+        };
+        Ok(Made {
+            fh: *fh,
+            attr,
+            settled,
+        })
     }
 
     /// OPEN: the server keeps `fh` alive for this session's user until [`Client::close`] or
@@ -697,19 +722,38 @@ impl Client {
         from_name: &[u8],
         to_dir: &FileHandle,
         to_name: &[u8],
-    ) -> Result<(), SessionError> {
-        self.inner.cache.naming(to_dir, to_name);
-        let unnamed = self.unnamed(Unnamed::Both);
-        let _from = self.inner.cache.begin_unnamed(from_dir, unnamed);
-        let _to = self.inner.cache.begin(to_dir);
-        self.call(RequestOp::Rename {
+    ) -> Result<Option<Settled>, SessionError> {
+        let op = RequestOp::Rename {
             from_dir: *from_dir,
             from_name: from_name.to_vec(),
             to_dir: *to_dir,
             to_name: to_name.to_vec(),
-        })
-        .await
-        .map(|_| ())
+        };
+        self.renaming(op, from_dir, to_dir).await
+    }
+
+    /// Sends RENAME or RENAME2 `op` from `from_dir` to `to_dir`, bracketed as a change of
+    /// both (once when they are one); how the change of `from_dir` settled when the server
+    /// tells us of the objects moved and replaced ([`Client::unnamed`]).
+    async fn renaming(
+        &self,
+        op: RequestOp,
+        from_dir: &FileHandle,
+        to_dir: &FileHandle,
+    ) -> Result<Option<Settled>, SessionError> {
+        let (RequestOp::Rename { to_name, .. } | RequestOp::Rename2 { to_name, .. }) = &op else {
+            unreachable!("renaming sends only RENAME and RENAME2");
+        };
+        self.inner.cache.naming(to_dir, to_name);
+        let unnamed = self.unnamed(Unnamed::Both);
+        let from = self.inner.cache.begin_unnamed(from_dir, unnamed);
+        let to = (to_dir != from_dir).then(|| self.inner.cache.begin(to_dir));
+        let_reply!(
+            self,
+            (ReplyBody::Rename { .. } | ReplyBody::Rename2 { .. }) = self.call(op).await?
+        );
+        drop(to);
+        Ok(from.end(None).filter(|_| unnamed == Unnamed::Nothing))
     }
 
     /// RENAME2 with `flags` ([`protocol::rename_flags`]): with NOREPLACE the server fails with
@@ -721,11 +765,7 @@ impl Client {
         to_dir: &FileHandle,
         to_name: &[u8],
         flags: u32,
-    ) -> Result<(), SessionError> {
-        self.inner.cache.naming(to_dir, to_name);
-        let unnamed = self.unnamed(Unnamed::Both);
-        let _from = self.inner.cache.begin_unnamed(from_dir, unnamed);
-        let _to = self.inner.cache.begin(to_dir);
+    ) -> Result<Option<Settled>, SessionError> {
         let op = RequestOp::Rename2 {
             from_dir: *from_dir,
             from_name: from_name.to_vec(),
@@ -733,7 +773,15 @@ impl Client {
             to_name: to_name.to_vec(),
             flags,
         };
-        let_reply!(self, ReplyBody::Rename2 { .. } = self.call(op).await?);
-        Ok(())
+        self.renaming(op, from_dir, to_dir).await
     }
+}
+
+/// An object a request made (or CREATE opened, or LINK named again) as a name in a directory.
+#[derive(Debug)]
+pub(crate) struct Made {
+    pub(crate) fh: FileHandle,
+    pub(crate) attr: Attr,
+    /// The directory's change, when nothing overlapped it.
+    pub(crate) settled: Option<Settled>,
 }

@@ -372,7 +372,7 @@ async fn jukebox_is_retried_for_any_procedure() {
     }))
     .await;
     let c = Client::new(&f.name, None, quick());
-    let a = c.link(&FH, &FH, b"n").await.unwrap();
+    let a = c.link(&FH, &FH, b"n").await.unwrap().attr;
     assert_eq!(a.size, 3);
     assert_eq!(links.load(Ordering::SeqCst), 3);
 }
@@ -790,11 +790,11 @@ async fn an_object_made_without_a_handle_is_looked_up() {
     }))
     .await;
     let c = Client::new(&f.name, None, quick());
-    let (fh, a) = c
+    let made = c
         .mkdir(&DIR, b"new", protocol::SetAttr::default())
         .await
         .unwrap();
-    assert_eq!((fh, a), (FH, attr(0, 60_000)));
+    assert_eq!((made.fh, made.attr), (FH, attr(0, 60_000)));
     assert_eq!(*lookups.lock(), vec![(DIR, b"new".to_vec())]);
 }
 
