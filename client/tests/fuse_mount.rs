@@ -918,6 +918,87 @@ fn our_own_changes_keep_the_listing_of_their_directory_answering() {
     assert_eq!(fs::read_dir(&d).unwrap().count(), 6);
 }
 
+/// An empty directory's listing has no entry to show that its reader may search it: the
+/// server is asked that beside the listing (ACCESS, the same round trip), and absent names
+/// there are then answered without a request (git probes `.git/refs/tags` for `HEAD` and
+/// `.git/objects/info` for `alternates` at every command). Another client's new name there
+/// still shows at once.
+#[test]
+fn absent_names_in_an_empty_directory_are_answered_from_its_listing() {
+    need_fuse!();
+    let s = setup();
+    fs::create_dir(s.export.join("empty")).unwrap();
+    let m = s.mount("mnt");
+    let other = s.mount("other");
+    let e = m.dir.join("empty");
+    assert!(fs::metadata(&e).unwrap().is_dir());
+    for i in 0..2 {
+        assert!(!e.join(format!("probe{i}")).exists());
+    }
+    let asked = || {
+        ["Lookup", "ListDir", "Access"]
+            .map(|p| requests(&m, p))
+            .iter()
+            .sum::<usize>()
+    };
+    let before = asked();
+    for i in 2..22 {
+        assert!(!e.join(format!("probe{i}")).exists());
+    }
+    assert_eq!(asked() - before, 0, "absent names in an empty directory");
+    fs::write(other.dir.join("empty/HEAD"), b"ref").unwrap();
+    soon("a name another mount added", true, || {
+        e.join("HEAD").exists()
+    });
+}
+
+/// Removing or renaming over a file while programs hold other files open asks the server no
+/// LOOKUP: the node the kernel holds for the name tells whether it is one of the open files
+/// (git holds its packs open while it renames lock files over refs and removes temporary
+/// objects). A file that is open still outlives its name, and one renamed over too.
+#[test]
+fn unlinks_and_renames_while_files_are_open_ask_no_lookup() {
+    need_fuse!();
+    let s = setup();
+    fs::create_dir(s.export.join("d")).unwrap();
+    for name in ["pack", "tmp_obj", "open", "index", "index.lock", "replaced"] {
+        fs::write(s.export.join("d").join(name), name).unwrap();
+    }
+    let m = s.mount("mnt");
+    let d = m.dir.join("d");
+    // Listed: the kernel's own LOOKUP of a rename's target (it never trusts its dentry
+    // there) is answered from the listing.
+    assert_eq!(fs::read_dir(&d).unwrap().count(), 6);
+    let mut pack = fs::File::open(d.join("pack")).unwrap();
+    let mut open = fs::File::open(d.join("open")).unwrap();
+    let mut replaced = fs::File::open(d.join("replaced")).unwrap();
+    let before = requests(&m, "Lookup");
+    fs::rename(d.join("index.lock"), d.join("index")).unwrap();
+    fs::remove_file(d.join("tmp_obj")).unwrap();
+    fs::remove_file(d.join("open")).unwrap();
+    fs::rename(d.join("index"), d.join("replaced")).unwrap();
+    let asked = requests(&m, "Lookup") - before;
+    assert_eq!(asked, 0, "renames and unlinks asked {asked} LOOKUPs");
+    for (f, was) in [
+        (&mut pack, "pack"),
+        (&mut open, "open"),
+        (&mut replaced, "replaced"),
+    ] {
+        let mut got = String::new();
+        f.read_to_string(&mut got).unwrap();
+        assert_eq!(got, was);
+    }
+    assert_eq!(fs::read(d.join("replaced")).unwrap(), b"index.lock");
+
+    // A name renamed over another is the moved file's: open, it outlives its removal.
+    let mut moved = fs::File::open(d.join("pack")).unwrap();
+    fs::rename(d.join("pack"), d.join("replaced")).unwrap();
+    fs::remove_file(d.join("replaced")).unwrap();
+    let mut got = String::new();
+    moved.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "pack");
+}
+
 /// A file read again is read from the kernel's pages while it is unchanged under its lease
 /// (`FOPEN_KEEP_CACHE`, fuse/kept_pages.rs): no READ, and no GETATTR either (the kernel forgets
 /// a file's access time after each READ and asks again at the next `stat`, answered from the

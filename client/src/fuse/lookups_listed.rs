@@ -11,7 +11,14 @@
 //! object changed since), a name it lacks with `ENOENT`.
 //!
 //! - **Only small directories**: those whose cached size says at most [`LISTED_DIR_MAX`]
-//!   bytes; a large one is not read whole for a few names.
+//!   bytes; a large one is not read whole for a few names. One of a single block
+//!   ([`ONE_BLOCK`]) may be empty, and an empty listing does not show that its reader may
+//!   search the directory: the server is asked that beside (ACCESS, in the same round trip),
+//!   so git's probes of empty directories (`.git/refs/tags` for `HEAD`, `.git/objects/info`
+//!   for `alternates`) are answered too.
+//! - **Not where the cache knows the name absent**: in a directory this mount made
+//!   ([`crate::cache`]'s `fresh_dirs`), `tar x` and `cp -r` look up each name before making
+//!   it, and the cache answers without a request.
 //! - **Once per directory and lease**: a directory whose listing keeps being invalidated (one
 //!   being filled) is read for lookups at most once per [`RELIST_AFTER`].
 //! - **As whom**: the listing is read as the user who looked up, and answers only that user:
@@ -38,6 +45,10 @@ const RELIST_AFTER: Duration = Duration::from_secs(60);
 
 /// Lookups in a directory no listing answered before it is read.
 const MISSES_BEFORE_LISTING: u32 = 2;
+
+/// A directory at most this large (one block of most file systems: a few dozen names, or
+/// none) is read for lookups with an ACCESS beside.
+const ONE_BLOCK: u64 = 4096;
 
 /// Bound on the directories remembered (past it, all are forgotten).
 const MAX_REMEMBERED: usize = 4096;
@@ -86,17 +97,30 @@ impl LookupsListed {
 }
 
 /// What a listing says of `name`: Some(Some(handle, attributes)) if it holds it, Some(None) if
-/// it certainly does not (it has entries with attributes, so its reader may search the
-/// directory), None if it cannot say.
-pub(super) fn find(listing: &Listing, name: &[u8]) -> Option<Option<(FileHandle, Attr)>> {
+/// it certainly does not (its reader may search the directory: the server said so, `may_search`,
+/// or the listing has entries with attributes, which the server reads only then), None if it
+/// cannot say.
+pub(super) fn find(
+    listing: &Listing,
+    name: &[u8],
+    may_search: bool,
+) -> Option<Option<(FileHandle, Attr)>> {
     if listing.entries.len() > SCAN_MAX || name.len() > NAME_MAX {
         return None;
     }
     match listing.entries.iter().find(|e| e.name == name) {
         Some(e) => e.node.map(Some),
-        None if listing.entries.iter().any(|e| e.node.is_some()) => Some(None),
+        None if may_search || listing.entries.iter().any(|e| e.node.is_some()) => Some(None),
         None => None,
     }
+}
+
+/// Whether the server said, in an ACCESS answer still cached, that this session's user may
+/// search `dir`: an empty directory's listing shows nothing else of it.
+pub(super) fn may_search(c: &Client, dir: &FileHandle) -> bool {
+    let lookup = protocol::access::LOOKUP;
+    c.access_cached(dir, lookup)
+        .is_some_and(|g| g & lookup != 0)
 }
 
 impl ServerMount {
@@ -114,19 +138,31 @@ impl ServerMount {
         let listing = match self.kept.get(dir, uid, c.cache()) {
             Some(kept) => kept,
             None => {
-                let small = c
+                let size = c
                     .cache()
                     .get(dir)
-                    .is_some_and(|a| a.ftype == FileType::Directory && a.size <= LISTED_DIR_MAX);
-                if !small || !self.lookups_listed.missed(dir, uid, Instant::now()) {
+                    .filter(|a| a.ftype == FileType::Directory);
+                let size = size.map(|a| a.size).filter(|&s| s <= LISTED_DIR_MAX)?;
+                if c.known_absent(dir, name) {
                     return None;
                 }
-                let read = Arc::new(self.read_listing(c, dir).await.ok()?);
+                if !self.lookups_listed.missed(dir, uid, Instant::now()) {
+                    return None;
+                }
+                // A directory of one block may be empty: whether its user may search it is
+                // asked beside, in the same round trip, so its absent names are answered.
+                let read = if size <= ONE_BLOCK && !may_search(c, dir) {
+                    let search = c.access(dir, protocol::access::LOOKUP);
+                    tokio::join!(self.read_listing(c, dir), search).0
+                } else {
+                    self.read_listing(c, dir).await
+                };
+                let read = Arc::new(read.ok()?);
                 self.kept.keep(dir, uid, &read, c.cache());
                 read
             }
         };
-        let (fh, listed) = match find(&listing, name)? {
+        let (fh, listed) = match find(&listing, name, may_search(c, dir))? {
             Some(node) => node,
             None => return Some(Err(Errno::ENOENT)),
         };
@@ -175,12 +211,32 @@ mod tests {
             received: Instant::now(),
         };
         let l = listing(vec![entry(b".", None), entry(b"f", Some((file, a)))]);
-        assert_eq!(find(&l, b"f"), Some(Some((file, a))));
-        assert_eq!(find(&l, b"g"), Some(None), "absent");
-        assert_eq!(find(&l, &[b'g'; 255]), Some(None), "NAME_MAX is a name");
-        assert_eq!(find(&l, &[b'g'; 256]), None, "the server's ENAMETOOLONG");
+        assert_eq!(find(&l, b"f", false), Some(Some((file, a))));
+        assert_eq!(find(&l, b"g", false), Some(None), "absent");
+        assert_eq!(
+            find(&l, &[b'g'; 255], false),
+            Some(None),
+            "NAME_MAX is a name"
+        );
+        assert_eq!(
+            find(&l, &[b'g'; 256], false),
+            None,
+            "the server's ENAMETOOLONG"
+        );
         let bare = listing(vec![entry(b".", None), entry(b"f", None)]);
-        assert_eq!(find(&bare, b"g"), None, "no attributes: may not search");
+        assert_eq!(
+            find(&bare, b"g", false),
+            None,
+            "no attributes: may not search"
+        );
+        let empty = listing(vec![entry(b".", None), entry(b"..", None)]);
+        assert_eq!(find(&empty, b"g", false), None, "empty: may not search");
+        assert_eq!(
+            find(&empty, b"g", true),
+            Some(None),
+            "the server said it may"
+        );
+        assert_eq!(find(&bare, b"f", true), None, "a name without attributes");
     }
 
     #[test]

@@ -54,7 +54,11 @@ impl ServerMount {
         let Some(l) = self.kept.get(dir, self.acting_uid(uid), c.cache()) else {
             return false;
         };
-        matches!(super::lookups_listed::find(&l, name), Some(None))
+        let may_search = super::lookups_listed::may_search(c, dir);
+        matches!(
+            super::lookups_listed::find(&l, name, may_search),
+            Some(None)
+        )
     }
 
     pub(super) async fn create(
@@ -173,7 +177,7 @@ impl ServerMount {
         } else if self.remove_early(c, parent, name) {
             return Ok(());
         }
-        if !is_dir && self.keep_if_open(c, uid, &dir, name).await? {
+        if !is_dir && self.keep_if_open(c, uid, (parent, &dir), name).await? {
             self.forget_name(parent, name);
             return Ok(());
         }
@@ -215,7 +219,7 @@ impl ServerMount {
                 .map_err(errno)?
         } else {
             // Replacing a file some program has open: keep it alive.
-            self.keep_if_open(c, uid, &to, newname).await?;
+            self.keep_if_open(c, uid, (newparent, &to), newname).await?;
             c.rename(&from, name, &to, newname).await.map_err(errno)?
         };
         if from == to {
@@ -229,7 +233,7 @@ impl ServerMount {
             // attributes would be checked against another listing's stamps.
             edited(&self.kept, &from, settled, Edit::Unnamed(name));
         }
-        self.forget_name(parent, name);
+        self.rename_name((parent, name), (newparent, newname));
         Ok(())
     }
 }

@@ -142,6 +142,19 @@ impl ServerMount {
         }
     }
 
+    /// `name` in `parent` was renamed `newname` in `newparent`: the kernel moved its dentry,
+    /// so the node goes with the name, and what `newname` named before is no longer there.
+    pub(super) fn rename_name(&self, (parent, name): (INodeNo, &[u8]), to: (INodeNo, &[u8])) {
+        let mut t = self.table();
+        let moved = t.names.get_mut(&parent.0).and_then(|s| s.remove(name));
+        let (newparent, newname) = to;
+        let names = t.names.entry(newparent.0).or_default();
+        match moved {
+            Some(ino) => names.insert(newname.to_vec(), ino),
+            None => names.remove(newname),
+        };
+    }
+
     /// An entry reply for `fh` found as `name` in `parent`.
     pub(super) fn entry(&self, parent: INodeNo, name: &[u8], fh: FileHandle, a: &Attr) -> Entry {
         let ino = self.remember(parent, name, fh);
@@ -182,5 +195,23 @@ mod tests {
         // The root is never forgotten.
         sh.forget(ROOT, 100);
         assert!(sh.fh(INodeNo(ROOT)).is_ok());
+    }
+
+    #[test]
+    fn a_renamed_name_takes_its_node_and_ends_the_one_it_replaced() {
+        let sh = shared();
+        let (a, b) = (
+            FileHandle::from_bytes([2; 48]),
+            FileHandle::from_bytes([3; 48]),
+        );
+        let dir = INodeNo(ROOT);
+        let lock = sh.remember(dir, b"index.lock", a);
+        sh.remember(dir, b"index", b);
+        sh.rename_name((dir, b"index.lock"), (dir, b"index"));
+        assert_eq!(sh.named(dir, b"index"), Some((lock, a)));
+        assert_eq!(sh.named(dir, b"index.lock"), None);
+        // A name the kernel was not told of, moved over one it was: neither is known now.
+        sh.rename_name((dir, b"unknown"), (dir, b"index"));
+        assert_eq!(sh.named(dir, b"index"), None);
     }
 }

@@ -21,20 +21,28 @@ impl ServerMount {
     /// server is asked to keep it (OPEN, an open state CLOSEd at its last release), or, on a
     /// server without open states, it is renamed to a hidden name removed at its last release.
     /// Whether it was renamed (the caller then has nothing left to remove).
+    ///
+    /// The file is the node the kernel was told `name` is, when it holds one: the kernel
+    /// acts on its own dentry too, and the record follows our renames and ends with another
+    /// client's change of the directory (its INVALIDATE). Only otherwise is the server asked
+    /// (a LOOKUP; git removes and renames over files while it holds others open).
     pub(super) async fn keep_if_open(
         &self,
         c: &Client,
         uid: u32,
-        dir: &FileHandle,
+        (parent, dir): (INodeNo, &FileHandle),
         name: &[u8],
     ) -> Result<bool, Errno> {
         if self.table().open.is_empty() {
             return Ok(false);
         }
-        let fh = match c.lookup(dir, name).await {
-            Ok((fh, _)) => fh,
-            Err(SessionError::Nfs(NfsStatus::NoEnt)) => return Ok(false),
-            Err(e) => return Err(errno(e)),
+        let fh = match self.named(parent, name) {
+            Some((_, fh)) => fh,
+            None => match c.lookup(dir, name).await {
+                Ok((fh, _)) => fh,
+                Err(SessionError::Nfs(NfsStatus::NoEnt)) => return Ok(false),
+                Err(e) => return Err(errno(e)),
+            },
         };
         let ino = {
             let t = self.table();

@@ -239,7 +239,7 @@ impl Client {
         {
             return Ok((c.clone(), None));
         }
-        self.inner.tells_unnamed.store(false, Ordering::Release);
+        *self.inner.conn_now.lock() = None;
         let reconnect = slot.take().is_some();
         let opts = &self.inner.opts;
         let mut delay = opts.initial_backoff;
@@ -258,8 +258,7 @@ impl Client {
                         self.inner.invalidated(Invalidation::Everything);
                     }
                     let c = Arc::new(c);
-                    let tells = protocol::handshake::tells_unnamed(c.version);
-                    self.inner.tells_unnamed.store(tells, Ordering::Release);
+                    *self.inner.conn_now.lock() = Some(c.clone());
                     *slot = Some(c.clone());
                     return Ok((c, early_reply));
                 }

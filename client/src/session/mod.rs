@@ -48,7 +48,7 @@ mod xattr;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -145,10 +145,9 @@ struct ClientState {
     cache: AttrCache,
     next_id: AtomicU64,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
-    /// The connection in `conn`, if any, is of a version that tells its sender of the
-    /// objects a removal or rename changes unnamed ([`protocol::handshake::tells_unnamed`]);
-    /// read without waiting for `conn`'s lock, which every request takes.
-    tells_unnamed: AtomicBool,
+    /// What `conn` holds, for what must be read without waiting for `conn`'s lock (which
+    /// every request takes, and a reconnect holds): never held across an await.
+    conn_now: Mutex<Option<Arc<Conn>>>,
     on_invalidate: std::sync::OnceLock<InvalidateHook>,
     resolver: std::sync::OnceLock<IdentityResolver>,
     user_ids: Mutex<HashMap<u32, Option<Identity>>>,
@@ -242,7 +241,7 @@ impl Client {
                 cache: AttrCache::default(),
                 next_id: AtomicU64::new(1),
                 conn: tokio::sync::Mutex::new(None),
-                tells_unnamed: AtomicBool::new(false),
+                conn_now: Mutex::new(None),
                 on_invalidate: std::sync::OnceLock::new(),
                 resolver: std::sync::OnceLock::new(),
                 user_ids: Mutex::new(HashMap::new()),
@@ -274,10 +273,10 @@ impl Client {
     }
 
     /// [`Client::authno`] if it is known without waiting: connected, this user logged in and
-    /// its groups narrowed already (None otherwise, or while another task holds the
-    /// connection slot). For answers from the cache on the kernel's thread.
+    /// its groups narrowed already (None otherwise). For answers from the cache on the
+    /// kernel's thread, and while other requests take their turns at the connection.
     pub(crate) fn authno_now(&self) -> Option<u32> {
-        let conn = self.inner.conn.try_lock().ok()?.clone()?;
+        let conn = self.inner.conn_now.lock().clone()?;
         if conn.is_dead() {
             return None;
         }
@@ -305,7 +304,7 @@ impl Client {
     pub(crate) async fn disconnect(&self) -> bool {
         let was = {
             let mut slot = self.inner.conn.lock().await;
-            self.inner.tells_unnamed.store(false, Ordering::Release);
+            *self.inner.conn_now.lock() = None;
             slot.take().is_some()
         };
         if was {

@@ -57,15 +57,21 @@ impl Client {
         Ok(attr)
     }
 
+    /// Whether the cache knows `name` absent from `dir` for this session's user now (a
+    /// directory we made: [`crate::cache::AttrCache::known_absent`]); a LOOKUP of it would be
+    /// answered `NoEnt` without a request.
+    pub(crate) fn known_absent(&self, dir: &FileHandle, name: &[u8]) -> bool {
+        self.authno_now()
+            .is_some_and(|authno| self.inner.cache.known_absent(dir, name, authno))
+    }
+
     /// LOOKUP.
     pub(crate) async fn lookup(
         &self,
         dir: &FileHandle,
         name: &[u8],
     ) -> Result<(FileHandle, Attr), SessionError> {
-        if let Some(authno) = self.authno_now()
-            && self.inner.cache.known_absent(dir, name, authno)
-        {
+        if self.known_absent(dir, name) {
             return Err(SessionError::Nfs(NfsStatus::NoEnt));
         }
         let op = RequestOp::Lookup {
@@ -618,7 +624,8 @@ impl Client {
     /// holds back as with a server that does not tell. A reconnect before the request goes
     /// out drops the whole cache anyway.
     fn unnamed(&self, unnamed: Unnamed) -> Unnamed {
-        if self.inner.tells_unnamed.load(Ordering::Acquire) {
+        let now = self.inner.conn_now.lock().clone();
+        if now.is_some_and(|c| protocol::handshake::tells_unnamed(c.version)) {
             Unnamed::Nothing
         } else {
             unnamed
