@@ -255,7 +255,9 @@ impl Settled {
 
 impl Change<'_> {
     /// The request's reply came: installs `attr` (its post-op attributes) unless another
-    /// change of the object overlapped this one; [`Settled`] when none did.
+    /// change of the object overlapped this one. How it settled ([`Settled`]), unless
+    /// something other than our changes in flight with it changed the object, or one of
+    /// those ended without its reply.
     pub(crate) fn end(mut self, attr: Option<Attr>) -> Option<Settled> {
         self.ended = true;
         self.cache.end(&self, attr)
@@ -991,6 +993,58 @@ mod tests {
 
     /// After a reconnect (or when the change records are dropped) nothing stamped before is
     /// trusted, for any object.
+    #[test]
+    fn our_changes_in_flight_together_settle_as_one_group() {
+        let c = AttrCache::default();
+        c.invalidate(&FH);
+        let stale = c.stamp();
+        c.invalidate(&FH);
+        let before = c.stamp();
+        let (first, second) = (c.begin(&FH), c.begin(&FH));
+        let during = c.stamp();
+        let second = second.end(None).unwrap();
+        assert!(second.applies_to(before));
+        assert!(!second.applies_to(stale), "another change came between");
+        assert!(!second.applies_to(during), "taken while the group was in flight");
+        assert_eq!(second.last(), None, "the first is still in flight");
+        let first = first.end(None).unwrap();
+        assert_eq!(first.group(), second.group());
+        let (members, to) = first.last().unwrap();
+        assert_eq!(members, 2);
+        assert!(!c.changed_since(&FH, to), "holds as of the last reply");
+        // A new group begins where the last one ended.
+        let next = c.begin(&FH).end(None).unwrap();
+        assert!(next.applies_to(to));
+        assert_ne!(next.group(), first.group());
+        assert_eq!(next.last().map(|(n, _)| n), Some(1));
+
+        // Spoiled by what is not one of our bracketed changes, while in flight.
+        let spoilers: [fn(&AttrCache); 4] = [
+            |c| c.invalidate(&FH),
+            |c| c.invalidated(&FH, None),
+            |c| c.made(&FH, None, c.stamp()),
+            |c| c.clear(),
+        ];
+        for spoil in spoilers {
+            let change = c.begin(&FH);
+            spoil(&c);
+            assert_eq!(change.end(None), None);
+        }
+        // Not spoiled by such an event after it; nor by a change of another object.
+        let change = c.begin(&FH);
+        c.invalidate(&OTHER);
+        assert!(change.end(None).is_some());
+        // A member given up (no reply) spoils the whole group, also the ones answered.
+        let (first, second) = (c.begin(&FH), c.begin(&FH));
+        drop(first);
+        assert_eq!(second.end(None), None);
+        // Nothing known before a reconnect applies after it.
+        let old = c.stamp();
+        c.clear();
+        let after = c.begin(&FH).end(None).unwrap();
+        assert!(!after.applies_to(old));
+    }
+
     #[test]
     fn clear_and_dropped_records_refuse_older_stamps() {
         let c = AttrCache::default();

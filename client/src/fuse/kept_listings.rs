@@ -10,9 +10,10 @@
 //! the server's own disk, behind sfsd's back, shows when the lease ends (at most the lease,
 //! 60 s by default), exactly as an attribute changed there does.
 //!
-//! A change of ours to the directory's names (a create, a removal, a rename) that no other
-//! change overlapped does not drop the listing: it is edited to show the change and holds on
-//! ([`KeptListings::patch`]). git makes `index.lock` and renames it over `index` at each
+//! A change of ours to the directory's names (a create, a removal, a rename) that nothing
+//! but other changes of ours overlapped does not drop the listing: it is edited to show the
+//! change and holds on ([`KeptListings::patch`]; changes of ours in flight together are all
+//! applied before the listing is handed out again). git makes `index.lock` and renames it over `index` at each
 //! index write, and probes `.git` for absent names (`MERGE_HEAD`, lock files) all the while:
 //! read again after each change, each of those probes would be a round trip. Only a change
 //! the server tells us all of is so applied: the new name's object and attributes come with
