@@ -323,12 +323,10 @@ impl Cached {
     }
 
     /// [`Cached::changed`] for a change event not of our bracketed changes: a group of ours
-    /// in flight on `fh` is spoiled ([`Settled`]).
+    /// in flight on `fh` is spoiled ([`Settled`]; a group begun later starts unspoiled).
     fn changed_unbracketed(&mut self, fh: &FileHandle) -> &mut Changes {
         let c = self.changed(fh);
-        if c.in_flight > 0 {
-            c.group.spoiled = true;
-        }
+        c.group.spoiled = true;
         c
     }
 
@@ -1005,7 +1003,10 @@ mod tests {
         let second = second.end(None).unwrap();
         assert!(second.applies_to(before));
         assert!(!second.applies_to(stale), "another change came between");
-        assert!(!second.applies_to(during), "taken while the group was in flight");
+        assert!(
+            !second.applies_to(during),
+            "taken while the group was in flight"
+        );
         assert_eq!(second.last(), None, "the first is still in flight");
         let first = first.end(None).unwrap();
         assert_eq!(first.group(), second.group());

@@ -574,6 +574,18 @@ mod tests {
         cache.invalidated(&DIR, None);
         assert_eq!(second.end(None), None);
         assert_eq!(names(&kept, &cache, 0), None);
+        // A group left unfinished, then another: the other's changes are not the first's.
+        let kept = kept_three(&cache);
+        let (first, given_up) = (cache.begin(&DIR), cache.begin(&DIR));
+        kept.patch(&DIR, first.end(None).unwrap(), &Edit::Unnamed(b"f0"));
+        drop(given_up);
+        let (third, fourth) = (cache.begin(&DIR), cache.begin(&DIR));
+        let (fourth, third) = (fourth.end(None).unwrap(), third.end(None).unwrap());
+        kept.patch(&DIR, third, &Edit::Unnamed(b"f1"));
+        assert_eq!(names(&kept, &cache, 0), None);
+        assert_eq!(kept.len(), 0);
+        kept.patch(&DIR, fourth, &Edit::Unnamed(b"f2"));
+        assert_eq!(kept.len(), 0);
         // Two changes of one name in flight together: the order is not known.
         let kept = kept_three(&cache);
         let (first, second) = (cache.begin(&DIR), cache.begin(&DIR));
@@ -615,6 +627,53 @@ mod tests {
         );
         assert_eq!(kept.len(), 0, "more than MAX_KEPT_ENTRIES");
         assert_eq!(kept.kept.lock().entries, 0);
+        // Grown to the bound: kept.
+        let almost = listing(&cache, MAX_KEPT_ENTRIES - 1);
+        leased(&cache, &almost, 60_000);
+        kept.keep(&DIR, 0, &almost, &cache);
+        let made = cache.begin(&DIR).end(None).unwrap();
+        let node = (NEW, Attr::test_file(0, 60_000));
+        kept.patch(&DIR, made, &Edit::Named(b"n", &node));
+        assert_eq!(
+            kept.get(&DIR, 0, &cache).unwrap().entries.len(),
+            MAX_KEPT_ENTRIES
+        );
+    }
+
+    #[test]
+    fn edits_keep_all_listings_within_the_total_bound() {
+        let cache = AttrCache::default();
+        let kept = KeptListings::default();
+        let large = listing(&cache, MAX_KEPT_ENTRIES);
+        let n = MAX_KEPT_TOTAL / MAX_KEPT_ENTRIES;
+        for d in 0..n as u64 {
+            leased_dir(&cache, dir(d), &large, 60_000);
+            kept.keep(&dir(d), 0, &large, &cache);
+        }
+        assert_eq!(kept.kept.lock().entries, MAX_KEPT_TOTAL);
+        // A rename keeps the count: at the bound, still kept.
+        let renamed = cache.begin(&dir(0)).end(None).unwrap();
+        kept.patch(
+            &dir(0),
+            renamed,
+            &Edit::Renamed {
+                from: b"f0",
+                to: b"g0",
+            },
+        );
+        assert_eq!(kept.len(), n);
+        // One more name would pass it: that listing goes.
+        let removed = cache.begin(&dir(1)).end(None).unwrap();
+        kept.patch(&dir(1), removed, &Edit::Unnamed(b"f0"));
+        let made = cache.begin(&dir(1)).end(None).unwrap();
+        let node = (NEW, Attr::test_file(0, 60_000));
+        kept.patch(&dir(1), made, &Edit::Named(b"n", &node));
+        assert_eq!(kept.len(), n, "back to the bound");
+        let made = cache.begin(&dir(2)).end(None).unwrap();
+        kept.patch(&dir(2), made, &Edit::Named(b"n", &node));
+        assert_eq!(kept.len(), n - 1);
+        assert!(kept.get(&dir(2), 0, &cache).is_none());
+        assert_eq!(kept.kept.lock().entries, MAX_KEPT_TOTAL - MAX_KEPT_ENTRIES);
     }
 
     #[test]
