@@ -112,7 +112,7 @@ timed() {
     (cd "$W/mnt/repo" && eval "$1") > /dev/null 2>&1 || true
     e=$(date +%s%N)
     asked=$(tail -n +"$((from + 1))" "$W/mount$2.log" | grep -oE 'request proc=[A-Za-z]+$' \
-        | cut -d= -f2 | sort | uniq -c | sort -rn | awk '{printf "%s %s, ", $2, $1}')
+        | cut -d= -f2 | sort | uniq -c | sort -rn | awk '{printf "%s %s, ", $2, $1}' || true)
     printf '%-36s %8.2f s   %s\n' "$1" "$(echo "($e - $s) / 1000000000" | bc -l)" \
         "${asked:-no request}"
 }
