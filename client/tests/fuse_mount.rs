@@ -952,6 +952,32 @@ fn absent_names_in_an_empty_directory_are_answered_from_its_listing() {
     });
 }
 
+/// A rename between two directories whose listings are kept shows in both at once: gone from
+/// the one it left (whose listing is edited), there in the one it went to (whose listing is
+/// read again), in listings and in lookups alike.
+#[test]
+fn a_rename_between_directories_shows_in_both_kept_listings() {
+    need_fuse!();
+    let s = setup();
+    dir_of_files(&s.export.join("a"), 3, 1);
+    dir_of_files(&s.export.join("b"), 2, 1);
+    let m = s.mount("mnt");
+    let (a, b) = (m.dir.join("a"), m.dir.join("b"));
+    assert_eq!(names_in(&a), ["f0", "f1", "f2"]);
+    assert_eq!(names_in(&b), ["f0", "f1"]);
+    fs::rename(a.join("f1"), b.join("moved")).unwrap();
+    assert!(!a.join("f1").exists());
+    assert!(b.join("moved").exists());
+    assert_eq!(names_in(&a), ["f0", "f2"]);
+    assert_eq!(names_in(&b), ["f0", "f1", "moved"]);
+    assert_eq!(fs::read(b.join("moved")).unwrap(), b"x");
+    // And back over a name there.
+    fs::rename(b.join("moved"), a.join("f0")).unwrap();
+    assert_eq!(names_in(&a), ["f0", "f2"]);
+    assert_eq!(names_in(&b), ["f0", "f1"]);
+    assert!(!b.join("moved").exists());
+}
+
 /// Removing or renaming over a file while programs hold other files open asks the server no
 /// LOOKUP: the node the kernel holds for the name tells whether it is one of the open files
 /// (git holds its packs open while it renames lock files over refs and removes temporary
