@@ -886,11 +886,7 @@ fn our_own_changes_keep_the_listing_of_their_directory_answering() {
     for gone in ["index.lock", "f0", "f2", "f6"] {
         assert!(!d.join(gone).exists(), "{gone}");
     }
-    let mut names: Vec<String> = fs::read_dir(&d)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
+    let names = names_in(&d);
     let asked = requests(&m, "Lookup") + requests(&m, "ListDir") - before;
     assert_eq!(
         asked, 0,
@@ -903,12 +899,7 @@ fn our_own_changes_keep_the_listing_of_their_directory_answering() {
     assert_eq!(fs::read_link(d.join("link")).unwrap(), Path::new("f1"));
 
     // As the server has it.
-    let mut on_disk: Vec<String> = fs::read_dir(s.export.join("d"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    on_disk.sort();
-    assert_eq!(names, on_disk);
+    assert_eq!(names, names_in(&s.export.join("d")));
 
     // Another client's name shows at once (its INVALIDATE ends the listing).
     fs::write(other.dir.join("d/MERGE_HEAD3"), b"x").unwrap();

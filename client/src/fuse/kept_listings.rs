@@ -168,10 +168,11 @@ impl KeptListings {
     ) -> Option<Arc<Listing>> {
         let mut kept = self.kept.lock();
         let k = kept.by_dir.get(dir)?.get(&uid)?;
-        if k.applying.is_some() && Instant::now() < k.until {
+        let live = Instant::now() < k.until;
+        if live && k.applying.is_some() {
             return None;
         }
-        if Instant::now() < k.until && !cache.changed_since(dir, k.names_since) {
+        if live && !cache.changed_since(dir, k.names_since) {
             return Some(k.listing.clone());
         }
         kept.remove(dir, uid);

@@ -124,7 +124,8 @@ impl Client {
         let name = last_component(path);
         self.inner.cache.naming(&dir, name);
         self.inner.cache.begin(&dir).end(None);
-        self.made(&dir, name, made_obj, since, made).await.map(Some)
+        let made = self.made(&dir, name, made_obj, (since, None), made).await?;
+        Ok(Some((made.fh, made.attr)))
     }
 }
 

@@ -10,7 +10,6 @@
 //! "lost"; the next request makes a new connection ([`Client::connection`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -354,7 +353,7 @@ impl Client {
             write_max,
             epoch: None,
             version,
-            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
+            serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             tasks: [writer, readertask, sweeper],
         };
         let identity = self.inner.identity.as_ref();

@@ -485,9 +485,7 @@ impl Client {
         };
         let_reply!(self, ReplyBody::Create(o) = self.call(op).await?);
         let settled = change.end(None);
-        self.made(dir, name, o, since, made)
-            .await
-            .map(|(fh, attr)| Made { fh, attr, settled })
+        self.made(dir, name, o, (since, settled), made).await
     }
 
     /// MKDIR.
@@ -508,30 +506,31 @@ impl Client {
         let_reply!(self, ReplyBody::Mkdir(o) = self.call(op).await?);
         let settled = change.end(None);
         let known = o.fh.is_some();
-        let (fh, attr) = self.made(dir, name, o, since, true).await?;
+        let made = self.made(dir, name, o, (since, settled), true).await?;
         if known && let Some(authno) = self.authno_now() {
-            self.inner.cache.dir_made(&fh, &attr, authno);
+            self.inner.cache.dir_made(&made.fh, &made.attr, authno);
         }
-        Ok(Made { fh, attr, settled })
+        Ok(made)
     }
 
-    /// [`Client::new_object`] for an object the request made new when `made`: the cache then
-    /// knows it has no `security.capability` ([`crate::cache::AttrCache::made_new`]). Not when
-    /// the reply carries no handle: the name looked up may be another object by then.
+    /// [`Client::new_object`], with how the change of `dir` that made it settled, for an
+    /// object the request made new when `made`: the cache then knows it has no
+    /// `security.capability` ([`crate::cache::AttrCache::made_new`]). Not when the reply
+    /// carries no handle: the name looked up may be another object by then.
     pub(super) async fn made(
         &self,
         dir: &FileHandle,
         name: &[u8],
         o: NewObject,
-        since: Stamp,
+        (since, settled): (Stamp, Option<Settled>),
         made: bool,
-    ) -> Result<(FileHandle, Attr), SessionError> {
+    ) -> Result<Made, SessionError> {
         let known = made && o.fh.is_some();
-        let (fh, a) = self.new_object(dir, name, o, since).await?;
+        let (fh, attr) = self.new_object(dir, name, o, since).await?;
         if known {
-            self.inner.cache.made_new(&fh, &a);
+            self.inner.cache.made_new(&fh, &attr);
         }
-        Ok((fh, a))
+        Ok(Made { fh, attr, settled })
     }
 
     /// SYMLINK.
@@ -553,7 +552,7 @@ impl Client {
         };
         let_reply!(self, ReplyBody::Symlink(o) = self.call(op).await?);
         let settled = change.end(None);
-        self.new_made(dir, name, o, (since, settled)).await
+        self.made(dir, name, o, (since, settled), false).await
     }
 
     /// The handle and attributes of an object just made (asked for when the reply has none).
@@ -577,19 +576,7 @@ impl Client {
         };
         let_reply!(self, ReplyBody::Mknod(o) = self.call(op).await?);
         let settled = change.end(None);
-        self.new_made(dir, name, o, (since, settled)).await
-    }
-
-    /// [`Client::new_object`], with the change of `dir` that made it.
-    async fn new_made(
-        &self,
-        dir: &FileHandle,
-        name: &[u8],
-        o: NewObject,
-        (since, settled): (Stamp, Option<Settled>),
-    ) -> Result<Made, SessionError> {
-        let (fh, attr) = self.new_object(dir, name, o, since).await?;
-        Ok(Made { fh, attr, settled })
+        self.made(dir, name, o, (since, settled), false).await
     }
 
     /// The handle and attributes of the object just made as `name` in `dir`: from the reply,
@@ -736,21 +723,19 @@ impl Client {
             to_dir: *to_dir,
             to_name: to_name.to_vec(),
         };
-        self.renaming(op, from_dir, to_dir).await
+        self.renaming(op, from_dir, (to_dir, to_name)).await
     }
 
-    /// Sends RENAME or RENAME2 `op` from `from_dir` to `to_dir`, bracketed as a change of
-    /// both (once when they are one); how the change of `from_dir` settled when the server
-    /// tells us of the objects moved and replaced ([`Client::unnamed`]).
+    /// Sends RENAME or RENAME2 `op` of a name in `from_dir` to `to_name` in `to_dir`,
+    /// bracketed as a change of both (once when they are one); how the change of `from_dir`
+    /// settled when the server tells us of the objects moved and replaced
+    /// ([`Client::unnamed`]).
     async fn renaming(
         &self,
         op: RequestOp,
         from_dir: &FileHandle,
-        to_dir: &FileHandle,
+        (to_dir, to_name): (&FileHandle, &[u8]),
     ) -> Result<Option<Settled>, SessionError> {
-        let (RequestOp::Rename { to_name, .. } | RequestOp::Rename2 { to_name, .. }) = &op else {
-            unreachable!("renaming sends only RENAME and RENAME2");
-        };
         self.inner.cache.naming(to_dir, to_name);
         let unnamed = self.unnamed(Unnamed::Both);
         let from = self.inner.cache.begin_unnamed(from_dir, unnamed);
@@ -759,6 +744,8 @@ impl Client {
             self,
             (ReplyBody::Rename { .. } | ReplyBody::Rename2 { .. }) = self.call(op).await?
         );
+        // Ended without its reply: the listings of the directory the name went to are read
+        // again (the mount applies only `from_dir`'s change, [`Settled`]).
         drop(to);
         Ok(from.end(None).filter(|_| unnamed == Unnamed::Nothing))
     }
@@ -780,7 +767,7 @@ impl Client {
             to_name: to_name.to_vec(),
             flags,
         };
-        self.renaming(op, from_dir, to_dir).await
+        self.renaming(op, from_dir, (to_dir, to_name)).await
     }
 }
 
@@ -789,6 +776,6 @@ impl Client {
 pub(crate) struct Made {
     pub(crate) fh: FileHandle,
     pub(crate) attr: Attr,
-    /// The directory's change, when nothing overlapped it.
+    /// How the directory's change settled, when it did ([`Settled`]).
     pub(crate) settled: Option<Settled>,
 }
