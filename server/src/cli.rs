@@ -107,6 +107,11 @@ pub struct ServeArgs {
     /// Attribute lease length in seconds.
     #[arg(long)]
     pub lease_secs: Option<u64>,
+    /// Do not watch the export's file system for changes made by other programs on this
+    /// host (fanotify; needs root). Without the watch, clients see such changes when their
+    /// leases end.
+    #[arg(long)]
+    pub no_disk_watch: bool,
     /// Maximum lease table entries (beyond it, replies carry no lease). Default 100000.
     #[arg(long)]
     pub max_leases: Option<usize>,

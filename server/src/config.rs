@@ -30,6 +30,7 @@ pub(crate) struct FileConfig {
     pub anonymous_gid: Option<u32>,
     pub users: Option<PathBuf>,
     pub lease_secs: Option<u64>,
+    pub no_disk_watch: Option<bool>,
     pub max_leases: Option<usize>,
     pub max_leases_per_conn: Option<usize>,
     pub max_connections: Option<usize>,
@@ -89,7 +90,14 @@ pub(crate) fn merge(mut a: ServeArgs, f: FileConfig) -> ServeArgs {
         peer_listen,
         peers
     );
-    flag!(uniprocessor, pin, read_only, anonymous_read, stats);
+    flag!(
+        uniprocessor,
+        pin,
+        read_only,
+        anonymous_read,
+        no_disk_watch,
+        stats
+    );
     a
 }
 

@@ -12,6 +12,7 @@ pub mod cli;
 mod color0;
 mod config;
 mod conn;
+mod disk_watch;
 mod fs;
 mod ids;
 mod leases;

@@ -11,7 +11,7 @@ use protocol::Location;
 
 use crate::cli::ServeArgs;
 use crate::settings::{Pinning, Settings, Workers};
-use crate::{config, fs, limits, listener, peers, server, state, stats, users};
+use crate::{config, disk_watch, fs, limits, listener, peers, server, state, stats, users};
 
 /// `sfsd init`: makes the state directory `dir` for a server reached at `location` and
 /// prints its self-certifying name.
@@ -167,6 +167,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             })
         });
     }
+    let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if settings.backend.is_none() && settings.disk_watch {
+        watch_disk(&srv, &export, &watch_stop);
+    }
     listener::start(
         &srv,
         libcolor::mio::net::TcpListener::from_std(std_listener),
@@ -185,6 +189,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     println!("sfsd: serving {name} on {addr}");
     std::io::stdout().flush()?;
     let result = rt.run();
+    watch_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     srv.storage.stop();
     let stats = h.stats();
     let startups_dropped = srv
@@ -202,4 +207,37 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     result.context("runtime failed")?;
     Ok(())
+}
+
+/// Starts watching the file system of `export` for changes made behind sfsd's back
+/// ([`disk_watch`]), until `stop`; where it cannot, says why and serves without.
+fn watch_disk(
+    srv: &Arc<server::Server>,
+    export: &std::path::Path,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) {
+    let watch = match disk_watch::DiskWatch::open(export) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::info!(
+                error = %e,
+                "not watching the export's file system (needs root, and a file system with \
+                 file handles): a change made on the server's disk by another program shows \
+                 in the clients when their leases end"
+            );
+            return;
+        }
+    };
+    let to = srv.clone();
+    let started = watch.start(stop.clone(), move |batch| {
+        to.in_color(libcolor::Color::DEFAULT, move |srv| {
+            srv.changed_on_disk(batch)
+        })
+    });
+    match started {
+        Ok(_) => {
+            tracing::info!("watching the export's file system for changes made behind sfsd's back")
+        }
+        Err(e) => tracing::warn!(error = %e, "could not start the disk watch"),
+    }
 }

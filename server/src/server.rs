@@ -364,6 +364,17 @@ impl Server {
         self.invalidate(told);
     }
 
+    /// Color 0: a program on the server's host changed `batch`'s objects behind sfsd's back
+    /// ([`crate::disk_watch`]): their leases end and their holders are told, as for another
+    /// instance's change; one that may have changed access has cached open files checked
+    /// again.
+    pub(crate) fn changed_on_disk(self: &Arc<Self>, batch: crate::disk_watch::Batch) {
+        if batch.access {
+            self.changes.note_access();
+        }
+        self.peer_changed(&batch.keys, batch.everything);
+    }
+
     /// Color 0: sends each INVALIDATE the bookkeeping asked for, in its connection's color
     /// (a connection gone meanwhile is skipped).
     fn invalidate(self: &Arc<Self>, told: impl IntoIterator<Item = Invalidation>) {

@@ -132,6 +132,9 @@ pub(crate) struct Settings {
     /// The users file, if any.
     pub users: Option<PathBuf>,
     pub lease: Duration,
+    /// Watch the export's file system for changes made behind sfsd's back
+    /// ([`crate::disk_watch`]).
+    pub disk_watch: bool,
     pub max_leases: usize,
     pub max_leases_per_conn: usize,
     pub limits: Limits,
@@ -247,6 +250,7 @@ impl Settings {
             ),
             users: a.users,
             lease: a.lease_secs.map_or(defaults::LEASE, Duration::from_secs),
+            disk_watch: !a.no_disk_watch,
             max_leases: a.max_leases.unwrap_or(defaults::MAX_LEASES),
             max_leases_per_conn: a
                 .max_leases_per_conn

@@ -1,0 +1,567 @@
+//! Changes made on the export's file system behind sfsd's back, turned into INVALIDATEs.
+//!
+//! A client caches what sfsd leased it (attributes, listings, pages) until the lease ends or
+//! sfsd tells it the object changed. sfsd tells it of every change made through sfsd, but a
+//! program on the server's own host (an editor, a build, `git pull` run there) changes the
+//! files without sfsd: before this, its change showed in the mounts only when the lease ran
+//! out (60 s by default).
+//!
+//! sfsd now watches the file system its export is on with fanotify
+//! ([`FAN_MARK_FILESYSTEM`](libc::FAN_MARK_FILESYSTEM), events naming objects by file handle),
+//! and for each event caused by another process (the event's pid is not sfsd's own: sfsd's
+//! own changes already told their holders) ends the leases on the objects it names and
+//! INVALIDATEs their holders, as for a change made through another instance
+//! ([`crate::peers`]).
+//!
+//! ```text
+//! watching thread: read events -> skip sfsd's own -> file handles -> (device, inode) keys
+//!     (open_by_handle_at + fstat, cached) -> one batch to color 0 -> Server::changed_on_disk
+//! ```
+//!
+//! - **Which objects.** A change of names (create, delete, rename) names the directory and
+//!   the object named; any other change (data, attributes, an object deleted or moved) names
+//!   the object itself. An event sfsd cannot resolve (the object is gone) is left out: the
+//!   directory's own event covers its name.
+//! - **Access.** A change of modes, owners, ACLs or names may change who can open what, so
+//!   sfsd's cached open files are checked again ([`crate::changes::Changes::note_access`]).
+//! - **Bounded.** Events are read [`READ_BUFFER`] bytes at a time and handed on as one batch
+//!   of at most [`MAX_BATCH`] keys, and the thread waits [`MIN_GAP`] after each, so a busy
+//!   file system costs color 0 at most 200 batches a second (the kernel merges repeated
+//!   events meanwhile). A batch beyond its bound, and the
+//!   kernel's queue overflowing (`FAN_Q_OVERFLOW`), end *every* lease instead: a change missed
+//!   costs a refetch, never a stale cache. The handle-to-key cache holds at most
+//!   [`MAX_CACHED`] entries.
+//! - **Where it cannot.** fanotify with file handles on a whole file system needs
+//!   `CAP_SYS_ADMIN` and a file system that can encode handles; without them (an unprivileged
+//!   sfsd, some FUSE or overlay file systems), and on the NFS backend, sfsd logs why and
+//!   clients see such changes when their leases end, as before. `--no-disk-watch` turns it off.
+//! - **Events of the rest of the file system.** The mark covers the whole file system, not
+//!   only the export: objects outside it are resolved (once each, then cached) and hold no
+//!   lease, so they end nothing.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rustix::event::{PollFd, PollFlags, poll};
+
+use crate::ids::ObjKey;
+
+/// Bytes of events read at once.
+const READ_BUFFER: usize = 64 << 10;
+/// Keys handed to color 0 in one batch; more end every lease instead.
+pub(crate) const MAX_BATCH: usize = 4096;
+/// The least time between two batches.
+const MIN_GAP: Duration = Duration::from_millis(5);
+/// Handles whose keys are remembered.
+const MAX_CACHED: usize = 16384;
+/// How long the thread waits for events before it looks whether sfsd is stopping.
+const STOP_CHECK: rustix::event::Timespec = rustix::event::Timespec {
+    tv_sec: 0,
+    tv_nsec: 500_000_000,
+};
+
+fn ended(e: rustix::io::Errno) {
+    tracing::warn!(
+        error = %e,
+        "the disk watch ended: changes made on the server's disk show when leases end"
+    );
+}
+
+/// Events that change a directory's names.
+const NAMES_CHANGED: u64 = libc::FAN_CREATE
+    | libc::FAN_DELETE
+    | libc::FAN_MOVED_FROM
+    | libc::FAN_MOVED_TO
+    | libc::FAN_RENAME;
+/// Events that may change who can open what.
+const ACCESS_CHANGED: u64 =
+    libc::FAN_ATTRIB | NAMES_CHANGED | libc::FAN_DELETE_SELF | libc::FAN_MOVE_SELF;
+/// Everything watched.
+const WATCHED: u64 = libc::FAN_MODIFY | ACCESS_CHANGED | libc::FAN_ONDIR;
+
+/// Info record types that carry a file handle (`fanotify_event_info_fid`).
+const FID: u8 = libc::FAN_EVENT_INFO_TYPE_FID;
+const DIR_FIDS: [u8; 4] = [
+    libc::FAN_EVENT_INFO_TYPE_DFID,
+    libc::FAN_EVENT_INFO_TYPE_DFID_NAME,
+    libc::FAN_EVENT_INFO_TYPE_OLD_DFID_NAME,
+    libc::FAN_EVENT_INFO_TYPE_NEW_DFID_NAME,
+];
+
+/// A file handle as the kernel reports it: its type and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Handle {
+    pub kind: i32,
+    pub bytes: Vec<u8>,
+}
+
+/// What one read of events says.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Parsed {
+    /// Objects changed by someone else, in the order met (repeats left in).
+    pub handles: Vec<Handle>,
+    /// The kernel dropped events: anything may have changed.
+    pub overflow: bool,
+    /// Some change may have changed who can open what.
+    pub access: bool,
+}
+
+/// What a batch tells color 0.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Batch {
+    pub keys: Vec<ObjKey>,
+    /// End every lease (overflow, or more keys than a batch holds).
+    pub everything: bool,
+    pub access: bool,
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// The events in `buf` (as `read` returned them), those caused by process `own` left out.
+/// Whatever does not parse (a length out of bounds, a record cut short) ends the parse with
+/// `overflow` set, so a kernel this does not understand costs a refetch, not a miss.
+pub(crate) fn parse(buf: &[u8], own: i32) -> Parsed {
+    const META: usize = std::mem::size_of::<libc::fanotify_event_metadata>();
+    let mut out = Parsed::default();
+    let mut at = 0;
+    while at < buf.len() {
+        let Some(event) = parse_event(&buf[at..], own, &mut out) else {
+            out.overflow = true;
+            return out;
+        };
+        // `parse_event` checked the length against the metadata's size: progress is sure.
+        debug_assert!(event >= META);
+        at += event;
+    }
+    out
+}
+
+/// One event at the start of `b` into `out`; its length, or None if it does not parse.
+fn parse_event(b: &[u8], own: i32, out: &mut Parsed) -> Option<usize> {
+    const META: usize = std::mem::size_of::<libc::fanotify_event_metadata>();
+    let len = u32_at(b, 0)? as usize;
+    let version = *b.get(4)?;
+    let meta_len = u16_at(b, 6)? as usize;
+    if len < META || len > b.len() || meta_len < META || meta_len > len {
+        return None;
+    }
+    if version != libc::FANOTIFY_METADATA_VERSION {
+        return None;
+    }
+    let mask = u64_at(b, 8)?;
+    let pid = i32::from_ne_bytes(b.get(20..24)?.try_into().ok()?);
+    if mask & libc::FAN_Q_OVERFLOW != 0 {
+        out.overflow = true;
+        return Some(len);
+    }
+    if pid == own {
+        return Some(len);
+    }
+    let names = mask & NAMES_CHANGED != 0;
+    let mut own_fids = Vec::new();
+    let mut dir_fids = Vec::new();
+    let mut at = meta_len;
+    while at < len {
+        let kind = *b.get(at)?;
+        let rec_len = u16_at(b, at + 2)? as usize;
+        if rec_len < 4 || at + rec_len > len {
+            return None;
+        }
+        let rec = &b[at..at + rec_len];
+        if kind == FID {
+            own_fids.push(handle_in(rec)?);
+        } else if DIR_FIDS.contains(&kind) {
+            dir_fids.push(handle_in(rec)?);
+        }
+        at += rec_len;
+    }
+    // A directory's names changed: the directory. Otherwise the object itself, or, where the
+    // event names only its directory, that.
+    if names || own_fids.is_empty() {
+        out.handles.append(&mut dir_fids);
+    }
+    out.handles.append(&mut own_fids);
+    out.access |= mask & ACCESS_CHANGED != 0;
+    Some(len)
+}
+
+/// The file handle in a `fanotify_event_info_fid` record: header (4), fsid (8), then
+/// `struct file_handle` (bytes: u32, type: i32, the bytes).
+fn handle_in(rec: &[u8]) -> Option<Handle> {
+    let n = u32_at(rec, 12)? as usize;
+    let kind = i32::from_ne_bytes(rec.get(16..20)?.try_into().ok()?);
+    let bytes = rec.get(20..20 + n)?.to_vec();
+    if bytes.len() > libc::MAX_HANDLE_SZ as usize {
+        return None;
+    }
+    Some(Handle { kind, bytes })
+}
+
+/// The fanotify group watching one file system, and a descriptor on it to open handles by.
+pub(crate) struct DiskWatch {
+    group: OwnedFd,
+    mount: OwnedFd,
+    own: i32,
+    cache: HashMap<Handle, ObjKey>,
+}
+
+impl DiskWatch {
+    /// Watches the file system `export` is on. Fails without `CAP_SYS_ADMIN`, on a kernel
+    /// before 5.9, or on a file system that cannot encode file handles.
+    pub(crate) fn open(export: &Path) -> io::Result<DiskWatch> {
+        let flags = libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC;
+        let with_target = flags | libc::FAN_REPORT_DFID_NAME_TARGET;
+        let event_flags = (libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC) as libc::c_uint;
+        // SAFETY: fanotify_init takes two integers and returns a new descriptor or -1.
+        let mut fd = unsafe { libc::fanotify_init(with_target, event_flags) };
+        if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+            // Before 5.17 (no target FID): the directory still names every change of names.
+            let older = flags | libc::FAN_REPORT_DFID_NAME | libc::FAN_REPORT_FID;
+            // SAFETY: as above.
+            fd = unsafe { libc::fanotify_init(older, event_flags) };
+        }
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd was just returned by fanotify_init and is owned by nothing else.
+        let group = unsafe { OwnedFd::from_raw_fd(fd) };
+        let path = CString::new(export.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: the group is a live fanotify descriptor, the path a NUL-terminated string
+        // that outlives the call.
+        let r = unsafe {
+            libc::fanotify_mark(
+                group.as_raw_fd(),
+                libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM,
+                WATCHED,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Not O_PATH: open_by_handle_at refuses one (EBADF).
+        let mount = rustix::fs::open(
+            export,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        Ok(DiskWatch {
+            group,
+            mount,
+            own: std::process::id() as i32,
+            cache: HashMap::new(),
+        })
+    }
+
+    /// Runs on a thread of its own until `stop` is set (looked at least every [`STOP_CHECK`]),
+    /// handing each read's batch to `deliver`.
+    pub(crate) fn start(
+        mut self,
+        stop: Arc<AtomicBool>,
+        deliver: impl Fn(Batch) + Send + 'static,
+    ) -> io::Result<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("sfsd-disk-watch".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; READ_BUFFER];
+                while !stop.load(Ordering::Relaxed) {
+                    let mut ready = [PollFd::new(&self.group, PollFlags::IN)];
+                    match poll(&mut ready, Some(&STOP_CHECK)) {
+                        Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                        Ok(_) => {}
+                        Err(e) => return ended(e),
+                    }
+                    let n = match rustix::io::read(&self.group, &mut buf[..]) {
+                        Ok(n) => n,
+                        Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
+                        Err(e) => return ended(e),
+                    };
+                    let batch = self.batch(parse(&buf[..n], self.own));
+                    if batch.everything || batch.access || !batch.keys.is_empty() {
+                        deliver(batch);
+                        std::thread::sleep(MIN_GAP);
+                    }
+                }
+            })
+    }
+
+    /// The keys of `parsed`'s handles (each once; those no longer there left out).
+    fn batch(&mut self, parsed: Parsed) -> Batch {
+        let mut batch = Batch {
+            keys: Vec::new(),
+            everything: parsed.overflow,
+            access: parsed.access,
+        };
+        if batch.everything {
+            return batch;
+        }
+        for h in parsed.handles {
+            let Some(key) = self.key_of(h) else { continue };
+            if !batch.keys.contains(&key) {
+                if batch.keys.len() == MAX_BATCH {
+                    return Batch {
+                        keys: Vec::new(),
+                        everything: true,
+                        access: true,
+                    };
+                }
+                batch.keys.push(key);
+            }
+        }
+        batch
+    }
+
+    /// The (device, inode) of the object handle `h` names, if it is still there.
+    fn key_of(&mut self, h: Handle) -> Option<ObjKey> {
+        if let Some(k) = self.cache.get(&h) {
+            return Some(*k);
+        }
+        let fd = open_by_handle(&self.mount, &h).ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        let key = (st.st_dev, st.st_ino);
+        if self.cache.len() >= MAX_CACHED {
+            self.cache.clear();
+        }
+        self.cache.insert(h, key);
+        Some(key)
+    }
+}
+
+/// `open_by_handle_at(mount, h, O_PATH)`: needs `CAP_DAC_READ_SEARCH`.
+fn open_by_handle(mount: &OwnedFd, h: &Handle) -> io::Result<OwnedFd> {
+    // `struct file_handle`: handle_bytes (u32), handle_type (i32), then the bytes; built in
+    // u32s for its alignment.
+    let mut raw = vec![0u32; 2 + h.bytes.len().div_ceil(4)];
+    raw[0] = h.bytes.len() as u32;
+    raw[1] = h.kind as u32;
+    for (i, b) in h.bytes.iter().enumerate() {
+        let word = &mut raw[2 + i / 4];
+        let mut le = word.to_ne_bytes();
+        le[i % 4] = *b;
+        *word = u32::from_ne_bytes(le);
+    }
+    let flags = libc::O_PATH | libc::O_CLOEXEC;
+    // SAFETY: `raw` is a `struct file_handle` (4-byte aligned, its header's handle_bytes
+    // equal to the bytes that follow it in the buffer), alive for the call; the kernel only
+    // reads it. `mount` is a live descriptor.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            mount.as_raw_fd(),
+            raw.as_mut_ptr().cast::<libc::file_handle>(),
+            flags,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by open_by_handle_at and is owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OWN: i32 = 100;
+
+    /// An info record with a handle of `bytes` (type 1), then `name` for DFID_NAME records.
+    fn record(kind: u8, bytes: &[u8], name: &[u8]) -> Vec<u8> {
+        let mut r = vec![kind, 0, 0, 0];
+        r.extend_from_slice(&[7u8; 8]); // fsid
+        r.extend_from_slice(&(bytes.len() as u32).to_ne_bytes());
+        r.extend_from_slice(&1i32.to_ne_bytes());
+        r.extend_from_slice(bytes);
+        r.extend_from_slice(name);
+        r.push(0);
+        while r.len() % 4 != 0 {
+            r.push(0);
+        }
+        let len = r.len() as u16;
+        r[2..4].copy_from_slice(&len.to_ne_bytes());
+        r
+    }
+
+    fn event(mask: u64, pid: i32, records: &[Vec<u8>]) -> Vec<u8> {
+        let mut e = Vec::new();
+        let body: usize = records.iter().map(Vec::len).sum();
+        e.extend_from_slice(&((24 + body) as u32).to_ne_bytes());
+        e.push(libc::FANOTIFY_METADATA_VERSION);
+        e.push(0);
+        e.extend_from_slice(&24u16.to_ne_bytes());
+        e.extend_from_slice(&mask.to_ne_bytes());
+        e.extend_from_slice(&(-1i32).to_ne_bytes());
+        e.extend_from_slice(&pid.to_ne_bytes());
+        for r in records {
+            e.extend_from_slice(r);
+        }
+        e
+    }
+
+    fn h(b: &[u8]) -> Handle {
+        Handle {
+            kind: 1,
+            bytes: b.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_create_names_the_directory_and_the_new_object() {
+        let dfid = record(libc::FAN_EVENT_INFO_TYPE_DFID_NAME, b"dir1", b"new");
+        let fid = record(FID, b"obj1", b"");
+        let p = parse(&event(libc::FAN_CREATE, 7, &[dfid, fid]), OWN);
+        assert_eq!(p.handles, vec![h(b"dir1"), h(b"obj1")]);
+        assert!(p.access && !p.overflow);
+    }
+
+    #[test]
+    fn a_write_names_only_the_object_and_leaves_access_alone() {
+        let dfid = record(libc::FAN_EVENT_INFO_TYPE_DFID_NAME, b"dir1", b"f");
+        let fid = record(FID, b"obj1", b"");
+        let p = parse(&event(libc::FAN_MODIFY, 7, &[dfid, fid]), OWN);
+        assert_eq!(p.handles, vec![h(b"obj1")]);
+        assert!(!p.access);
+        // Reported by its directory alone (no target FID): the directory.
+        let dfid = record(libc::FAN_EVENT_INFO_TYPE_DFID_NAME, b"dir1", b"f");
+        let p = parse(&event(libc::FAN_ATTRIB, 7, &[dfid]), OWN);
+        assert_eq!(p.handles, vec![h(b"dir1")]);
+        assert!(p.access);
+    }
+
+    #[test]
+    fn a_rename_names_both_directories() {
+        let old = record(libc::FAN_EVENT_INFO_TYPE_OLD_DFID_NAME, b"from", b"a");
+        let new = record(libc::FAN_EVENT_INFO_TYPE_NEW_DFID_NAME, b"to", b"b");
+        let fid = record(FID, b"obj", b"");
+        let p = parse(&event(libc::FAN_RENAME, 7, &[old, new, fid]), OWN);
+        assert_eq!(p.handles, vec![h(b"from"), h(b"to"), h(b"obj")]);
+    }
+
+    #[test]
+    fn our_own_events_are_left_out_and_the_next_one_read() {
+        let fid = || record(FID, b"obj1", b"");
+        let mut buf = event(libc::FAN_MODIFY, OWN, &[fid()]);
+        buf.extend(event(libc::FAN_ATTRIB, OWN + 1, &[fid()]));
+        let p = parse(&buf, OWN);
+        assert_eq!(p.handles, vec![h(b"obj1")]);
+        assert!(p.access);
+        assert_eq!(
+            parse(&event(libc::FAN_ATTRIB, OWN, &[fid()]), OWN),
+            Parsed::default()
+        );
+    }
+
+    #[test]
+    fn an_overflow_is_told() {
+        let p = parse(&event(libc::FAN_Q_OVERFLOW, -1, &[]), OWN);
+        assert!(p.overflow);
+    }
+
+    #[test]
+    fn what_does_not_parse_counts_as_an_overflow() {
+        let good = event(libc::FAN_MODIFY, 7, &[record(FID, b"x", b"")]);
+        // Cut short, anywhere.
+        for cut in 1..good.len() {
+            let p = parse(&good[..cut], OWN);
+            assert!(p.overflow, "cut at {cut}: {p:?}");
+        }
+        // A length past the buffer, a length below the metadata, a record running over.
+        let mut long = good.clone();
+        long[0..4].copy_from_slice(&(good.len() as u32 + 4).to_ne_bytes());
+        assert!(parse(&long, OWN).overflow);
+        let mut short = good.clone();
+        short[0..4].copy_from_slice(&8u32.to_ne_bytes());
+        assert!(parse(&short, OWN).overflow);
+        let mut over = good.clone();
+        over[26..28].copy_from_slice(&0xfff0u16.to_ne_bytes());
+        assert!(parse(&over, OWN).overflow);
+        let mut handle_over = good.clone();
+        handle_over[24 + 12..24 + 16].copy_from_slice(&1000u32.to_ne_bytes());
+        assert!(parse(&handle_over, OWN).overflow);
+        let mut version = good;
+        version[4] = 2;
+        assert!(parse(&version, OWN).overflow);
+    }
+
+    #[test]
+    fn open_by_handle_finds_what_name_to_handle_named() {
+        // The handle of a real file, as the kernel encodes it: needs CAP_DAC_READ_SEARCH to
+        // open again, so this checks the buffer only where the test runs as root.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"x").unwrap();
+        let Some(handle) = name_to_handle(&f) else {
+            eprintln!("skipped: no file handles here");
+            return;
+        };
+        let mount = rustix::fs::open(
+            dir.path(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        match open_by_handle(&mount, &handle) {
+            Ok(fd) => {
+                use std::os::unix::fs::MetadataExt;
+                let st = rustix::fs::fstat(&fd).unwrap();
+                assert_eq!(st.st_ino, std::fs::metadata(&f).unwrap().ino());
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                eprintln!("skipped: not root");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// `name_to_handle_at` of `path` (test only).
+    fn name_to_handle(path: &Path) -> Option<Handle> {
+        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+        let mut raw = vec![0u32; 2 + libc::MAX_HANDLE_SZ as usize / 4];
+        raw[0] = libc::MAX_HANDLE_SZ as u32;
+        let mut mount_id = 0;
+        // SAFETY: `raw` is a `struct file_handle` with room for MAX_HANDLE_SZ bytes, as its
+        // header says; the path is NUL-terminated; both outlive the call.
+        let r = unsafe {
+            libc::name_to_handle_at(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                raw.as_mut_ptr().cast::<libc::file_handle>(),
+                &mut mount_id,
+                0,
+            )
+        };
+        if r < 0 {
+            return None;
+        }
+        let n = raw[0] as usize;
+        let bytes: Vec<u8> = raw[2..]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .take(n)
+            .collect();
+        Some(Handle {
+            kind: raw[1] as i32,
+            bytes,
+        })
+    }
+}

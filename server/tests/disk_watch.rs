@@ -1,0 +1,145 @@
+//! Changes made on the export's own file system behind sfsd's back (a program on the server's
+//! host) reach the lease holders as INVALIDATEs within a bounded delay, not when their leases
+//! end; sfsd's own changes are not told back to whoever made them; `--no-disk-watch` turns the
+//! watch off.
+//!
+//! The watch needs root (fanotify on a whole file system) and the local backend: elsewhere
+//! these tests skip.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use protocol::*;
+
+const USERS: &[(&str, u8, u32, &str)] = &[("alice", 1, 0, "0")];
+
+/// The bound the tests hold the INVALIDATE to (the watch reads at once when idle; the rest is
+/// a hop to color 0 and loopback, on a shared, busy 2-core machine).
+const BOUND: Duration = Duration::from_secs(2);
+
+/// Why the watch cannot run here, if it cannot.
+fn unavailable() -> Option<&'static str> {
+    if common::ganesha::enabled() {
+        return Some("the NFS backend has no disk to watch");
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root (fanotify on a file system needs CAP_SYS_ADMIN)");
+    }
+    None
+}
+
+fn start(area: &Area, extra: &[&str]) -> Sfsd {
+    let users = area.users(USERS);
+    let mut args = vec!["--users", users.to_str().unwrap(), "--lease-secs", "60"];
+    args.extend(extra);
+    area.start(&args)
+}
+
+/// The next INVALIDATE within [`BOUND`], and how long it took from `since`.
+fn invalidated(c: &mut Client, since: Instant) -> (FileHandle, Duration) {
+    match c.next_message_timeout(BOUND) {
+        Some(ServerMessage::Invalidate(i)) => (i.fh, since.elapsed()),
+        o => panic!("no INVALIDATE within {BOUND:?}: {o:?}"),
+    }
+}
+
+#[test]
+fn changes_on_the_servers_disk_reach_the_lease_holders_at_once() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let area = Area::new();
+    let ex = area.export();
+    std::fs::write(ex.join("f"), b"v1").unwrap();
+    let s = start(&area, &[]);
+    assert!(
+        s.log().contains("watching the export's file system"),
+        "{}",
+        s.log()
+    );
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    let root = c.mount(a);
+    let f = c.lookup(a, root, "f").unwrap();
+    assert_eq!(c.getattr(a, f).unwrap().lease_ms, 60_000);
+
+    // Data written on the disk: the file, not its directory.
+    let t = Instant::now();
+    std::fs::write(ex.join("f"), b"v2-longer").unwrap();
+    let (fh, took) = invalidated(&mut c, t);
+    assert_eq!(fh, f);
+    eprintln!("INVALIDATE of a file written on the disk after {took:?}");
+    assert_eq!(c.getattr(a, f).unwrap().size, 9);
+
+    // A name made on the disk: the directory.
+    c.getattr(a, root).unwrap();
+    let t = Instant::now();
+    std::fs::write(ex.join("new"), b"n").unwrap();
+    let (fh, took) = invalidated(&mut c, t);
+    assert_eq!(fh, root);
+    eprintln!("INVALIDATE of a directory changed on the disk after {took:?}");
+    assert_eq!(c.lookup(a, root, "new").map(|_| ()), Ok(()));
+
+    // A mode changed on the disk: the file again (its lease was renewed by the GETATTR).
+    c.getattr(a, f).unwrap();
+    let t = Instant::now();
+    own(&ex.join("f"), 0, 0, 0o600);
+    let (fh, _) = invalidated(&mut c, t);
+    assert_eq!(fh, f);
+    assert_eq!(c.getattr(a, f).unwrap().mode & 0o777, 0o600);
+}
+
+/// A change made through sfsd is told to the other holders by sfsd itself; the watch leaves
+/// sfsd's own changes out, so their maker hears nothing back.
+#[test]
+fn changes_made_through_sfsd_are_not_told_back_to_their_maker() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let area = Area::new();
+    std::fs::write(area.export().join("f"), b"v1").unwrap();
+    let s = start(&area, &[]);
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    let root = c.mount(a);
+    let f = c.lookup(a, root, "f").unwrap();
+    c.getattr(a, root).unwrap();
+    c.getattr(a, f).unwrap();
+    c.write(a, f, 0, b"v2").unwrap();
+    c.create(a, root, "made", 0o644).unwrap();
+    match c.next_message_timeout(Duration::from_millis(500)) {
+        None => {}
+        o => panic!("told of its own change: {o:?}"),
+    }
+    // The watch is running: a change on the disk still arrives.
+    let t = Instant::now();
+    std::fs::write(area.export().join("f"), b"from the disk").unwrap();
+    assert_eq!(invalidated(&mut c, t).0, f);
+}
+
+#[test]
+fn no_disk_watch_leaves_changes_on_the_disk_to_the_lease() {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let area = Area::new();
+    std::fs::write(area.export().join("f"), b"v1").unwrap();
+    let s = start(&area, &["--no-disk-watch"]);
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    let root = c.mount(a);
+    let f = c.lookup(a, root, "f").unwrap();
+    c.getattr(a, f).unwrap();
+    std::fs::write(area.export().join("f"), b"v2").unwrap();
+    match c.next_message_timeout(Duration::from_millis(500)) {
+        None => {}
+        o => panic!("an INVALIDATE without the watch: {o:?}"),
+    }
+    assert!(!s.log().contains("watching the export's file system"));
+}
