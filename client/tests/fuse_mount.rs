@@ -1522,11 +1522,12 @@ fn a_walk_reads_the_next_listings_ahead() {
 }
 
 /// A name a program makes on the server's disk (behind sfsd's back, so no INVALIDATE) shows
-/// in a listing once the directory's lease ends: a kept listing lasts no longer.
+/// in a listing once the directory's lease ends: a kept listing lasts no longer. sfsd does not
+/// watch its disk here (that is the test below).
 #[test]
 fn a_name_made_on_the_servers_disk_shows_when_the_directory_lease_ends() {
     need_fuse!();
-    let s = setup_serving(None, &[], &["--lease-secs", "1"]);
+    let s = setup_serving(None, &[], &["--lease-secs", "1", "--no-disk-watch"]);
     let m = s.mount("mnt");
     let d = m.dir.join("d");
     fs::create_dir(&d).unwrap();
@@ -1537,6 +1538,50 @@ fn a_name_made_on_the_servers_disk_shows_when_the_directory_lease_ends() {
         assert!(Instant::now() < deadline, "the new name never showed");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Where sfsd watches its disk (root, the local backend), what a program changes there shows
+/// through the mount within moments, though the lease is a minute: a name made in a directory
+/// whose listing the mount keeps, a file rewritten whose pages the kernel keeps, a mode
+/// changed, a name removed. Without the watch each would show only after the minute.
+#[test]
+fn changes_on_the_servers_disk_show_through_the_mount_at_once() {
+    need_fuse!();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: sfsd watches its disk only as root");
+        return;
+    }
+    let s = setup_serving(None, &[], &["--lease-secs", "60"]);
+    fs::create_dir(s.export.join("d")).unwrap();
+    fs::write(s.export.join("d/f"), b"v1").unwrap();
+    let m = s.mount("mnt");
+    let d = m.dir.join("d");
+    // Listed twice (kept), read (pages kept), attributes cached.
+    assert_eq!(names_in(&d), ["f"]);
+    assert_eq!(names_in(&d), ["f"]);
+    assert_eq!(fs::read(d.join("f")).unwrap(), b"v1");
+    assert_eq!(fs::read(d.join("f")).unwrap(), b"v1");
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&d.join("f")), 0o644);
+
+    fs::write(s.export.join("d/new"), b"n").unwrap();
+    soon("a name made on the disk", strings(&["f", "new"]), || {
+        names_in(&d)
+    });
+    fs::write(s.export.join("d/f"), b"v2, longer").unwrap();
+    soon(
+        "a file rewritten on the disk",
+        b"v2, longer".to_vec(),
+        || fs::read(d.join("f")).unwrap(),
+    );
+    fs::set_permissions(s.export.join("d/f"), fs::Permissions::from_mode(0o600)).unwrap();
+    soon("a mode changed on the disk", 0o600, || mode(&d.join("f")));
+    fs::remove_file(s.export.join("d/new")).unwrap();
+    soon("a name removed on the disk", strings(&["f"]), || {
+        names_in(&d)
+    });
+    assert!(!d.join("new").exists());
 }
 
 /// A tree walked again within the lease reads no listing again, however many directories it
@@ -2035,6 +2080,9 @@ fn a_small_file_is_read_with_its_open_until_it_changes() {
     let s = setup();
     let body: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
     fs::write(s.export.join("f"), &body).unwrap();
+    // Made before the mounts: sfsd's watch of its disk would otherwise INVALIDATE whatever
+    // the mount learned of it in the meantime, however soon after the write that was.
+    fs::write(s.export.join("g"), &body).unwrap();
     let m = s.mount("m");
     let other = s.mount("other");
     let p = m.dir.join("f");
@@ -2061,7 +2109,6 @@ fn a_small_file_is_read_with_its_open_until_it_changes() {
 
     // Opened (and read with its open: a file not opened before, whose access answer the
     // mount does not keep yet) before another client's write, read after it.
-    fs::write(s.export.join("g"), &body).unwrap();
     let p = m.dir.join("g");
     fs::metadata(&p).unwrap();
     let reads = requests(&m, "Read");
@@ -4453,6 +4500,10 @@ impl Drop for Stopped {
 }
 
 /// The names in `dir`, sorted.
+fn strings(s: &[&str]) -> Vec<String> {
+    s.iter().map(|s| s.to_string()).collect()
+}
+
 fn names_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .unwrap()
@@ -4516,11 +4567,12 @@ fn unlinks_are_answered_before_the_server_and_reach_it() {
 /// What no client can foresee (here a file replaced by a directory on the server's own disk,
 /// behind sfsd's back, while the mount still holds the file's attributes) makes the server
 /// refuse a removal answered early: the name shows again, and `fsync` of the directory
-/// reports the refusal, once.
+/// reports the refusal, once. sfsd does not watch its disk here: with the watch, the mount
+/// would hear of the change (an INVALIDATE) before or after the removal, as it happened.
 #[test]
 fn a_removal_refused_after_its_answer_is_reported_by_the_directorys_fsync() {
     need_fuse!();
-    let s = setup();
+    let s = setup_serving(None, &[], &["--no-disk-watch"]);
     let m = s.mount("m");
     let d = listed_files(&m, 3);
     let on_disk = s.export.join("d/f01");

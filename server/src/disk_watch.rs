@@ -24,13 +24,15 @@
 //!   directory's own event covers its name.
 //! - **Access.** A change of modes, owners, ACLs or names may change who can open what, so
 //!   sfsd's cached open files are checked again ([`crate::changes::Changes::note_access`]).
-//! - **Bounded.** Events are read [`READ_BUFFER`] bytes at a time and handed on as one batch
-//!   of at most [`MAX_BATCH`] keys, and the thread waits [`MIN_GAP`] after each, so a busy
-//!   file system costs color 0 at most 200 batches a second (the kernel merges repeated
-//!   events meanwhile). A batch beyond its bound, and the
-//!   kernel's queue overflowing (`FAN_Q_OVERFLOW`), end *every* lease instead: a change missed
-//!   costs a refetch, never a stale cache. The handle-to-key cache holds at most
-//!   [`MAX_CACHED`] entries.
+//! - **Bounded.** Events are read [`READ_BUFFER`] bytes at a time; one read's distinct
+//!   objects, at most [`MAX_BATCH`] of them, are resolved and handed on as one batch, and the
+//!   thread waits [`MIN_GAP`] after each (the kernel merges repeated events meanwhile), so a
+//!   busy file system costs at most 200 batches a second. More objects in one read, and the
+//!   kernel's queue overflowing (`FAN_Q_OVERFLOW`), end *every* lease instead, without
+//!   resolving anything, and the thread then waits [`FLOOD_GAP`]: a change missed costs a
+//!   refetch, never a stale cache, and a program flooding the file system with changes costs
+//!   sfsd at most 200 x [`MAX_BATCH`] resolutions a second, its clients a refetch ten times a
+//!   second. The handle-to-key cache holds at most [`MAX_CACHED`] entries.
 //! - **Where it cannot.** fanotify with file handles on a whole file system needs
 //!   `CAP_SYS_ADMIN` and a file system that can encode handles; without them (an unprivileged
 //!   sfsd, some FUSE or overlay file systems), and on the NFS backend, sfsd logs why and
@@ -55,10 +57,13 @@ use crate::ids::ObjKey;
 
 /// Bytes of events read at once.
 const READ_BUFFER: usize = 64 << 10;
-/// Keys handed to color 0 in one batch; more end every lease instead.
-pub(crate) const MAX_BATCH: usize = 4096;
+/// Objects one batch may name (and resolve); more end every lease instead.
+pub(crate) const MAX_BATCH: usize = 1024;
 /// The least time between two batches.
 const MIN_GAP: Duration = Duration::from_millis(5);
+/// The time after a batch that ended every lease: a flood of changes (or one program making
+/// files as fast as it can on the same file system) costs a refetch ten times a second.
+const FLOOD_GAP: Duration = Duration::from_millis(100);
 /// Handles whose keys are remembered.
 const MAX_CACHED: usize = 16384;
 /// How long the thread waits for events before it looks whether sfsd is stopping.
@@ -299,8 +304,9 @@ impl DiskWatch {
                     };
                     let batch = self.batch(parse(&buf[..n], self.own));
                     if batch.everything || batch.access || !batch.keys.is_empty() {
+                        let gap = if batch.everything { FLOOD_GAP } else { MIN_GAP };
                         deliver(batch);
-                        std::thread::sleep(MIN_GAP);
+                        std::thread::sleep(gap);
                     }
                 }
             })
@@ -313,19 +319,20 @@ impl DiskWatch {
             everything: parsed.overflow,
             access: parsed.access,
         };
+        let mut handles = parsed.handles;
+        handles.sort_unstable_by(|a, b| (a.kind, &a.bytes).cmp(&(b.kind, &b.bytes)));
+        handles.dedup();
+        if handles.len() > MAX_BATCH {
+            batch.everything = true;
+        }
         if batch.everything {
+            batch.access = true;
             return batch;
         }
-        for h in parsed.handles {
-            let Some(key) = self.key_of(h) else { continue };
-            if !batch.keys.contains(&key) {
-                if batch.keys.len() == MAX_BATCH {
-                    return Batch {
-                        keys: Vec::new(),
-                        everything: true,
-                        access: true,
-                    };
-                }
+        for h in handles {
+            if let Some(key) = self.key_of(h)
+                && !batch.keys.contains(&key)
+            {
                 batch.keys.push(key);
             }
         }
@@ -531,6 +538,81 @@ mod tests {
             }
             Err(e) => panic!("{e}"),
         }
+    }
+
+    /// A watch that was never marked: `/dev/null` as its group, `dir` to open handles in.
+    fn unmarked(dir: &Path) -> DiskWatch {
+        let open = |p: &Path| {
+            rustix::fs::open(p, rustix::fs::OFlags::RDONLY, rustix::fs::Mode::empty()).unwrap()
+        };
+        DiskWatch {
+            group: open(Path::new("/dev/null")),
+            mount: open(dir),
+            own: OWN,
+            cache: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_flood_ends_every_lease_without_resolving_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = unmarked(dir.path());
+        let many: Vec<Handle> = (0..=MAX_BATCH as u32)
+            .map(|i| h(&i.to_ne_bytes()))
+            .collect();
+        let flood = Parsed {
+            handles: many.clone(),
+            ..Parsed::default()
+        };
+        let b = w.batch(flood);
+        assert!(b.everything && b.access && b.keys.is_empty(), "{b:?}");
+        assert!(w.cache.is_empty(), "resolved {}", w.cache.len());
+        // At the bound (repeats counted once) it is an ordinary batch.
+        let mut at_bound = many[..MAX_BATCH].to_vec();
+        at_bound.extend_from_slice(&many[..10]);
+        let b = w.batch(Parsed {
+            handles: at_bound,
+            ..Parsed::default()
+        });
+        assert!(!b.everything, "{b:?}");
+        let b = w.batch(Parsed {
+            overflow: true,
+            ..Parsed::default()
+        });
+        assert!(b.everything && b.access);
+    }
+
+    #[test]
+    fn each_object_is_resolved_once_and_named_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"x").unwrap();
+        let Some(real) = name_to_handle(&f) else {
+            eprintln!("skipped: no file handles here");
+            return;
+        };
+        let mut w = unmarked(dir.path());
+        if open_by_handle(&w.mount, &real).is_err() {
+            eprintln!("skipped: not root");
+            return;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let st = std::fs::metadata(&f).unwrap();
+        let gone = h(b"no such object");
+        let b = w.batch(Parsed {
+            handles: vec![real.clone(), gone, real.clone()],
+            access: true,
+            ..Parsed::default()
+        });
+        assert_eq!(b.keys, vec![(st.dev(), st.ino())]);
+        assert!(b.access && !b.everything);
+        // From the cache: the file's name gone, its handle still names it.
+        std::fs::remove_file(&f).unwrap();
+        let b = w.batch(Parsed {
+            handles: vec![real],
+            ..Parsed::default()
+        });
+        assert_eq!(b.keys, vec![(st.dev(), st.ino())]);
     }
 
     /// `name_to_handle_at` of `path` (test only).
