@@ -943,6 +943,57 @@ fn absent_names_in_an_empty_directory_are_answered_from_its_listing() {
     });
 }
 
+/// Where sfsd tells of changes made behind its back (it watches its disk: protocol 17), a
+/// small directory is read whole at the first name no listing answers, and the next absent
+/// names there cost nothing: git probes most of `.git`'s small directories for one or two
+/// names per command. Without the watch it is read at the second, so one lookup never keeps a
+/// listing that a name made on the disk would not end. Either way a name made on the server's
+/// disk then shows.
+#[test]
+fn a_small_directory_is_listed_at_its_first_miss_where_sfsd_watches_its_disk() {
+    need_fuse!();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: sfsd watches its disk only as root");
+        return;
+    }
+    for (watch, first_listed) in [(true, true), (false, false)] {
+        let flags: &[&str] = if watch { &[] } else { &["--no-disk-watch"] };
+        let s = setup_serving(None, &[], flags);
+        dir_of_files(&s.export.join("d"), 3, 1);
+        let m = s.mount("mnt");
+        let d = m.dir.join("d");
+        assert!(fs::metadata(&d).unwrap().is_dir());
+        let (lookups, listings) = (requests(&m, "Lookup"), requests(&m, "ListDir"));
+        assert!(!d.join("probe0").exists());
+        assert_eq!(
+            (
+                requests(&m, "Lookup") - lookups,
+                requests(&m, "ListDir") - listings
+            ),
+            if first_listed { (0, 1) } else { (1, 0) },
+            "watch {watch}: the first miss; log:\n{}",
+            m.log()
+        );
+        for i in 1..10 {
+            assert!(!d.join(format!("probe{i}")).exists());
+        }
+        assert_eq!(
+            requests(&m, "Lookup") - lookups,
+            if first_listed { 0 } else { 1 },
+            "watch {watch}: lookups; log:\n{}",
+            m.log()
+        );
+        assert_eq!(requests(&m, "ListDir") - listings, 1, "watch {watch}");
+        if watch {
+            fs::write(s.export.join("d/made-on-disk"), b"x").unwrap();
+            soon("a name made on the disk", true, || {
+                d.join("made-on-disk").exists()
+            });
+        }
+    }
+}
+
 /// A rename between two directories whose listings are kept shows in both at once: gone from
 /// the one it left (whose listing is edited), there in the one it went to (whose listing is
 /// read again), in listings and in lookups alike.

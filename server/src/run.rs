@@ -148,6 +148,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    // Opened before the server, whose offered versions say whether it runs.
+    let watch = (settings.backend.is_none() && settings.disk_watch)
+        .then(|| open_disk_watch(&export))
+        .flatten();
     let srv = Arc::new(server::Server::new(
         h.clone(),
         st,
@@ -155,6 +159,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         users,
         &settings,
         peers,
+        watch.is_some(),
     ));
     if let Some(p) = &srv.peers {
         // The server holds its peers, and their receiver the server (both live as long as
@@ -168,8 +173,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         });
     }
     let watch_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    if settings.backend.is_none() && settings.disk_watch {
-        watch_disk(&srv, &export, &watch_stop);
+    if let Some(watch) = watch {
+        start_disk_watch(&srv, watch, &watch_stop)?;
     }
     listener::start(
         &srv,
@@ -209,15 +214,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Starts watching the file system of `export` for changes made behind sfsd's back
-/// ([`disk_watch`]), until `stop`; where it cannot, says why and serves without.
-fn watch_disk(
-    srv: &Arc<server::Server>,
-    export: &std::path::Path,
-    stop: &Arc<std::sync::atomic::AtomicBool>,
-) {
-    let watch = match disk_watch::DiskWatch::open(export) {
-        Ok(w) => w,
+/// The watch of the file system `export` is on ([`disk_watch`]), or None, saying why.
+fn open_disk_watch(export: &std::path::Path) -> Option<disk_watch::DiskWatch> {
+    match disk_watch::DiskWatch::open(export) {
+        Ok(w) => Some(w),
         Err(e) => {
             tracing::info!(
                 error = %e,
@@ -225,19 +225,25 @@ fn watch_disk(
                  file handles): a change made on the server's disk by another program shows \
                  in the clients when their leases end"
             );
-            return;
+            None
         }
-    };
-    let to = srv.clone();
-    let started = watch.start(stop.clone(), move |batch| {
-        to.in_color(libcolor::Color::DEFAULT, move |srv| {
-            srv.changed_on_disk(batch)
-        })
-    });
-    match started {
-        Ok(_) => {
-            tracing::info!("watching the export's file system for changes made behind sfsd's back")
-        }
-        Err(e) => tracing::warn!(error = %e, "could not start the disk watch"),
     }
+}
+
+/// Runs `watch` until `stop`, each batch handed to color 0.
+fn start_disk_watch(
+    srv: &Arc<server::Server>,
+    watch: disk_watch::DiskWatch,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Result<()> {
+    let to = srv.clone();
+    watch
+        .start(stop.clone(), move |batch| {
+            to.in_color(libcolor::Color::DEFAULT, move |srv| {
+                srv.changed_on_disk(batch)
+            })
+        })
+        .context("starting the disk watch")?;
+    tracing::info!("watching the export's file system for changes made behind sfsd's back");
+    Ok(())
 }

@@ -149,6 +149,7 @@ impl Server {
         users: Users,
         settings: &Settings,
         peers: Option<Arc<crate::peers::Peers>>,
+        disk_told: bool,
     ) -> Server {
         let mut limits = settings.limits.clone();
         limits.max_startups =
@@ -159,7 +160,11 @@ impl Server {
             name: st.name(),
             handshake: HandshakeConfig {
                 max_record_payload: limits.max_record,
-                ..HandshakeConfig::default()
+                // Versions 17 and 18 promise that changes made behind sfsd's back are told.
+                versions: protocol::handshake::versions_here()
+                    .into_iter()
+                    .filter(|&v| disk_told || !protocol::handshake::tells_disk_changes(v))
+                    .collect(),
             },
             keypair: st.keypair,
             handle_key: st.handle_key,

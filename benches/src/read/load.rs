@@ -54,7 +54,12 @@ impl CipherChoice {
     pub(crate) fn versions(self) -> Vec<u32> {
         match self {
             CipherChoice::Auto => protocol::handshake::versions_here(),
-            CipherChoice::Chacha => vec![2, protocol::PROTOCOL_VERSION],
+            // Every ChaCha20 version: a server that does not watch its disk stops at 15.
+            CipherChoice::Chacha => protocol::SUPPORTED_VERSIONS
+                .iter()
+                .copied()
+                .filter(|&v| !protocol::handshake::uses_aes(v))
+                .collect(),
             CipherChoice::Aes => protocol::SUPPORTED_VERSIONS.to_vec(),
         }
     }

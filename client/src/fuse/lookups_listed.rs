@@ -1,4 +1,5 @@
-//! Lookups answered from a listing of their directory, read at the second lookup in it.
+//! Lookups answered from a listing of their directory, read at the second lookup in it (a
+//! small one at the first, where the server tells of changes made behind its back).
 //!
 //! `git status` `lstat`s every path in its index before it lists any directory, and `make`
 //! `stat`s every prerequisite: each name not yet known to the kernel is a LOOKUP, a round trip
@@ -10,6 +11,12 @@
 //! next ones from it: a name it holds with its handle and attributes (or the cache's, if the
 //! object changed since), a name it lacks with `ENOENT`.
 //!
+//! - **The first or the second**: a name made on the server's disk, behind the server's back,
+//!   shows in a kept listing only when the directory's lease ends unless the server tells of
+//!   it ([`protocol::handshake::tells_disk_changes`], versions 17 and up: sfsd watching its
+//!   file system). Where it does, a directory of one block is read at the first lookup no
+//!   listing answers: git probes most of `.git`'s small directories for one absent name each
+//!   per command. Elsewhere at the second, so a single lookup never hides such a name.
 //! - **Only small directories**: those whose cached size says at most [`LISTED_DIR_MAX`]
 //!   bytes; a large one is not read whole for a few names. One of a single block
 //!   ([`ONE_BLOCK`]) may be empty, and an empty listing does not show that its reader may
@@ -45,6 +52,8 @@ const RELIST_AFTER: Duration = Duration::from_secs(60);
 
 /// Lookups in a directory no listing answered before it is read.
 const MISSES_BEFORE_LISTING: u32 = 2;
+/// The same for a directory of one block whose server tells of changes behind its back.
+const MISSES_BEFORE_LISTING_TOLD: u32 = 1;
 
 /// A directory at most this large (one block of most file systems: a few dozen names, or
 /// none) is read for lookups with an ACCESS beside.
@@ -74,8 +83,9 @@ pub(super) struct LookupsListed {
 }
 
 impl LookupsListed {
-    /// A lookup in `dir` by `uid` that no listing answered: whether to read the directory now.
-    fn missed(&self, dir: &FileHandle, uid: u32, now: Instant) -> bool {
+    /// A lookup in `dir` by `uid` that no listing answered: whether to read the directory now,
+    /// at its `needed`th such lookup.
+    fn missed(&self, dir: &FileHandle, uid: u32, now: Instant, needed: u32) -> bool {
         let mut seen = self.seen.lock();
         if seen.len() >= MAX_REMEMBERED && !seen.contains_key(&(*dir, uid)) {
             seen.clear();
@@ -87,7 +97,7 @@ impl LookupsListed {
             return false;
         }
         s.misses += 1;
-        if s.misses < MISSES_BEFORE_LISTING {
+        if s.misses < needed {
             return false;
         }
         s.misses = 0;
@@ -146,7 +156,16 @@ impl ServerMount {
                 if c.known_absent(dir, name) {
                     return None;
                 }
-                if !self.lookups_listed.missed(dir, uid, Instant::now()) {
+                // A small directory is read at its first miss where a name made behind the
+                // server's back would be told (an INVALIDATE ends the listing), else at its
+                // second: a name made on the server's disk then stays unseen in no more
+                // directories than one a program looks up two names in.
+                let needed = if size <= ONE_BLOCK && c.tells_disk_changes() {
+                    MISSES_BEFORE_LISTING_TOLD
+                } else {
+                    MISSES_BEFORE_LISTING
+                };
+                if !self.lookups_listed.missed(dir, uid, Instant::now(), needed) {
                     return None;
                 }
                 // A directory of one block may be empty: whether its user may search it is
@@ -243,17 +262,27 @@ mod tests {
     fn a_directory_is_read_at_its_second_miss_and_not_again_within_the_lease() {
         let l = LookupsListed::default();
         let t = Instant::now();
-        assert!(!l.missed(&DIR, 1, t), "the first lookup asks the server");
-        assert!(l.missed(&DIR, 1, t), "the second reads the directory");
-        assert!(!l.missed(&DIR, 2, t), "another user counts apart");
+        let two = MISSES_BEFORE_LISTING;
+        assert!(
+            !l.missed(&DIR, 1, t, two),
+            "the first lookup asks the server"
+        );
+        assert!(l.missed(&DIR, 1, t, two), "the second reads the directory");
+        assert!(!l.missed(&DIR, 2, t, two), "another user counts apart");
         for _ in 0..5 {
-            assert!(!l.missed(&DIR, 1, t + Duration::from_secs(1)));
+            assert!(!l.missed(&DIR, 1, t + Duration::from_secs(1), two));
         }
         let later = t + RELIST_AFTER + Duration::from_secs(1);
-        assert!(!l.missed(&DIR, 1, later));
+        assert!(!l.missed(&DIR, 1, later, two));
         assert!(
-            l.missed(&DIR, 1, later),
+            l.missed(&DIR, 1, later, two),
             "read again once the lease would have ended"
+        );
+        let told = MISSES_BEFORE_LISTING_TOLD;
+        assert!(l.missed(&DIR, 3, t, told), "where told, at the first");
+        assert!(
+            !l.missed(&DIR, 3, t, told),
+            "and not again within the lease"
         );
     }
 }

@@ -619,6 +619,15 @@ impl Client {
         }
     }
 
+    /// Whether the server tells this client of changes made behind its back, on its own disk
+    /// ([`protocol::handshake::tells_disk_changes`]), as of the current connection (no: with
+    /// none at hand). A reconnect drops the whole cache, so what was kept on the strength of
+    /// it never outlives the connection that said so.
+    pub(crate) fn tells_disk_changes(&self) -> bool {
+        let now = self.inner.conn_now.lock().clone();
+        now.is_some_and(|c| protocol::handshake::tells_disk_changes(c.version))
+    }
+
     /// REMOVE or RMDIR; how the directory's change settled when the server tells us of the
     /// object removed (what we know of it then stays true: [`Client::unnamed`]).
     pub(crate) async fn remove(

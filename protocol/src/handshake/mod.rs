@@ -57,8 +57,9 @@ pub const SERVER_KEY_MAGIC: [u8; 4] = *b"SFSK";
 /// Largest handshake frame body accepted.
 pub const MAX_FRAME: usize = 1024;
 /// The protocol version this crate implements (with ChaCha20-Poly1305 records; see
-/// [`UNNAMED_TOLD_AES_VERSION`] for the same with AES-256-GCM).
-pub const PROTOCOL_VERSION: u32 = UNNAMED_TOLD_VERSION;
+/// [`DISK_TOLD_AES_VERSION`] for the same with AES-256-GCM). A server that cannot tell of
+/// changes behind its back speaks up to [`UNNAMED_TOLD_VERSION`].
+pub const PROTOCOL_VERSION: u32 = DISK_TOLD_VERSION;
 /// The first version with SESSION and SEQUENCE ([`crate::sequence`]) and APPEND: a client
 /// sends them only on connections that chose it or a later one, so it still works with a
 /// server of version 2, without exactly-once changes or atomic appends.
@@ -105,12 +106,22 @@ pub const ORDERED_SETATTR_AES_VERSION: u32 = 14;
 pub const UNNAMED_TOLD_VERSION: u32 = 15;
 /// Version 15 with AES-256-GCM records, offered only with AES instructions as 4 is.
 pub const UNNAMED_TOLD_AES_VERSION: u32 = 16;
+/// Version 15 whose server also tells every lease holder of the changes made to its files
+/// behind its back (by other programs on its host), with an INVALIDATE, as of changes made
+/// through it. A client may then keep a directory's listing from the first name it has to
+/// look up there, where before a name made on the server's disk would have stayed unseen
+/// until the lease ended. A server offers it only while it can keep that promise (sfsd: while
+/// it watches its file system); nothing on the wire changes.
+pub const DISK_TOLD_VERSION: u32 = 17;
+/// Version 17 with AES-256-GCM records, offered only with AES instructions as 4 is.
+pub const DISK_TOLD_AES_VERSION: u32 = 18;
 /// Every version this crate can speak: 2 differs from 3 only in having no SESSION and
 /// SEQUENCE, so a peer of either version can be served; 5 is 3 with FETCH; 7 is 5 with
 /// LISTDIR; 9 is 7 with COMMIT ordered behind the connection's WRITEs; 11 is 9 with
 /// CREATEAT; 13 is 11 with SETATTR ordered behind them too; 15 is 13 whose server tells the
-/// sender of a removal or rename what it changed unnamed; 4, 6, 8, 10, 12, 14 and 16 are 3,
-/// 5, 7, 9, 11, 13 and 15 with AES-256-GCM records.
+/// sender of a removal or rename what it changed unnamed; 17 is 15 whose server tells of
+/// changes made behind its back; 4, 6, 8, 10, 12, 14, 16 and 18 are 3, 5, 7, 9, 11, 13, 15
+/// and 17 with AES-256-GCM records.
 pub const SUPPORTED_VERSIONS: &[u32] = &[
     2,
     SESSIONS_VERSION,
@@ -127,6 +138,8 @@ pub const SUPPORTED_VERSIONS: &[u32] = &[
     ORDERED_SETATTR_AES_VERSION,
     UNNAMED_TOLD_VERSION,
     UNNAMED_TOLD_AES_VERSION,
+    DISK_TOLD_VERSION,
+    DISK_TOLD_AES_VERSION,
 ];
 
 /// Whether records of `version` are sealed with AES-256-GCM (else ChaCha20-Poly1305).
@@ -140,6 +153,7 @@ pub fn uses_aes(version: u32) -> bool {
             | CREATE_AT_AES_VERSION
             | ORDERED_SETATTR_AES_VERSION
             | UNNAMED_TOLD_AES_VERSION
+            | DISK_TOLD_AES_VERSION
     )
 }
 
@@ -175,6 +189,12 @@ pub fn has_ordered_setattr(version: u32) -> bool {
 /// ([`UNNAMED_TOLD_VERSION`]).
 pub fn tells_unnamed(version: u32) -> bool {
     version >= UNNAMED_TOLD_VERSION
+}
+
+/// Whether the server of a connection of `version` tells every lease holder of changes made
+/// behind its back ([`DISK_TOLD_VERSION`]).
+pub fn tells_disk_changes(version: u32) -> bool {
+    version >= DISK_TOLD_VERSION
 }
 
 /// The versions this machine offers: all it speaks, but those with AES records only with AES
@@ -564,6 +584,14 @@ mod tests {
             versions: vec![2, 3, 5, 7, 9, 11, 13, 15],
             ..HandshakeConfig::default()
         };
+        let v16 = HandshakeConfig {
+            versions: (2..=16).collect(),
+            ..HandshakeConfig::default()
+        };
+        let chacha17 = HandshakeConfig {
+            versions: vec![2, 3, 5, 7, 9, 11, 13, 15, 17],
+            ..HandshakeConfig::default()
+        };
         for (client, server, chosen) in [
             (v2.clone(), HandshakeConfig::default(), 2),
             (HandshakeConfig::default(), v2, 2),
@@ -600,7 +628,12 @@ mod tests {
             // The sender of a removal or rename told what it changed unnamed.
             (chacha15.clone(), all.clone(), 15),
             (all.clone(), chacha15, 15),
-            (all.clone(), all, 16),
+            (v16.clone(), all.clone(), 16),
+            // A server that does not tell of changes behind its back offers up to 16.
+            (all.clone(), v16, 16),
+            (chacha17.clone(), all.clone(), 17),
+            (all.clone(), chacha17, 17),
+            (all.clone(), all, 18),
         ] {
             let (mut c, mut s) = pair(client, server);
             pump(&mut c, &mut s).unwrap();
@@ -623,6 +656,7 @@ mod tests {
             assert_eq!(has_create_at(chosen), chosen >= 11);
             assert_eq!(has_ordered_setattr(chosen), chosen >= 13);
             assert_eq!(tells_unnamed(chosen), chosen >= 15);
+            assert_eq!(tells_disk_changes(chosen), chosen >= 17);
         }
     }
 
