@@ -186,8 +186,12 @@ fn files_and_directories_through_the_kernel() {
         fs::read(s.export.join("a.txt")).unwrap(),
         b"hello over sfs\n"
     );
-    // A file made on the server side shows up.
+    // A file made on the server side shows up (at once, or once sfsd's watch of its disk
+    // has ended the root's listing the mount keeps: within milliseconds).
     fs::write(s.export.join("server-made"), b"x").unwrap();
+    soon("a file made on the server side", true, || {
+        d.join("server-made").exists()
+    });
     assert_eq!(fs::read(d.join("server-made")).unwrap(), b"x");
 
     // ordinary programs: cat, ls, wc
@@ -1553,15 +1557,17 @@ fn a_walk_reads_the_next_listings_ahead() {
         v
     };
     let listdirs = |m: &Mount| requests(m, "ListDir") + requests(m, "ReadDirPlus");
+    // Looking names up in the root reads the root whole (at the first lookup no listing
+    // answers where sfsd watches its disk, else the second: fuse/lookups_listed.rs): done
+    // first, so that only the directories' own listings are counted.
+    fs::metadata(m.dir.join("alone")).unwrap();
+    fs::metadata(m.dir.join("top")).unwrap();
     // One directory alone: its listing only, nothing ahead.
     let before = listdirs(&m);
     assert_eq!(names("alone"), ["x", "y"]);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(listdirs(&m), before + 1, "log:\n{}", m.log());
-    // A walk: top, then top/a; then a/deep, b and c are read ahead. Looking `top` up is the
-    // second lookup in the root, which reads the root whole (fuse/lookups_listed.rs): done
-    // first, so that only the walk's listings are counted.
-    fs::metadata(m.dir.join("top")).unwrap();
+    // A walk: top, then top/a; then a/deep, b and c are read ahead.
     let before = listdirs(&m);
     assert_eq!(names("top"), ["a", "b", "c"]);
     assert_eq!(names("top/a"), ["deep"]);
@@ -2106,6 +2112,8 @@ fn an_open_answered_from_the_kept_access_answer_decides_as_the_server_did() {
     fs::write(s.export.join("f"), b"x").unwrap();
     let m = s.mount("m");
     let p = m.dir.join("f");
+    // Looked up first: reading the root's listing for it may ask an ACCESS of the root.
+    fs::metadata(&p).unwrap();
     let before = requests(&m, "Access");
     for _ in 0..3 {
         let e = fs::OpenOptions::new().append(true).open(&p).unwrap_err();
@@ -3739,8 +3747,14 @@ fn multi_user_shared_mapping_is_written_back_as_its_writer() {
 fn a_program_waiting_on_a_stopped_server_can_be_killed() {
     need_fuse!();
     let s = setup();
+    for signame in ["TERM", "KILL"] {
+        fs::create_dir(s.export.join(format!("sub-{signame}"))).unwrap();
+    }
     let m = s.mount("m");
     fs::write(m.dir.join("f"), b"before\n").unwrap();
+    for signame in ["TERM", "KILL"] {
+        assert!(m.dir.join(format!("sub-{signame}")).is_dir());
+    }
     /// Sends SIGCONT to sfsd on drop (a failed test leaves no stopped server behind).
     struct Resume(String);
     impl Drop for Resume {
@@ -3758,10 +3772,12 @@ fn a_program_waiting_on_a_stopped_server_can_be_killed() {
     );
     let resume = Resume(pid);
     for signame in ["TERM", "KILL"] {
-        // Negative lookups are not cached: this LOOKUP goes to the stopped server.
+        // Negative lookups are not cached, and no listing of this directory is kept (the
+        // root's may be, read at the lookup of `f`): this LOOKUP, or the listing read for it,
+        // goes to the stopped server.
         let mut child = Guard(
             Command::new("stat")
-                .arg(m.dir.join(format!("absent-{signame}")))
+                .arg(m.dir.join(format!("sub-{signame}/absent")))
                 .stderr(std::process::Stdio::null())
                 .spawn()
                 .unwrap(),

@@ -33,6 +33,10 @@
 //!   refetch, never a stale cache, and a program flooding the file system with changes costs
 //!   sfsd at most 200 x [`MAX_BATCH`] resolutions a second, its clients a refetch ten times a
 //!   second. The handle-to-key cache holds at most [`MAX_CACHED`] entries.
+//! - **A promise.** While it runs, sfsd offers protocol versions 17 and 18, whose server
+//!   promises to tell of changes behind its back ([`protocol::handshake::DISK_TOLD_VERSION`]).
+//!   A failed read of the group (never seen) therefore ends every lease, and the thread
+//!   goes on reading.
 //! - **Where it cannot.** fanotify with file handles on a whole file system needs
 //!   `CAP_SYS_ADMIN` and a file system that can encode handles; without them (an unprivileged
 //!   sfsd, some FUSE or overlay file systems), and on the NFS backend, sfsd logs why and
