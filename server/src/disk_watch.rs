@@ -270,6 +270,11 @@ impl DiskWatch {
                 | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )?;
+        // What the watch is told it must resolve (CAP_DAC_READ_SEARCH), or it would offer a
+        // promise (versions 17 and 18) it cannot keep.
+        let root = name_to_handle(export)
+            .ok_or_else(|| io::Error::other("no file handle for the export"))?;
+        open_by_handle(&mount, &root)?;
         Ok(DiskWatch {
             group,
             mount,
@@ -394,6 +399,38 @@ fn open_by_handle(mount: &OwnedFd, h: &Handle) -> io::Result<OwnedFd> {
     }
     // SAFETY: fd was just returned by open_by_handle_at and is owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `name_to_handle_at` of `path`: the handle the kernel reports the object by.
+fn name_to_handle(path: &Path) -> Option<Handle> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut raw = vec![0u32; 2 + libc::MAX_HANDLE_SZ as usize / 4];
+    raw[0] = libc::MAX_HANDLE_SZ as u32;
+    let mut mount_id = 0;
+    // SAFETY: `raw` is a `struct file_handle` with room for MAX_HANDLE_SZ bytes, as its
+    // header says; the path is NUL-terminated; both outlive the call.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            raw.as_mut_ptr().cast::<libc::file_handle>(),
+            &mut mount_id,
+            0,
+        )
+    };
+    if r < 0 {
+        return None;
+    }
+    let n = raw[0] as usize;
+    let bytes: Vec<u8> = raw[2..]
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .take(n)
+        .collect();
+    Some(Handle {
+        kind: raw[1] as i32,
+        bytes,
+    })
 }
 
 #[cfg(test)]
@@ -623,37 +660,5 @@ mod tests {
             ..Parsed::default()
         });
         assert_eq!(b.keys, vec![(st.dev(), st.ino())]);
-    }
-
-    /// `name_to_handle_at` of `path` (test only).
-    fn name_to_handle(path: &Path) -> Option<Handle> {
-        let c = CString::new(path.as_os_str().as_bytes()).unwrap();
-        let mut raw = vec![0u32; 2 + libc::MAX_HANDLE_SZ as usize / 4];
-        raw[0] = libc::MAX_HANDLE_SZ as u32;
-        let mut mount_id = 0;
-        // SAFETY: `raw` is a `struct file_handle` with room for MAX_HANDLE_SZ bytes, as its
-        // header says; the path is NUL-terminated; both outlive the call.
-        let r = unsafe {
-            libc::name_to_handle_at(
-                libc::AT_FDCWD,
-                c.as_ptr(),
-                raw.as_mut_ptr().cast::<libc::file_handle>(),
-                &mut mount_id,
-                0,
-            )
-        };
-        if r < 0 {
-            return None;
-        }
-        let n = raw[0] as usize;
-        let bytes: Vec<u8> = raw[2..]
-            .iter()
-            .flat_map(|w| w.to_ne_bytes())
-            .take(n)
-            .collect();
-        Some(Handle {
-            kind: raw[1] as i32,
-            bytes,
-        })
     }
 }
