@@ -526,6 +526,32 @@ mod tests {
     }
 
     #[test]
+    fn records_of_other_kinds_are_passed_over_and_an_event_may_have_none() {
+        // A bare header of a kind this does not know, then the object.
+        let unknown = vec![99u8, 0, 4, 0];
+        let fid = record(FID, b"obj1", b"");
+        let p = parse(&event(libc::FAN_MODIFY, 7, &[unknown, fid]), OWN);
+        assert_eq!(p.handles, vec![h(b"obj1")]);
+        assert!(!p.overflow);
+        // No record at all: nothing named, nothing wrong.
+        let p = parse(&event(libc::FAN_MODIFY, 7, &[]), OWN);
+        assert_eq!(p, Parsed::default());
+        // A record claiming less than its own header ends the parse (and cannot loop).
+        let empty = vec![99u8, 0, 0, 0];
+        assert!(parse(&event(libc::FAN_MODIFY, 7, &[empty]), OWN).overflow);
+    }
+
+    #[test]
+    fn a_handle_of_the_largest_size_is_taken_and_a_larger_one_is_not() {
+        let max = vec![1u8; libc::MAX_HANDLE_SZ as usize];
+        let p = parse(&event(libc::FAN_MODIFY, 7, &[record(FID, &max, b"")]), OWN);
+        assert_eq!(p.handles, vec![h(&max)]);
+        let over = vec![1u8; libc::MAX_HANDLE_SZ as usize + 1];
+        let p = parse(&event(libc::FAN_MODIFY, 7, &[record(FID, &over, b"")]), OWN);
+        assert!(p.overflow);
+    }
+
+    #[test]
     fn an_overflow_is_told() {
         let p = parse(&event(libc::FAN_Q_OVERFLOW, -1, &[]), OWN);
         assert!(p.overflow);
@@ -653,12 +679,26 @@ mod tests {
         });
         assert_eq!(b.keys, vec![(st.dev(), st.ino())]);
         assert!(b.access && !b.everything);
-        // From the cache: the file's name gone, its handle still names it.
-        std::fs::remove_file(&f).unwrap();
+        let g = dir.path().join("g");
+        std::fs::write(&g, b"y").unwrap();
+        let other = name_to_handle(&g).unwrap();
+        let gst = std::fs::metadata(&g).unwrap();
         let b = w.batch(Parsed {
-            handles: vec![real],
+            handles: vec![other.clone()],
             ..Parsed::default()
         });
-        assert_eq!(b.keys, vec![(st.dev(), st.ino())]);
+        assert_eq!(b.keys, vec![(gst.dev(), gst.ino())]);
+        // From the cache: the files' names gone, their handles still name them.
+        std::fs::remove_file(&f).unwrap();
+        std::fs::remove_file(&g).unwrap();
+        let b = w.batch(Parsed {
+            handles: vec![real, other],
+            ..Parsed::default()
+        });
+        let mut want = vec![(st.dev(), st.ino()), (gst.dev(), gst.ino())];
+        want.sort();
+        let mut got = b.keys;
+        got.sort();
+        assert_eq!(got, want);
     }
 }
