@@ -956,9 +956,7 @@ fn absent_names_in_an_empty_directory_are_answered_from_its_listing() {
 #[test]
 fn a_small_directory_is_listed_at_its_first_miss_where_sfsd_watches_its_disk() {
     need_fuse!();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: sfsd watches its disk only as root");
+    if !disk_watched() {
         return;
     }
     for (watch, first_listed) in [(true, true), (false, false)] {
@@ -1604,9 +1602,7 @@ fn a_name_made_on_the_servers_disk_shows_when_the_directory_lease_ends() {
 #[test]
 fn changes_on_the_servers_disk_show_through_the_mount_at_once() {
     need_fuse!();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: sfsd watches its disk only as root");
+    if !disk_watched() {
         return;
     }
     let s = setup_serving(None, &[], &["--lease-secs", "60"]);
@@ -4567,6 +4563,16 @@ impl Drop for Stopped {
 }
 
 /// The names in `dir`, sorted.
+/// Whether sfsd here watches its disk (it does as root), saying it skips if not.
+fn disk_watched() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: sfsd watches its disk only as root");
+    }
+    root
+}
+
 fn strings(s: &[&str]) -> Vec<String> {
     s.iter().map(|s| s.to_string()).collect()
 }

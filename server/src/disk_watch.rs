@@ -90,6 +90,9 @@ const ACCESS_CHANGED: u64 =
 /// Everything watched.
 const WATCHED: u64 = libc::FAN_MODIFY | ACCESS_CHANGED | libc::FAN_ONDIR;
 
+/// Bytes of an event's metadata (`struct fanotify_event_metadata`), before its records.
+const META: usize = std::mem::size_of::<libc::fanotify_event_metadata>();
+
 /// Info record types that carry a file handle (`fanotify_event_info_fid`).
 const FID: u8 = libc::FAN_EVENT_INFO_TYPE_FID;
 const DIR_FIDS: [u8; 4] = [
@@ -100,7 +103,7 @@ const DIR_FIDS: [u8; 4] = [
 ];
 
 /// A file handle as the kernel reports it: its type and its bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Handle {
     pub kind: i32,
     pub bytes: Vec<u8>,
@@ -142,7 +145,6 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 /// Whatever does not parse (a length out of bounds, a record cut short) ends the parse with
 /// `overflow` set, so a kernel this does not understand costs a refetch, not a miss.
 pub(crate) fn parse(buf: &[u8], own: i32) -> Parsed {
-    const META: usize = std::mem::size_of::<libc::fanotify_event_metadata>();
     let mut out = Parsed::default();
     let mut at = 0;
     while at < buf.len() {
@@ -159,7 +161,6 @@ pub(crate) fn parse(buf: &[u8], own: i32) -> Parsed {
 
 /// One event at the start of `b` into `out`; its length, or None if it does not parse.
 fn parse_event(b: &[u8], own: i32, out: &mut Parsed) -> Option<usize> {
-    const META: usize = std::mem::size_of::<libc::fanotify_event_metadata>();
     let len = u32_at(b, 0)? as usize;
     let version = *b.get(4)?;
     let meta_len = u16_at(b, 6)? as usize;
@@ -335,7 +336,7 @@ impl DiskWatch {
             access: parsed.access,
         };
         let mut handles = parsed.handles;
-        handles.sort_unstable_by(|a, b| (a.kind, &a.bytes).cmp(&(b.kind, &b.bytes)));
+        handles.sort_unstable();
         handles.dedup();
         if handles.len() > MAX_BATCH {
             batch.everything = true;
@@ -344,13 +345,10 @@ impl DiskWatch {
             batch.access = true;
             return batch;
         }
-        for h in handles {
-            if let Some(key) = self.key_of(h)
-                && !batch.keys.contains(&key)
-            {
-                batch.keys.push(key);
-            }
-        }
+        batch.keys = handles.into_iter().filter_map(|h| self.key_of(h)).collect();
+        // Two handles of one object (a directory's and its own encoding) name it once.
+        batch.keys.sort_unstable();
+        batch.keys.dedup();
         batch
     }
 
@@ -583,24 +581,27 @@ mod tests {
         assert!(parse(&version, OWN).overflow);
     }
 
+    /// A file `name` made in `dir` and its handle as the kernel encodes it (None, saying so,
+    /// where the file system has none).
+    fn real_file(dir: &Path, name: &str) -> Option<(std::path::PathBuf, Handle)> {
+        let f = dir.join(name);
+        std::fs::write(&f, name).unwrap();
+        let handle = name_to_handle(&f);
+        if handle.is_none() {
+            eprintln!("skipped: no file handles here");
+        }
+        Some((f, handle?))
+    }
+
     #[test]
     fn open_by_handle_finds_what_name_to_handle_named() {
-        // The handle of a real file, as the kernel encodes it: needs CAP_DAC_READ_SEARCH to
-        // open again, so this checks the buffer only where the test runs as root.
+        // Opening a handle needs CAP_DAC_READ_SEARCH, so this checks the buffer only where the
+        // test runs as root.
         let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("f");
-        std::fs::write(&f, b"x").unwrap();
-        let Some(handle) = name_to_handle(&f) else {
-            eprintln!("skipped: no file handles here");
+        let Some((f, handle)) = real_file(dir.path(), "f") else {
             return;
         };
-        let mount = rustix::fs::open(
-            dir.path(),
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
-            rustix::fs::Mode::empty(),
-        )
-        .unwrap();
-        match open_by_handle(&mount, &handle) {
+        match open_by_handle(&unmarked(dir.path()).mount, &handle) {
             Ok(fd) => {
                 use std::os::unix::fs::MetadataExt;
                 let st = rustix::fs::fstat(&fd).unwrap();
@@ -658,10 +659,7 @@ mod tests {
     #[test]
     fn each_object_is_resolved_once_and_named_once() {
         let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("f");
-        std::fs::write(&f, b"x").unwrap();
-        let Some(real) = name_to_handle(&f) else {
-            eprintln!("skipped: no file handles here");
+        let Some((f, real)) = real_file(dir.path(), "f") else {
             return;
         };
         let mut w = unmarked(dir.path());
@@ -679,9 +677,7 @@ mod tests {
         });
         assert_eq!(b.keys, vec![(st.dev(), st.ino())]);
         assert!(b.access && !b.everything);
-        let g = dir.path().join("g");
-        std::fs::write(&g, b"y").unwrap();
-        let other = name_to_handle(&g).unwrap();
+        let (g, other) = real_file(dir.path(), "g").unwrap();
         let gst = std::fs::metadata(&g).unwrap();
         let b = w.batch(Parsed {
             handles: vec![other.clone()],

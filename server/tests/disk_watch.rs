@@ -19,23 +19,41 @@ const USERS: &[(&str, u8, u32, &str)] = &[("alice", 1, 0, "0")];
 /// a hop to color 0 and loopback, on a shared, busy 2-core machine).
 const BOUND: Duration = Duration::from_secs(2);
 
-/// Why the watch cannot run here, if it cannot.
-fn unavailable() -> Option<&'static str> {
-    if common::ganesha::enabled() {
-        return Some("the NFS backend has no disk to watch");
-    }
+/// Whether the watch cannot run here (saying why): the NFS backend, or not root.
+fn skipped() -> bool {
+    let why = if common::ganesha::enabled() {
+        "the NFS backend has no disk to watch"
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root (fanotify on a file system needs CAP_SYS_ADMIN)");
-    }
-    None
+    } else if unsafe { libc::geteuid() } != 0 {
+        "not root (fanotify on a file system needs CAP_SYS_ADMIN)"
+    } else {
+        return false;
+    };
+    eprintln!("skipped: {why}");
+    true
 }
 
-fn start(area: &Area, extra: &[&str]) -> Sfsd {
+/// sfsd (60 s leases, `extra` flags) on an export holding `f`, and a client of alice's that
+/// has looked `f` up: the server, the client, alice's authno, the root's handle and `f`'s.
+fn serving_f(area: &Area, extra: &[&str]) -> (Sfsd, Client, u32, FileHandle, FileHandle) {
+    std::fs::write(area.export().join("f"), b"v1").unwrap();
     let users = area.users(USERS);
     let mut args = vec!["--users", users.to_str().unwrap(), "--lease-secs", "60"];
     args.extend(extra);
-    area.start(&args)
+    let s = area.start(&args);
+    let mut c = s.connect();
+    let a = c.login("alice", 1).unwrap();
+    let root = c.mount(a);
+    let f = c.lookup(a, root, "f").unwrap();
+    (s, c, a, root, f)
+}
+
+/// That `c` hears nothing for half a second (`what` the test expected not to hear of).
+fn told_nothing(c: &mut Client, what: &str) {
+    match c.next_message_timeout(Duration::from_millis(500)) {
+        None => {}
+        o => panic!("{what}: {o:?}"),
+    }
 }
 
 /// The next INVALIDATE within [`BOUND`], and how long it took from `since`.
@@ -62,23 +80,17 @@ fn invalidated_of(c: &mut Client, fh: FileHandle, since: Instant) -> Duration {
 
 #[test]
 fn changes_on_the_servers_disk_reach_the_lease_holders_at_once() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipped: {why}");
+    if skipped() {
         return;
     }
     let area = Area::new();
     let ex = area.export();
-    std::fs::write(ex.join("f"), b"v1").unwrap();
-    let s = start(&area, &[]);
+    let (s, mut c, a, root, f) = serving_f(&area, &[]);
     assert!(
         s.log().contains("watching the export's file system"),
         "{}",
         s.log()
     );
-    let mut c = s.connect();
-    let a = c.login("alice", 1).unwrap();
-    let root = c.mount(a);
-    let f = c.lookup(a, root, "f").unwrap();
     assert_eq!(c.getattr(a, f).unwrap().lease_ms, 60_000);
 
     // Data written on the disk: the file, not its directory.
@@ -109,25 +121,16 @@ fn changes_on_the_servers_disk_reach_the_lease_holders_at_once() {
 /// sfsd's own changes out, so their maker hears nothing back.
 #[test]
 fn changes_made_through_sfsd_are_not_told_back_to_their_maker() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipped: {why}");
+    if skipped() {
         return;
     }
     let area = Area::new();
-    std::fs::write(area.export().join("f"), b"v1").unwrap();
-    let s = start(&area, &[]);
-    let mut c = s.connect();
-    let a = c.login("alice", 1).unwrap();
-    let root = c.mount(a);
-    let f = c.lookup(a, root, "f").unwrap();
+    let (_s, mut c, a, root, f) = serving_f(&area, &[]);
     c.getattr(a, root).unwrap();
     c.getattr(a, f).unwrap();
     c.write(a, f, 0, b"v2").unwrap();
     c.create(a, root, "made", 0o644).unwrap();
-    match c.next_message_timeout(Duration::from_millis(500)) {
-        None => {}
-        o => panic!("told of its own change: {o:?}"),
-    }
+    told_nothing(&mut c, "told of its own change");
     // The watch is running: a change on the disk still arrives.
     let t = Instant::now();
     std::fs::write(area.export().join("f"), b"from the disk").unwrap();
@@ -136,22 +139,13 @@ fn changes_made_through_sfsd_are_not_told_back_to_their_maker() {
 
 #[test]
 fn no_disk_watch_leaves_changes_on_the_disk_to_the_lease() {
-    if let Some(why) = unavailable() {
-        eprintln!("skipped: {why}");
+    if skipped() {
         return;
     }
     let area = Area::new();
-    std::fs::write(area.export().join("f"), b"v1").unwrap();
-    let s = start(&area, &["--no-disk-watch"]);
-    let mut c = s.connect();
-    let a = c.login("alice", 1).unwrap();
-    let root = c.mount(a);
-    let f = c.lookup(a, root, "f").unwrap();
+    let (s, mut c, a, _root, f) = serving_f(&area, &["--no-disk-watch"]);
     c.getattr(a, f).unwrap();
     std::fs::write(area.export().join("f"), b"v2").unwrap();
-    match c.next_message_timeout(Duration::from_millis(500)) {
-        None => {}
-        o => panic!("an INVALIDATE without the watch: {o:?}"),
-    }
+    told_nothing(&mut c, "an INVALIDATE without the watch");
     assert!(!s.log().contains("watching the export's file system"));
 }
