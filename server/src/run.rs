@@ -149,9 +149,21 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         None => None,
     };
     // Opened before the server, whose offered versions say whether it runs.
-    let watch = (settings.backend.is_none() && settings.disk_watch)
-        .then(|| open_disk_watch(&export))
-        .flatten();
+    let watch = match (&settings.backend, settings.disk_watch) {
+        (None, true) => open_disk_watch(&export),
+        (backend, _) => {
+            let why = if backend.is_some() {
+                "the NFS backend"
+            } else {
+                "--no-disk-watch"
+            };
+            tracing::info!(
+                "not watching the export's file system ({why}): a change made on the server's \
+                 disk by another program shows in the clients when their leases end"
+            );
+            None
+        }
+    };
     let srv = Arc::new(server::Server::new(
         h.clone(),
         st,

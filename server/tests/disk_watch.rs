@@ -87,7 +87,7 @@ fn changes_on_the_servers_disk_reach_the_lease_holders_at_once() {
     let ex = area.export();
     let (s, mut c, a, root, f) = serving_f(&area, &[]);
     assert!(
-        s.log().contains("watching the export's file system"),
+        s.log().contains("watching the export's file system for"),
         "{}",
         s.log()
     );
@@ -147,5 +147,11 @@ fn no_disk_watch_leaves_changes_on_the_disk_to_the_lease() {
     c.getattr(a, f).unwrap();
     std::fs::write(area.export().join("f"), b"v2").unwrap();
     told_nothing(&mut c, "an INVALIDATE without the watch");
-    assert!(!s.log().contains("watching the export's file system"));
+    assert!(!s.log().contains("watching the export's file system for"));
+    assert!(
+        s.log()
+            .contains("not watching the export's file system (--no-disk-watch)"),
+        "{}",
+        s.log()
+    );
 }
