@@ -660,11 +660,12 @@ fn lookups_in_a_directory_are_answered_from_one_listing_of_it() {
     assert_eq!(fs::read(d.join("f07")).unwrap(), b"longer now");
 }
 
-/// Lookups in a directory its user may list but not search (mode 0744, another owner) are
-/// the server's refusals, however many pile up: a listing read for them has names but no
-/// attributes, and answers nothing (an absent name is `EACCES`, not `ENOENT`). In one it may
-/// search but not list (0711) the listing cannot be read, and lookups go to the server: names
-/// there are found, absent ones are `ENOENT`.
+/// A directory its user may list but not search (mode 0744, another owner) lists its names,
+/// as on a local disk: with the server's inode numbers and no type (`DT_UNKNOWN`), and
+/// without a lookup per name. Lookups in it are the server's refusals, however many pile up:
+/// a listing read for them has names but no attributes, and answers nothing (an absent name
+/// is `EACCES`, not `ENOENT`). In one it may search but not list (0711) the listing cannot be
+/// read, and lookups go to the server: names there are found, absent ones are `ENOENT`.
 #[test]
 fn lookups_where_the_user_may_not_both_list_and_search_are_the_servers_answers() {
     need_fuse!();
@@ -685,9 +686,35 @@ fn lookups_where_the_user_may_not_both_list_and_search_are_the_servers_answers()
             .unwrap_or_else(|e| e.raw_os_error().unwrap())
     };
 
-    // (Listing it through the mount is refused as well: the mount lists only entries it can
-    // give attributes; see the README's gaps.)
+    use std::os::unix::fs::DirEntryExt;
     let listable = m.dir.join("listable");
+    let lookups = requests(&m, "Lookup");
+    let entries: Vec<fs::DirEntry> = fs::read_dir(&listable)
+        .unwrap_or_else(|e| panic!("listing a readable directory: {e}\n{}", m.log()))
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(requests(&m, "Lookup"), lookups, "a lookup per name listed");
+    let mut listed: Vec<(String, u64)> = entries
+        .iter()
+        .map(|e| (e.file_name().into_string().unwrap(), e.ino()))
+        .collect();
+    listed.sort();
+    let mut on_disk: Vec<(String, u64)> = fs::read_dir(s.export.join("listable"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().into_string().unwrap(), e.ino())
+        })
+        .collect();
+    on_disk.sort();
+    assert_eq!(
+        listed, on_disk,
+        "names and inode numbers as on the server's disk"
+    );
+    for e in &entries {
+        // No type: `file_type` has to `lstat`, which the server refuses.
+        assert!(e.file_type().is_err(), "{:?} has a type", e.file_name());
+    }
     for i in 0..5 {
         let (name, absent) = (format!("f{i:02}"), format!("absent{i}"));
         assert_eq!(

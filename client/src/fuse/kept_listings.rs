@@ -136,6 +136,7 @@ impl Edit<'_> {
                     kind: kind(node.1.ftype),
                     name: name.to_vec(),
                     node: Some(*node),
+                    fileid: 0,
                 });
             }
             Edit::Unnamed(name) => {
@@ -333,6 +334,7 @@ mod tests {
                 kind: fuser::FileType::RegularFile,
                 name: format!("f{i}").into_bytes(),
                 node: None,
+                fileid: 0,
             })
             .collect();
         Arc::new(Listing {

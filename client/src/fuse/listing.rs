@@ -26,13 +26,24 @@ pub(super) struct Listing {
 
 #[derive(Clone)]
 pub(super) struct Listed {
+    /// `Unknown` for an entry listed by name alone.
     pub(super) kind: fuser::FileType,
     pub(super) name: Vec<u8>,
-    /// Handle and attributes, for `readdirplus` (none for `.` and `..`).
+    /// Handle and attributes, for `readdirplus`. None for `.` and `..`, and for an entry the
+    /// server listed without them: in a directory its caller may read but not search, where
+    /// every lookup is refused, such a name is all there is to list (as on a local disk).
     pub(super) node: Option<(FileHandle, Attr)>,
+    /// The server's file id for an entry listed by name alone (0 for the others, whose
+    /// attributes or the directory's own say it).
+    pub(super) fileid: u64,
 }
 
 impl Listed {
+    /// `.` or `..`.
+    pub(super) fn is_dots(&self) -> bool {
+        self.name == b"." || self.name == b".."
+    }
+
     /// The node to list `.` or `..` (the entries without a handle) of directory node `dir`
     /// as: `.` is the node the directory was opened as (a listing is kept, or read ahead, by
     /// handle, not by node); the kernel makes nothing of `..`'s.

@@ -199,6 +199,7 @@ mod tests {
                 kind: fuser::FileType::Directory,
                 name: format!("e{n}").into_bytes(),
                 node: Some((fh(n), attr)),
+                fileid: 0,
             }
         };
         let mut entries: Vec<Listed> = dirs

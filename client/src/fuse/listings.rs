@@ -160,6 +160,7 @@ impl ServerMount {
                 kind: fuser::FileType::Directory,
                 name: name.to_vec(),
                 node: None,
+                fileid: 0,
             });
         }
         for e in all {
@@ -170,19 +171,19 @@ impl ServerMount {
             {
                 continue;
             }
-            let (fh, attr) = match (e.fh, e.attr) {
-                (Some(fh), Some(a)) => (fh, a),
-                // The server did not include them: ask (rare; gone since is fine).
-                _ => match c.lookup(&dir, &e.name).await {
-                    Ok(x) => x,
-                    Err(SessionError::Nfs(NfsStatus::NoEnt)) => continue,
-                    Err(err) => return Err(errno(err)),
-                },
+            let (kind, node) = match (e.fh, e.attr) {
+                (Some(fh), Some(a)) => (kind(a.ftype), Some((fh, a))),
+                // The server could not look the name up as the caller (no search permission
+                // on the directory; gone since): listed by name, and the kernel's own LOOKUP
+                // gets the server's answer if a program asks more. Asking here would fail
+                // the whole listing on the first refusal, one round trip per name.
+                _ => (fuser::FileType::Unknown, None),
             };
             entries.push(Listed {
-                kind: kind(attr.ftype),
+                kind,
                 name: e.name,
-                node: Some((fh, attr)),
+                node,
+                fileid: e.fileid,
             });
         }
         Ok(Listing {
@@ -214,7 +215,8 @@ impl ServerMount {
             let ino = match &e.node {
                 Some((_, a)) => stat_ino(dir.0, a.fileid),
                 None if e.name == b"." => dot,
-                None => e.dots_node(dir),
+                None if e.is_dots() => e.dots_node(dir),
+                None => stat_ino(dir.0, e.fileid),
             };
             // The offset of an entry is where to continue after it.
             if reply.add(
@@ -363,12 +365,26 @@ impl ServerMount {
                     }
                 }
                 None => {
-                    // `.` and `..`: the kernel uses neither the attributes nor a lookup.
-                    let ino = e.dots_node(dir);
-                    let attr = FileAttr {
-                        ino: INodeNo(ino),
-                        stat_ino: None,
-                        ..fattr(ino, &placeholder_dir())
+                    // `.` and `..`: the kernel uses neither the attributes nor a lookup. A
+                    // name alone: node id 0 tells the kernel the entry comes without a
+                    // lookup (it makes no dentry of it); it shows the server's file id and
+                    // `DT_UNKNOWN`.
+                    let (ino, attr) = if e.is_dots() {
+                        let ino = e.dots_node(dir);
+                        let attr = FileAttr {
+                            ino: INodeNo(ino),
+                            stat_ino: None,
+                            ..fattr(ino, &placeholder_dir())
+                        };
+                        (ino, attr)
+                    } else {
+                        let attr = FileAttr {
+                            ino: INodeNo(0),
+                            stat_ino: Some(stat_ino(dir.0, e.fileid)),
+                            kind: fuser::FileType::Unknown,
+                            ..fattr(0, &placeholder_dir())
+                        };
+                        (0, attr)
                     };
                     if reply.add(
                         INodeNo(ino),

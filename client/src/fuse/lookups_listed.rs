@@ -223,6 +223,7 @@ mod tests {
             kind: fuser::FileType::RegularFile,
             name: name.to_vec(),
             node,
+            fileid: 0,
         };
         let listing = |entries| Listing {
             entries,

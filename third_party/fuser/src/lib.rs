@@ -143,6 +143,9 @@ pub enum FileType {
     Symlink,
     /// Unix domain socket (`S_IFSOCK`)
     Socket,
+    /// Not known (`DT_UNKNOWN`): only for a directory entry whose object the file system
+    /// could not look up, listed by name alone; never the type of an object.
+    Unknown,
 }
 
 impl FileType {

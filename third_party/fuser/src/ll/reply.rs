@@ -318,6 +318,7 @@ pub(crate) fn mode_from_kind_and_perm(kind: FileType, perm: u16) -> u32 {
         FileType::RegularFile => libc::S_IFREG,
         FileType::Symlink => libc::S_IFLNK,
         FileType::Socket => libc::S_IFSOCK,
+        FileType::Unknown => 0,
     }) as u32
         | u32::from(perm)
 }
@@ -920,6 +921,18 @@ mod test {
         assert_eq!(
             r.with_iovec(RequestId(0xdeadbeef), ioslice_to_vec),
             expected
+        );
+    }
+
+    /// `FileType::Unknown` is `DT_UNKNOWN`: type bits 0 in a listing, whatever the
+    /// permission bits.
+    #[test]
+    fn unknown_type_is_dt_unknown() {
+        assert_eq!(mode_from_kind_and_perm(FileType::Unknown, 0), 0);
+        assert_eq!(mode_from_kind_and_perm(FileType::Unknown, 0o644) >> 12, 0);
+        assert_eq!(
+            mode_from_kind_and_perm(FileType::Directory, 0o755) >> 12,
+            u32::from(libc::DT_DIR)
         );
     }
 }
