@@ -2532,6 +2532,48 @@ fn a_new_files_times_owner_and_mode_go_behind_its_writes_as_one_setattr() {
     );
 }
 
+/// A file made by `open(O_CREAT)` without `O_EXCL` (a shell's `>`, a compiler's output,
+/// `unzip`, Python's `open(..., "w")`) is known new as one made with `O_EXCL` is: the
+/// kernel's `security.capability` probe before its first write is answered by the mount. And
+/// where the kernel took a name for absent that the server has (made on the server's disk
+/// behind a kept listing, no watch telling), `O_TRUNC` still truncates the file there.
+#[test]
+fn a_file_made_without_o_excl_is_known_new_and_o_trunc_holds_on_a_name_that_appeared() {
+    need_fuse!();
+    let s = setup_serving(None, &[], &["--no-disk-watch"]);
+    let m = s.mount("mnt");
+    let d = m.dir.join("d");
+    fs::create_dir(&d).unwrap();
+    let _held = fs::File::open(&d).unwrap();
+    let before = requests(&m, "GetXattr");
+    for i in 0..5 {
+        fs::write(d.join(format!("out{i}")), b"built").unwrap();
+    }
+    assert_eq!(
+        requests(&m, "GetXattr"),
+        before,
+        "capability probes of 5 files made by O_CREAT|O_TRUNC\n{}",
+        m.log()
+    );
+    for i in 0..5 {
+        assert_eq!(
+            fs::read(s.export.join(format!("d/out{i}"))).unwrap(),
+            b"built"
+        );
+    }
+
+    // The kept listing of `d` answers `late` absent; it is made on the disk meanwhile.
+    assert!(!d.join("late").exists());
+    fs::write(s.export.join("d/late"), b"old and longer").unwrap();
+    assert!(!d.join("late").exists(), "the listing is kept (no watch)");
+    fs::write(d.join("late"), b"new").unwrap();
+    assert_eq!(
+        fs::read(s.export.join("d/late")).unwrap(),
+        b"new",
+        "truncated"
+    );
+}
+
 /// What creating a file costs through the mount, as `tar x` and `cp -r` create them: in a
 /// directory this mount made, no LOOKUP reaches the server (the directory is fresh: every name
 /// in it is one of ours), neither does the kernel's `security.capability` probe before the

@@ -300,7 +300,9 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         let name = name.as_bytes().to_vec();
         if mode & libc::S_IFMT == libc::S_IFREG {
             self.spawn(req, sh, |sh, c| async move {
-                let made = sh.create(&c, parent, &name, mode, true).await;
+                // mknod(2) of a regular file fails on an existing name, as O_EXCL.
+                let made = sh.create(&c, parent, &name, mode, libc::O_EXCL).await;
+                let made = made.map(|(e, _)| e);
                 // Nothing is open: drop the state a restrictive mode made the server keep.
                 if let Ok(e) = &made
                     && protocol::create_keeps_open_state(mode)
@@ -937,17 +939,16 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
     ) {
         let sh = mount!(self, parent, else reply.error(Errno::EACCES));
         let name = name.as_bytes().to_vec();
-        let exclusive = flags & libc::O_EXCL != 0;
         let uid = req.uid();
         self.spawn(req, sh, move |sh, c| async move {
-            match sh.create(&c, parent, &name, mode, exclusive).await {
-                Ok(e) => {
+            match sh.create(&c, parent, &name, mode, flags).await {
+                Ok((e, made_new)) => {
                     sh.opened(e.attr.ino.0);
                     if protocol::create_keeps_open_state(mode) {
                         sh.holds_state(e.attr.ino.0, uid);
                     }
                     let file = sh.open_file(uid);
-                    if exclusive {
+                    if made_new {
                         sh.made_here(file.0, uid, e.attr);
                     }
                     reply.created(

@@ -2,14 +2,14 @@
 //! REMOVE and RENAME (which keep a file some program has open alive, [`super::unlinked`]).
 
 use fuser::{Errno, INodeNo, RenameFlags};
-use protocol::{CreateHow, FileHandle, SetAttr};
+use protocol::{CreateHow, FileHandle, NfsStatus, SetAttr};
 
 use super::convert::errno;
 use super::kept_listings::{Edit, KeptListings};
 use super::unlinked::HIDDEN_PREFIX;
 use super::{Entry, ServerMount};
 use crate::cache::Settled;
-use crate::session::{Client, Made};
+use crate::session::{Client, Made, SessionError};
 
 impl ServerMount {
     pub(super) async fn lookup(
@@ -61,27 +61,48 @@ impl ServerMount {
         )
     }
 
+    /// CREATE of `name` in `parent` for an `open` with `flags` and `mode`; the entry, and
+    /// whether the call made the file new.
+    ///
+    /// The kernel sends CREATE only for a name it has just found absent (a LOOKUP, or a
+    /// negative entry), and takes the file as made by the call (`FMODE_CREATED`: no
+    /// truncation, no permission check of its own). So the file is asked for as new
+    /// (GUARDED) even without `O_EXCL`: the answer then says it is new, which lets the mount
+    /// answer what holds only of a file it made (no `security.capability`, which the kernel
+    /// asks before the first write of every `>` of a shell, compiler output or unzipped
+    /// file; its owner's SETATTRs early, [`super::attrs_behind`]). Only if the name appeared
+    /// meanwhile (another client, or a change on the server's disk not yet told) is the
+    /// existing file opened (UNCHECKED), and truncated if the program asked `O_TRUNC`, which
+    /// the kernel then leaves to us.
     pub(super) async fn create(
         &self,
         c: &Client,
         parent: INodeNo,
         name: &[u8],
         mode: u32,
-        exclusive: bool,
-    ) -> Result<Entry, Errno> {
+        flags: i32,
+    ) -> Result<(Entry, bool), Errno> {
         let dir = self.fh(parent)?;
         self.removes.settle(&dir).await;
         let attr = SetAttr {
             mode: Some(mode & 0o7777),
             ..crate::commands::transfer::set_nothing()
         };
-        let how = if exclusive {
-            CreateHow::Guarded(attr)
-        } else {
-            CreateHow::Unchecked(attr)
-        };
-        let made = c.create(&dir, name, how).await.map_err(errno)?;
-        Ok(self.made(parent, &dir, name, made))
+        match c.create(&dir, name, CreateHow::Guarded(attr)).await {
+            Ok(made) => Ok((self.made(parent, &dir, name, made), true)),
+            Err(SessionError::Nfs(NfsStatus::Exist)) if flags & libc::O_EXCL == 0 => {
+                let attr = SetAttr {
+                    size: (flags & libc::O_TRUNC != 0).then_some(0),
+                    ..attr
+                };
+                let made = c
+                    .create(&dir, name, CreateHow::Unchecked(attr))
+                    .await
+                    .map_err(errno)?;
+                Ok((self.made(parent, &dir, name, made), false))
+            }
+            Err(e) => Err(errno(e)),
+        }
     }
 
     pub(super) async fn mkdir(
