@@ -2532,6 +2532,65 @@ fn a_new_files_times_owner_and_mode_go_behind_its_writes_as_one_setattr() {
     );
 }
 
+/// A directory's attributes after a change of its names through this mount are the ones the
+/// server's reply to that change carried: a `stat` of the directory right after (git stats
+/// `.git` between its lock files' creates, renames and removals) asks the server nothing,
+/// and shows the change (mtime, link count). Another mount's change still shows at once.
+#[test]
+fn a_directorys_attributes_after_our_change_of_its_names_come_with_the_reply() {
+    need_fuse!();
+    let s = setup();
+    let a = s.mount("a");
+    let b = s.mount("b");
+    let d = a.dir.join("d");
+    fs::create_dir(&d).unwrap();
+    let _held = fs::File::open(&d).unwrap();
+    let before = requests(&a, "GetAttr");
+    let mut last = fs::metadata(&d).unwrap();
+    let changed = |last: &fs::Metadata, now: &fs::Metadata| {
+        (now.mtime(), now.mtime_nsec()) != (last.mtime(), last.mtime_nsec())
+            || now.nlink() != last.nlink()
+    };
+    for step in [
+        "create", "mkdir", "rename", "link", "remove", "rmdir", "symlink",
+    ] {
+        std::thread::sleep(Duration::from_millis(20));
+        match step {
+            "create" => fs::write(d.join("f.lock"), b"x").unwrap(),
+            "mkdir" => fs::create_dir(d.join("sub")).unwrap(),
+            "rename" => fs::rename(d.join("f.lock"), d.join("f")).unwrap(),
+            "link" => fs::hard_link(d.join("f"), d.join("g")).unwrap(),
+            "remove" => fs::remove_file(d.join("g")).unwrap(),
+            "rmdir" => fs::remove_dir(d.join("sub")).unwrap(),
+            _ => std::os::unix::fs::symlink("f", d.join("l")).unwrap(),
+        }
+        let now = fs::metadata(&d).unwrap();
+        assert!(changed(&last, &now), "the directory after {step}");
+        assert_eq!(
+            (now.mtime(), now.mtime_nsec(), now.nlink()),
+            {
+                let on_disk = fs::metadata(s.export.join("d")).unwrap();
+                (on_disk.mtime(), on_disk.mtime_nsec(), on_disk.nlink())
+            },
+            "as on the server after {step}"
+        );
+        last = now;
+    }
+    assert_eq!(
+        requests(&a, "GetAttr"),
+        before,
+        "GETATTRs of the directory after 7 changes of its names\n{}",
+        a.log()
+    );
+    fs::write(b.dir.join("d/from_b"), b"b").unwrap();
+    let on_disk = fs::metadata(s.export.join("d")).unwrap();
+    soon(
+        "A's view of d after B's create",
+        on_disk.mtime_nsec(),
+        || fs::metadata(&d).unwrap().mtime_nsec(),
+    );
+}
+
 /// A file made by `open(O_CREAT)` without `O_EXCL` (a shell's `>`, a compiler's output,
 /// `unzip`, Python's `open(..., "w")`) is known new as one made with `O_EXCL` is: the
 /// kernel's `security.capability` probe before its first write is answered by the mount. And

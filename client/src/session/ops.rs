@@ -484,7 +484,7 @@ impl Client {
             how,
         };
         let_reply!(self, ReplyBody::Create(o) = self.call(op).await?);
-        let settled = change.end(None);
+        let settled = change.end(o.dir_attr);
         self.made(dir, name, o, (since, settled), made).await
     }
 
@@ -504,7 +504,7 @@ impl Client {
             attr,
         };
         let_reply!(self, ReplyBody::Mkdir(o) = self.call(op).await?);
-        let settled = change.end(None);
+        let settled = change.end(o.dir_attr);
         let known = o.fh.is_some();
         let made = self.made(dir, name, o, (since, settled), true).await?;
         if known && let Some(authno) = self.authno_now() {
@@ -551,7 +551,7 @@ impl Client {
             target: target.to_vec(),
         };
         let_reply!(self, ReplyBody::Symlink(o) = self.call(op).await?);
-        let settled = change.end(None);
+        let settled = change.end(o.dir_attr);
         self.made(dir, name, o, (since, settled), false).await
     }
 
@@ -575,7 +575,7 @@ impl Client {
             attr,
         };
         let_reply!(self, ReplyBody::Mknod(o) = self.call(op).await?);
-        let settled = change.end(None);
+        let settled = change.end(o.dir_attr);
         self.made(dir, name, o, (since, settled), false).await
     }
 
@@ -654,8 +654,11 @@ impl Client {
                 name: name.to_vec(),
             }
         };
-        self.call(op).await?;
-        let settled = change.end(None);
+        let dir_attr = match self.call(op).await? {
+            ReplyBody::Remove { dir_attr } | ReplyBody::Rmdir { dir_attr } => dir_attr,
+            _ => None,
+        };
+        let settled = change.end(dir_attr);
         Ok(settled.filter(|_| unnamed == Unnamed::Nothing))
     }
 
@@ -674,9 +677,12 @@ impl Client {
             dir: *dir,
             name: name.to_vec(),
         };
-        let_reply!(self, ReplyBody::Link { attr, .. } = self.call(op).await?);
+        let_reply!(
+            self,
+            ReplyBody::Link { attr, dir_attr } = self.call(op).await?
+        );
         change.end(attr);
-        let settled = dir_change.end(None);
+        let settled = dir_change.end(dir_attr);
         let attr = match attr {
             Some(a) => a,
             None => self.getattr_fresh(fh).await?,
@@ -751,12 +757,24 @@ impl Client {
         let to = (to_dir != from_dir).then(|| self.inner.cache.begin(to_dir));
         let_reply!(
             self,
-            (ReplyBody::Rename { .. } | ReplyBody::Rename2 { .. }) = self.call(op).await?
+            (ReplyBody::Rename {
+                from_dir_attr,
+                to_dir_attr
+            } | ReplyBody::Rename2 {
+                from_dir_attr,
+                to_dir_attr
+            }) = self.call(op).await?
         );
         // Ended without its reply: the listings of the directory the name went to are read
         // again (the mount applies only `from_dir`'s change, [`Settled`]).
         drop(to);
-        Ok(from.end(None).filter(|_| unnamed == Unnamed::Nothing))
+        // One directory: its attributes after the rename, in either field.
+        let from_attr = if to_dir == from_dir {
+            from_dir_attr.or(to_dir_attr)
+        } else {
+            from_dir_attr
+        };
+        Ok(from.end(from_attr).filter(|_| unnamed == Unnamed::Nothing))
     }
 
     /// RENAME2 with `flags` ([`protocol::rename_flags`]): with NOREPLACE the server fails with
