@@ -2152,6 +2152,45 @@ fn an_open_answered_from_the_kept_access_answer_decides_as_the_server_did() {
     }
 }
 
+/// Of a larger file opened for reading, the first bytes are read with the open, in the same
+/// flight as its ACCESS: a program reading a header at the start (git's pack files) waits for
+/// no READ of its own; its read past them goes to the server. Each read gets the file's bytes.
+#[test]
+fn the_start_of_a_larger_file_is_read_with_its_open() {
+    need_fuse!();
+    let s = setup();
+    let body: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+    fs::write(s.export.join("pack"), &body).unwrap();
+    let m = s.mount("m");
+    let p = m.dir.join("pack");
+    assert_eq!(fs::metadata(&p).unwrap().len(), body.len() as u64);
+    let reads = requests(&m, "Read");
+    let mut f = fs::File::open(&p).unwrap();
+    assert_eq!(
+        requests(&m, "Read") - reads,
+        1,
+        "read with the open; log:\n{}",
+        m.log()
+    );
+    let mut header = [0u8; 12];
+    f.read_exact(&mut header).unwrap();
+    assert_eq!(header, body[..12]);
+    assert_eq!(
+        requests(&m, "Read") - reads,
+        1,
+        "the header read asked nothing more; log:\n{}",
+        m.log()
+    );
+    let mut trailer = [0u8; 20];
+    f.seek(SeekFrom::Start(body.len() as u64 - 20)).unwrap();
+    f.read_exact(&mut trailer).unwrap();
+    assert_eq!(trailer, body[body.len() - 20..]);
+    let mut all = Vec::new();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.read_to_end(&mut all).unwrap();
+    assert!(all == body, "the whole file, read after");
+}
+
 /// A small file opened for reading is read with its open: the READ goes in the same flight
 /// as the open's ACCESS, and the program's reads ask the server nothing more. Bytes read so
 /// are not served once the file changed: after another client's write (its INVALIDATE

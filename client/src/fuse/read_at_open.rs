@@ -1,9 +1,13 @@
-//! A small file's bytes read with its open.
+//! A small file's bytes, or a larger file's first bytes, read with its open.
 //!
 //! An `open` for reading whose access the server must answer sends a READ of the whole file
 //! (when its size is known and small) in the same flight as the ACCESS, and the kernel's first
 //! READs of the open file are answered from what came back. Reading a small file (`cp`, `cat`,
-//! `grep -r`, a compiler reading its sources) then costs one round trip instead of two.
+//! `grep -r`, a compiler reading its sources) then costs one round trip instead of two. Of a
+//! larger file, or one whose size the mount does not know (its attributes dropped by a change),
+//! the first [`READ_AT_OPEN_PREFIX`] bytes are read so: a program reading from the start (a
+//! file format's header: git's pack files, an ELF header, a database's first page) has its
+//! first READs answered too. A READ reaching past them goes to the server as before.
 //!
 //! The bytes are those of the file as of the open, which is what close-to-open promises. They
 //! serve only while the file has not changed since the READ was sent, as the attribute cache
@@ -28,6 +32,12 @@ use crate::session::Client;
 /// Largest file read with its open: what the kernel's first READ asks at most (its
 /// read-ahead), so one READ answers it.
 pub(super) const READ_AT_OPEN_MAX: u64 = 128 * 1024;
+
+/// How much of a larger file, or one of unknown size, is read with its open: the kernel's
+/// first read-ahead for a small read at the start is 16 KiB, and for a program reading 64 KiB
+/// at a time 64 KiB, so one READ answers the first few of either. A program that never
+/// reads the start (`tail`) costs this much transfer for nothing, and no time.
+pub(super) const READ_AT_OPEN_PREFIX: u32 = 64 * 1024;
 
 /// Files whose bytes are kept at once (a walk opens one at a time; each is used within
 /// microseconds of its open, or never; a read-ahead keeps at most
@@ -65,6 +75,18 @@ pub(super) fn wanted(flags: OpenFlags, a: &Attr) -> Option<u32> {
         .then(|| u32::try_from(a.size).unwrap_or(u32::MAX).max(1))
 }
 
+/// How much to read with an open of `flags` of a file with attributes `a` (None: not
+/// known): the whole file where [`wanted`] says so, else the first [`READ_AT_OPEN_PREFIX`]
+/// bytes of a regular file (or one of unknown type: the kernel opens only regular files
+/// through the mount) opened for reading only.
+pub(super) fn wanted_at_open(flags: OpenFlags, a: Option<&Attr>) -> Option<u32> {
+    match a {
+        Some(a) if a.ftype != FileType::Regular => None,
+        Some(a) if a.size <= READ_AT_OPEN_MAX => wanted(flags, a),
+        _ => reading_only(flags).then_some(READ_AT_OPEN_PREFIX),
+    }
+}
+
 impl ServerMount {
     /// The server's answer to an `open` of `ino` with `flags` by `c`'s user (the access
     /// `bits` it needs), with the file's bytes read in the same flight when they are
@@ -79,7 +101,7 @@ impl ServerMount {
         let fh = self.fh(ino)?;
         let cache = self.client.cache();
         // Nothing to read: not wanted, or read ahead along a listing already.
-        let wanted_size = cache.get(&fh).and_then(|a| wanted(flags, &a));
+        let wanted_size = wanted_at_open(flags, cache.get(&fh).as_ref());
         let Some(size) = wanted_size.filter(|_| !self.kept_from_open(&fh)) else {
             return self.check_access(c, ino, bits).await;
         };
@@ -211,6 +233,26 @@ mod tests {
         );
         let big = attr(FileType::Regular, READ_AT_OPEN_MAX + 1);
         assert_eq!(wanted(OpenFlags(libc::O_RDONLY), &big), None);
+    }
+
+    /// With an open, of a larger file or one of unknown size, its first bytes.
+    #[test]
+    fn an_open_reads_the_start_of_a_larger_or_unknown_file() {
+        let reading = OpenFlags(libc::O_RDONLY);
+        let small = attr(FileType::Regular, 5000);
+        assert_eq!(wanted_at_open(reading, Some(&small)), Some(5000));
+        let big = attr(FileType::Regular, READ_AT_OPEN_MAX + 1);
+        assert_eq!(
+            wanted_at_open(reading, Some(&big)),
+            Some(READ_AT_OPEN_PREFIX)
+        );
+        assert_eq!(wanted_at_open(reading, None), Some(READ_AT_OPEN_PREFIX));
+        for flags in [libc::O_RDWR, libc::O_WRONLY, libc::O_RDONLY | libc::O_TRUNC] {
+            assert_eq!(wanted_at_open(OpenFlags(flags), Some(&big)), None);
+            assert_eq!(wanted_at_open(OpenFlags(flags), None), None);
+        }
+        let dir = attr(FileType::Directory, 10);
+        assert_eq!(wanted_at_open(reading, Some(&dir)), None);
     }
 
     #[test]
