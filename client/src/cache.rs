@@ -94,10 +94,10 @@ struct Cached {
     xattrs: HashMap<FileHandle, HashMap<XattrKey, (XattrAnswer, Instant)>>,
     /// Bytes held in `xattrs` (bounded by [`MAX_XATTR_BYTES`]).
     xattr_bytes: usize,
-    /// Objects this client made new (an exclusive CREATE, a MKDIR), until the lease of the
-    /// reply that made them ends: no object is born with a `security.capability`, which the
-    /// kernel asks of a file before its first write and before a chown (two round trips of
-    /// each file `tar x` makes). Unlike the other answers these survive our own writes and
+    /// Objects this client made new (a GUARDED or EXCLUSIVE CREATE, a MKDIR), until the lease
+    /// of the reply that made them ends: no object is born with a `security.capability`,
+    /// which the kernel asks of a file before its first write and before a chown (two round
+    /// trips of each file `tar x` makes). Unlike the other answers these survive our own writes and
     /// SETATTRs, which can take a capability away but never add one; an INVALIDATE (another
     /// client changed the object), a SETXATTR or REMOVEXATTR of ours, or a reconnect drops
     /// them.

@@ -9,9 +9,9 @@
 //! Only a change the server is certain to accept is answered early, so a program is never
 //! told a change was made that the server then refuses for a reason it could have seen:
 //!
-//! - the file is one this mount made new (an exclusive CREATE) for the same local user, and
-//!   that open file is still open: its owner on the server is the identity this user acts
-//!   as, and the owner may change its mode and times;
+//! - the file is one this mount made new (a CREATE that made it, [`super::names`]) for the
+//!   same local user, and that open file is still open: its owner on the server is the
+//!   identity this user acts as, and the owner may change its mode and times;
 //! - no size change (truncation stays a round trip), no change of owner or group other than
 //!   to the ones it has (which the owner may do), and no setuid or setgid bit before or
 //!   after (a change of owner clears them, and a server clears setgid for a group the caller

@@ -109,7 +109,9 @@ impl ServerMount {
                 let bits = open_bits(reading);
                 let (_, read) = tokio::join!(c.access(&e, bits), c.read(&e, 0, size));
                 if let Ok((data, eof)) = read {
-                    sh.table().read_at_open.keep(e, since, data.to_vec(), eof);
+                    sh.table()
+                        .read_at_open
+                        .keep(e, since, data.to_vec(), eof, None);
                 }
                 drop((under_way, permit));
             });

@@ -39,6 +39,21 @@ pub(super) const READ_AT_OPEN_MAX: u64 = 128 * 1024;
 /// reads the start (`tail`) costs this much transfer for nothing, and no time.
 pub(super) const READ_AT_OPEN_PREFIX: u32 = 64 * 1024;
 
+/// How much of the end of a larger file of known size is read with its open, beside its
+/// start: where many formats keep what a reader looks up first (git's pack checksum, a zip's
+/// central directory, an ELF file's section headers). The kernel's read-ahead for a small read
+/// there is 16 KiB from the page read; reads from a page at or after the one that starts this
+/// piece are answered from it.
+pub(super) const READ_AT_OPEN_TAIL: u64 = 16 * 1024;
+
+/// Where the tail read with an open of a file of `size` bytes starts, if one is read: on a
+/// page boundary (the kernel's READs start on one), only for a file longer than what is read
+/// whole.
+pub(super) fn tail_start(flags: OpenFlags, a: Option<&Attr>) -> Option<u64> {
+    let a = a.filter(|a| a.ftype == FileType::Regular && a.size > READ_AT_OPEN_MAX)?;
+    reading_only(flags).then(|| (a.size - READ_AT_OPEN_TAIL) & !4095)
+}
+
 /// Files whose bytes are kept at once (a walk opens one at a time; each is used within
 /// microseconds of its open, or never; a read-ahead keeps at most
 /// [`super::files_ahead::AHEAD`] ahead of it).
@@ -53,6 +68,8 @@ struct Early {
     data: Vec<u8>,
     /// `data` runs to the end of the file.
     eof: bool,
+    /// A larger file's last bytes, from this offset to the end of the file.
+    tail: Option<(u64, Vec<u8>)>,
     at: Instant,
 }
 
@@ -101,18 +118,30 @@ impl ServerMount {
         let fh = self.fh(ino)?;
         let cache = self.client.cache();
         // Nothing to read: not wanted, or read ahead along a listing already.
-        let wanted_size = wanted_at_open(flags, cache.get(&fh).as_ref());
+        let attr = cache.get(&fh);
+        let wanted_size = wanted_at_open(flags, attr.as_ref());
         let Some(size) = wanted_size.filter(|_| !self.kept_from_open(&fh)) else {
             return self.check_access(c, ino, bits).await;
         };
         let since = cache.stamp();
-        let (granted, read) = tokio::join!(self.check_access(c, ino, bits), c.read(&fh, 0, size));
+        let tail_at = tail_start(flags, attr.as_ref());
+        let tail = async {
+            let at = tail_at?;
+            let len = u32::try_from(attr?.size - at).ok()?;
+            // Only a tail that reached the end of the file (it did not grow meanwhile).
+            match c.read(&fh, at, len).await {
+                Ok((data, true)) => Some((at, data.to_vec())),
+                _ => None,
+            }
+        };
+        let (granted, read, tail) =
+            tokio::join!(self.check_access(c, ino, bits), c.read(&fh, 0, size), tail);
         if granted.is_ok()
             && let Ok((data, eof)) = read.map_err(errno)
         {
             self.table()
                 .read_at_open
-                .keep(fh, since, data.to_vec(), eof);
+                .keep(fh, since, data.to_vec(), eof, tail);
         }
         granted
     }
@@ -142,7 +171,14 @@ impl ServerMount {
 impl ReadAtOpen {
     /// Keeps `data` (from offset 0; `eof`: to the end) read from `fh` by a READ stamped
     /// `since`.
-    pub(super) fn keep(&mut self, fh: FileHandle, since: Stamp, data: Vec<u8>, eof: bool) {
+    pub(super) fn keep(
+        &mut self,
+        fh: FileHandle,
+        since: Stamp,
+        data: Vec<u8>,
+        eof: bool,
+        tail: Option<(u64, Vec<u8>)>,
+    ) {
         let now = Instant::now();
         self.by_fh
             .retain(|_, e| now.duration_since(e.at) < KEPT_FOR);
@@ -158,6 +194,7 @@ impl ReadAtOpen {
                 since,
                 data,
                 eof,
+                tail,
                 at,
             },
         );
@@ -184,6 +221,11 @@ impl ReadAtOpen {
         if e.at.elapsed() >= KEPT_FOR || !unchanged(e.since) {
             return None;
         }
+        if let Some(answer) = from_tail(&e, offset, size) {
+            // The start stays for a read of it after.
+            self.by_fh.insert(*fh, e);
+            return Some(answer);
+        }
         let start = usize::try_from(offset)
             .ok()
             .filter(|s| *s <= e.data.len())?;
@@ -193,12 +235,25 @@ impl ReadAtOpen {
             (false, true) => e.data[start..].to_vec(),
             (false, false) => return None,
         };
-        // Kept for the READs after, unless this one read to the end.
-        if end < e.data.len() {
+        // Kept for the READs after, unless this one read to the end (of the start, with no
+        // tail left to serve).
+        if end < e.data.len() || e.tail.is_some() {
             self.by_fh.insert(*fh, e);
         }
         Some(answer)
     }
+}
+
+/// A READ of `size` bytes at `offset` answered from the tail of `e`, which runs to the end
+/// of the file: whatever of the range lies before the end (less at the end is the end).
+fn from_tail(e: &Early, offset: u64, size: u32) -> Option<Vec<u8>> {
+    let (at, tail) = e.tail.as_ref()?;
+    let start = usize::try_from(offset.checked_sub(*at)?).ok()?;
+    if start > tail.len() {
+        return None;
+    }
+    let end = start.saturating_add(size as usize).min(tail.len());
+    Some(tail[start..end].to_vec())
 }
 
 #[cfg(test)]
@@ -263,7 +318,7 @@ mod tests {
         let since = cache.stamp();
         let mut r = ReadAtOpen::default();
         let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        r.keep(*fh, since, data.clone(), true);
+        r.keep(*fh, since, data.clone(), true, None);
         assert!(r.holds(fh, |_| true) && !r.holds(other, |_| true));
         assert!(!r.holds(fh, |s| s != since), "changed since");
         assert_eq!(r.take(other, 0, 4096, |_| true), None, "another file");
@@ -279,15 +334,65 @@ mod tests {
         assert_eq!(r.take(fh, 0, 10, |_| true), None, "read to the end: gone");
         assert!(!r.holds(fh, |_| true));
 
-        r.keep(*fh, since, data.clone(), false);
+        r.keep(*fh, since, data.clone(), false, None);
         assert_eq!(
             r.take(fh, 8192, 4096, |_| true),
             None,
             "past what was read, not the end"
         );
-        r.keep(*fh, since, data, true);
+        r.keep(*fh, since, data, true, None);
         assert_eq!(r.take(fh, 0, 10, |s| s != since), None, "changed since");
         assert_eq!(r.take(fh, 0, 10, |_| true), None, "and dropped");
+    }
+
+    /// A larger file's tail answers reads from its first byte to the end of the file, the
+    /// start stays kept for a read of it after, and a read between the two is not answered.
+    #[test]
+    fn the_tail_answers_reads_at_the_end_of_the_file() {
+        let fh = &FileHandle::from_bytes([6; 48]);
+        let cache = crate::cache::AttrCache::default();
+        let since = cache.stamp();
+        let mut r = ReadAtOpen::default();
+        let head: Vec<u8> = (0..100u32).map(|i| i as u8).collect();
+        let tail: Vec<u8> = (0..50u32).map(|i| (i + 1) as u8).collect();
+        r.keep(*fh, since, head.clone(), false, Some((1000, tail.clone())));
+        assert_eq!(r.take(fh, 1000, 20, |_| true).as_deref(), Some(&tail[..20]));
+        assert_eq!(
+            r.take(fh, 1040, 4096, |_| true).as_deref(),
+            Some(&tail[40..]),
+            "short at the end of the file"
+        );
+        assert_eq!(
+            r.take(fh, 1050, 10, |_| true).as_deref(),
+            Some(&[][..]),
+            "at the end"
+        );
+        assert_eq!(r.take(fh, 0, 10, |_| true).as_deref(), Some(&head[..10]));
+        assert_eq!(r.take(fh, 90, 10, |_| true).as_deref(), Some(&head[90..]));
+        assert_eq!(
+            r.take(fh, 1000, 4, |_| true).as_deref(),
+            Some(&tail[..4]),
+            "still kept"
+        );
+        assert_eq!(r.take(fh, 500, 10, |_| true), None, "between the two");
+        assert!(!r.holds(fh, |_| true), "and dropped");
+        r.keep(*fh, since, head, false, Some((1000, tail)));
+        assert_eq!(r.take(fh, 1000, 4, |s| s != since), None, "changed since");
+        assert_eq!(r.take(fh, 1051, 4, |_| true), None, "past the end");
+    }
+
+    #[test]
+    fn a_tail_is_read_only_of_a_file_longer_than_what_is_read_whole() {
+        let reading = OpenFlags(libc::O_RDONLY);
+        let size = READ_AT_OPEN_MAX + 5000;
+        let big = attr(FileType::Regular, size);
+        let at = tail_start(reading, Some(&big)).unwrap();
+        assert_eq!(at % 4096, 0, "on a page boundary");
+        assert!(at <= size - READ_AT_OPEN_TAIL && at > size - READ_AT_OPEN_TAIL - 4096);
+        let small = attr(FileType::Regular, READ_AT_OPEN_MAX);
+        assert_eq!(tail_start(reading, Some(&small)), None);
+        assert_eq!(tail_start(reading, None), None, "size not known");
+        assert_eq!(tail_start(OpenFlags(libc::O_RDWR), Some(&big)), None);
     }
 
     #[test]
@@ -296,7 +401,7 @@ mod tests {
         let mut r = ReadAtOpen::default();
         let fh = |i: usize| FileHandle::from_bytes([i as u8; 48]);
         for i in 0..(KEPT_MAX + 10) {
-            r.keep(fh(i), cache.stamp(), vec![1], true);
+            r.keep(fh(i), cache.stamp(), vec![1], true, None);
         }
         assert_eq!(r.by_fh.len(), KEPT_MAX);
         assert!(
