@@ -211,6 +211,8 @@ pub(crate) struct Change<'a> {
     overlapped: bool,
     /// What it may change without naming it ([`AttrCache::begin_unnamed`]).
     unnamed: Unnamed,
+    /// A change of data only: the object's access answers stay ([`AttrCache::begin_data`]).
+    keeps_access: bool,
     ended: bool,
 }
 
@@ -330,6 +332,16 @@ impl Cached {
         c
     }
 
+    /// [`Cached::changed`], keeping `fh`'s access answers if `keep_access`.
+    fn changed_keeping_access(&mut self, fh: &FileHandle, keep_access: bool) -> &mut Changes {
+        let access = keep_access.then(|| self.access.remove(fh)).flatten();
+        self.changed(fh);
+        if let Some(access) = access {
+            self.access.insert(*fh, access);
+        }
+        self.changes.get_mut(fh).expect("`changed` made the record")
+    }
+
     /// A new tick of the clock, recorded as a change event of `fh`; what is cached of it goes.
     fn changed(&mut self, fh: &FileHandle) -> &mut Changes {
         if self.changes.len() >= MAX_ENTRIES && !self.changes.contains_key(fh) {
@@ -379,9 +391,22 @@ impl AttrCache {
     /// kind it does not name (REMOVE, RMDIR, RENAME): until it has ended, no cached
     /// attributes of that kind answer [`AttrCache::get_unchanged_by_us`].
     pub(crate) fn begin_unnamed(&self, fh: &FileHandle, unnamed: Unnamed) -> Change<'_> {
+        self.begin_with(fh, unnamed, false)
+    }
+
+    /// [`AttrCache::begin`] for a change of `fh`'s data only (WRITE, APPEND, COMMIT): its
+    /// access answers stay, since who may read, write or run a file is a matter of its mode,
+    /// owner and ACL, which such a change leaves be (the set-user-ID and set-group-ID bits a
+    /// write may clear grant no access). A file written and then opened again (a compiler's
+    /// output read by the linker) needs no ACCESS round trip for it.
+    pub(crate) fn begin_data(&self, fh: &FileHandle) -> Change<'_> {
+        self.begin_with(fh, Unnamed::Nothing, true)
+    }
+
+    fn begin_with(&self, fh: &FileHandle, unnamed: Unnamed, keeps_access: bool) -> Change<'_> {
         let mut g = self.inner.lock();
         let last = g.changes.get(fh).map_or(0, |c| c.tick);
-        g.changed(fh);
+        g.changed_keeping_access(fh, keeps_access);
         // After `changed`, which raises the floor when it drops the records.
         let from = last.max(g.floor);
         let c = g.changes.get_mut(fh).expect("`changed` made the record");
@@ -411,6 +436,7 @@ impl AttrCache {
             began,
             overlapped,
             unnamed,
+            keeps_access,
             ended: false,
         }
     }
@@ -418,7 +444,7 @@ impl AttrCache {
     fn end(&self, change: &Change<'_>, attr: Option<Attr>) -> Option<Settled> {
         let mut g = self.inner.lock();
         let valid = change.began >= g.floor;
-        let c = g.changed(&change.fh);
+        let c = g.changed_keeping_access(&change.fh, change.keeps_access);
         c.in_flight = c.in_flight.saturating_sub(1);
         let alone = !change.overlapped && c.begun == change.began;
         c.group.spoiled |= !change.ended;
@@ -581,6 +607,40 @@ impl AttrCache {
         }
         let expiry = now + Duration::from_millis(u64::from(attr.lease_ms));
         g.no_caps.insert(*fh, expiry);
+    }
+
+    /// `fh`, a regular file `authno` just made new with `attr`: what its owner bits grant is
+    /// cached as the server's ACCESS answer for its maker, so opening it again (a compiler's
+    /// output read by the linker, a file written then read back) waits for no ACCESS round
+    /// trip. The server made the file as that user, and for a file's owner only the owner
+    /// bits count (an ACL's owner entry is those bits); only grants are kept, since the
+    /// server may grant more (root). What the server's host could still refuse beyond the
+    /// mode (a security module's policy) its READ or WRITE then refuses. Only while the
+    /// reply's attributes are the cached ones: nothing changed the file since.
+    pub(crate) fn made_new_access(&self, fh: &FileHandle, authno: u32, attr: &Attr) {
+        use protocol::access::{EXECUTE, EXTEND, MODIFY, READ};
+        let granted = [(0o400, READ), (0o200, MODIFY | EXTEND), (0o100, EXECUTE)]
+            .into_iter()
+            .filter(|(bit, _)| attr.mode & bit != 0)
+            .fold(0, |g, (_, b)| g | b);
+        if attr.ftype != FileType::Regular || granted == 0 || attr.lease_ms == 0 {
+            return;
+        }
+        let mut g = self.inner.lock();
+        let current = g.attrs.get(fh).is_some_and(|(a, e, _)| {
+            *e > Instant::now() && a.ctime == attr.ctime && a.mode == attr.mode
+        });
+        if !current {
+            return;
+        }
+        if g.access.len() >= MAX_ENTRIES {
+            g.access.clear();
+        }
+        let expiry = Instant::now() + Duration::from_millis(u64::from(attr.lease_ms));
+        g.access
+            .entry(*fh)
+            .or_default()
+            .insert(authno, (granted, granted, expiry));
     }
 
     /// Whether `fh` is known to hold no `security.capability` ([`Cached::no_caps`]).
@@ -879,6 +939,70 @@ mod tests {
         c.invalidate(&fh);
         assert!(c.get(&fh).is_none());
         assert_eq!(c.get_access(&fh, 1, 0x1), None);
+    }
+
+    /// A change of a file's data keeps who may do what with it; a change of its attributes
+    /// (a SETATTR) and another client's change do not.
+    #[test]
+    fn access_answers_outlast_our_changes_of_a_files_data_only() {
+        let c = AttrCache::default();
+        c.put_access(FH, 1, (0x3, 0x1), 60_000, c.stamp());
+        c.begin_data(&FH).end(Some(attr(60_000)));
+        assert_eq!(c.get_access(&FH, 1, 0x1), Some(0x1), "written");
+        c.begin(&FH).end(None);
+        assert_eq!(c.get_access(&FH, 1, 0x1), None, "any other change");
+        c.put_access(FH, 1, (0x3, 0x1), 60_000, c.stamp());
+        let w = c.begin_data(&FH);
+        c.invalidated(&FH, None);
+        w.end(None);
+        assert_eq!(
+            c.get_access(&FH, 1, 0x1),
+            None,
+            "another client's change meanwhile"
+        );
+        let during = c.stamp();
+        let w = c.begin_data(&FH);
+        c.put_access(FH, 1, (0x3, 0x1), 60_000, during);
+        w.end(None);
+        assert_eq!(
+            c.get_access(&FH, 1, 0x1),
+            None,
+            "an answer asked while a change was in flight is refused as before"
+        );
+    }
+
+    /// A file made new is granted to its maker what its owner bits say, and nothing else;
+    /// not once something changed it.
+    #[test]
+    fn a_file_made_new_may_be_opened_by_its_maker_as_its_owner_bits_say() {
+        use protocol::access::{EXECUTE, EXTEND, MODIFY, READ};
+        let c = AttrCache::default();
+        let mut a = attr(60_000);
+        a.mode = 0o640;
+        c.made(&FH, Some(a), c.stamp());
+        c.made_new_access(&FH, 1, &a);
+        assert_eq!(c.get_access(&FH, 1, READ), Some(READ));
+        assert_eq!(c.get_access(&FH, 1, READ | MODIFY), Some(READ | MODIFY));
+        assert_eq!(c.get_access(&FH, 1, EXTEND), Some(EXTEND));
+        assert_eq!(
+            c.get_access(&FH, 1, EXECUTE),
+            None,
+            "not granted: the server's to say"
+        );
+        assert_eq!(c.get_access(&FH, 2, READ), None, "another user");
+        c.invalidated(&FH, None);
+        assert_eq!(c.get_access(&FH, 1, READ), None, "changed since");
+        c.made_new_access(&FH, 1, &a);
+        assert_eq!(
+            c.get_access(&FH, 1, READ),
+            None,
+            "its attributes are not cached now"
+        );
+        a.mode = 0o444;
+        c.made(&OTHER, Some(a), c.stamp());
+        c.made_new_access(&OTHER, 1, &a);
+        assert_eq!(c.get_access(&OTHER, 1, MODIFY), None);
+        assert_eq!(c.get_access(&OTHER, 1, READ), Some(READ));
     }
 
     #[test]

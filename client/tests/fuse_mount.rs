@@ -2633,8 +2633,8 @@ fn a_directorys_attributes_after_our_change_of_its_names_come_with_the_reply() {
 
 /// A file made by `open(O_CREAT)` without `O_EXCL` (a shell's `>`, a compiler's output,
 /// `unzip`, Python's `open(..., "w")`) is known new as one made with `O_EXCL` is: the
-/// kernel's `security.capability` probe before its first write is answered by the mount. And
-/// where the kernel took a name for absent that the server has (made on the server's disk
+/// kernel's `security.capability` probe before its first write is answered by the mount, and
+/// so is its maker's reading it back. And where the kernel took a name for absent that the server has (made on the server's disk
 /// behind a kept listing, no watch telling), `O_TRUNC` still truncates the file there.
 #[test]
 fn a_file_made_without_o_excl_is_known_new_and_o_trunc_holds_on_a_name_that_appeared() {
@@ -2660,6 +2660,31 @@ fn a_file_made_without_o_excl_is_known_new_and_o_trunc_holds_on_a_name_that_appe
             b"built"
         );
     }
+    // Read back by their maker (a linker reading a compiler's output): its owner bits say
+    // it may, and the kernel's pages the writes filled are the file's: no ACCESS, and no
+    // READ of whole pages (the kernel keeps a page written in part as not read).
+    let object: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 251) as u8).collect();
+    for i in 0..5 {
+        fs::write(d.join(format!("obj{i}")), &object).unwrap();
+    }
+    let asked = (requests(&m, "Access"), requests(&m, "Read"));
+    for i in 0..5 {
+        assert!(fs::read(d.join(format!("obj{i}"))).unwrap() == object);
+    }
+    assert_eq!(
+        (requests(&m, "Access"), requests(&m, "Read")),
+        asked,
+        "(ACCESS, READ) requests to read back 5 files of whole pages just made\n{}",
+        m.log()
+    );
+    // Another mount's write to one of them is read.
+    let other = s.mount("other");
+    fs::write(other.dir.join("d/obj0"), b"rebuilt by another").unwrap();
+    soon(
+        "the other mount's write read back",
+        b"rebuilt by another".to_vec(),
+        || fs::read(d.join("obj0")).unwrap(),
+    );
 
     // The kept listing of `d` answers `late` absent; it is made on the disk meanwhile.
     assert!(!d.join("late").exists());

@@ -21,6 +21,16 @@
 //! A change through another client is then seen when its INVALIDATE arrives (which also drops
 //! the pages at once), as the attributes are; the kernel's page locks order a READ still in
 //! flight before the drop.
+//!
+//! Pages our own writes leave are the file's too: a write through the kernel goes through its
+//! pages (they hold what the WRITE sent), and a change by anyone else drops them (its
+//! INVALIDATE). So when an open file that wrote through the pages is released with no write
+//! of ours under way, the pages are remembered as read then, under the attributes the last
+//! WRITE's reply brought ([`ServerMount::pages_written`]): a file written and then read back
+//! (a compiler's output read by the linker, `COMMIT_EDITMSG`) is read from the kernel's pages.
+//! Not after an open for appending or with `O_DIRECT`, whose writes go past the pages, nor
+//! when those attributes are not cached (writes that overlapped install none), nor when a
+//! write failed (the pages then hold bytes the server does not).
 
 use std::collections::HashMap;
 
@@ -77,6 +87,12 @@ fn may_keep(flags: OpenFlags) -> bool {
     flags.0 & (libc::O_TRUNC | libc::O_APPEND) == 0
 }
 
+/// Whether an open with `flags` writes through the kernel's pages: opened for writing,
+/// neither appending nor `O_DIRECT` (both write past the pages).
+fn writes_through_pages(flags: OpenFlags) -> bool {
+    flags.0 & libc::O_ACCMODE != libc::O_RDONLY && flags.0 & (libc::O_APPEND | libc::O_DIRECT) == 0
+}
+
 impl ServerMount {
     /// Whether this open of `ino` may keep the kernel's pages of it (see the module's doc);
     /// when not, what the pages read from now on are read under is remembered.
@@ -104,6 +120,32 @@ impl ServerMount {
             }
         }
         keep
+    }
+
+    /// An open file of `ino` opened with `flags` is being released: if it could write
+    /// through the kernel's pages, those are remembered as the file's as of now (see the
+    /// module's doc), or forgotten when that cannot be told.
+    pub(super) fn pages_written(&self, c: &Client, ino: INodeNo, flags: OpenFlags) {
+        if !writes_through_pages(flags) {
+            return;
+        }
+        let Ok(fh) = self.fh(ino) else {
+            return;
+        };
+        let cache = c.cache();
+        let now = cache.stamp();
+        let attr = cache.get(&fh).filter(|a| a.ftype == FileType::Regular);
+        // A write that failed left the kernel's pages holding bytes the server does not.
+        let failed = self.behind.take_failed_since(ino.0);
+        let mut t = self.table();
+        match attr {
+            Some(a) if !failed && !self.behind.busy(ino.0) => {
+                t.kept_pages.by_node.insert(ino.0, PagesRead::of(now, &a));
+            }
+            _ => {
+                t.kept_pages.by_node.remove(&ino.0);
+            }
+        }
     }
 
     /// Whether the next open of `fh` would keep the kernel's pages of it, as far as the mount
@@ -143,6 +185,21 @@ mod tests {
         let mut changed = attr(10, 5);
         changed.ctime.seconds = 6;
         assert!(!read.matches(&changed), "ctime");
+    }
+
+    #[test]
+    fn only_writes_through_the_pages_leave_them_the_files() {
+        assert!(writes_through_pages(OpenFlags(libc::O_WRONLY)));
+        assert!(writes_through_pages(OpenFlags(
+            libc::O_RDWR | libc::O_TRUNC
+        )));
+        assert!(!writes_through_pages(OpenFlags(libc::O_RDONLY)));
+        assert!(!writes_through_pages(OpenFlags(
+            libc::O_WRONLY | libc::O_APPEND
+        )));
+        assert!(!writes_through_pages(OpenFlags(
+            libc::O_RDWR | libc::O_DIRECT
+        )));
     }
 
     #[test]

@@ -680,7 +680,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         req: &Request,
         ino: INodeNo,
         fh: fuser::FileHandle,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
@@ -693,6 +693,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
             Some(uid) => sh.client_for(uid),
             None => sh.client_for(req.uid()),
         };
+        sh.pages_written(&c, ino, flags);
         // The open file's OFD and flock locks end with it.
         let unlocks = sh.file_released(ino, fh.0);
         self.spawn_to_end(sh, c, |sh, c| async move {

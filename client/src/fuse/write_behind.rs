@@ -41,7 +41,7 @@
 //! full socket). Appends and the kernel's write-back of shared mappings are not written
 //! behind (the former need the server's answer, the latter come from the kernel's own cache).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -155,6 +155,9 @@ pub(crate) struct WriteBehind {
     next_id: AtomicU64,
     /// Sends writes held too long ([`WriteBehind::start_sweep`]).
     held_sweep: Arc<crate::sweep::Sweep>,
+    /// Files a write of which failed since they were last asked about: the kernel's pages
+    /// of them hold bytes the server does not ([`WriteBehind::take_failed_since`]).
+    failed_since: Mutex<HashSet<u64>>,
 }
 
 /// The budget's permits a write of `len` bytes takes.
@@ -169,6 +172,7 @@ impl Default for WriteBehind {
             budget: Arc::new(Semaphore::new(BUDGET / UNIT)),
             next_id: AtomicU64::new(0),
             held_sweep: Arc::default(),
+            failed_since: Mutex::default(),
         }
     }
 }
@@ -440,6 +444,11 @@ impl WriteBehind {
         failed.map_or(Ok(()), Err)
     }
 
+    /// Whether a write of `ino` failed since the last time this was asked (reported or not).
+    pub(crate) fn take_failed_since(&self, ino: u64) -> bool {
+        self.failed_since.lock().remove(&ino)
+    }
+
     /// Whether `ino` has a failure to report (so `close` must look).
     pub(crate) fn failed(&self, ino: u64) -> bool {
         self.files
@@ -575,6 +584,7 @@ impl WriteBehind {
         }
         if let Err(e) = result {
             under.failed.get_or_insert(e);
+            self.failed_since.lock().insert(ino);
         }
         under.ended.notify_waiters();
         if under.idle() && under.failed.is_none() {
@@ -663,6 +673,10 @@ mod tests {
         assert!(wb.failed(1));
         assert_eq!(wb.begin(1, 100, 10).await.err(), Some(Errno::EIO));
         assert!(wb.begin(1, 100, 10).await.is_ok(), "reported once");
+        // Reported or not, the kernel's pages of it are told to be unlike the server's.
+        assert!(wb.take_failed_since(1));
+        assert!(!wb.take_failed_since(1), "told once");
+        assert!(!wb.take_failed_since(2), "another file");
     }
 
     #[tokio::test]

@@ -33,7 +33,7 @@ impl Client {
         if self.connection().await?.version < protocol::SESSIONS_VERSION {
             return Err(SessionError::Nfs(protocol::NfsStatus::NotSupp));
         }
-        let change = self.inner.cache.begin(fh);
+        let change = self.inner.cache.begin_data(fh);
         let op = RequestOp::Append {
             fh: *fh,
             stable,

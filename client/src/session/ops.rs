@@ -316,7 +316,7 @@ impl Client {
         on_sent: &mut (dyn FnMut(Sent) + Send),
         fill: impl Fn(&mut [u8]) -> std::io::Result<usize>,
     ) -> Result<(u32, [u8; 8]), SessionError> {
-        let change = self.inner.cache.begin(fh);
+        let change = self.inner.cache.begin_data(fh);
         let encode = |id, authno, ticket, buf| {
             let head = WriteHead {
                 id,
@@ -358,7 +358,7 @@ impl Client {
             offset: 0,
             count: 0,
         };
-        let change = self.inner.cache.begin(fh);
+        let change = self.inner.cache.begin_data(fh);
         let_reply!(
             self,
             ReplyBody::Commit { verifier, attr } = self.call_sent(op, on_sent).await?
@@ -529,6 +529,9 @@ impl Client {
         let (fh, attr) = self.new_object(dir, name, o, since).await?;
         if known {
             self.inner.cache.made_new(&fh, &attr);
+            if let Some(authno) = self.authno_now() {
+                self.inner.cache.made_new_access(&fh, authno, &attr);
+            }
         }
         Ok(Made { fh, attr, settled })
     }
