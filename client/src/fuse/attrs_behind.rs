@@ -38,7 +38,7 @@ use crate::session::Client;
 
 /// A regular file this mount made new for a local user, while the open file its CREATE
 /// returned lasts.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct MadeHere {
     /// The FUSE file handle of that open file.
     file: u64,
@@ -47,6 +47,43 @@ pub(super) struct MadeHere {
     /// Its attributes as this mount knows them: the CREATE's answer, grown by the file's
     /// writes and changed by its SETATTRs.
     attr: FileAttr,
+    /// While the file has been written from its start one write after the other: how far,
+    /// and the bytes from the last page boundary to there ([`LastPage`]).
+    last_page: Option<LastPage>,
+}
+
+/// The bytes of a file's last page, partly written ([`MadeHere::last_page`]): the kernel keeps
+/// such a page as not read, so reading the file back would ask the server for it; these
+/// answer that READ instead ([`super::kept_pages`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct LastPage {
+    /// Where the writes have reached: the file's size.
+    pub(super) end: u64,
+    /// The bytes from the page boundary at or before `end` up to `end`.
+    pub(super) bytes: Vec<u8>,
+}
+
+/// The kernel's page size, as its READs are aligned.
+const PAGE: u64 = 4096;
+
+impl LastPage {
+    /// `data` written at `offset`: the last page still known, if the write continued the
+    /// file's writes.
+    fn written(self, offset: u64, data: &[u8]) -> Option<LastPage> {
+        if offset != self.end {
+            return None;
+        }
+        let end = offset.checked_add(data.len() as u64)?;
+        let page = end - end % PAGE;
+        let bytes = if page >= offset {
+            data[usize::try_from(page - offset).ok()?..].to_vec()
+        } else {
+            let mut bytes = self.bytes;
+            bytes.extend_from_slice(data);
+            bytes
+        };
+        Some(LastPage { end, bytes })
+    }
 }
 
 /// The setuid and setgid bits: never predicted (see the module's doc).
@@ -98,15 +135,23 @@ impl ServerMount {
     /// Local user `uid` made `attr`'s file new, opened as FUSE file handle `file`.
     pub(super) fn made_here(&self, file: u64, uid: u32, attr: FileAttr) {
         if attr.kind == fuser::FileType::RegularFile {
-            let made = MadeHere { file, uid, attr };
+            let last_page = (attr.size == 0).then(LastPage::default);
+            let made = MadeHere {
+                file,
+                uid,
+                attr,
+                last_page,
+            };
             self.table().made.insert(attr.ino.0, made);
         }
     }
 
-    /// A write of `ino` up to `end` was asked for.
-    pub(super) fn made_written(&self, ino: INodeNo, end: u64) {
+    /// A write of `data` at `offset` of `ino` was asked for.
+    pub(super) fn made_written(&self, ino: INodeNo, offset: u64, data: &[u8]) {
         if let Some(m) = self.table().made.get_mut(&ino.0) {
+            let end = offset.saturating_add(data.len() as u64);
             m.attr.size = m.attr.size.max(end);
+            m.last_page = m.last_page.take().and_then(|l| l.written(offset, data));
         }
     }
 
@@ -119,16 +164,21 @@ impl ServerMount {
     /// A SETATTR sent as usual left `ino` with `attr`.
     pub(super) fn made_changed(&self, ino: INodeNo, attr: FileAttr) {
         if let Some(m) = self.table().made.get_mut(&ino.0) {
+            if m.last_page.as_ref().is_some_and(|l| l.end != attr.size) {
+                m.last_page = None;
+            }
             m.attr = attr;
         }
     }
 
-    /// FUSE file handle `file` of `ino` was released.
-    pub(super) fn made_released(&self, ino: INodeNo, file: u64) {
+    /// FUSE file handle `file` of `ino` was released: the bytes of its last page, if it was
+    /// made new through that open file and written from its start one write after another.
+    pub(super) fn made_released(&self, ino: INodeNo, file: u64) -> Option<LastPage> {
         let mut t = self.table();
         if t.made.get(&ino.0).is_some_and(|m| m.file == file) {
-            t.made.remove(&ino.0);
+            return t.made.remove(&ino.0).and_then(|m| m.last_page);
         }
+        None
     }
 
     /// Answers local user `uid`'s change `s` of `ino` now if the server cannot refuse it:
@@ -207,6 +257,28 @@ impl ServerMount {
 
 #[cfg(test)]
 mod tests {
+    /// The last page follows writes that continue one another, across page boundaries, and
+    /// is lost to one that does not.
+    #[test]
+    fn the_last_page_follows_writes_from_the_start() {
+        use super::LastPage;
+        let l = LastPage::default().written(0, &[1; 5]).unwrap();
+        assert_eq!((l.end, l.bytes.len()), (5, 5));
+        let l = l.written(5, &[2; 4091]).unwrap();
+        assert_eq!(
+            (l.end, l.bytes.len()),
+            (4096, 0),
+            "a whole page: nothing partial"
+        );
+        let l = l.written(4096, &[3; 10_000]).unwrap();
+        assert_eq!((l.end, l.bytes.len()), (14_096, 14_096 - 12_288));
+        assert!(l.bytes.iter().all(|&b| b == 3));
+        let l = l.written(14_096, &[4; 2]).unwrap();
+        assert_eq!(&l.bytes[l.bytes.len() - 2..], &[4, 4]);
+        assert!(l.clone().written(100, &[5]).is_none(), "a write elsewhere");
+        assert!(l.written(14_099, &[5]).is_none(), "past the end");
+    }
+
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;

@@ -30,7 +30,11 @@
 //! (a compiler's output read by the linker, `COMMIT_EDITMSG`) is read from the kernel's pages.
 //! Not after an open for appending or with `O_DIRECT`, whose writes go past the pages, nor
 //! when those attributes are not cached (writes that overlapped install none), nor when a
-//! write failed (the pages then hold bytes the server does not).
+//! write failed (the pages then hold bytes the server does not). The kernel keeps a page
+//! written in part as not read; for a file this mount made new and that was written from its
+//! start one write after another, the bytes of that last page are kept beside the bytes read
+//! with opens ([`super::read_at_open`]: 1,024 pages at most, while the file's attributes are
+//! cached and it is unchanged), so reading the file back asks the server nothing.
 
 use std::collections::HashMap;
 
@@ -38,6 +42,7 @@ use fuser::{INodeNo, OpenFlags};
 use protocol::{Attr, FileHandle, FileType, Time};
 
 use super::ServerMount;
+use super::attrs_behind::LastPage;
 use crate::cache::{AttrCache, Stamp};
 use crate::session::Client;
 
@@ -125,7 +130,13 @@ impl ServerMount {
     /// An open file of `ino` opened with `flags` is being released: if it could write
     /// through the kernel's pages, those are remembered as the file's as of now (see the
     /// module's doc), or forgotten when that cannot be told.
-    pub(super) fn pages_written(&self, c: &Client, ino: INodeNo, flags: OpenFlags) {
+    pub(super) fn pages_written(
+        &self,
+        c: &Client,
+        ino: INodeNo,
+        flags: OpenFlags,
+        last_page: Option<LastPage>,
+    ) {
         if !writes_through_pages(flags) {
             return;
         }
@@ -141,6 +152,11 @@ impl ServerMount {
         match attr {
             Some(a) if !failed && !self.behind.busy(ino.0) => {
                 t.kept_pages.by_node.insert(ino.0, PagesRead::of(now, &a));
+                // The page the kernel keeps as not read, answered from what was written.
+                if let Some(l) = last_page.filter(|l| l.end == a.size && !l.bytes.is_empty()) {
+                    let at = l.end - l.bytes.len() as u64;
+                    t.read_at_open.keep_last_page(fh, now, at, l.bytes);
+                }
             }
             _ => {
                 t.kept_pages.by_node.remove(&ino.0);

@@ -505,7 +505,7 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         } else {
             None
         };
-        sh.made_written(ino, offset.saturating_add(data.len() as u64));
+        sh.made_written(ino, offset, data);
         if let Some(c) = as_opener {
             let data = data.to_vec();
             return self.spawn_as(req, sh, c, |sh, c| async move {
@@ -688,12 +688,12 @@ impl<R: NodeRanges> Filesystem for SfsFuse<R> {
         let sh = mount!(self, ino, else reply.error(Errno::EACCES));
         // The kernel sends the last release as itself: act as whoever opened the file.
         let opener = sh.table().files.remove(&fh.0);
-        sh.made_released(ino, fh.0);
+        let last_page = sh.made_released(ino, fh.0);
         let c = match opener {
             Some(uid) => sh.client_for(uid),
             None => sh.client_for(req.uid()),
         };
-        sh.pages_written(&c, ino, flags);
+        sh.pages_written(&c, ino, flags, last_page);
         // The open file's OFD and flock locks end with it.
         let unlocks = sh.file_released(ino, fh.0);
         self.spawn_to_end(sh, c, |sh, c| async move {

@@ -77,7 +77,14 @@ struct Early {
 #[derive(Default)]
 pub(super) struct ReadAtOpen {
     by_fh: HashMap<FileHandle, Early>,
+    /// The last page, written in part, of files this mount made new and wrote from their
+    /// start ([`super::kept_pages`]): from what offset, and taken when.
+    last_pages: HashMap<FileHandle, (Stamp, u64, Vec<u8>)>,
 }
+
+/// Last pages kept at once (at most a page each): a build writes many files before it reads
+/// them back.
+const LAST_PAGES_MAX: usize = 1024;
 
 /// Whether an open with `flags` is for reading only (no truncation).
 pub(super) fn reading_only(flags: OpenFlags) -> bool {
@@ -154,9 +161,16 @@ impl ServerMount {
         }
         let fh = self.fh(fuser::INodeNo(ino)).ok()?;
         let cache = self.client.cache();
-        self.table()
-            .read_at_open
-            .take(&fh, offset, size, |since| !cache.changed_since(&fh, since))
+        let mut t = self.table();
+        let early =
+            (t.read_at_open).take(&fh, offset, size, |since| !cache.changed_since(&fh, since));
+        // A last page serves while the file's attributes are cached under their lease (an
+        // INVALIDATE would end it) and nothing changed it since.
+        early.or_else(|| {
+            t.read_at_open.take_last_page(&fh, offset, size, |since| {
+                cache.get(&fh).is_some() && !cache.changed_since(&fh, since)
+            })
+        })
     }
 
     /// Whether bytes of `fh` are kept that are still the file's.
@@ -198,6 +212,38 @@ impl ReadAtOpen {
                 at,
             },
         );
+    }
+
+    /// Keeps `bytes`, the last page of `fh` from offset `at` to the end of the file, as of
+    /// stamp `since` ([`super::kept_pages`]). The oldest go past [`LAST_PAGES_MAX`].
+    pub(super) fn keep_last_page(&mut self, fh: FileHandle, since: Stamp, at: u64, bytes: Vec<u8>) {
+        if self.last_pages.len() >= LAST_PAGES_MAX
+            && let Some(oldest) = (self.last_pages.iter())
+                .min_by_key(|(_, (s, _, _))| *s)
+                .map(|(k, _)| *k)
+        {
+            self.last_pages.remove(&oldest);
+        }
+        self.last_pages.insert(fh, (since, at, bytes));
+    }
+
+    /// The answer to a READ of `size` bytes at `offset` of `fh` from its kept last page, if
+    /// the READ starts in it and `unchanged(since)` says it is still the file's; the page
+    /// goes either way once asked for (the kernel keeps what it read).
+    pub(super) fn take_last_page(
+        &mut self,
+        fh: &FileHandle,
+        offset: u64,
+        size: u32,
+        unchanged: impl FnOnce(Stamp) -> bool,
+    ) -> Option<Vec<u8>> {
+        let (since, at, bytes) = self.last_pages.remove(fh)?;
+        let start = usize::try_from(offset.checked_sub(at)?).ok()?;
+        if start > bytes.len() || !unchanged(since) {
+            return None;
+        }
+        let end = start.saturating_add(size as usize).min(bytes.len());
+        Some(bytes[start..end].to_vec())
     }
 
     /// Whether bytes of `fh` are kept that `unchanged(since)` says are still the file's.
@@ -393,6 +439,36 @@ mod tests {
         assert_eq!(tail_start(reading, Some(&small)), None);
         assert_eq!(tail_start(reading, None), None, "size not known");
         assert_eq!(tail_start(OpenFlags(libc::O_RDWR), Some(&big)), None);
+    }
+
+    /// A kept last page answers a READ from its start to the end of the file, once, while
+    /// the file is unchanged; the oldest go past the bound.
+    #[test]
+    fn a_last_page_answers_the_read_of_it_once() {
+        let fh = FileHandle::from_bytes([7; 48]);
+        let cache = crate::cache::AttrCache::default();
+        let mut r = ReadAtOpen::default();
+        r.keep_last_page(fh, cache.stamp(), 8192, vec![9; 100]);
+        assert_eq!(
+            r.take_last_page(&fh, 4096, 4096, |_| true),
+            None,
+            "before it"
+        );
+        r.keep_last_page(fh, cache.stamp(), 8192, vec![9; 100]);
+        assert_eq!(
+            r.take_last_page(&fh, 8192, 4096, |_| true),
+            Some(vec![9; 100]),
+            "to the end of the file"
+        );
+        assert_eq!(r.take_last_page(&fh, 8192, 4096, |_| true), None, "once");
+        r.keep_last_page(fh, cache.stamp(), 8192, vec![9; 100]);
+        assert_eq!(r.take_last_page(&fh, 8192, 10, |_| false), None, "changed");
+        for i in 0..LAST_PAGES_MAX + 5 {
+            let mut bytes = [0u8; 48];
+            bytes[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            r.keep_last_page(FileHandle::from_bytes(bytes), cache.stamp(), 0, vec![1]);
+        }
+        assert_eq!(r.last_pages.len(), LAST_PAGES_MAX);
     }
 
     #[test]
