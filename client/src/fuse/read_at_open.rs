@@ -354,6 +354,8 @@ mod tests {
         }
         let dir = attr(FileType::Directory, 10);
         assert_eq!(wanted_at_open(reading, Some(&dir)), None);
+        let big_dir = attr(FileType::Directory, READ_AT_OPEN_MAX + 1);
+        assert_eq!(wanted_at_open(reading, Some(&big_dir)), None);
     }
 
     #[test]
@@ -461,6 +463,14 @@ mod tests {
             "to the end of the file"
         );
         assert_eq!(r.take_last_page(&fh, 8192, 4096, |_| true), None, "once");
+        r.keep_last_page(fh, cache.stamp(), 8192, vec![9; 100]);
+        assert_eq!(
+            r.take_last_page(&fh, 8292, 4096, |_| true),
+            Some(vec![]),
+            "at the end of the file: nothing more"
+        );
+        r.keep_last_page(fh, cache.stamp(), 8192, vec![9; 100]);
+        assert_eq!(r.take_last_page(&fh, 8293, 4096, |_| true), None, "past it");
         r.keep_last_page(fh, cache.stamp(), 8192, vec![9; 100]);
         assert_eq!(r.take_last_page(&fh, 8192, 10, |_| false), None, "changed");
         for i in 0..LAST_PAGES_MAX + 5 {
