@@ -97,10 +97,10 @@ struct Cached {
     /// Objects this client made new (a GUARDED or EXCLUSIVE CREATE, a MKDIR), until the lease
     /// of the reply that made them ends: no object is born with a `security.capability`,
     /// which the kernel asks of a file before its first write and before a chown (two round
-    /// trips of each file `tar x` makes). Unlike the other answers these survive our own writes and
-    /// SETATTRs, which can take a capability away but never add one; an INVALIDATE (another
-    /// client changed the object), a SETXATTR or REMOVEXATTR of ours, or a reconnect drops
-    /// them.
+    /// trips of each file `tar x` makes). Unlike the other answers these survive our own
+    /// writes and SETATTRs, which can take a capability away but never add one; an
+    /// INVALIDATE (another client changed the object), a SETXATTR or REMOVEXATTR of ours, or
+    /// a reconnect drops them.
     no_caps: HashMap<FileHandle, Instant>,
     /// Directories we made, with every name we may have put in them ([`fresh_dirs`]).
     fresh: FreshDirs,
@@ -330,6 +330,19 @@ impl Cached {
         let c = self.changed(fh);
         c.group.spoiled = true;
         c
+    }
+
+    /// Stores what `authno` asked of `fh` and was granted, for `lease_ms` (the map starts
+    /// again empty past its bound).
+    fn put_access(&mut self, fh: FileHandle, authno: u32, answer: (u32, u32), lease_ms: u32) {
+        if self.access.len() >= MAX_ENTRIES {
+            self.access.clear();
+        }
+        let expiry = Instant::now() + Duration::from_millis(u64::from(lease_ms));
+        self.access
+            .entry(fh)
+            .or_default()
+            .insert(authno, (answer.0, answer.1, expiry));
     }
 
     /// [`Cached::changed`], keeping `fh`'s access answers if `keep_access`.
@@ -630,17 +643,9 @@ impl AttrCache {
         let current = g.attrs.get(fh).is_some_and(|(a, e, _)| {
             *e > Instant::now() && a.ctime == attr.ctime && a.mode == attr.mode
         });
-        if !current {
-            return;
+        if current {
+            g.put_access(*fh, authno, (granted, granted), attr.lease_ms);
         }
-        if g.access.len() >= MAX_ENTRIES {
-            g.access.clear();
-        }
-        let expiry = Instant::now() + Duration::from_millis(u64::from(attr.lease_ms));
-        g.access
-            .entry(*fh)
-            .or_default()
-            .insert(authno, (granted, granted, expiry));
     }
 
     /// Whether `fh` is known to hold no `security.capability` ([`Cached::no_caps`]).
@@ -702,18 +707,11 @@ impl AttrCache {
         if lease_ms == 0 {
             return;
         }
-        let expiry = Instant::now() + Duration::from_millis(u64::from(lease_ms));
         let mut g = self.inner.lock();
         if !g.unchanged_since(&fh, since) {
             return;
         }
-        if g.access.len() >= MAX_ENTRIES {
-            g.access.clear();
-        }
-        g.access
-            .entry(fh)
-            .or_default()
-            .insert(authno, (asked, granted, expiry));
+        g.put_access(fh, authno, (asked, granted), lease_ms);
     }
 
     /// Remembers what GETXATTR or LISTXATTR answered `key` for `fh`, in the reply to a

@@ -238,12 +238,7 @@ impl ReadAtOpen {
         unchanged: impl FnOnce(Stamp) -> bool,
     ) -> Option<Vec<u8>> {
         let (since, at, bytes) = self.last_pages.remove(fh)?;
-        let start = usize::try_from(offset.checked_sub(at)?).ok()?;
-        if start > bytes.len() || !unchanged(since) {
-            return None;
-        }
-        let end = start.saturating_add(size as usize).min(bytes.len());
-        Some(bytes[start..end].to_vec())
+        to_end(at, &bytes, offset, size).filter(|_| unchanged(since))
     }
 
     /// Whether bytes of `fh` are kept that `unchanged(since)` says are still the file's.
@@ -291,15 +286,22 @@ impl ReadAtOpen {
 }
 
 /// A READ of `size` bytes at `offset` answered from the tail of `e`, which runs to the end
-/// of the file: whatever of the range lies before the end (less at the end is the end).
+/// of the file.
 fn from_tail(e: &Early, offset: u64, size: u32) -> Option<Vec<u8>> {
     let (at, tail) = e.tail.as_ref()?;
-    let start = usize::try_from(offset.checked_sub(*at)?).ok()?;
-    if start > tail.len() {
+    to_end(*at, tail, offset, size)
+}
+
+/// A READ of `size` bytes at `offset` answered from `bytes`, the file's from `at` to its
+/// end: whatever of the range lies before the end (less at the end is the end), if the READ
+/// starts in them.
+fn to_end(at: u64, bytes: &[u8], offset: u64, size: u32) -> Option<Vec<u8>> {
+    let start = usize::try_from(offset.checked_sub(at)?).ok()?;
+    if start > bytes.len() {
         return None;
     }
-    let end = start.saturating_add(size as usize).min(tail.len());
-    Some(tail[start..end].to_vec())
+    let end = start.saturating_add(size as usize).min(bytes.len());
+    Some(bytes[start..end].to_vec())
 }
 
 #[cfg(test)]

@@ -126,6 +126,8 @@ impl ServerMount {
             t.names.remove(&ino);
             t.dirty.remove(&ino);
             t.kept_pages.forget(ino);
+            drop(t);
+            self.behind.forget(ino);
         }
     }
 

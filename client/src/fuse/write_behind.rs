@@ -449,6 +449,11 @@ impl WriteBehind {
         self.failed_since.lock().remove(&ino)
     }
 
+    /// Node `ino` is gone: nothing of it is kept (node ids are not used again).
+    pub(crate) fn forget(&self, ino: u64) {
+        self.failed_since.lock().remove(&ino);
+    }
+
     /// Whether `ino` has a failure to report (so `close` must look).
     pub(crate) fn failed(&self, ino: u64) -> bool {
         self.files
@@ -677,6 +682,9 @@ mod tests {
         assert!(wb.take_failed_since(1));
         assert!(!wb.take_failed_since(1), "told once");
         assert!(!wb.take_failed_since(2), "another file");
+        drop(wb.begin(3, 0, 10).await.unwrap());
+        wb.forget(3);
+        assert!(!wb.take_failed_since(3), "forgotten with its node");
     }
 
     #[tokio::test]
