@@ -2124,6 +2124,59 @@ fn written_behind_pieces_are_never_overtaken_and_failures_are_reported() {
     assert_eq!(failed.raw_os_error(), Some(libc::EFBIG), "{failed}");
 }
 
+/// A write the mount answered before the server refused it leaves the kernel's pages holding
+/// bytes the server does not have: once the file is released, the next open reads the
+/// server's bytes, not those pages (`kept_pages.rs`: pages written are kept as read only when
+/// no write failed), even when a later write the server took brought attributes. The
+/// server's copy is made immutable behind the mount's back (no watch, so no INVALIDATE drops
+/// the pages for it).
+#[test]
+fn pages_of_a_write_the_server_refused_are_not_read_back() {
+    need_fuse!();
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: making a file immutable (chattr +i) needs root");
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let s = setup_serving(None, &[], &["--no-disk-watch"]);
+    let old = vec![b'o'; 3 * 4096];
+    let held = s.export.join("f");
+    fs::write(&held, &old).unwrap();
+    let m = s.mount("mnt");
+    let p = m.dir.join("f");
+    assert!(fs::read(&p).unwrap() == old);
+    let chattr = |flag: &str| {
+        let out = Command::new("chattr")
+            .arg(flag)
+            .arg(&held)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "chattr {flag}: {out:?}");
+    };
+    let f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+    chattr("+i");
+    let refused = match f.write_at(&[b'n'; 4096], 4096) {
+        Err(e) => e,
+        Ok(_) => f.sync_all().unwrap_err(),
+    };
+    assert_eq!(errno(&refused), libc::EPERM, "{refused}");
+    // A later write the server takes brings attributes the pages would be kept under.
+    chattr("-i");
+    f.write_all_at(&[b'x'; 4096], 2 * 4096).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    // RELEASE goes to the mount behind `close`: let it arrive before the next open.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut now_held = old.clone();
+    now_held[2 * 4096..].fill(b'x');
+    assert!(fs::read(&held).unwrap() == now_held);
+    assert!(
+        fs::read(&p).unwrap() == now_held,
+        "the refused page read back\n{}",
+        m.log()
+    );
+}
+
 /// An `open` whose access answer the mount keeps is answered without a request (on the
 /// mount's reading thread), and decides as the server did: on a read-only server, opening a
 /// file for writing fails every time, the open itself (not a later write), with one ACCESS
