@@ -1380,6 +1380,86 @@ fn requests(m: &Mount, proc_: &str) -> usize {
         .count()
 }
 
+/// Requests of every kind the mount sent, once it stopped sending (no new one for 200 ms).
+fn settled_requests(m: &Mount) -> usize {
+    let all = || {
+        m.log()
+            .lines()
+            .filter(|l| l.contains("request proc="))
+            .count()
+    };
+    let mut last = all();
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = all();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the mount kept sending requests\n{}", m.log());
+}
+
+/// Lookups that step from a directory into its subdirectories, as `git status` `lstat`s every
+/// path of its index one directory after another, read the next listings ahead: once a
+/// lookup reads the listing of a subdirectory of a listing read before, the listings of its
+/// siblings (and subdirectories) are read side by side, and lookups in them, of names they
+/// hold or lack, ask the server nothing (in an empty one, whether its reader may search it
+/// once). Where the server does not tell of changes behind
+/// its back (`--no-disk-watch`), nothing is read ahead for lookups: such a listing would
+/// hide a name made on the server's disk for the directory's lease.
+#[test]
+fn lookups_stepping_into_subdirectories_read_the_next_listings_ahead() {
+    need_fuse!();
+    for watch in [true, false] {
+        let flags: &[&str] = if watch { &[] } else { &["--no-disk-watch"] };
+        let s = setup_serving(None, &[], flags);
+        for d in 0..8 {
+            let dir = s.export.join(format!("top/d{d}"));
+            fs::create_dir_all(dir.join("sub")).unwrap();
+            fs::write(dir.join("f"), vec![b'x'; d + 1]).unwrap();
+        }
+        fs::create_dir(s.export.join("top/empty")).unwrap();
+        let m = s.mount("mnt");
+        let top = m.dir.join("top");
+        // Two names absent from each of the first two directories: even without a watch,
+        // their listings are read for lookups (at the second miss).
+        for name in ["a1", "a2", "top/a1", "top/a2"] {
+            assert!(!m.dir.join(name).exists());
+        }
+        assert_eq!(fs::metadata(top.join("d0/f")).unwrap().len(), 1);
+        let before = settled_requests(&m);
+        for d in 1..8 {
+            let f = fs::metadata(top.join(format!("d{d}/f"))).unwrap();
+            assert_eq!(f.len(), d as u64 + 1);
+            let absent = fs::metadata(top.join(format!("d{d}/absent"))).unwrap_err();
+            assert_eq!(errno(&absent), libc::ENOENT);
+        }
+        let asked = settled_requests(&m) - before;
+        if !watch {
+            assert!(asked >= 7, "{asked} requests: read ahead without a watch");
+            continue;
+        }
+        assert_eq!(asked, 0, "requests for lookups read ahead\n{}", m.log());
+        // An empty listing read ahead does not show that its reader may search the
+        // directory: that is asked once, then names are answered absent from the listing.
+        let access = requests(&m, "Access");
+        for name in ["x", "y", "z"] {
+            let absent = fs::metadata(top.join("empty").join(name)).unwrap_err();
+            assert_eq!(errno(&absent), libc::ENOENT);
+        }
+        assert_eq!(
+            (
+                settled_requests(&m) - before,
+                requests(&m, "Access") - access
+            ),
+            (1, 1),
+            "(requests, ACCESS) for 3 names absent from an empty directory read ahead\n{}",
+            m.log()
+        );
+    }
+}
+
 /// Listing a directory again asks the server nothing while the directory's lease lasts: no
 /// LISTDIR (the listing is kept) and no GETATTR (the kernel sends one right after each
 /// re-opening, since it forgets a directory's atime after each READDIR and glibc's `opendir`

@@ -10,8 +10,11 @@
 //! where the walker's next `opendir`s find them.
 //!
 //! - **Only along a walk.** Opening one directory (`ls dir`, a shell completing a name) reads
-//!   nothing ahead: what starts it is a second open, one level down, by the same user. Each
-//!   directory's subdirectories are read ahead once per walk ([`ListingAhead::expand`]).
+//!   nothing ahead: what starts it is a second open, one level down, by the same user (or a
+//!   listing read for that user's lookups one level down, [`super::lookups_listed`]: then
+//!   only directories of at most 64 KiB). Each directory's subdirectories are read ahead
+//!   once per walk ([`ListingAhead::expand`]); a listing read ahead shows its own
+//!   subdirectories as the walk's next steps.
 //! - **As whom.** A listing read ahead is asked for as the user whose step started it (the
 //!   same session, with its groups) and kept for that user only, the kept listings' rule.
 //! - **Never staler than a read at `opendir`.** It is kept by the same rule: under the
@@ -67,10 +70,11 @@ impl Default for ListingAhead {
 
 #[derive(Default)]
 struct State {
-    /// Subdirectories of the listings opened lately: the directory they were listed in.
-    parent_of: Bounded<Key, FileHandle>,
-    /// Directories whose subdirectories were read ahead already.
-    expanded: Bounded<Key, ()>,
+    /// Subdirectories of the listings got lately: the directory they were listed in, and
+    /// whether that listing was opened (not only read for lookups or ahead).
+    parent_of: Bounded<Key, (FileHandle, bool)>,
+    /// Directories whose subdirectories were read ahead already: those up to this size.
+    expanded: Bounded<Key, u64>,
 }
 
 /// A map that forgets its oldest entries past a number of them.
@@ -78,6 +82,23 @@ struct Bounded<K, V> {
     map: HashMap<K, V>,
     order: VecDeque<K>,
     max: usize,
+}
+
+impl State {
+    /// `uid` got `dir`'s `listing`, opened or not: its subdirectories are listed in `dir`
+    /// (once opened, for good).
+    fn remember(&mut self, dir: &FileHandle, uid: u32, listing: &Listing, opened: bool) {
+        for sub in subdirectories(listing, u64::MAX) {
+            let key = (sub, uid);
+            match self.parent_of.map.get_mut(&key) {
+                Some(known) if known.0 == *dir => known.1 |= opened,
+                Some(known) => *known = (*dir, opened),
+                None => {
+                    self.parent_of.insert(key, (*dir, opened));
+                }
+            }
+        }
+    }
 }
 
 impl<K: Hash + Eq + Copy, V> Bounded<K, V> {
@@ -105,13 +126,13 @@ impl<K: Hash + Eq + Copy, V> Bounded<K, V> {
     }
 }
 
-impl Default for Bounded<Key, FileHandle> {
+impl Default for Bounded<Key, (FileHandle, bool)> {
     fn default() -> Self {
         Bounded::with_max(MAX_REMEMBERED)
     }
 }
 
-impl Default for Bounded<Key, ()> {
+impl Default for Bounded<Key, u64> {
     fn default() -> Self {
         Bounded::with_max(MAX_EXPANDED)
     }
@@ -124,11 +145,14 @@ pub(super) struct Reading {
     _permit: OwnedSemaphorePermit,
 }
 
-/// The subdirectories of `listing`, in its order.
-pub(super) fn subdirectories(listing: &Listing) -> impl Iterator<Item = FileHandle> + '_ {
-    listing.entries.iter().filter_map(|e| {
+/// The subdirectories of `listing` at most `max_size` bytes large (as listed), in its order.
+pub(super) fn subdirectories(
+    listing: &Listing,
+    max_size: u64,
+) -> impl Iterator<Item = FileHandle> + '_ {
+    listing.entries.iter().filter_map(move |e| {
         e.node
-            .filter(|(_, a)| a.ftype == FileType::Directory)
+            .filter(|(_, a)| a.ftype == FileType::Directory && a.size <= max_size)
             .map(|(fh, _)| fh)
     })
 }
@@ -147,7 +171,7 @@ impl ListingAhead {
     /// Local user `uid` opened directory `dir` and got `listing`: its subdirectories are
     /// remembered as the next steps of a walk. If `dir` was itself one (a subdirectory of a
     /// listing `uid` opened before), returns the directory it was listed in: a walk is under
-    /// way.
+    /// way. (Opening a directory found by lookups alone is no walk: `ls dir`.)
     pub(super) fn opened(
         &self,
         dir: &FileHandle,
@@ -155,15 +179,37 @@ impl ListingAhead {
         listing: &Listing,
     ) -> Option<FileHandle> {
         let mut s = self.state.lock();
-        for sub in subdirectories(listing) {
-            s.parent_of.insert((sub, uid), *dir);
-        }
-        s.parent_of.map.get(&(*dir, uid)).copied()
+        s.remember(dir, uid, listing, true);
+        let (parent, opened) = s.parent_of.map.get(&(*dir, uid)).copied()?;
+        opened.then_some(parent)
     }
 
-    /// Whether `dir`'s subdirectories are still to be read ahead for `uid` (true once).
-    pub(super) fn expand(&self, dir: &FileHandle, uid: u32) -> bool {
-        self.state.lock().expanded.insert((*dir, uid), ())
+    /// [`ListingAhead::opened`] for a listing of `dir` read for `uid`'s lookups or read
+    /// ahead for that user: a step of a walk of lookups if `dir` is a subdirectory of any
+    /// listing `uid` got before ([`super::lookups_listed`]).
+    pub(super) fn listed(
+        &self,
+        dir: &FileHandle,
+        uid: u32,
+        listing: &Listing,
+    ) -> Option<FileHandle> {
+        let mut s = self.state.lock();
+        s.remember(dir, uid, listing, false);
+        s.parent_of.map.get(&(*dir, uid)).map(|&(parent, _)| parent)
+    }
+
+    /// Whether `dir`'s subdirectories of at most `max_size` bytes are still to be read ahead
+    /// for `uid` (true once, or again for a larger `max_size`).
+    pub(super) fn expand(&self, dir: &FileHandle, uid: u32, max_size: u64) -> bool {
+        let mut s = self.state.lock();
+        match s.expanded.map.get_mut(&(*dir, uid)) {
+            Some(done) if *done >= max_size => false,
+            Some(done) => {
+                *done = max_size;
+                true
+            }
+            None => s.expanded.insert((*dir, uid), max_size),
+        }
     }
 
     /// Waits for a place among [`MAX_IN_FLIGHT`] reads, then starts reading `dir` ahead for
@@ -229,11 +275,44 @@ mod tests {
     }
 
     #[test]
+    fn a_listing_got_for_lookups_starts_walks_of_lookups_only() {
+        let ahead = ListingAhead::default();
+        assert_eq!(ahead.listed(&fh(1), 1000, &listing(&[2, 3])), None);
+        // Opening a directory found in it is no walk (`ls dir`); reading it for lookups is.
+        assert_eq!(ahead.opened(&fh(2), 1000, &listing(&[4])), None);
+        assert_eq!(ahead.listed(&fh(3), 1000, &listing(&[])), Some(fh(1)));
+        // Once its parent is opened, opening it is a step.
+        assert_eq!(ahead.opened(&fh(1), 1000, &listing(&[2, 3])), None);
+        assert_eq!(ahead.opened(&fh(2), 1000, &listing(&[4])), Some(fh(1)));
+        // A listing got again without opening leaves an opened parent so.
+        assert_eq!(ahead.listed(&fh(1), 1000, &listing(&[2, 3])), None);
+        assert_eq!(ahead.opened(&fh(3), 1000, &listing(&[])), Some(fh(1)));
+    }
+
+    #[test]
+    fn subdirectories_are_those_listed_no_larger_than_asked() {
+        let mut l = listing(&[2, 3, 4]);
+        if let Some((_, a)) = &mut l.entries[1].node {
+            a.size = 65 * 1024;
+        }
+        let all: Vec<FileHandle> = subdirectories(&l, u64::MAX).collect();
+        assert_eq!(all, vec![fh(2), fh(3), fh(4)], "in order, no regular file");
+        let small: Vec<FileHandle> = subdirectories(&l, 64 * 1024).collect();
+        assert_eq!(small, vec![fh(2), fh(4)]);
+    }
+
+    #[test]
     fn each_directory_is_expanded_once_per_user() {
         let ahead = ListingAhead::default();
-        assert!(ahead.expand(&fh(1), 1000));
-        assert!(!ahead.expand(&fh(1), 1000));
-        assert!(ahead.expand(&fh(1), 1001));
+        let all = u64::MAX;
+        assert!(ahead.expand(&fh(1), 1000, all));
+        assert!(!ahead.expand(&fh(1), 1000, all));
+        assert!(ahead.expand(&fh(1), 1001, all));
+        // Expanded for lookups (small directories only), then for a walk of opens: again.
+        assert!(ahead.expand(&fh(2), 1000, 64 * 1024));
+        assert!(!ahead.expand(&fh(2), 1000, 64 * 1024));
+        assert!(ahead.expand(&fh(2), 1000, all));
+        assert!(!ahead.expand(&fh(2), 1000, 64 * 1024));
     }
 
     #[test]
@@ -242,7 +321,7 @@ mod tests {
         let parent = fh(1);
         let mut s = ahead.state.lock();
         for i in 0..MAX_REMEMBERED as u32 + 100 {
-            s.parent_of.insert((parent, i), parent);
+            s.parent_of.insert((parent, i), (parent, true));
         }
         assert_eq!(s.parent_of.map.len(), MAX_REMEMBERED);
         assert_eq!(s.parent_of.order.len(), MAX_REMEMBERED);
@@ -253,7 +332,7 @@ mod tests {
         );
         assert!(!s.parent_of.map.contains_key(&(parent, 0)));
         for i in 0..MAX_EXPANDED as u32 + 1 {
-            s.expanded.insert((parent, i), ());
+            s.expanded.insert((parent, i), u64::MAX);
         }
         assert_eq!(s.expanded.map.len(), MAX_EXPANDED);
     }

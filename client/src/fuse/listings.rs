@@ -82,7 +82,7 @@ impl ServerMount {
         let dir = *dir;
         let step = self.listing_ahead.opened(&dir, uid, &listing);
         if let Some(parent) = &step {
-            self.read_ahead(c, uid, &dir, &listing, parent);
+            self.read_ahead(c, uid, &dir, &listing, parent, u64::MAX);
         }
         let order = listing
             .entries
@@ -99,26 +99,30 @@ impl ServerMount {
         (h, keep)
     }
 
-    /// A step down a walk: `uid` opened `dir`, a subdirectory of `parent`. Reads ahead the
-    /// listings of `dir`'s subdirectories (the walk's next steps) and of its siblings, each
-    /// directory's once, those not kept already ([`listing_ahead`]).
-    fn read_ahead(
+    /// A step down a walk: `uid` opened `dir`, a subdirectory of `parent` (or read its
+    /// listing for lookups, [`super::lookups_listed`]). Reads ahead the listings of `dir`'s
+    /// subdirectories (the walk's next steps) and of its siblings, those at most `max_size`
+    /// bytes large as listed, each directory's once, those not kept already
+    /// ([`listing_ahead`]). Each listing read ahead shows its own subdirectories as next steps.
+    pub(super) fn read_ahead(
         self: &Arc<Self>,
         c: &Client,
         uid: u32,
         dir: &FileHandle,
         listing: &Listing,
         parent: &FileHandle,
+        max_size: u64,
     ) {
         let ahead = &self.listing_ahead;
         let mut dirs: Vec<FileHandle> = Vec::new();
-        if ahead.expand(dir, uid) {
-            dirs.extend(listing_ahead::subdirectories(listing));
+        if ahead.expand(dir, uid, max_size) {
+            dirs.extend(listing_ahead::subdirectories(listing, max_size));
         }
-        if ahead.expand(parent, uid)
+        if ahead.expand(parent, uid, max_size)
             && let Some(siblings) = self.kept.get(parent, uid, c.cache())
         {
-            dirs.extend(listing_ahead::subdirectories(&siblings).filter(|d| d != dir));
+            let siblings = listing_ahead::subdirectories(&siblings, max_size);
+            dirs.extend(siblings.filter(|d| d != dir));
         }
         dirs.retain(|d| self.kept.get(d, uid, c.cache()).is_none());
         dirs.truncate(listing_ahead::MAX_PER_STEP);
@@ -131,11 +135,17 @@ impl ServerMount {
                 let Some(reading) = sh.listing_ahead.start(d, uid).await else {
                     continue;
                 };
+                // Read meanwhile, by the walker itself.
+                if sh.kept.get(&d, uid, c.cache()).is_some() {
+                    continue;
+                }
                 let (sh, c) = (sh.clone(), c.clone());
                 tokio::spawn(async move {
                     // A failure is left for the walker's own `opendir` to meet and report.
                     if let Ok(l) = sh.read_listing(&c, &d).await {
-                        sh.kept.keep(&d, uid, &Arc::new(l), c.cache());
+                        let l = Arc::new(l);
+                        sh.kept.keep(&d, uid, &l, c.cache());
+                        sh.listing_ahead.listed(&d, uid, &l);
                     }
                     drop(reading);
                 });

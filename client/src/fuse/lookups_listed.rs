@@ -31,6 +31,16 @@
 //! - **As whom**: the listing is read as the user who looked up, and answers only that user:
 //!   reading it needs the permission to list and to search the directory, more than a LOOKUP
 //!   needs; if it fails, the lookup goes to the server as before.
+//! - **A walk of lookups**: a listing read for a lookup in a subdirectory of a listing the
+//!   same user got before (read for lookups, at `opendir`, or ahead) is a step down a walk,
+//!   as an `opendir` is for [`super::listing_ahead`]: the listings of its subdirectories and
+//!   siblings, those of at most [`LISTED_DIR_MAX`] bytes, are read ahead by the same rules,
+//!   and a lookup in a directory being read ahead waits for that read. `git status` `lstat`s
+//!   its index's paths directory after directory: its first run over a 50 ms round trip went
+//!   from 5.3 to 3.5 s. Only where the server tells of changes behind its back, as for a
+//!   listing read at the first miss. A listing without attributes (an empty one read ahead)
+//!   lacks a name only once the server said its reader may search the directory: that is
+//!   asked (ACCESS, kept under the lease) instead of the name.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -125,6 +135,13 @@ pub(super) fn find(
     }
 }
 
+/// Whether `listing` can be searched for `name` and lacks it.
+fn lacks(listing: &Listing, name: &[u8]) -> bool {
+    listing.entries.len() <= SCAN_MAX
+        && name.len() <= NAME_MAX
+        && !listing.entries.iter().any(|e| e.name == name)
+}
+
 /// Whether the server said, in an ACCESS answer still cached, that this session's user may
 /// search `dir`: an empty directory's listing shows nothing else of it.
 pub(super) fn may_search(c: &Client, dir: &FileHandle) -> bool {
@@ -137,7 +154,7 @@ impl ServerMount {
     /// LOOKUP of `name` in `dir` (node `parent`) by local user `uid` answered from a listing
     /// of `dir` (see the module's doc), or None: ask the server.
     pub(super) async fn lookup_listed(
-        &self,
+        self: &Arc<Self>,
         c: &Client,
         uid: u32,
         parent: INodeNo,
@@ -145,6 +162,10 @@ impl ServerMount {
         name: &[u8],
     ) -> Option<Result<Entry, Errno>> {
         let uid = self.acting_uid(uid);
+        if let Some(end) = self.listing_ahead.reading(dir, uid) {
+            // Being read ahead: its listing answers, if it is kept.
+            end.wait().await;
+        }
         let listing = match self.kept.get(dir, uid, c.cache()) {
             Some(kept) => kept,
             None => {
@@ -178,10 +199,23 @@ impl ServerMount {
                 };
                 let read = Arc::new(read.ok()?);
                 self.kept.keep(dir, uid, &read, c.cache());
+                self.lookup_step(c, uid, dir, &read);
                 read
             }
         };
-        let (fh, listed) = match find(&listing, name, may_search(c, dir))? {
+        let found = match find(&listing, name, may_search(c, dir)) {
+            Some(found) => found,
+            // Not in a listing without attributes (an empty one, read ahead without the
+            // ACCESS a read for lookups asks beside): whether its reader may search the
+            // directory is asked (and kept as long as the lease), not the name.
+            None if lacks(&listing, name) => {
+                let lookup = protocol::access::LOOKUP;
+                let granted = c.access(dir, lookup).await.ok()?;
+                find(&listing, name, granted & lookup != 0)?
+            }
+            None => return None,
+        };
+        let (fh, listed) = match found {
             Some(node) => node,
             None => return Some(Err(Errno::ENOENT)),
         };
@@ -206,6 +240,18 @@ impl ServerMount {
             a
         };
         Some(Ok(self.entry(parent, name, fh, &a)))
+    }
+
+    /// `uid` read `dir`'s listing for a lookup: a step of a walk of lookups if `dir` is a
+    /// subdirectory of a listing that user got before. Then the listings of `dir`'s
+    /// subdirectories and siblings are read ahead ([`super::listing_ahead`]), those at most
+    /// [`LISTED_DIR_MAX`] bytes large, as one read for lookups would be; only where the
+    /// server tells of changes behind its back, as for a listing read at the first miss.
+    fn lookup_step(self: &Arc<Self>, c: &Client, uid: u32, dir: &FileHandle, listing: &Listing) {
+        let step = self.listing_ahead.listed(dir, uid, listing);
+        if let Some(parent) = step.filter(|_| c.tells_disk_changes()) {
+            self.read_ahead(c, uid, dir, listing, &parent, LISTED_DIR_MAX);
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! Operations on names: LOOKUP, the CREATE family (create, mkdir, mknod, symlink, link),
 //! REMOVE and RENAME (which keep a file some program has open alive, [`super::unlinked`]).
 
+use std::sync::Arc;
+
 use fuser::{Errno, INodeNo, RenameFlags};
 use protocol::{CreateHow, FileHandle, NfsStatus, SetAttr};
 
@@ -13,7 +15,7 @@ use crate::session::{Client, Made, SessionError};
 
 impl ServerMount {
     pub(super) async fn lookup(
-        &self,
+        self: &Arc<Self>,
         c: &Client,
         uid: u32,
         parent: INodeNo,
