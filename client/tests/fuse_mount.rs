@@ -1855,6 +1855,39 @@ fn files_opened_along_a_listing_are_read_ahead_once_and_never_stale() {
     );
 }
 
+/// A walk of opens going backwards along a listing (git opens its packs' indexes newest
+/// first, every third entry) reads the files before ahead from its second step back: the
+/// opens after it find their bytes read ahead, and every file reads right.
+#[test]
+fn files_opened_backwards_along_a_listing_are_read_ahead() {
+    need_fuse!();
+    let s = setup();
+    const FILES: usize = 48;
+    fs::create_dir(s.export.join("d")).unwrap();
+    for i in 0..FILES {
+        fs::write(s.export.join(format!("d/f{i:02}")), format!("file {i:02}")).unwrap();
+    }
+    let m = s.mount("mnt");
+    let d = m.dir.join("d");
+    let order: Vec<PathBuf> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(order.len(), FILES);
+    let opened: Vec<&PathBuf> = order.iter().rev().step_by(3).collect();
+    for p in &opened {
+        let want = format!("file {}", &p.file_name().unwrap().to_str().unwrap()[1..]);
+        assert_eq!(fs::read_to_string(p).unwrap(), want);
+    }
+    let ahead = read_ahead(&m);
+    assert!(
+        ahead >= opened.len(),
+        "{ahead} files read ahead for {} opens backwards\n{}",
+        opened.len(),
+        m.log()
+    );
+}
+
 /// In a directory a walk of the tree stepped into (`grep -r`), the first file opened already
 /// reads the next ones ahead, and each file is read from the server once.
 #[test]

@@ -19,6 +19,10 @@
 //!   ahead through the file's LISTXATTR (shared by the walks), a name it does not list
 //!   taken as absent ([`absent_unless_listed`] says why that is exact), and GETXATTR sent
 //!   only for a listed one.
+//! - **Backwards too.** A walk that steps back twice in a row reads ahead the entries
+//!   before the one asked, nearest first (git opens its packs' indexes newest first, which is
+//!   against the listing's order: 13 opens, a round trip each, in the first `git status` of
+//!   this repository over a long link).
 //! - **Answers from the cache keep the walk going.** An ask the cache answers on the
 //!   kernel's thread ([`XattrAhead::answered`]) moves the walk on as one that waited does
 //!   ([`XattrAhead::before_ask`]), so the read-ahead stays ahead of `ls`.
@@ -147,6 +151,21 @@ struct Walk {
     last: usize,
     /// Entries before this one were read ahead (or asked).
     ahead_to: usize,
+    /// Going backwards: entries from this one on were read ahead (or asked).
+    behind_from: usize,
+    /// Whether the last step went backwards.
+    backward: bool,
+}
+
+impl Walk {
+    fn at(i: usize, backward: bool) -> Walk {
+        Walk {
+            last: i,
+            ahead_to: i + 1,
+            behind_from: i,
+            backward,
+        }
+    }
 }
 
 impl Remembered {
@@ -156,11 +175,14 @@ impl Remembered {
     }
 
     /// The entries to read ahead now that `walker` asked for entry `i`: none the first time
-    /// (one file is no walk), nor when the asks go backwards or repeat (a size probe and then
-    /// the read), nor while at least half of its [`Walker::ahead`] entries past `i` are read
-    /// ahead already; else up to that many entries past `i` not read ahead yet, with the
-    /// position asked before `i`.
-    fn plan(&mut self, walker: Walker, i: usize) -> (Range<usize>, usize) {
+    /// (one file is no walk), nor when the asks repeat (a size probe and then the read), nor
+    /// while at least half of its [`Walker::ahead`] entries past `i` are read ahead already;
+    /// else up to that many entries past `i` not read ahead yet, with the position asked
+    /// before `i`. A step back starts a walk again, which goes backwards from its second step
+    /// back in a row (git opens its packs' indexes newest first, against the listing's order):
+    /// then the entries before `i` are read ahead the same way, nearest first (the range is
+    /// then to be taken in reverse, the flag says so).
+    fn plan(&mut self, walker: Walker, i: usize) -> (Range<usize>, usize, bool) {
         let len = self.entries.len();
         let ahead = walker.ahead();
         let new = !self.walks.contains_key(&walker);
@@ -169,27 +191,36 @@ impl Remembered {
         }
         let stepped_in =
             new && matches!(walker, Walker::Opening(uid) if self.stepped_into_by == Some(uid));
-        let w = self.walks.entry(walker).or_insert(Walk {
-            last: i,
-            ahead_to: i + 1,
-        });
+        let w = self.walks.entry(walker).or_insert(Walk::at(i, false));
+        if i < w.last && w.backward {
+            let before = std::mem::replace(&mut w.last, i);
+            if i >= w.behind_from + ahead / 2 {
+                return (0..0, before, true);
+            }
+            let from = i.saturating_sub(ahead);
+            let to = i.min(w.behind_from);
+            w.behind_from = from.min(w.behind_from);
+            return (from..to.max(from), before, true);
+        }
         if i <= w.last && !stepped_in {
             if i < w.last {
-                *w = Walk {
-                    last: i,
-                    ahead_to: i + 1,
-                };
+                *w = Walk::at(i, true);
             }
-            return (0..0, i);
+            return (0..0, i, false);
+        }
+        if w.backward {
+            // Forward again, from where the walk turned.
+            w.ahead_to = w.last + 1;
+            w.backward = false;
         }
         let before = std::mem::replace(&mut w.last, i);
         if i + ahead / 2 < w.ahead_to {
-            return (0..0, before);
+            return (0..0, before, false);
         }
         let from = w.ahead_to.max(i + 1).min(len);
         let to = (i + 1 + ahead).min(len);
         w.ahead_to = to.max(w.ahead_to);
-        (from..to, before)
+        (from..to, before, false)
     }
 }
 
@@ -234,9 +265,13 @@ impl State {
     fn plan(&mut self, fh: &FileHandle, walker: impl Into<Walker>) -> Plan {
         for l in self.listings.iter_mut().rev() {
             if let Some(i) = l.position(fh) {
-                let (r, before) = l.plan(walker.into(), i);
+                let (r, before, backward) = l.plan(walker.into(), i);
+                let mut entries = l.entries[r].to_vec();
+                if backward {
+                    entries.reverse();
+                }
                 return Plan {
-                    entries: l.entries[r].to_vec(),
+                    entries,
                     before: l.entries.get(before).copied(),
                 };
             }
@@ -557,9 +592,45 @@ mod tests {
         );
         assert_eq!(st.plan(&fh(4), &sel(1)).entries.len(), AHEAD);
         assert!(
+            st.plan(&fh(4), &sel(1)).entries.is_empty(),
+            "the same entry again"
+        );
+        assert!(
             st.plan(&fh(5000), &sel(1)).entries.is_empty(),
             "in no listing"
         );
+    }
+
+    /// A walk backwards (git opens its packs' indexes newest first) reads ahead from its
+    /// second step back in a row, the entries before the one asked, nearest first; a step
+    /// forward again walks forward.
+    #[test]
+    fn a_walk_backwards_reads_the_entries_before_ahead() {
+        let ahead = super::super::files_ahead::AHEAD as u32;
+        let mut st = State::default();
+        st.remember(fh(1000), listing(100), None);
+        let open = |st: &mut State, i: u32| {
+            let e = st.plan(&fh(i), Walker::Opening(7)).entries;
+            positions(st, &e)
+        };
+        assert!(open(&mut st, 90).is_empty(), "one open");
+        assert!(open(&mut st, 87).is_empty(), "one step back: no walk yet");
+        assert_eq!(
+            open(&mut st, 84),
+            (84 - ahead..84).rev().collect::<Vec<_>>(),
+            "the second step back in a row"
+        );
+        // Within the entries read ahead, nothing more until half of them are used.
+        assert!(open(&mut st, 81).is_empty());
+        assert!(open(&mut st, 78).is_empty());
+        let low = 84 - ahead;
+        let more = open(&mut st, 75);
+        assert_eq!(more, (75 - ahead..low).rev().collect::<Vec<_>>());
+        // Near the start: nothing before the first entry, nothing twice.
+        assert_eq!(open(&mut st, 10), (0..10).rev().collect::<Vec<_>>());
+        assert!(open(&mut st, 2).is_empty());
+        // Forward again: a walk forward, from there.
+        assert_eq!(open(&mut st, 3), (4..4 + ahead).collect::<Vec<_>>());
     }
 
     /// Listings and entries remembered are bounded, the newest kept; a directory listed again
