@@ -21,7 +21,10 @@
 //! - **Which objects.** A change of names (create, delete, rename) names the directory and
 //!   the object named; any other change (data, attributes, an object deleted or moved) names
 //!   the object itself. An event sfsd cannot resolve (the object is gone) is left out: the
-//!   directory's own event covers its name.
+//!   directory's own event covers its name. A handle's key is cached while its object lives,
+//!   and dropped at its `FAN_DELETE_SELF` before the batch is resolved, since the next file
+//!   made may get its inode number (an event for the old object then ended the new one's
+//!   lease: a concurrent test's deletions sent a client a needless INVALIDATE).
 //! - **Access.** A change of modes, owners, ACLs or names may change who can open what, so
 //!   sfsd's cached open files are checked again ([`crate::changes::Changes::note_access`]).
 //! - **Bounded.** Events are read [`READ_BUFFER`] bytes at a time; one read's distinct
@@ -114,6 +117,9 @@ pub(crate) struct Handle {
 pub(crate) struct Parsed {
     /// Objects changed by someone else, in the order met (repeats left in).
     pub handles: Vec<Handle>,
+    /// Objects gone (`FAN_DELETE_SELF`, sfsd's own deletions included): their inode numbers
+    /// may already be another object's.
+    pub gone: Vec<Handle>,
     /// The kernel dropped events: anything may have changed.
     pub overflow: bool,
     /// Some change may have changed who can open what.
@@ -176,9 +182,6 @@ fn parse_event(b: &[u8], own: i32, out: &mut Parsed) -> Option<usize> {
         out.overflow = true;
         return Some(len);
     }
-    if pid == own {
-        return Some(len);
-    }
     let names = mask & NAMES_CHANGED != 0;
     let mut own_fids = Vec::new();
     let mut dir_fids = Vec::new();
@@ -196,6 +199,12 @@ fn parse_event(b: &[u8], own: i32, out: &mut Parsed) -> Option<usize> {
             dir_fids.push(handle_in(rec)?);
         }
         at += rec_len;
+    }
+    if mask & libc::FAN_DELETE_SELF != 0 {
+        out.gone.extend(own_fids.iter().cloned());
+    }
+    if pid == own {
+        return Some(len);
     }
     // A directory's names changed: the directory. Otherwise the object itself, or, where the
     // event names only its directory, that.
@@ -344,6 +353,12 @@ impl DiskWatch {
         if batch.everything {
             batch.access = true;
             return batch;
+        }
+        // A gone object's handle is resolved no more: its key may be a new object's now (the
+        // file system gives its inode number to the next file made), which this batch's
+        // events for it would end the lease of. Its directory's event covers its name.
+        for h in &parsed.gone {
+            self.cache.remove(h);
         }
         batch.keys = handles.into_iter().filter_map(|h| self.key_of(h)).collect();
         // Two handles of one object (a directory's and its own encoding) name it once.
@@ -696,5 +711,45 @@ mod tests {
         let mut got = b.keys;
         got.sort();
         assert_eq!(got, want);
+    }
+
+    /// An object whose `FAN_DELETE_SELF` is in the batch is not resolved from the cache: its
+    /// inode number may be another object's by then.
+    #[test]
+    fn a_gone_objects_cached_key_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((f, real)) = real_file(dir.path(), "f") else {
+            return;
+        };
+        let mut w = unmarked(dir.path());
+        if open_by_handle(&w.mount, &real).is_err() {
+            eprintln!("skipped: not root");
+            return;
+        }
+        let b = w.batch(Parsed {
+            handles: vec![real.clone()],
+            ..Parsed::default()
+        });
+        assert_eq!(b.keys.len(), 1);
+        std::fs::remove_file(&f).unwrap();
+        let b = w.batch(Parsed {
+            handles: vec![real.clone()],
+            gone: vec![real.clone()],
+            ..Parsed::default()
+        });
+        assert!(b.keys.is_empty(), "{b:?}");
+        assert!(!w.cache.contains_key(&real));
+    }
+
+    #[test]
+    fn a_deleted_object_is_gone_even_when_sfsd_deleted_it() {
+        let fid = record(FID, b"file", b"");
+        for pid in [7, OWN] {
+            let one = std::slice::from_ref(&fid);
+            let p = parse(&event(libc::FAN_DELETE_SELF, pid, one), OWN);
+            assert_eq!(p.gone, vec![h(b"file")], "pid {pid}");
+        }
+        let p = parse(&event(libc::FAN_ATTRIB, 7, &[fid]), OWN);
+        assert!(p.gone.is_empty());
     }
 }
