@@ -6,10 +6,11 @@
 //! stream sit idle: 50 ms a file over a long link. When a user opens for reading a file that
 //! comes after the one they opened before in a listing (the walk rule of
 //! [`super::xattr_ahead`], which remembers the listings), or the first file in a directory
-//! their walk of the tree stepped into ([`super::listing_ahead`]), the next [`AHEAD`] small regular
-//! files of that listing (the ones before it, for a walk going backwards) are read ahead, side by side on the one stream: each file's access
-//! for that user (so its open is answered by the mount) and its bytes, kept with the bytes read
-//! at open, where the program's next opens and READs find them.
+//! their walk of the tree stepped into ([`super::listing_ahead`]), the next [`AHEAD`] small
+//! regular files of that listing (the ones before it, for a walk going backwards) are read
+//! ahead, side by side on the one stream: each file's access for that user (so its open is
+//! answered by the mount) and its bytes, kept with the bytes read at open, where the
+//! program's next opens and READs find them.
 //!
 //! - **Only what the open would read.** A file whose pages the kernel keeps
 //!   ([`super::kept_pages`]: read before, unchanged since) is not read again.
