@@ -1403,9 +1403,9 @@ fn settled_requests(m: &Mount) -> usize {
 /// Lookups that step from a directory into its subdirectories, as `git status` `lstat`s every
 /// path of its index one directory after another, read the next listings ahead: once a
 /// lookup reads the listing of a subdirectory of a listing read before, the listings of its
-/// siblings (and subdirectories) are read side by side, and lookups in them, of names they
-/// hold or lack, ask the server nothing (in an empty one, whether its reader may search it
-/// once). Where the server does not tell of changes behind
+/// siblings and subdirectories, and of theirs as they come, are read side by side, and
+/// lookups in them, of names they hold or lack, ask the server nothing (in an empty one,
+/// whether its reader may search it once). Where the server does not tell of changes behind
 /// its back (`--no-disk-watch`), nothing is read ahead for lookups: such a listing would
 /// hide a name made on the server's disk for the directory's lease.
 #[test]
@@ -1417,6 +1417,7 @@ fn lookups_stepping_into_subdirectories_read_the_next_listings_ahead() {
         for d in 0..8 {
             let dir = s.export.join(format!("top/d{d}"));
             fs::create_dir_all(dir.join("sub")).unwrap();
+            fs::write(dir.join("sub/h"), b"h").unwrap();
             fs::write(dir.join("f"), vec![b'x'; d + 1]).unwrap();
         }
         fs::create_dir(s.export.join("top/empty")).unwrap();
@@ -1434,6 +1435,9 @@ fn lookups_stepping_into_subdirectories_read_the_next_listings_ahead() {
             assert_eq!(f.len(), d as u64 + 1);
             let absent = fs::metadata(top.join(format!("d{d}/absent"))).unwrap_err();
             assert_eq!(errno(&absent), libc::ENOENT);
+            // One level further down, read ahead as the siblings' listings came.
+            let g = fs::metadata(top.join(format!("d{d}/sub/g"))).unwrap_err();
+            assert_eq!(errno(&g), libc::ENOENT);
         }
         let asked = settled_requests(&m) - before;
         if !watch {

@@ -43,6 +43,8 @@ use super::under_way::{End, Started, UnderWay};
 pub(super) const MAX_PER_STEP: usize = 64;
 /// Listings being read ahead at once in the whole mount.
 pub(super) const MAX_IN_FLIGHT: usize = 16;
+/// Directories read ahead one level below a step of a walk of lookups, at most.
+pub(super) const MAX_DEEPER: usize = 256;
 /// Subdirectories of opened listings remembered, to recognise the next step of a walk.
 const MAX_REMEMBERED: usize = 16384;
 /// Directories remembered as expanded (their subdirectories read ahead already).
@@ -135,6 +137,24 @@ impl Default for Bounded<Key, (FileHandle, bool)> {
 impl Default for Bounded<Key, u64> {
     fn default() -> Self {
         Bounded::with_max(MAX_EXPANDED)
+    }
+}
+
+/// How many more directories a step may read ahead (shared by its reads).
+pub(super) struct Budget(std::sync::atomic::AtomicUsize);
+
+impl Budget {
+    pub(super) fn new(n: usize) -> Budget {
+        Budget(std::sync::atomic::AtomicUsize::new(n))
+    }
+
+    /// Takes up to `want` from what is left; how many were taken.
+    pub(super) fn take(&self, want: usize) -> usize {
+        use std::sync::atomic::Ordering::Relaxed;
+        let left = self
+            .0
+            .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(want)));
+        want.min(left.unwrap_or(0))
     }
 }
 
@@ -299,6 +319,15 @@ mod tests {
         assert_eq!(all, vec![fh(2), fh(3), fh(4)], "in order, no regular file");
         let small: Vec<FileHandle> = subdirectories(&l, 64 * 1024).collect();
         assert_eq!(small, vec![fh(2), fh(4)]);
+    }
+
+    #[test]
+    fn a_budget_gives_what_is_left_and_no_more() {
+        let b = Budget::new(10);
+        assert_eq!(b.take(4), 4);
+        assert_eq!(b.take(0), 0);
+        assert_eq!(b.take(8), 6, "what is left");
+        assert_eq!(b.take(1), 0);
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl ServerMount {
         let dir = *dir;
         let step = self.listing_ahead.opened(&dir, uid, &listing);
         if let Some(parent) = &step {
-            self.read_ahead(c, uid, &dir, &listing, parent, u64::MAX);
+            self.read_ahead(c, uid, (&dir, &listing), parent, u64::MAX, false);
         }
         let order = listing
             .entries
@@ -103,15 +103,18 @@ impl ServerMount {
     /// listing for lookups, [`super::lookups_listed`]). Reads ahead the listings of `dir`'s
     /// subdirectories (the walk's next steps) and of its siblings, those at most `max_size`
     /// bytes large as listed, each directory's once, those not kept already
-    /// ([`listing_ahead`]). Each listing read ahead shows its own subdirectories as next steps.
+    /// ([`listing_ahead`]). Each listing read ahead shows its own subdirectories as next steps;
+    /// with `deeper` (a walk of lookups, which opens no directory to show its next step),
+    /// their subdirectories are read ahead too as they arrive, at most
+    /// [`listing_ahead::MAX_DEEPER`] for the step.
     pub(super) fn read_ahead(
         self: &Arc<Self>,
         c: &Client,
         uid: u32,
-        dir: &FileHandle,
-        listing: &Listing,
+        (dir, listing): (&FileHandle, &Listing),
         parent: &FileHandle,
         max_size: u64,
+        deeper: bool,
     ) {
         let ahead = &self.listing_ahead;
         let mut dirs: Vec<FileHandle> = Vec::new();
@@ -126,6 +129,20 @@ impl ServerMount {
         }
         dirs.retain(|d| self.kept.get(d, uid, c.cache()).is_none());
         dirs.truncate(listing_ahead::MAX_PER_STEP);
+        let below = deeper.then(|| Arc::new(listing_ahead::Budget::new(listing_ahead::MAX_DEEPER)));
+        self.read_listings_ahead(c, uid, dirs, max_size, below);
+    }
+
+    /// Reads the listings of `dirs` ahead for `uid` ([`ServerMount::read_ahead`]); with
+    /// `below`, each one's subdirectories too when it arrives, as far as the budget goes.
+    fn read_listings_ahead(
+        self: &Arc<Self>,
+        c: &Client,
+        uid: u32,
+        dirs: Vec<FileHandle>,
+        max_size: u64,
+        below: Option<Arc<listing_ahead::Budget>>,
+    ) {
         if dirs.is_empty() {
             return;
         }
@@ -139,13 +156,24 @@ impl ServerMount {
                 if sh.kept.get(&d, uid, c.cache()).is_some() {
                     continue;
                 }
-                let (sh, c) = (sh.clone(), c.clone());
+                let (sh, c, below) = (sh.clone(), c.clone(), below.clone());
                 tokio::spawn(async move {
                     // A failure is left for the walker's own `opendir` to meet and report.
                     if let Ok(l) = sh.read_listing(&c, &d).await {
                         let l = Arc::new(l);
                         sh.kept.keep(&d, uid, &l, c.cache());
                         sh.listing_ahead.listed(&d, uid, &l);
+                        // Not marked expanded: a later step there reads what the budget
+                        // left out.
+                        if let Some(budget) = below {
+                            let mut next: Vec<FileHandle> =
+                                listing_ahead::subdirectories(&l, max_size)
+                                    .filter(|s| sh.kept.get(s, uid, c.cache()).is_none())
+                                    .collect();
+                            let want = next.len().min(listing_ahead::MAX_PER_STEP);
+                            next.truncate(budget.take(want));
+                            sh.read_listings_ahead(&c, uid, next, max_size, None);
+                        }
                     }
                     drop(reading);
                 });
