@@ -307,6 +307,14 @@ mod tests {
         // A listing got again without opening leaves an opened parent so.
         assert_eq!(ahead.listed(&fh(1), 1000, &listing(&[2, 3])), None);
         assert_eq!(ahead.opened(&fh(3), 1000, &listing(&[])), Some(fh(1)));
+        // A directory listed in another parent since (moved) is that one's.
+        assert_eq!(ahead.listed(&fh(5), 1000, &listing(&[2])), None);
+        assert_eq!(ahead.listed(&fh(2), 1000, &listing(&[])), Some(fh(5)));
+        assert_eq!(
+            ahead.opened(&fh(2), 1000, &listing(&[])),
+            None,
+            "5 was not opened"
+        );
     }
 
     #[test]

@@ -210,8 +210,7 @@ impl Remembered {
         }
         if w.backward {
             // Forward again, from where the walk turned.
-            w.ahead_to = w.last + 1;
-            w.backward = false;
+            *w = Walk::at(w.last, false);
         }
         let before = std::mem::replace(&mut w.last, i);
         if i + ahead / 2 < w.ahead_to {
@@ -615,6 +614,7 @@ mod tests {
         };
         assert!(open(&mut st, 90).is_empty(), "one open");
         assert!(open(&mut st, 87).is_empty(), "one step back: no walk yet");
+        assert!(open(&mut st, 87).is_empty(), "the same file again");
         assert_eq!(
             open(&mut st, 84),
             (84 - ahead..84).rev().collect::<Vec<_>>(),
