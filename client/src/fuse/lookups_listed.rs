@@ -308,6 +308,38 @@ mod tests {
         assert_eq!(find(&bare, b"f", true), None, "a name without attributes");
     }
 
+    /// Only a name a listing can be searched for and does not hold has the directory's search
+    /// permission asked instead (a name listed without a handle, one longer than `NAME_MAX`,
+    /// or a listing too long to scan go to the server as they are).
+    #[test]
+    fn a_listing_lacks_only_names_it_can_be_searched_for() {
+        let entry = |name: &[u8]| super::super::listing::Listed {
+            kind: fuser::FileType::RegularFile,
+            name: name.to_vec(),
+            node: None,
+            fileid: 0,
+        };
+        let listing = |entries| Listing {
+            entries,
+            since: crate::cache::AttrCache::default().stamp(),
+            received: Instant::now(),
+        };
+        let l = listing(vec![entry(b"."), entry(b"f")]);
+        assert!(lacks(&l, b"g"));
+        assert!(!lacks(&l, b"f"), "listed, without a handle");
+        assert!(lacks(&l, &[b'g'; NAME_MAX]));
+        assert!(
+            !lacks(&l, &[b'g'; NAME_MAX + 1]),
+            "the server's ENAMETOOLONG"
+        );
+        let long = listing(
+            (0..=SCAN_MAX)
+                .map(|i| entry(format!("e{i}").as_bytes()))
+                .collect(),
+        );
+        assert!(!lacks(&long, b"g"), "too long to scan");
+    }
+
     #[test]
     fn a_directory_is_read_at_its_second_miss_and_not_again_within_the_lease() {
         let l = LookupsListed::default();
