@@ -1787,6 +1787,28 @@ fn a_tree_of_many_directories_walked_again_reads_no_listing_again() {
     );
 }
 
+/// Writes `n` files `d/f00`, `d/f01`, ... into `export`, each holding its own name as
+/// [`numbered_content`] says.
+fn numbered_files(export: &Path, n: usize) {
+    fs::create_dir(export.join("d")).unwrap();
+    for i in 0..n {
+        fs::write(export.join(format!("d/f{i:02}")), format!("file {i:02}")).unwrap();
+    }
+}
+
+/// What [`numbered_files`] wrote in the file at `p`.
+fn numbered_content(p: &Path) -> String {
+    format!("file {}", &p.file_name().unwrap().to_str().unwrap()[1..])
+}
+
+/// The paths of directory `d`'s entries, in the order its listing gives them.
+fn listing_order(d: &Path) -> Vec<PathBuf> {
+    fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect()
+}
+
 /// Files opened along a listing are read ahead (fuse/files_ahead.rs): `cat` of a directory's
 /// files in listing order reads each file from the server once, most of them ahead of their
 /// opens, and what was read ahead of a file another client changed since is not served: its
@@ -1796,17 +1818,11 @@ fn files_opened_along_a_listing_are_read_ahead_once_and_never_stale() {
     need_fuse!();
     let s = setup();
     const FILES: usize = 40;
-    fs::create_dir(s.export.join("d")).unwrap();
-    for i in 0..FILES {
-        fs::write(s.export.join(format!("d/f{i:02}")), format!("file {i:02}")).unwrap();
-    }
+    numbered_files(&s.export, FILES);
     let m = s.mount("mnt");
     let other = s.mount("other");
     let d = m.dir.join("d");
-    let order: Vec<PathBuf> = fs::read_dir(&d)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let order = listing_order(&d);
     assert_eq!(order.len(), FILES);
     // Pinned (O_PATH: no OPEN reaches the mount), so the kernel keeps every file's node under
     // memory pressure, and with it the mount's record of the pages the kernel holds.
@@ -1821,7 +1837,7 @@ fn files_opened_along_a_listing_are_read_ahead_once_and_never_stale() {
         })
         .collect();
     let contents = |p: &Path| String::from_utf8(fs::read(p).unwrap()).unwrap();
-    let expected = |p: &Path| format!("file {}", &p.file_name().unwrap().to_str().unwrap()[1..]);
+    let expected = numbered_content;
     let reads_before = requests(&m, "Read");
     for p in &order {
         assert_eq!(contents(p), expected(p));
@@ -1867,21 +1883,13 @@ fn files_opened_backwards_along_a_listing_are_read_ahead() {
     need_fuse!();
     let s = setup();
     const FILES: usize = 48;
-    fs::create_dir(s.export.join("d")).unwrap();
-    for i in 0..FILES {
-        fs::write(s.export.join(format!("d/f{i:02}")), format!("file {i:02}")).unwrap();
-    }
+    numbered_files(&s.export, FILES);
     let m = s.mount("mnt");
-    let d = m.dir.join("d");
-    let order: Vec<PathBuf> = fs::read_dir(&d)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let order = listing_order(&m.dir.join("d"));
     assert_eq!(order.len(), FILES);
     let opened: Vec<&PathBuf> = order.iter().rev().step_by(3).collect();
     for p in &opened {
-        let want = format!("file {}", &p.file_name().unwrap().to_str().unwrap()[1..]);
-        assert_eq!(fs::read_to_string(p).unwrap(), want);
+        assert_eq!(fs::read_to_string(p).unwrap(), numbered_content(p));
     }
     let ahead = read_ahead(&m);
     assert!(
@@ -1906,11 +1914,7 @@ fn a_walks_first_open_in_a_directory_reads_ahead() {
     let m = s.mount("mnt");
     let top = m.dir.join("top");
     assert_eq!(fs::read_dir(&top).unwrap().count(), 1);
-    let sub = top.join("sub");
-    let order: Vec<PathBuf> = fs::read_dir(&sub)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let order = listing_order(&top.join("sub"));
     assert_eq!(order.len(), FILES);
     let reads_before = requests(&m, "Read");
     assert_eq!(fs::read(&order[0]).unwrap(), b"x");
@@ -4606,10 +4610,7 @@ fn extended_attributes_are_read_ahead_along_a_listing() {
     assert!(ahead >= n * 9 / 10, "ACL: {ahead} of {n} read ahead\n{log}");
     // A walk in the listing's order, as getfattr -R does.
     let walk = |label: &str| {
-        let names: Vec<_> = fs::read_dir(m.dir.join("many"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
+        let names = listing_order(&m.dir.join("many"));
         assert_eq!(names.len(), n);
         for p in &names {
             let i: usize = p.file_name().unwrap().to_str().unwrap()[1..]

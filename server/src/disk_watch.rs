@@ -671,17 +671,24 @@ mod tests {
         assert!(b.everything && b.access);
     }
 
+    /// A file `f` made in `dir`, its handle, and an unmarked watch that can resolve it (None,
+    /// saying why, where handles cannot be opened: no handles there, or not root).
+    fn resolvable_file(dir: &Path) -> Option<(std::path::PathBuf, Handle, DiskWatch)> {
+        let (f, real) = real_file(dir, "f")?;
+        let w = unmarked(dir);
+        if open_by_handle(&w.mount, &real).is_err() {
+            eprintln!("skipped: not root");
+            return None;
+        }
+        Some((f, real, w))
+    }
+
     #[test]
     fn each_object_is_resolved_once_and_named_once() {
         let dir = tempfile::tempdir().unwrap();
-        let Some((f, real)) = real_file(dir.path(), "f") else {
+        let Some((f, real, mut w)) = resolvable_file(dir.path()) else {
             return;
         };
-        let mut w = unmarked(dir.path());
-        if open_by_handle(&w.mount, &real).is_err() {
-            eprintln!("skipped: not root");
-            return;
-        }
         use std::os::unix::fs::MetadataExt;
         let st = std::fs::metadata(&f).unwrap();
         let gone = h(b"no such object");
@@ -718,14 +725,9 @@ mod tests {
     #[test]
     fn a_gone_objects_cached_key_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let Some((f, real)) = real_file(dir.path(), "f") else {
+        let Some((f, real, mut w)) = resolvable_file(dir.path()) else {
             return;
         };
-        let mut w = unmarked(dir.path());
-        if open_by_handle(&w.mount, &real).is_err() {
-            eprintln!("skipped: not root");
-            return;
-        }
         let b = w.batch(Parsed {
             handles: vec![real.clone()],
             ..Parsed::default()

@@ -198,9 +198,7 @@ impl ListingAhead {
         uid: u32,
         listing: &Listing,
     ) -> Option<FileHandle> {
-        let mut s = self.state.lock();
-        s.remember(dir, uid, listing, true);
-        let (parent, opened) = s.parent_of.map.get(&(*dir, uid)).copied()?;
+        let (parent, opened) = self.got(dir, uid, listing, true)?;
         opened.then_some(parent)
     }
 
@@ -213,9 +211,21 @@ impl ListingAhead {
         uid: u32,
         listing: &Listing,
     ) -> Option<FileHandle> {
+        self.got(dir, uid, listing, false).map(|(parent, _)| parent)
+    }
+
+    /// `uid` got `dir`'s `listing` (`opened` or not): its subdirectories are remembered; the
+    /// directory `dir` was listed in, if any, and whether that listing was opened.
+    fn got(
+        &self,
+        dir: &FileHandle,
+        uid: u32,
+        listing: &Listing,
+        opened: bool,
+    ) -> Option<(FileHandle, bool)> {
         let mut s = self.state.lock();
-        s.remember(dir, uid, listing, false);
-        s.parent_of.map.get(&(*dir, uid)).map(|&(parent, _)| parent)
+        s.remember(dir, uid, listing, opened);
+        s.parent_of.map.get(&(*dir, uid)).copied()
     }
 
     /// Whether `dir`'s subdirectories of at most `max_size` bytes are still to be read ahead

@@ -128,7 +128,7 @@ pub(super) fn find(
     name: &[u8],
     may_search: bool,
 ) -> Option<Option<(FileHandle, Attr)>> {
-    if listing.entries.len() > SCAN_MAX || name.len() > NAME_MAX {
+    if !searchable(listing, name) {
         return None;
     }
     match listing.entries.iter().find(|e| e.name == name) {
@@ -138,11 +138,14 @@ pub(super) fn find(
     }
 }
 
+/// Whether `listing` is short enough to scan, and `name` a name it could hold.
+fn searchable(listing: &Listing, name: &[u8]) -> bool {
+    listing.entries.len() <= SCAN_MAX && name.len() <= NAME_MAX
+}
+
 /// Whether `listing` can be searched for `name` and lacks it.
 fn lacks(listing: &Listing, name: &[u8]) -> bool {
-    listing.entries.len() <= SCAN_MAX
-        && name.len() <= NAME_MAX
-        && !listing.entries.iter().any(|e| e.name == name)
+    searchable(listing, name) && !listing.entries.iter().any(|e| e.name == name)
 }
 
 /// Whether the server said, in an ACCESS answer still cached, that this session's user may
