@@ -192,6 +192,10 @@ struct WorkerShared {
     unbounded: AtomicBool,
     /// When a thread last polled this worker's epoll (nanoseconds since the runtime's epoch).
     looked_at: CachePadded<AtomicU64>,
+    /// When this worker's watchdog timer was last set to fire (nanoseconds since the
+    /// runtime's epoch; 0 before the first): [`Mp::watch_over`] leaves a timer due far enough
+    /// ahead as it is. Set by the peers, read by them only.
+    watchdog_due: AtomicU64,
     inbox: Injector<usize>,
     stealer: Stealer<usize>,
 }
@@ -266,6 +270,7 @@ impl Mp {
                     sleep: CachePadded::new(AtomicU8::new(AWAKE)),
                     unbounded: AtomicBool::new(false),
                     looked_at: CachePadded::new(AtomicU64::new(0)),
+                    watchdog_due: AtomicU64::new(0),
                     inbox: Injector::new(),
                     stealer: seat.deque.stealer(),
                 })
@@ -562,7 +567,7 @@ impl Mp {
         if scheduled > 0 || (may_block && self.has_work(index, deque)) {
             // This worker is about to run callbacks: a peer blocked without a bound must
             // watch for them running long.
-            self.watch_over(index);
+            self.watch_over(index, clock);
         }
     }
 
@@ -601,10 +606,26 @@ impl Mp {
     /// epoll, so its peer wakes at most that long after it started, and polls its epoll and
     /// steals its queued slots; a short burst of work wakes nobody. The peer stays asleep
     /// (and `unbounded`) until then, so the next burst sets the same peer's timer again.
-    fn watch_over(&self, index: usize) {
+    ///
+    /// The time is pushed back at most once per half period: setting the timer is a system
+    /// call that reprograms the CPU's timer, which on a virtual machine just woken from idle
+    /// cost 10-20 us, and a server answering one request at a time leaves its epoll with work
+    /// twice per request. A timer left as it was fires between half a period and a period
+    /// after the burst began; if the busy worker has then not yet gone a period without
+    /// looking at its epoll, the peer looks again a period later (its poll is bounded while
+    /// a peer is awake), so a stuck callback is found within two periods.
+    fn watch_over(&self, index: usize, clock: &mut WorkerClock<'_>) {
         for w in 0..self.workers.len() {
-            if w != index && self.workers[w].unbounded.load(SeqCst) && self.asleep(w) {
+            let peer = &self.workers[w];
+            if w != index && peer.unbounded.load(SeqCst) && self.asleep(w) {
+                let now = nanos(Instant::now().saturating_duration_since(self.epoch));
+                let period = nanos(TAKEOVER_AFTER);
+                if peer.watchdog_due.load(Relaxed) > now + period / 2 {
+                    return;
+                }
+                peer.watchdog_due.store(now + period, Relaxed);
                 self.common.reactor.wake_after(w, TAKEOVER_AFTER);
+                clock.counters().set_watchdog();
                 return;
             }
         }

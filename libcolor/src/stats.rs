@@ -34,6 +34,7 @@ pub(crate) struct WorkerCounters {
     poll_ns: AtomicU64,
     polls: AtomicU64,
     takeovers: AtomicU64,
+    watchdogs_set: AtomicU64,
     shed: AtomicU64,
     queue_high_water: AtomicU64,
     cpu_ns: AtomicU64,
@@ -55,6 +56,7 @@ impl Default for WorkerCounters {
             poll_ns: AtomicU64::new(0),
             polls: AtomicU64::new(0),
             takeovers: AtomicU64::new(0),
+            watchdogs_set: AtomicU64::new(0),
             shed: AtomicU64::new(0),
             queue_high_water: AtomicU64::new(0),
             cpu_ns: AtomicU64::new(0),
@@ -80,6 +82,11 @@ impl WorkerCounters {
     /// This worker polled another worker's epoll, left unwatched by a long callback.
     pub(crate) fn took_over(&self) {
         bump(&self.takeovers, 1);
+    }
+
+    /// This worker set a sleeping peer's watchdog timer (a system call).
+    pub(crate) fn set_watchdog(&self) {
+        bump(&self.watchdogs_set, 1);
     }
 
     /// The worker slept (a blocking poll) for `nanos` and woke.
@@ -119,6 +126,7 @@ impl WorkerCounters {
             poll_busy: Duration::from_nanos(self.poll_ns.load(Relaxed)),
             polls: self.polls.load(Relaxed),
             takeovers: self.takeovers.load(Relaxed),
+            watchdogs_set: self.watchdogs_set.load(Relaxed),
             shed: self.shed.load(Relaxed),
             queue_high_water: self.queue_high_water.load(Relaxed),
             cpu: Duration::from_nanos(self.cpu_ns.load(Relaxed)),
@@ -325,6 +333,9 @@ pub struct WorkerStats {
     /// Polls of another worker's epoll, which its owner had not looked at for a while (it
     /// was in a long callback).
     pub takeovers: u64,
+    /// Times this worker set a sleeping peer's watchdog timer, so that the peer wakes to
+    /// look at its epoll should this worker's callbacks run long (a system call each).
+    pub watchdogs_set: u64,
     /// Callbacks replaced by their drop alternative because their color was overloaded.
     pub shed: u64,
     /// Deepest color FIFO this worker has started a turn of.
@@ -430,6 +441,7 @@ impl Stats {
                 poll_busy: now.poll_busy.saturating_sub(then.poll_busy),
                 polls: now.polls - then.polls,
                 takeovers: now.takeovers - then.takeovers,
+                watchdogs_set: now.watchdogs_set - then.watchdogs_set,
                 shed: now.shed - then.shed,
                 queue_high_water: now.queue_high_water,
                 cpu: now.cpu.saturating_sub(then.cpu),

@@ -110,3 +110,41 @@ fn a_color_posted_from_a_long_callback_runs_meanwhile_on_an_idle_worker() {
         );
     }
 }
+
+/// Short bursts of work, each waking a worker while its peer sleeps, push the peer's
+/// watchdog timer back at most once per half period (each a system call that reprograms the
+/// CPU's timer), not once per burst as a server answering one request at a time makes them.
+#[test]
+fn bursts_of_work_set_a_sleeping_peers_watchdog_at_most_once_per_half_period() {
+    const REQUESTS: u64 = 1000;
+    let runtime = Runtime::builder().workers(2).build().unwrap();
+    let h = runtime.handle();
+    let run = std::thread::spawn(move || runtime.run());
+    settle();
+    let set = |h: &Handle| -> u64 { h.stats().workers.iter().map(|w| w.watchdogs_set).sum() };
+    let before = set(&h);
+    let (tx, rx) = mpsc::channel();
+    let start = Instant::now();
+    for _ in 0..REQUESTS {
+        let tx = tx.clone();
+        h.cpucb(Color(1), move || tx.send(()).unwrap());
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        // A pause shorter than a period, spun so that the host cannot stretch it.
+        let until = Instant::now() + Duration::from_micros(20);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+    let elapsed = start.elapsed();
+    let sets = set(&h) - before;
+    h.stop();
+    run.join().unwrap().unwrap();
+    // Each worker's timer once per half period (0.5 ms), and once more at the start. Before,
+    // every request set it: 1000 times in 40-90 ms here.
+    let bound = 2 * (elapsed.as_micros() as u64 / 500 + 1);
+    assert!(
+        sets <= bound,
+        "{sets} watchdog timers set for {REQUESTS} requests in {elapsed:?} (at most {bound})"
+    );
+    assert!(sets > 0, "no watchdog timer set over {REQUESTS} requests");
+}
