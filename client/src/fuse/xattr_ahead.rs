@@ -36,7 +36,11 @@
 //!   the lease of the file's cached attributes. Entries whose attributes are not cached are
 //!   skipped, since their answer would not be kept.
 //! - **No double asks.** An ask for an answer a read-ahead is fetching waits for it and then
-//!   reads the cache (asking the server itself if the answer was refused or failed).
+//!   reads the cache (asking the server itself if the answer was refused or failed). An
+//!   entry the cache answers already is skipped, also where the answer is what the entry's
+//!   cached list of names shows (a listing tells which files have no extended attribute at
+//!   all): a task for each would cost a wake-up of the runtime's thread per file of every
+//!   `ls -l`, and ask nothing.
 //! - **Bounds.** At most [`MAX_LISTINGS`] listings and [`MAX_REMEMBERED`] entries are
 //!   remembered (the newest; a longer listing only its first entries), [`MAX_WALKS`] walks
 //!   per listing, and [`MAX_IN_FLIGHT`] read-ahead requests are under way at once in the
@@ -358,12 +362,12 @@ impl XattrAhead {
         self.asking.end(&(*fh, asked.clone()))
     }
 
-    /// A read-ahead of `asked` of `fh`, marked under way, unless it is cached or under way
-    /// already, its answer would not be kept (no cached attributes), or too many are under
-    /// way. `from_list`: see [`Job::from_list`].
+    /// A read-ahead of `asked` of `fh`, marked under way, unless the cache answers it
+    /// already (by the answer, or by the file's list of names: a listing tells which files
+    /// have none), it is under way already, its answer would not be kept (no cached
+    /// attributes), or too many are under way. `from_list`: see [`Job::from_list`].
     fn start(&self, c: &Client, fh: FileHandle, asked: &Asked, from_list: bool) -> Option<Job> {
-        let cache = c.cache();
-        if cache.get(&fh).is_none() || cache.get_xattr(&fh, asked).is_some() {
+        if c.cache().get(&fh).is_none() || c.xattr_answered(&fh, asked) {
             return None;
         }
         let permit = self.permits.clone().try_acquire_owned().ok()?;

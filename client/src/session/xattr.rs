@@ -8,7 +8,7 @@ use protocol::{FileHandle, NfsStatus, ReplyBody, RequestOp};
 
 use super::Client;
 use super::error::SessionError;
-use crate::cache::XattrAnswer;
+use crate::cache::{XattrAnswer, XattrKey};
 
 impl Client {
     /// GETXATTR: the whole value of `name`. Answers (an absent attribute included) are
@@ -72,6 +72,17 @@ impl Client {
             XattrAnswer::Names(_) => return None,
         };
         Some((authno, answer))
+    }
+
+    /// Whether the cache answers `asked` of `fh` (for user `asked.0`: a name's value, or the
+    /// list of names when `None`), by the answer itself or by what it shows of the name
+    /// ([`Client::getxattr_cached`]'s rules).
+    pub(crate) fn xattr_answered(&self, fh: &FileHandle, asked: &XattrKey) -> bool {
+        let (authno, name) = asked;
+        self.inner.cache.get_xattr(fh, asked).is_some()
+            || name.as_deref().is_some_and(|name| {
+                self.known_without(fh, name) || self.listed_without(fh, *authno, name)
+            })
     }
 
     /// Whether `name` is `security.capability` on an object this client made new and no
