@@ -26,7 +26,8 @@
 //! [`MAX_KEPT_TOTAL`] entries in all (each up to a 255-byte name, a handle and attributes:
 //! about 30 MiB at most, whatever a server answers).
 
-use std::collections::HashMap;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -57,7 +58,48 @@ struct KeptSet {
     by_dir: HashMap<FileHandle, HashMap<u32, Kept>>,
     listings: usize,
     entries: usize,
+    /// Every listing's end, the soonest first, so that room is made without a scan (a
+    /// `find` of a tree past [`MAX_KEPT`] directories scanned all the kept listings twice
+    /// for each new one: 0.5 ms an `opendir`). A place whose listing went, or was kept
+    /// again since, is skipped.
+    ends: BinaryHeap<End>,
+    /// Listings kept so far (each one's [`Kept::seq`]).
+    kept: u64,
 }
+
+/// A kept listing's place among [`KeptSet::ends`]: the soonest end is the greatest.
+struct End {
+    until: Instant,
+    seq: u64,
+    dir: FileHandle,
+    uid: u32,
+}
+
+impl End {
+    fn key(&self) -> (Instant, u64) {
+        (self.until, self.seq)
+    }
+}
+
+impl Ord for End {
+    fn cmp(&self, other: &End) -> Ordering {
+        other.key().cmp(&self.key())
+    }
+}
+
+impl PartialOrd for End {
+    fn partial_cmp(&self, other: &End) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for End {
+    fn eq(&self, other: &End) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for End {}
 
 impl KeptSet {
     fn remove(&mut self, dir: &FileHandle, uid: u32) {
@@ -73,10 +115,33 @@ impl KeptSet {
         }
     }
 
-    /// Every listing's key and when it ends.
-    fn ends(&self) -> impl Iterator<Item = ((FileHandle, u32), Instant)> + '_ {
-        let users = self.by_dir.iter();
-        users.flat_map(|(dir, users)| users.iter().map(|(uid, k)| ((*dir, *uid), k.until)))
+    /// Whether `end` is the place of a listing still kept.
+    fn current(&self, end: &End) -> bool {
+        let kept = self
+            .by_dir
+            .get(&end.dir)
+            .and_then(|users| users.get(&end.uid));
+        kept.is_some_and(|k| k.seq == end.seq)
+    }
+
+    /// Adds `k`, kept for `uid`, to `dir`'s listings (the caller made room).
+    fn insert(&mut self, dir: FileHandle, uid: u32, mut k: Kept) {
+        self.kept += 1;
+        k.seq = self.kept;
+        self.listings += 1;
+        self.entries += k.listing.entries.len();
+        self.ends.push(End {
+            until: k.until,
+            seq: k.seq,
+            dir,
+            uid,
+        });
+        self.by_dir.entry(dir).or_default().insert(uid, k);
+        // Places of listings gone: dropped once they outnumber the listings.
+        if self.ends.len() > 2 * self.listings + 64 {
+            let ends = std::mem::take(&mut self.ends);
+            self.ends = ends.into_iter().filter(|e| self.current(e)).collect();
+        }
     }
 }
 
@@ -87,6 +152,8 @@ struct Kept {
     names_since: Stamp,
     /// The end of the directory's lease.
     until: Instant,
+    /// When it was kept (a count): its place among [`KeptSet::ends`].
+    seq: u64,
     /// A group of our changes of the directory partly applied: until all are, the listing
     /// is handed to no one.
     applying: Option<Applying>,
@@ -198,16 +265,15 @@ impl KeptListings {
         }
         let mut kept = self.kept.lock();
         kept.remove(dir, uid);
-        let n = listing.entries.len();
-        make_room(&mut kept, n);
-        kept.listings += 1;
-        kept.entries += n;
-        kept.by_dir.entry(*dir).or_default().insert(
+        make_room(&mut kept, listing.entries.len());
+        kept.insert(
+            *dir,
             uid,
             Kept {
                 listing: listing.clone(),
                 names_since: listing.since,
                 until,
+                seq: 0,
                 applying: None,
             },
         );
@@ -297,25 +363,16 @@ fn apply(k: &mut Kept, settled: Settled, edit: &Edit<'_>) -> bool {
     }
 }
 
-/// Room for a listing of `n` entries: the expired go first, then the soonest to expire.
+/// Room for a listing of `n` entries: the soonest to expire go first (the expired, if any).
 fn make_room(kept: &mut KeptSet, n: usize) {
     let full = |k: &KeptSet| k.listings >= MAX_KEPT || k.entries + n > MAX_KEPT_TOTAL;
-    if full(kept) {
-        let now = Instant::now();
-        let expired: Vec<_> = kept
-            .ends()
-            .filter(|(_, until)| *until <= now)
-            .map(|(key, _)| key)
-            .collect();
-        for (dir, uid) in expired {
-            kept.remove(&dir, uid);
-        }
-    }
     while full(kept) {
-        let Some((dir, uid)) = kept.ends().min_by_key(|(_, until)| *until).map(|(k, _)| k) else {
+        let Some(end) = kept.ends.pop() else {
             break;
         };
-        kept.remove(&dir, uid);
+        if kept.current(&end) {
+            kept.remove(&end.dir, end.uid);
+        }
     }
 }
 
@@ -438,6 +495,41 @@ mod tests {
         // Kept again under the same key: counted once.
         kept.keep(&dir(39), 0, &large, &cache);
         assert_eq!(kept.kept.lock().entries, MAX_KEPT_TOTAL);
+    }
+
+    /// When full, the listing whose lease ends soonest goes (found without a scan), and
+    /// keeping listings again and again leaves the places of those gone bounded.
+    #[test]
+    fn the_soonest_to_end_goes_first_and_the_places_stay_bounded() {
+        let cache = AttrCache::default();
+        let kept = KeptListings::default();
+        let l = listing(&cache, 1);
+        for n in 0..MAX_KEPT as u64 {
+            let lease = if n == 5 { 1_000 } else { 60_000 + n as u32 };
+            leased_dir(&cache, dir(n), &l, lease);
+            kept.keep(&dir(n), 0, &l, &cache);
+        }
+        let held = |n: u64| kept.get(&dir(n), 0, &cache).is_some();
+        assert!(held(5) && held(0));
+        let more = MAX_KEPT as u64;
+        leased_dir(&cache, dir(more), &l, 60_000);
+        kept.keep(&dir(more), 0, &l, &cache);
+        assert!(!held(5), "the shortest lease went first");
+        assert!(held(0) && held(more));
+        leased_dir(&cache, dir(more + 1), &l, 60_000);
+        kept.keep(&dir(more + 1), 0, &l, &cache);
+        assert!(!held(0), "then the next to end");
+        assert!(held(1) && held(more + 1));
+        assert_eq!(kept.len(), MAX_KEPT);
+        for _ in 0..10_000 {
+            kept.keep(&dir(7), 0, &l, &cache);
+        }
+        assert_eq!(kept.len(), MAX_KEPT);
+        let places = kept.kept.lock().ends.len();
+        assert!(
+            places <= 2 * MAX_KEPT + 65,
+            "{places} places for {MAX_KEPT} listings"
+        );
     }
 
     fn names(kept: &KeptListings, cache: &AttrCache, uid: u32) -> Option<Vec<String>> {
