@@ -115,8 +115,8 @@ pub struct ServeArgs {
     /// Maximum lease table entries (beyond it, replies carry no lease). Default 100000.
     #[arg(long)]
     pub max_leases: Option<usize>,
-    /// Maximum leases one connection may hold (beyond it, its replies carry no lease, and
-    /// the client caches nothing more: keep it above the objects a client works with).
+    /// Maximum leases one connection may hold (past it, each new lease ends the connection's
+    /// oldest one, which its client is told of: it caches the objects it used last).
     /// Default 32768.
     #[arg(long)]
     pub max_leases_per_conn: Option<usize>,

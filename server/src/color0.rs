@@ -64,8 +64,9 @@ pub(crate) fn named_by(op: &RequestOp) -> Option<Vec<FileHandle>> {
 /// A connection as color 0 knows it.
 struct Registered<L> {
     link: L,
-    /// Set while the connection (or its address) holds its whole share of leases; the
-    /// connection's color reads it to grant lease 0 in its replies.
+    /// Set while the connection can be granted no lease ([`Leases::capped`]: its address
+    /// holds its whole share and it holds none to end for room); the connection's color
+    /// reads it to grant lease 0 in its replies.
     lease_capped: Arc<AtomicBool>,
     /// Whether the log has said the connection reached its share (once per connection: one
     /// hovering at its share reaches it again at every lease that ends).
@@ -189,10 +190,11 @@ impl<L> Bookkeeping<L> {
                 }
             }
         }
+        // Leases the grants ended to make room: their holders (this connection) are told.
+        let mut told = self.ended_for_room();
         for (key, _, _) in objects {
             self.changes.note(*key);
         }
-        let mut told = Vec::new();
         for (key, fh, attr) in objects {
             let unnamed = named.is_some_and(|named| !named.contains(fh));
             // Connection 0 is never a holder: every holder's lease ends.
@@ -216,7 +218,8 @@ impl<L> Bookkeeping<L> {
     /// The lease a READ reply announced, recorded after the reply was queued (see
     /// [`crate::read`]). If the grant does not fit, or the object changed after the read
     /// started at `read_from` (a change handled before this grant found no holder to tell),
-    /// the reader is told, which ends the announced lease.
+    /// the reader is told, which ends the announced lease; so is the holder of any lease the
+    /// grant ended to make room.
     pub(crate) fn record_read_lease(
         &mut self,
         now: Instant,
@@ -225,19 +228,38 @@ impl<L> Bookkeeping<L> {
         fh: FileHandle,
         lease_ms: u32,
         read_from: Epoch,
-    ) -> Option<Invalidation> {
+    ) -> Vec<Invalidation> {
         let id = holder.conn;
         if !self.conns.contains_key(&id) {
-            return None;
+            return Vec::new();
         }
         let granted = self.leases.try_grant(now, holder, key, fh, lease_ms);
+        let mut told = self.ended_for_room();
         self.publish_share(id);
         let stale = self.changes.object_changed_since(key, &read_from);
-        (!granted || stale).then_some(Invalidation {
-            conn: id,
-            fh,
-            attr: None,
-        })
+        if !granted || stale {
+            told.push(Invalidation {
+                conn: id,
+                fh,
+                attr: None,
+            });
+        }
+        told
+    }
+
+    /// The INVALIDATEs for the leases the last grants ended to make room
+    /// ([`crate::leases::Leases::take_ended`]), to connections still here.
+    fn ended_for_room(&mut self) -> Vec<Invalidation> {
+        let ended = self.leases.take_ended();
+        ended
+            .into_iter()
+            .filter(|(conn, _)| self.conns.contains_key(conn))
+            .map(|(conn, fh)| Invalidation {
+                conn,
+                fh,
+                attr: None,
+            })
+            .collect()
     }
 
     /// Another instance sharing the state directory changed `keys` (or, with `everything`,
@@ -288,18 +310,18 @@ impl<L> Bookkeeping<L> {
         reaped
     }
 
-    /// Tells connection `id` whether it (or its address) holds its whole share of leases.
+    /// Tells connection `id` whether it can be granted no lease ([`Leases::capped`]).
     fn publish_share(&self, id: ConnId) {
         if let Some(r) = self.conns.get(&id) {
-            let capped = self.leases.over_share(id);
+            let capped = self.leases.capped(id);
             r.lease_capped.store(capped, Ordering::Relaxed);
             if capped && !r.share_logged.swap(true, Ordering::Relaxed) {
                 tracing::info!(
                     conn = id,
-                    "connection holds its whole share of leases (--max-leases-per-conn, or its \
-                     address's share): its replies carry lease 0 until some of its leases end, \
-                     and its client caches nothing more (every use of those objects is a round \
-                     trip)"
+                    "connection holds no lease while its address holds its whole share \
+                     (four times --max-leases-per-conn, at most half of --max-leases): its \
+                     replies carry lease 0 until some of the address's leases end, and its \
+                     client caches nothing (every use of an object is a round trip)"
                 );
             }
         }
@@ -481,7 +503,7 @@ mod tests {
         let epoch = c0.changes.now();
         assert_eq!(
             c0.record_read_lease(now, holder(A), OBJ, fh(1), LEASE_MS, epoch),
-            None
+            Vec::new()
         );
         assert!(c0.peer_changed(now, &[OBJ], true).is_empty());
     }
@@ -497,78 +519,132 @@ mod tests {
         let revoked = c0.record_read_lease(now, holder(A), OBJ, fh(1), LEASE_MS, read_from);
         assert_eq!(
             revoked,
-            Some(Invalidation {
+            vec![Invalidation {
                 conn: A,
                 fh: fh(1),
                 attr: None
-            })
+            }]
         );
         // A READ that started after the change keeps its lease, and a later change tells it.
         let read_from = c0.changes.now();
         assert_eq!(
             c0.record_read_lease(now, holder(A), OBJ, fh(1), LEASE_MS, read_from),
-            None
+            Vec::new()
         );
         assert_eq!(told(&write(&mut c0, now, B)), vec![A]);
     }
 
+    /// A read lease over the connection's share ends its oldest lease, which it is told of;
+    /// one that does not fit at all (the table is full) is revoked.
     #[test]
-    fn a_read_lease_that_does_not_fit_is_revoked() {
+    fn a_read_lease_over_the_share_ends_the_oldest_and_one_that_does_not_fit_is_revoked() {
         let now = Instant::now();
         let mut c0 = color0(&[A], 1, 16);
         let read_from = c0.changes.now();
         assert_eq!(
             c0.record_read_lease(now, holder(A), (1, 1), fh(1), LEASE_MS, read_from),
-            None
+            Vec::new()
         );
-        // Over its share of one: the announced lease must end.
         assert_eq!(
             c0.record_read_lease(now, holder(A), (1, 2), fh(2), LEASE_MS, read_from),
-            Some(Invalidation {
+            vec![Invalidation {
                 conn: A,
+                fh: fh(1),
+                attr: None
+            }],
+            "over its share of one: its oldest lease ends"
+        );
+        let leases = Leases::new(
+            Duration::from_millis(LEASE_MS as u64),
+            1,
+            Shares::new(1, 16),
+        );
+        let mut c0 = Bookkeeping::new(leases, Startups::new(16, 4), Arc::new(Changes::new()));
+        for id in [A, B] {
+            assert_eq!(c0.opened(id, id, flag(), addr(id)), None);
+            c0.logged_in(id);
+        }
+        let read_from = c0.changes.now();
+        assert!(
+            c0.record_read_lease(now, holder(A), (1, 1), fh(1), LEASE_MS, read_from)
+                .is_empty()
+        );
+        assert_eq!(
+            c0.record_read_lease(now, holder(B), (1, 2), fh(2), LEASE_MS, read_from),
+            vec![Invalidation {
+                conn: B,
                 fh: fh(2),
                 attr: None
-            })
+            }],
+            "the table is full: the announced lease must end"
         );
     }
 
+    /// A connection over its address's share that holds no lease to end for room is capped:
+    /// the flag its color reads is set (its replies carry lease 0), and lifted when the
+    /// address is below its share again. One at its own share is never capped.
     #[test]
     fn the_lease_cap_is_published_to_the_connection_and_lifted() {
         let now = Instant::now();
-        let mut c0 = color0(&[B], 1, 16);
-        let capped = flag();
-        assert_eq!(c0.opened(A, A, capped.clone(), addr(A)), None);
-        assert!(!capped.load(Ordering::Relaxed));
-        assert_eq!(getattr(&mut c0, now, A), LEASE_MS);
-        assert!(capped.load(Ordering::Relaxed), "A holds its share of one");
-        // At its cap, A's next reply carries lease 0.
-        let mut result = Ok(ReplyBody::GetAttr {
-            attr: Attr {
-                fsid: 9,
-                fileid: 9,
-                ..Attr::test_file(1, LEASE_MS)
-            },
-        });
-        c0.request_finished(
-            now,
-            holder(A),
-            LEASE_MS,
-            &mut result,
-            &[((9, 9), fh(9))],
-            Changed {
-                objects: &[],
-                named: None,
-            },
+        // A share of one a connection, so four an address.
+        let mut c0 = color0(&[], 1, 16);
+        let one_addr = addr(A);
+        let flags: Vec<_> = (1..=5).map(|_| flag()).collect();
+        for (id, capped) in (1..=5).zip(&flags) {
+            assert_eq!(c0.opened(id, id, capped.clone(), one_addr), None);
+            c0.logged_in(id);
+        }
+        let getattr_of = |c0: &mut Bookkeeping<ConnId>, id: ConnId, obj: u8| {
+            let mut result = Ok(ReplyBody::GetAttr {
+                attr: Attr {
+                    fsid: 9,
+                    fileid: u64::from(obj),
+                    ..Attr::test_file(1, LEASE_MS)
+                },
+            });
+            let told = c0.request_finished(
+                now,
+                holder(id),
+                LEASE_MS,
+                &mut result,
+                &[((9, u64::from(obj)), fh(obj))],
+                Changed {
+                    objects: &[],
+                    named: None,
+                },
+            );
+            match result {
+                Ok(ReplyBody::GetAttr { attr }) => (attr.lease_ms, told),
+                other => panic!("{other:?}"),
+            }
+        };
+        for id in 1..=4 {
+            assert_eq!(getattr_of(&mut c0, id, id as u8).0, LEASE_MS);
+            assert!(!flags[id as usize - 1].load(Ordering::Relaxed));
+        }
+        // Connection 1 at its share: its own oldest lease makes room, and it is told.
+        let (lease, told) = getattr_of(&mut c0, 1, 11);
+        assert_eq!(lease, LEASE_MS);
+        assert_eq!(
+            told,
+            vec![Invalidation {
+                conn: 1,
+                fh: fh(1),
+                attr: None
+            }]
         );
-        assert!(matches!(result, Ok(ReplyBody::GetAttr { attr }) if attr.lease_ms == 0));
-        // B's change ends A's lease: A may be granted again.
-        assert_eq!(told(&write(&mut c0, now, B)), vec![A]);
-        assert!(!capped.load(Ordering::Relaxed));
-        // And the reaper lifts it too once the lease has run out.
-        assert_eq!(getattr(&mut c0, now, A), LEASE_MS);
-        assert!(capped.load(Ordering::Relaxed));
-        assert_eq!(c0.reap(now + Duration::from_millis(LEASE_MS as u64)), 1);
-        assert!(!capped.load(Ordering::Relaxed));
+        assert!(
+            !flags[0].load(Ordering::Relaxed),
+            "never capped at its own share"
+        );
+        // Connection 5 holds nothing, and its address holds its share: capped.
+        let (lease, told) = getattr_of(&mut c0, 5, 5);
+        assert_eq!((lease, told), (0, Vec::new()));
+        assert!(flags[4].load(Ordering::Relaxed), "the cap is published");
+        // Connection 4 closes: the address is below its share, and 5 is granted again.
+        c0.closed(4);
+        assert_eq!(getattr_of(&mut c0, 5, 5).0, LEASE_MS);
+        assert!(!flags[4].load(Ordering::Relaxed), "the cap is lifted");
     }
 
     #[test]
@@ -631,8 +707,8 @@ mod tests {
         assert_eq!(getattr(&mut c0, now, A), LEASE_MS);
         assert_eq!(told(&c0.peer_changed(now, &[], true)), vec![A]);
         assert!(
-            c0.record_read_lease(now, holder(B), OBJ, fh(1), LEASE_MS, read_from)
-                .is_some()
+            !c0.record_read_lease(now, holder(B), OBJ, fh(1), LEASE_MS, read_from)
+                .is_empty()
         );
     }
 }

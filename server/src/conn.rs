@@ -92,7 +92,8 @@ pub(crate) struct Conn {
     last_active: Instant,
     /// A timer will release the buffers once the connection is quiet.
     release_armed: bool,
-    /// Set by color 0 while this connection holds its whole share of leases.
+    /// Set by color 0 while this connection can be granted no lease (its address holds its
+    /// whole share, and it holds none to end for room).
     lease_capped: Arc<AtomicBool>,
     /// Some LOGIN succeeded: color 0 may no longer drop this connection to make room for new
     /// ones (see [`crate::startups`]), and has been told.
@@ -816,13 +817,15 @@ fn seal_on_lane(
     });
 }
 
-fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage) {
+fn send_unsolicited_in(srv: &Arc<Server>, c: &mut Conn, msg: &ServerMessage, ahead_of_reply: bool) {
     if c.closed() {
         return;
     }
     // Invalidations are not throttled by the peer's requests: a peer that does not read them
-    // is disconnected (its leases end with it) rather than buffered for without bound.
-    if c.out.bytes() > srv.limits.max_output {
+    // is disconnected (its leases end with it) rather than buffered for without bound. One
+    // ahead of the reply to the peer's own request is bounded by that request (at most one
+    // per object its reply carries, and requests are not read while the output is full).
+    if !ahead_of_reply && c.out.bytes() > srv.limits.max_output {
         return c.close(srv, "peer not reading its invalidations");
     }
     if let ServerMessage::Invalidate(inv) = msg
@@ -853,8 +856,13 @@ impl ConnLink for ColorCell<Conn> {
         });
     }
 
-    fn send_unsolicited(self: Arc<Self>, srv: &Arc<Server>, msg: &ServerMessage) {
-        self.with(|c| send_unsolicited_in(srv, c, msg));
+    fn send_unsolicited(
+        self: Arc<Self>,
+        srv: &Arc<Server>,
+        msg: &ServerMessage,
+        ahead_of_reply: bool,
+    ) {
+        self.with(|c| send_unsolicited_in(srv, c, msg, ahead_of_reply));
     }
 
     /// Closed unless it has logged in since, or color 0 thought it `in_handshake` but it has

@@ -52,8 +52,16 @@ pub(crate) trait ConnLink: Send + Sync {
         reply: Reply,
         returned_buffer: Vec<u8>,
     );
-    /// An INVALIDATE caused by another connection (or another instance).
-    fn send_unsolicited(self: Arc<Self>, srv: &Arc<Server>, msg: &ServerMessage);
+    /// An INVALIDATE caused by another connection (or another instance); `ahead_of_reply`:
+    /// caused by this connection's own request, whose reply follows it (it ends a lease of
+    /// this connection's to make room for the reply's, or names an object the request
+    /// changed unnamed), so as bounded as that reply is.
+    fn send_unsolicited(
+        self: Arc<Self>,
+        srv: &Arc<Server>,
+        msg: &ServerMessage,
+        ahead_of_reply: bool,
+    );
     /// Color 0 picked this starting connection to make room (see [`crate::startups`]);
     /// `in_handshake`: whether color 0 thought it was still in the handshake.
     fn drop_starting(self: Arc<Self>, srv: &Arc<Server>, in_handshake: bool);
@@ -349,7 +357,7 @@ impl Server {
                 peers.changed(*key);
             }
         }
-        self.invalidate(told);
+        self.invalidate_ahead_of(told, Some(id));
         let reply = Reply { id: req_id, result };
         let srv = self.clone();
         let buffer = outcome.returned_buffer;
@@ -383,13 +391,26 @@ impl Server {
     /// Color 0: sends each INVALIDATE the bookkeeping asked for, in its connection's color
     /// (a connection gone meanwhile is skipped).
     fn invalidate(self: &Arc<Self>, told: impl IntoIterator<Item = Invalidation>) {
+        self.invalidate_ahead_of(told, None);
+    }
+
+    /// [`Server::invalidate`], those to `requester` ahead of the reply to its request (queued
+    /// after them in the same color): bounded by that reply, not dropped for a full output
+    /// as an INVALIDATE its client did not cause is ([`ConnLink::send_unsolicited`]).
+    fn invalidate_ahead_of(
+        self: &Arc<Self>,
+        told: impl IntoIterator<Item = Invalidation>,
+        requester: Option<ConnId>,
+    ) {
         for Invalidation { conn, fh, attr } in told {
             let Some(target) = self.reach(conn) else {
                 continue;
             };
             let srv = self.clone();
+            let ahead_of_reply = requester == Some(conn);
             self.h.cpucb(Color(conn), move || {
-                target.send_unsolicited(&srv, &ServerMessage::Invalidate(Invalidate { fh, attr }))
+                let msg = ServerMessage::Invalidate(Invalidate { fh, attr });
+                target.send_unsolicited(&srv, &msg, ahead_of_reply)
             });
         }
     }

@@ -287,7 +287,7 @@ impl Sim {
         self.color0.reap(self.now())
     }
 
-    /// Whether color 0 has told `conn` it holds its whole share of leases.
+    /// Whether color 0 has told `conn` it can be granted no lease.
     pub fn lease_capped(&self, conn: ConnId) -> bool {
         self.servers
             .get(&conn)

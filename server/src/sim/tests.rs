@@ -203,8 +203,11 @@ fn an_expired_lease_is_not_told() {
     assert_eq!(invalidated(&sim.received(c)), vec![f]);
 }
 
+/// A connection at its share of leases is granted a new one all the same: its oldest lease
+/// ends to make room, it is told (INVALIDATE, before the reply), and changes of that object
+/// are no longer told to it; changes of what it still holds are.
 #[test]
-fn a_connection_at_its_lease_cap_gets_lease_0() {
+fn a_connection_at_its_share_ends_its_oldest_lease_and_is_told() {
     let mut sim = Sim::new(SimConfig {
         lease: LEASE,
         max_leases_per_conn: 1,
@@ -212,23 +215,32 @@ fn a_connection_at_its_lease_cap_gets_lease_0() {
     });
     let (f, g) = (sim.create_file(b"f"), sim.create_file(b"g"));
     let (a, b) = (sim.connect(), sim.connect());
-    assert!(!sim.lease_capped(a));
     assert_eq!(getattr(&mut sim, a, f), LEASE_MS);
-    assert!(sim.lease_capped(a), "color 0 published A's cap");
-    // A's requests now offer lease 0, READ included (nothing for color 0 to record).
-    assert_eq!(getattr(&mut sim, a, g), 0);
-    let id = sim.send(a, read(g));
-    sim.deliver(Delivery::ToServer(a));
-    assert_eq!(sim.pending(), vec![Delivery::ToClient(a)]);
+    let id = sim.send(a, RequestOp::GetAttr { fh: g });
     sim.drive();
-    assert_eq!(lease_of(&reply(&sim.received(a), id)), 0);
-    // Other connections are not capped by A's share.
+    let msgs = sim.received(a);
+    assert_eq!(
+        lease_of(&reply(&msgs, id)),
+        LEASE_MS,
+        "granted, not lease 0"
+    );
+    assert_eq!(invalidated(&msgs), vec![f], "the oldest lease ended, told");
+    assert!(
+        matches!(msgs.last(), Some(ServerMessage::Reply(_))),
+        "told before the reply: {msgs:?}"
+    );
+    assert!(!sim.lease_capped(a));
+    // Other connections are not touched by A's share.
     assert_eq!(getattr(&mut sim, b, g), LEASE_MS);
-    // B's change ends A's lease: A may be granted again.
     sim.send(b, write(f, b"f2"));
     sim.drive();
-    assert!(!sim.lease_capped(a));
-    assert_eq!(getattr(&mut sim, a, g), LEASE_MS);
+    assert!(
+        invalidated(&sim.received(a)).is_empty(),
+        "A holds f no more"
+    );
+    sim.send(b, write(g, b"g2"));
+    sim.drive();
+    assert_eq!(invalidated(&sim.received(a)), vec![g]);
 }
 
 #[test]
@@ -239,14 +251,18 @@ fn the_reaper_drops_a_lease_at_its_expiry_and_not_before() {
         ..SimConfig::default()
     });
     let f = sim.create_file(b"f");
-    let a = sim.connect();
+    let (a, b) = (sim.connect(), sim.connect());
     assert_eq!(getattr(&mut sim, a, f), LEASE_MS);
     sim.advance(LEASE - Duration::from_millis(1));
     assert_eq!(sim.reap(), 0);
-    assert!(sim.lease_capped(a));
     sim.advance(Duration::from_millis(1));
     assert_eq!(sim.reap(), 1);
-    assert!(!sim.lease_capped(a), "the reaper lifts the cap");
+    sim.send(b, write(f, b"f2"));
+    sim.drive();
+    assert!(
+        invalidated(&sim.received(a)).is_empty(),
+        "a reaped lease is not told"
+    );
 }
 
 #[test]
@@ -296,17 +312,18 @@ fn an_invalidate_reaching_a_connection_closed_meanwhile_is_dropped() {
     );
 }
 
+/// Two READs answered before color 0 recorded either lease both announce one; over the
+/// connection's share of one, recording the second ends the first, which it is told of, and
+/// the connection goes on holding the second.
 #[test]
-fn a_read_lease_over_the_cap_is_revoked_and_never_reused() {
+fn a_read_lease_over_the_share_ends_the_older_one() {
     let mut sim = Sim::new(SimConfig {
         lease: LEASE,
         max_leases_per_conn: 1,
         ..SimConfig::default()
     });
     let (f, g) = (sim.create_file(b"f"), sim.create_file(b"g"));
-    let a = sim.connect();
-    // Two READs answered in A's color before color 0 has recorded either lease: both replies
-    // announce one, and only the first fits A's share of one.
+    let (a, b) = (sim.connect(), sim.connect());
     let (rf, rg) = (sim.send(a, read(f)), sim.send(a, read(g)));
     sim.deliver(Delivery::ToServer(a));
     sim.deliver(Delivery::ToServer(a));
@@ -325,12 +342,16 @@ fn a_read_lease_over_the_cap_is_revoked_and_never_reused() {
     assert_eq!(lease_of(&reply(&msgs, rg)), LEASE_MS);
     assert_eq!(
         invalidated(&msgs),
-        vec![g],
-        "the lease that did not fit ends"
+        vec![f],
+        "the older lease ends to make room"
     );
-    // Nothing changed g, yet A's connection must not reuse the refused lease: at its cap, its
-    // next READ of g carries lease 0.
+    // A holds g's lease: its next READ of g renews it, and B's change of g tells A.
     let again = sim.send(a, read(g));
     sim.drive();
-    assert_eq!(lease_of(&reply(&sim.received(a), again)), 0);
+    let msgs = sim.received(a);
+    assert_eq!(lease_of(&reply(&msgs, again)), LEASE_MS);
+    assert!(invalidated(&msgs).is_empty());
+    sim.send(b, write(g, b"g2"));
+    sim.drive();
+    assert_eq!(invalidated(&sim.received(a)), vec![g]);
 }
