@@ -264,9 +264,10 @@ impl Leases {
         if self.len >= self.max || self.principal_full(h.who) {
             return false;
         }
-        // Room from this connection's own oldest lease; its address's share may stay full
-        // (its other connections' leases), and then there is none.
-        if self.over_share(h.conn) && (!self.end_oldest(now, h.conn) || self.over_share(h.conn)) {
+        // Room from this connection's own oldest lease: it and its address then hold one
+        // less than their share (neither is ever granted past it). One that holds none gets
+        // none.
+        if self.over_share(h.conn) && !self.end_oldest(now, h.conn) {
             return false;
         }
         let e = self.objects.entry(key).or_insert_with(|| Entry {
@@ -591,23 +592,39 @@ mod tests {
         assert_empty(&l);
     }
 
-    /// Renewals and ends leave the order queue bounded by about twice the leases held.
+    /// Renewals and ends leave the order queue bounded by about twice the leases held, also
+    /// where no lease is ended for room (which would pop the places left behind).
     #[test]
     fn the_order_of_a_connections_leases_stays_bounded() {
         let t0 = Instant::now();
-        let mut l = Leases::new(Duration::from_secs(60), 1000, roomy(8));
+        let mut l = Leases::new(Duration::from_secs(60), 1000, roomy(100));
         l.open_conn(1, ip(1));
         for round in 0..1000u64 {
-            let i = round % 12;
+            let i = round % 8;
             assert!(l.try_grant(t0, h(1, A), (1, i), fh_of(i), 60_000));
             assert!(l.try_grant(t0, h(1, A), (1, i), fh_of(i), 60_000));
             if round % 3 == 0 {
                 l.changed(t0, (1, i), 2);
             }
         }
-        assert!(l.held_by(1) <= 8);
-        let queued = l.conns[&1].order.len();
-        assert!(queued <= 2 * 8 + 65, "{queued} places queued for 8 leases");
+        assert!(
+            l.take_ended().is_empty(),
+            "below its share: nothing ended for room"
+        );
+        let (held, queued) = (l.held_by(1), l.conns[&1].order.len());
+        assert!(held <= 8);
+        assert!(
+            queued <= 2 * held + 65,
+            "{queued} places queued for {held} leases"
+        );
+        // Past the share, the oldest still goes first.
+        let mut l = Leases::new(Duration::from_secs(60), 1000, roomy(8));
+        l.open_conn(1, ip(1));
+        for i in 0..100u64 {
+            assert!(l.try_grant(t0, h(1, A), (1, i), fh_of(i), 60_000));
+        }
+        let ended: Vec<FileHandle> = l.take_ended().into_iter().map(|(_, fh)| fh).collect();
+        assert_eq!(ended, (0..92).map(fh_of).collect::<Vec<_>>());
     }
 
     /// Where the address's share is full, a connection from it makes room with its own
