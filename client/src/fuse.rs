@@ -80,6 +80,7 @@ use crate::session::Client;
 mod append;
 mod attrs;
 mod attrs_behind;
+mod bounded;
 mod convert;
 mod data;
 mod files_ahead;

@@ -7,11 +7,23 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use libcolor::{Color, Handle, Runtime};
+use libcolor::{Color, Handle, Runtime, Stats};
 
 /// Lets both workers of a fresh runtime block in their epolls.
 fn settle() {
     std::thread::sleep(Duration::from_millis(50));
+}
+
+/// A runtime of two workers running on a thread of its own, both blocked in their epolls.
+fn two_workers() -> (
+    Handle,
+    std::thread::JoinHandle<Result<Stats, libcolor::Error>>,
+) {
+    let runtime = Runtime::builder().workers(2).build().unwrap();
+    let h = runtime.handle();
+    let run = std::thread::spawn(move || runtime.run());
+    settle();
+    (h, run)
 }
 
 /// Times worker `w` has woken from a blocking poll.
@@ -22,10 +34,7 @@ fn wakeups(h: &Handle, w: usize) -> u64 {
 #[test]
 fn a_color_posted_while_its_home_worker_sleeps_runs_on_the_posting_worker_without_waking_it() {
     const REQUESTS: u64 = 200;
-    let runtime = Runtime::builder().workers(2).build().unwrap();
-    let h = runtime.handle();
-    let run = std::thread::spawn(move || runtime.run());
-    settle();
+    let (h, run) = two_workers();
     let (before, served_before) = (wakeups(&h, 0), wakeups(&h, 1));
     let mut moved = 0u64;
     // A request as sfsd serves one: its connection's color (1, on worker 1) hands it to
@@ -117,10 +126,7 @@ fn a_color_posted_from_a_long_callback_runs_meanwhile_on_an_idle_worker() {
 #[test]
 fn bursts_of_work_set_a_sleeping_peers_watchdog_at_most_once_per_half_period() {
     const REQUESTS: u64 = 1000;
-    let runtime = Runtime::builder().workers(2).build().unwrap();
-    let h = runtime.handle();
-    let run = std::thread::spawn(move || runtime.run());
-    settle();
+    let (h, run) = two_workers();
     let set = |h: &Handle| -> u64 { h.stats().workers.iter().map(|w| w.watchdogs_set).sum() };
     let before = set(&h);
     let (tx, rx) = mpsc::channel();

@@ -27,14 +27,13 @@
 //!   memory holds at most [`MAX_REMEMBERED`] subdirectories and [`MAX_EXPANDED`] expanded
 //!   directories (the newest). Listings themselves are bounded by the kept listings' limits.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::Hash;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use protocol::{FileHandle, FileType};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::bounded::Bounded;
 use super::listing::Listing;
 use super::under_way::{End, Started, UnderWay};
 
@@ -79,20 +78,13 @@ struct State {
     expanded: Bounded<Key, u64>,
 }
 
-/// A map that forgets its oldest entries past a number of them.
-struct Bounded<K, V> {
-    map: HashMap<K, V>,
-    order: VecDeque<K>,
-    max: usize,
-}
-
 impl State {
     /// `uid` got `dir`'s `listing`, opened or not: its subdirectories are listed in `dir`
     /// (once opened, for good).
     fn remember(&mut self, dir: &FileHandle, uid: u32, listing: &Listing, opened: bool) {
         for sub in subdirectories(listing, u64::MAX) {
             let key = (sub, uid);
-            match self.parent_of.map.get_mut(&key) {
+            match self.parent_of.get_mut(&key) {
                 Some(known) if known.0 == *dir => known.1 |= opened,
                 Some(known) => *known = (*dir, opened),
                 None => {
@@ -100,31 +92,6 @@ impl State {
                 }
             }
         }
-    }
-}
-
-impl<K: Hash + Eq + Copy, V> Bounded<K, V> {
-    fn with_max(max: usize) -> Self {
-        Bounded {
-            map: HashMap::new(),
-            order: VecDeque::new(),
-            max,
-        }
-    }
-
-    /// Inserts `k` (true) unless it is there already (false).
-    fn insert(&mut self, k: K, v: V) -> bool {
-        if self.map.contains_key(&k) {
-            return false;
-        }
-        while self.order.len() >= self.max {
-            if let Some(old) = self.order.pop_front() {
-                self.map.remove(&old);
-            }
-        }
-        self.map.insert(k, v);
-        self.order.push_back(k);
-        true
     }
 }
 
@@ -225,14 +192,14 @@ impl ListingAhead {
     ) -> Option<(FileHandle, bool)> {
         let mut s = self.state.lock();
         s.remember(dir, uid, listing, opened);
-        s.parent_of.map.get(&(*dir, uid)).copied()
+        s.parent_of.get(&(*dir, uid)).copied()
     }
 
     /// Whether `dir`'s subdirectories of at most `max_size` bytes are still to be read ahead
     /// for `uid` (true once, or again for a larger `max_size`).
     pub(super) fn expand(&self, dir: &FileHandle, uid: u32, max_size: u64) -> bool {
         let mut s = self.state.lock();
-        match s.expanded.map.get_mut(&(*dir, uid)) {
+        match s.expanded.get_mut(&(*dir, uid)) {
             Some(done) if *done >= max_size => false,
             Some(done) => {
                 *done = max_size;
@@ -370,18 +337,18 @@ mod tests {
         for i in 0..MAX_REMEMBERED as u32 + 100 {
             s.parent_of.insert((parent, i), (parent, true));
         }
-        assert_eq!(s.parent_of.map.len(), MAX_REMEMBERED);
-        assert_eq!(s.parent_of.order.len(), MAX_REMEMBERED);
+        assert_eq!(s.parent_of.len(), MAX_REMEMBERED);
+        assert_eq!(s.parent_of.places(), MAX_REMEMBERED);
         assert!(
             s.parent_of
-                .map
-                .contains_key(&(parent, MAX_REMEMBERED as u32 + 99))
+                .get(&(parent, MAX_REMEMBERED as u32 + 99))
+                .is_some()
         );
-        assert!(!s.parent_of.map.contains_key(&(parent, 0)));
+        assert!(s.parent_of.get(&(parent, 0)).is_none());
         for i in 0..MAX_EXPANDED as u32 + 1 {
             s.expanded.insert((parent, i), u64::MAX);
         }
-        assert_eq!(s.expanded.map.len(), MAX_EXPANDED);
+        assert_eq!(s.expanded.len(), MAX_EXPANDED);
     }
 
     #[tokio::test]

@@ -19,12 +19,13 @@
 //! Bytes are kept by file handle, not node: files read ahead along a listing
 //! ([`super::files_ahead`]) are kept here too, and may have no node yet.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use fuser::OpenFlags;
 use protocol::{Attr, FileHandle, FileType};
 
+use super::bounded::Bounded;
 use super::{ServerMount, convert::errno};
 use crate::cache::Stamp;
 use crate::session::Client;
@@ -74,59 +75,27 @@ struct Early {
 }
 
 /// The bytes read with opens, by file ([module docs](self)).
-#[derive(Default)]
 pub(super) struct ReadAtOpen {
     by_fh: HashMap<FileHandle, Early>,
     /// The last page, written in part, of files this mount made new and wrote from their
-    /// start ([`super::kept_pages`]).
-    last_pages: LastPages,
+    /// start ([`super::kept_pages`]): from what offset, and taken when. At most
+    /// [`LAST_PAGES_MAX`], the earliest kept going first (one is kept at the release of every
+    /// file a build or `cp -r` writes, under the mount's table lock: no scan).
+    last_pages: Bounded<FileHandle, (Stamp, u64, Vec<u8>)>,
+}
+
+impl Default for ReadAtOpen {
+    fn default() -> ReadAtOpen {
+        ReadAtOpen {
+            by_fh: HashMap::new(),
+            last_pages: Bounded::with_max(LAST_PAGES_MAX),
+        }
+    }
 }
 
 /// Last pages kept at once (at most a page each): a build writes many files before it reads
 /// them back.
 const LAST_PAGES_MAX: usize = 1024;
-
-/// The last pages kept, by file: from what offset, and taken when. At most
-/// [`LAST_PAGES_MAX`], the earliest kept going first, found without a scan (one is kept at
-/// the release of every file a build or `cp -r` writes, under the mount's table lock).
-#[derive(Default)]
-struct LastPages {
-    /// By file: when it was kept (a count), and the page.
-    by_fh: HashMap<FileHandle, (u64, Stamp, u64, Vec<u8>)>,
-    /// The order they were kept in; a place whose page was taken, or kept again since, is
-    /// skipped.
-    order: VecDeque<(u64, FileHandle)>,
-    kept: u64,
-}
-
-impl LastPages {
-    fn keep(&mut self, fh: FileHandle, since: Stamp, at: u64, bytes: Vec<u8>) {
-        self.kept += 1;
-        self.by_fh.insert(fh, (self.kept, since, at, bytes));
-        self.order.push_back((self.kept, fh));
-        let current = |by_fh: &HashMap<FileHandle, (u64, Stamp, u64, Vec<u8>)>, (n, fh)| {
-            by_fh.get(&fh).is_some_and(|e| e.0 == n)
-        };
-        while self.by_fh.len() > LAST_PAGES_MAX {
-            let Some((n, fh)) = self.order.pop_front() else {
-                break;
-            };
-            if current(&self.by_fh, (n, fh)) {
-                self.by_fh.remove(&fh);
-            }
-        }
-        // Places left by pages taken: dropped once they are as many as the pages.
-        if self.order.len() > 2 * LAST_PAGES_MAX {
-            let by_fh = &self.by_fh;
-            self.order.retain(|&place| current(by_fh, place));
-        }
-    }
-
-    fn take(&mut self, fh: &FileHandle) -> Option<(Stamp, u64, Vec<u8>)> {
-        let (_, since, at, bytes) = self.by_fh.remove(fh)?;
-        Some((since, at, bytes))
-    }
-}
 
 /// Whether an open with `flags` is for reading only (no truncation).
 pub(super) fn reading_only(flags: OpenFlags) -> bool {
@@ -259,7 +228,7 @@ impl ReadAtOpen {
     /// Keeps `bytes`, the last page of `fh` from offset `at` to the end of the file, as of
     /// stamp `since` ([`super::kept_pages`]). The oldest go past [`LAST_PAGES_MAX`].
     pub(super) fn keep_last_page(&mut self, fh: FileHandle, since: Stamp, at: u64, bytes: Vec<u8>) {
-        self.last_pages.keep(fh, since, at, bytes);
+        self.last_pages.keep(fh, (since, at, bytes));
     }
 
     /// The answer to a READ of `size` bytes at `offset` of `fh` from its kept last page, if
@@ -515,7 +484,7 @@ mod tests {
             bytes[..8].copy_from_slice(&(i as u64).to_le_bytes());
             r.keep_last_page(FileHandle::from_bytes(bytes), cache.stamp(), 0, vec![1]);
         }
-        assert_eq!(r.last_pages.by_fh.len(), LAST_PAGES_MAX);
+        assert_eq!(r.last_pages.len(), LAST_PAGES_MAX);
     }
 
     /// The earliest kept goes first when full, and pages taken leave the keeping order
@@ -545,8 +514,8 @@ mod tests {
             r.keep_last_page(fh(i), cache.stamp(), 0, vec![1]);
             assert_eq!(r.take_last_page(&fh(i), 0, 1, |_| true), Some(vec![1]));
         }
-        assert!(r.last_pages.order.len() <= 2 * LAST_PAGES_MAX + 1);
-        assert!(r.last_pages.by_fh.len() < LAST_PAGES_MAX);
+        assert!(r.last_pages.places() <= 2 * LAST_PAGES_MAX + 1);
+        assert!(r.last_pages.len() < LAST_PAGES_MAX);
     }
 
     #[test]
