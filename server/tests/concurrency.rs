@@ -329,3 +329,165 @@ fn pipelined_writes_in_reused_buffers_keep_only_their_own_bytes() {
     let first_wrong = on_disk.iter().zip(&expected).position(|(a, b)| a != b);
     assert_eq!(first_wrong, None, "the file differs from what was written");
 }
+
+/// `dirs` directories `d0`, `d1`... of `per_dir` empty files each, made on the server's disk;
+/// their handles, looked up through `c`.
+fn dirs_of_files(
+    area: &Area,
+    c: &mut Client,
+    a: u32,
+    root: FileHandle,
+    dirs: usize,
+    per_dir: usize,
+) -> Vec<FileHandle> {
+    (0..dirs)
+        .map(|d| {
+            let dir = area.export().join(format!("d{d}"));
+            std::fs::create_dir(&dir).unwrap();
+            for i in 0..per_dir {
+                std::fs::File::create(dir.join(format!("f{i:04}"))).unwrap();
+            }
+            c.lookup(a, root, &format!("d{d}")).unwrap()
+        })
+        .collect()
+}
+
+/// The first page of `dir`'s listing with attributes (and a lease on each entry).
+fn first_page(dir: FileHandle) -> RequestOp {
+    RequestOp::ReadDirPlus {
+        dir,
+        cookie: 0,
+        verifier: [0; 8],
+        dircount: u32::MAX,
+        maxcount: 1 << 16,
+    }
+}
+
+/// Past its share of leases, each lease a reply grants ends one of the connection's older
+/// ones, told by an INVALIDATE ahead of that reply: hundreds ahead of a page of a listing,
+/// beyond what the page reserved. Those are bounded by the requests the connection sent, so
+/// one that reads its replies late is not closed for them, however full its output.
+#[test]
+fn a_slow_readers_own_invalidations_ahead_of_its_replies_do_not_close_it() {
+    let area = Area::new();
+    let s = start(
+        &area,
+        &["--max-output", "16777216", "--max-leases-per-conn", "100"],
+    );
+    let mut x = s.connect();
+    let a = x.login("alice", 1).unwrap();
+    let root = x.mount(a);
+    let dirs = dirs_of_files(&area, &mut x, a, root, 4, 500);
+    // Each page leases about 350 objects, each ending one of X's older leases (an INVALIDATE
+    // of about 70 bytes ahead of a page of about 60 KB). X sends as many pages as the output
+    // limit admits at once, and reads nothing until their replies and INVALIDATEs have filled
+    // the sockets' buffers (a few MB) and the output past its limit.
+    const PAGES: usize = 300;
+    for k in 0..PAGES {
+        x.send(a, first_page(dirs[k % dirs.len()]));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    x.stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let (mut replies, mut told) = (0, 0);
+    while replies < PAGES {
+        match x.next_message() {
+            Some(ServerMessage::Reply(r)) => {
+                assert!(
+                    matches!(r.result, Ok(ReplyBody::ReadDirPlus(_))),
+                    "{:?}",
+                    r.result
+                );
+                replies += 1;
+            }
+            Some(ServerMessage::Invalidate(_)) => told += 1,
+            None => panic!(
+                "the server closed a connection that read its replies late after {replies} of \
+                 {PAGES} replies and {told} invalidations ahead of them"
+            ),
+        }
+    }
+    assert!(
+        told > PAGES * 300,
+        "only {told} leases ended for room over {PAGES} pages"
+    );
+}
+
+/// The other side: INVALIDATEs a connection did not cause are not buffered for it without
+/// bound. One that reads nothing while another client changes what it holds leases on is
+/// closed once its output passes the limit (its leases end with it), and the other client is
+/// served throughout.
+#[test]
+fn a_connection_not_reading_invalidations_others_cause_is_closed() {
+    let area = Area::new();
+    std::fs::write(area.export().join("big"), vec![7u8; 1 << 20]).unwrap();
+    let s = start(&area, &["--max-output", "65536"]);
+    let mut x = s.connect();
+    let a = x.login("alice", 1).unwrap();
+    let root = x.mount(a);
+    const FILES: usize = 1000;
+    let dirs = dirs_of_files(&area, &mut x, a, root, FILES / 250, 250);
+    // X leases every file (a page of 64 KiB holds about 350 of these entries).
+    let mut files = Vec::new();
+    for &d in &dirs {
+        let id = x.send(a, first_page(d));
+        let Ok(ReplyBody::ReadDirPlus(p)) = x.wait_reply(id) else {
+            panic!("READDIRPLUS failed")
+        };
+        for e in p.entries.iter().filter(|e| e.name.starts_with(b"f")) {
+            assert!(e.attr.is_some_and(|at| at.lease_ms > 0), "no lease");
+            files.push(e.fh.expect("a handle"));
+        }
+    }
+    assert_eq!(files.len(), FILES);
+    // X stops reading: READs it asks for fill the sockets' buffers (a few MiB between them),
+    // then its output up to the limit (where the server stops reading its requests).
+    const READS: u64 = 512;
+    let big = x.lookup(a, root, "big").unwrap();
+    for k in 0..READS {
+        x.send(
+            a,
+            RequestOp::Read {
+                fh: big,
+                offset: (k % 32) << 15,
+                count: 1 << 15,
+            },
+        );
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    // Y changes each file X holds a lease on (pipelined, 250 at a time).
+    let mut y = s.connect();
+    let b = y.login("alice", 1).unwrap();
+    for chunk in files.chunks(250) {
+        let ids: Vec<u64> = chunk
+            .iter()
+            .map(|&fh| {
+                y.send(
+                    b,
+                    RequestOp::Write {
+                        fh,
+                        offset: 0,
+                        stable: StableHow::Unstable,
+                        data: b"x".to_vec().into(),
+                    },
+                )
+            })
+            .collect();
+        for id in ids {
+            assert!(matches!(y.wait_reply(id), Ok(ReplyBody::Write { .. })));
+        }
+    }
+    // X finds its stream ended before the last of them.
+    x.stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let (mut told, mut replies) = (0, 0);
+    while let Some(m) = x.next_message() {
+        match m {
+            ServerMessage::Invalidate(_) => told += 1,
+            ServerMessage::Reply(_) => replies += 1,
+        }
+        assert!(
+            told < FILES,
+            "the server buffered all {FILES} INVALIDATEs for a connection not reading them \
+             (--max-output 65536, {replies} READ replies before them)"
+        );
+    }
+}
