@@ -41,8 +41,8 @@
 //!
 //! **Writes** go to the server UNSTABLE (it keeps them in its kernel's page cache, which a
 //! crash of sfsd does not lose); `fsync` sends COMMIT, and if the server's write verifier
-//! changed in between (it restarted and may have lost data) it fails with `EIO` instead of
-//! claiming success. `close` sends nothing ([`ServerMount::flushed`]): it fails with `EIO` only
+//! changed in between (its machine restarted and may have lost data) it fails with `EIO`
+//! instead of claiming success. `close` sends nothing ([`ServerMount::flushed`]): it fails with `EIO` only
 //! when the writes themselves came back with two verifiers.
 //! Writes to a file opened `O_APPEND` go as APPEND, placed by the server at the end of the file
 //! as it is then, so appends from several mounts never overwrite each other ([`append`]).

@@ -255,6 +255,52 @@ fn server_restart_mid_read_resumes_with_content_intact() {
     assert_eq!(sha256_file(&src), sha256_file(&back));
 }
 
+/// `sfs put` while sfsd is killed and started again: the WRITEs under way are sent again to
+/// the new one and the write verifier (the server machine's boot) is unchanged, so the put
+/// finishes and the file is whole.
+#[test]
+fn server_restart_mid_put_finishes_with_content_intact() {
+    let mut s = setup(&[]);
+    const SIZE: usize = 48 << 20;
+    let src = s.home.join("big");
+    fs::write(&src, data(SIZE, 5)).unwrap();
+    let dst = s.export.join("big");
+    let mut c = sfs_cmd(&s.home);
+    c.arg("--identity")
+        .arg(&s.identity)
+        .arg("put")
+        .arg(&src)
+        .arg(s.path("/big"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = Guard(c.spawn().unwrap());
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        // Past the first window (8 MiB), so the first WRITEs were answered by the server
+        // killed next.
+        let n = fs::metadata(&dst).map(|m| m.len()).unwrap_or(0);
+        if n > 16 << 20 {
+            assert!(n < SIZE as u64, "transfer finished before the restart");
+            break;
+        }
+        assert!(Instant::now() < deadline, "transfer did not start");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    s.server.restart();
+    let status = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "put did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    let _ = child.0.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(status.success(), "{err}");
+    assert_eq!(sha256_file(&src), sha256_file(&dst));
+}
+
 #[test]
 fn mount_nfs_without_kernel_nfs_prints_the_command() {
     let s = setup(&[]);

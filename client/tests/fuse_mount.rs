@@ -1787,7 +1787,12 @@ fn changes_on_the_servers_disk_show_through_the_mount_at_once() {
     soon("a name removed on the disk", strings(&["f"]), || {
         names_in(&d)
     });
-    assert!(!d.join("new").exists());
+    // The kernel's own entry for the name goes by a notification the mount's invalidating
+    // thread sends: on a loaded machine a few milliseconds after a fresh listing can show the
+    // removal (seen once in a full run of this suite).
+    soon("the removed name's lookup", false, || {
+        d.join("new").exists()
+    });
 }
 
 /// A tree walked again within the lease reads no listing again, however many directories it
@@ -3023,6 +3028,35 @@ fn creating_files_costs_no_lookup_capability_or_commit_request() {
     );
 }
 
+/// The next sfsd of `s`, started by a shell forked now that waits for the returned gate file
+/// to exist: forked while a file of the mount is open for writing, a process would flush it
+/// as it execs, and an exec'ing sfsd would wait on itself. Swap it into `s.server.child`
+/// once the gate is opened.
+fn restart_gate(s: &Setup) -> (PathBuf, Guard) {
+    let gate = s.dir.path().join("gate");
+    let _ = fs::remove_file(&gate);
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(r#"while [ ! -e "$1" ]; do sleep 0.02; done; shift; exec "$@""#)
+        .arg("sh")
+        .arg(&gate)
+        .arg(sfsd())
+        .arg("serve")
+        .arg("--state")
+        .arg(&s.server.state)
+        .arg("--export")
+        .arg(&s.server.export)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{}", s.server.port),
+            "--workers",
+            "2",
+        ])
+        .args(&s.server.extra)
+        .stdout(std::process::Stdio::null());
+    (gate, Guard(cmd.spawn().unwrap()))
+}
+
 #[test]
 fn server_restart_under_a_reader_and_a_lost_server() {
     need_fuse!();
@@ -3057,49 +3091,28 @@ fn server_restart_under_a_reader_and_a_lost_server() {
         .expect("the reader saw an error or wrong data");
     assert!(rounds >= 2, "only {rounds} reads");
 
-    // Unstable writes across a restart: fsync reports that data may be lost. The new server
-    // is started by a shell forked before the file is opened: a process forked while it is
-    // open would flush it when it execs, and an exec'ing sfsd would wait on itself.
-    let gate = s.dir.path().join("gate");
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(r#"while [ ! -e "$1" ]; do sleep 0.02; done; shift; exec "$@""#)
-        .arg("sh")
-        .arg(&gate)
-        .arg(sfsd())
-        .arg("serve")
-        .arg("--state")
-        .arg(&s.server.state)
-        .arg("--export")
-        .arg(&s.server.export)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{}", s.server.port),
-            "--workers",
-            "2",
-        ])
-        .args(&s.server.extra)
-        .stdout(std::process::Stdio::null());
-    let mut helper = Guard(cmd.spawn().unwrap());
+    // Unstable writes across a restart of sfsd.
+    let (gate, mut helper) = restart_gate(&s);
     let mut f = fs::OpenOptions::new()
         .write(true)
         .open(m.dir.join("f"))
         .unwrap();
     f.write_all(b"before").unwrap();
     // Answered by the server about to die: the write is answered once registered and goes
-    // out behind (fuse/write_behind.rs), and a WRITE still under way when the server dies is
-    // sent again to the new one, which loses nothing (fsync then rightly succeeds). A
-    // GETATTR waits for the file's writes under way, and `write` left the kernel's size stale.
+    // out behind (fuse/write_behind.rs). A GETATTR waits for the file's writes under way, and
+    // `write` left the kernel's size stale.
     f.metadata().unwrap();
     s.server.kill();
     fs::write(&gate, b"").unwrap();
     f.write_all(b"after").unwrap(); // waits for the new server
-    match f.sync_all() {
-        Err(e) => assert_eq!(errno(&e), libc::EIO, "{e}"),
-        Ok(()) => panic!("fsync after a server restart succeeded; log:\n{}", m.log()),
+    // sfsd restarted, its machine did not: what the old one answered is in the kernel's page
+    // cache there, and the write verifier (the boot's) is the same, so fsync succeeds. (A
+    // verifier that changed, as after a reboot, makes it fail: `fuse/data.rs`'s tests.)
+    if let Err(e) = f.sync_all() {
+        panic!("fsync after a restart of sfsd: {e}; log:\n{}", m.log());
     }
     drop(f);
-    // Data written after the fsync error is committed normally.
+    assert_eq!(&fs::read(s.export.join("f")).unwrap()[..11], b"beforeafter");
     let mut f = fs::OpenOptions::new()
         .write(true)
         .open(m.dir.join("f"))
@@ -3123,6 +3136,54 @@ fn server_restart_under_a_reader_and_a_lost_server() {
         payload.len() as u64
     );
     assert!(m.log().contains("mounted on"), "{}", m.log());
+}
+
+/// sfsd killed and started again while a program writes a large file: the WRITEs under way
+/// when it died are sent again to the new one (the same bytes at the same place: done twice
+/// they leave what once does), and the verifier is unchanged (the machine did not restart),
+/// so the program's writes and `close` succeed and the file is whole.
+#[test]
+fn a_file_written_across_a_restart_of_sfsd_is_whole() {
+    need_fuse!();
+    let mut s = setup();
+    let m = s.mount("mnt");
+    let payload = data(48 << 20, 9);
+    let path = m.dir.join("big");
+    let (gate, mut helper) = restart_gate(&s);
+    let writer = {
+        let (path, payload) = (path.clone(), payload.clone());
+        std::thread::spawn(move || -> std::io::Result<()> {
+            let mut f = fs::File::create(&path)?;
+            for chunk in payload.chunks(1 << 20) {
+                f.write_all(chunk)?;
+            }
+            f.sync_all()
+        })
+    };
+    let on_server = s.export.join("big");
+    wait_for(
+        "the first MiBs on the server",
+        Duration::from_secs(30),
+        || fs::metadata(&on_server).is_ok_and(|md| md.len() >= 4 << 20),
+    );
+    s.server.kill();
+    std::thread::sleep(Duration::from_millis(300));
+    fs::write(&gate, b"").unwrap();
+    std::mem::swap(&mut s.server.child, &mut helper.0);
+    writer
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("writing across the restart: {e}; log:\n{}", m.log()));
+    for (what, p) in [("on the server", &on_server), ("through the mount", &path)] {
+        let got = fs::read(p).unwrap();
+        let differs = got.iter().zip(&payload).position(|(a, b)| a != b);
+        assert!(
+            got.len() == payload.len() && differs.is_none(),
+            "the file {what}: {} of {} bytes, first difference at {differs:?}",
+            got.len(),
+            payload.len()
+        );
+    }
 }
 
 #[test]

@@ -165,8 +165,8 @@ impl ServerMount {
             t.lost.insert(ino.0);
             tracing::warn!(
                 ino = ino.0,
-                "the server restarted while this file was being written; some writes may be \
-                 lost (reporting EIO)"
+                "the server's write verifier changed while this file was being written (its \
+                 machine or storage restarted); some writes may be lost (reporting EIO)"
             );
         }
         if t.lost.contains(&ino.0) {

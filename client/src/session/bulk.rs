@@ -239,8 +239,8 @@ impl Client {
         };
         if restarted || verifier.is_some_and(|v| v != committed) {
             anyhow::bail!(
-                "the server restarted during the transfer and may have lost unstable writes; \
-                 run the command again"
+                "the server's write verifier changed during the transfer (its machine or \
+                 storage restarted), so it may have lost unstable writes; run the command again"
             );
         }
         self.inner.cache.invalidate(fh);

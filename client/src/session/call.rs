@@ -130,12 +130,22 @@ impl Client {
                         *held = self.inner.slots.acquire(epoch).await;
                     }
                     // The server kept no replies from where this change was sent: it may have
-                    // been done, and sending it again may do it twice.
+                    // been done. Sending it again may do it twice, which only an idempotent
+                    // change (a WRITE: the same bytes at the same place) survives; it goes
+                    // again through a slot of the new record. Done twice, it still took effect
+                    // while its caller waited for it, as once would have.
                     (Some(h), epoch) if sent && epoch != Some(h.epoch) => {
-                        return Err(SessionError::NotRetried {
-                            name: self.inner.name.to_string(),
-                            proc,
-                        });
+                        if !proc.is_idempotent() {
+                            return Err(SessionError::NotRetried {
+                                name: self.inner.name.to_string(),
+                                proc,
+                            });
+                        }
+                        self.inner.slots.release(*h, false);
+                        *held = match epoch {
+                            Some(epoch) => self.inner.slots.acquire(epoch).await,
+                            None => None,
+                        };
                     }
                     _ => {}
                 }

@@ -80,11 +80,19 @@ impl Server {
                 }
             }
         });
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(l) => l,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("sfsd did not print its name within 30 s");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let line = loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(l) => break l,
+                Err(_) if Instant::now() < deadline => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        panic!("sfsd exited ({status}) before printing its name");
+                    }
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("sfsd did not print its name within 30 s");
+                }
             }
         };
         // "sfsd: serving @127.0.0.1%PORT,HOSTID on 127.0.0.1:PORT"

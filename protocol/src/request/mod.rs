@@ -190,7 +190,9 @@ impl Proc {
     /// Whether a client sends this procedure inside a SEQUENCE when the session has a reply
     /// cache ([`crate::sequence`]): every procedure that changes the file system, idempotent
     /// or not. A WRITE or a truncating SETATTR done again after the reply was lost would undo
-    /// what another client wrote in between; answered from the cache it is done once.
+    /// what another client wrote in between; answered from the cache it is done once. (Where
+    /// the server lost the cache, a client still sends a WRITE again, as NFS clients do: see
+    /// [`Proc::is_idempotent`].)
     pub fn is_sequenced(self) -> bool {
         matches!(
             self,

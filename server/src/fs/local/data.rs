@@ -83,6 +83,35 @@ impl LocalFs {
     }
 }
 
+/// Where Linux keeps the identity of its current boot: a random UUID drawn at each boot.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// The WRITE/COMMIT verifier: it changes when unstable writes this server answered may have
+/// been lost, so that clients holding such writes uncommitted report the loss (NFSv3's
+/// rule). Those writes are in the kernel's page cache, which a crash or restart of sfsd does
+/// not lose, but a reboot of the machine does: so the verifier is the kernel's boot id
+/// (hashed, so clients learn nothing of it), the same for every start of sfsd within one boot.
+/// A fresh random one per start where the boot id cannot be read (every restart then counts
+/// as a reboot, as before). A write the disk failed to store is not this: COMMIT's `fsync`
+/// reports it.
+pub(super) fn write_verifier() -> [u8; 8] {
+    verifier_of_boot(std::fs::read(BOOT_ID).ok().as_deref())
+}
+
+fn verifier_of_boot(boot_id: Option<&[u8]>) -> [u8; 8] {
+    match boot_id {
+        Some(id) if !id.trim_ascii().is_empty() => {
+            let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+            ctx.update(b"sfsd write verifier\0");
+            ctx.update(id.trim_ascii());
+            let mut v = [0; 8];
+            v.copy_from_slice(&ctx.finish().as_ref()[..8]);
+            v
+        }
+        _ => rand::random(),
+    }
+}
+
 /// The most one `pwrite` puts into the page cache: 32 KiB, eight pages.
 ///
 /// The kernel sizes the page-cache folios it allocates for a write by the write's length. On
@@ -125,4 +154,24 @@ fn start_writeback(file: &File, offset: u64, len: usize) {
     let _ = unsafe {
         libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verifier_changes_with_the_boot_not_with_each_start() {
+        let boot = b"4f1c2a9e-6b0d-4c55-9a3e-0d7f6c1b2e11\n";
+        let other = b"0b7e5c3d-2a19-4f6e-8c41-9d2e7f3a6b58\n";
+        assert_eq!(verifier_of_boot(Some(boot)), verifier_of_boot(Some(boot)));
+        assert_ne!(verifier_of_boot(Some(boot)), verifier_of_boot(Some(other)));
+        // Not the boot id itself.
+        assert_ne!(&verifier_of_boot(Some(boot))[..], &boot[..8]);
+        // Unreadable: a new one each start.
+        assert_ne!(verifier_of_boot(None), verifier_of_boot(None));
+        assert_ne!(verifier_of_boot(Some(b"\n")), verifier_of_boot(Some(b"\n")));
+        // This machine's is stable.
+        assert_eq!(write_verifier(), write_verifier());
+    }
 }

@@ -56,6 +56,7 @@ use rustix::fs::OFlags;
 
 use super::creds::Switcher;
 use super::{BlockingStorage, ObjKey, OpCtx, Outcome};
+use data::write_verifier;
 use resolve::{Index, Obj, WalkGate, stat_fd};
 
 /// The only export this server has (handles carry it so a future multi-export server can tell
@@ -101,7 +102,7 @@ pub(crate) struct LocalFs {
     walks: Mutex<WalkGate>,
     /// Largest READ/WRITE (FSINFO).
     max_io: u32,
-    /// WRITE/COMMIT verifier: changes on restart, so clients resend unstable writes.
+    /// WRITE/COMMIT verifier ([`write_verifier`]).
     write_verifier: [u8; 8],
     read_only: bool,
     switcher: Switcher,
@@ -141,7 +142,7 @@ impl LocalFs {
             index: Mutex::new(Index::new(root_key, MAX_INDEX)),
             walks: Mutex::new(WalkGate::default()),
             max_io,
-            write_verifier: rand::random(),
+            write_verifier: write_verifier(),
             read_only,
             switcher,
             open: open::Descriptors::default(),
