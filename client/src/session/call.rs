@@ -65,7 +65,8 @@ impl Client {
             };
             Ok(UnsealedRequest::new(buf, &Request { id, authno, op }))
         };
-        self.call_with(proc, 0, encode, on_sent).await
+        self.call_with(proc, op.is_idempotent(), 0, encode, on_sent)
+            .await
     }
 
     /// [`Client::call`] with a caller-supplied encoder, given the request id, the authno, the
@@ -74,9 +75,11 @@ impl Client {
     /// request. The encoder runs again for every attempt, since a sent request's buffer is
     /// sealed in place; its error (reading a local file) ends the call.
     /// `on_sent` is told where each attempt went (its last call: the attempt answered).
+    /// `idempotent`: whether the request may be done twice (`RequestOp::is_idempotent`).
     pub(super) async fn call_with(
         &self,
         proc: Proc,
+        idempotent: bool,
         size_hint: usize,
         encode: impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<UnsealedRequest>,
         on_sent: &mut (dyn FnMut(Sent) + Send),
@@ -86,7 +89,7 @@ impl Client {
         tracing::debug!(target: "sfs::requests", ?proc, "request");
         let mut held = None;
         let result = self
-            .attempts(proc, size_hint, &encode, &mut held, on_sent)
+            .attempts(proc, idempotent, size_hint, &encode, &mut held, on_sent)
             .await;
         if let Some(h) = held {
             self.inner.slots.release(h, answered(&result));
@@ -102,6 +105,7 @@ impl Client {
     async fn attempts(
         &self,
         proc: Proc,
+        idempotent: bool,
         size_hint: usize,
         encode: &impl Fn(u64, u32, Option<Ticket>, Vec<u8>) -> std::io::Result<UnsealedRequest>,
         held: &mut Option<Held>,
@@ -131,11 +135,12 @@ impl Client {
                     }
                     // The server kept no replies from where this change was sent: it may have
                     // been done. Sending it again may do it twice, which only an idempotent
-                    // change (a WRITE: the same bytes at the same place) survives; it goes
-                    // again through a slot of the new record. Done twice, it still took effect
-                    // while its caller waited for it, as once would have.
+                    // change (a WRITE: the same bytes at the same place; a SETATTR of modes,
+                    // owners or times) survives; it goes again through a slot of the new
+                    // record. Done twice, it still took effect while its caller waited for it,
+                    // as once would have.
                     (Some(h), epoch) if sent && epoch != Some(h.epoch) => {
-                        if !proc.is_idempotent() {
+                        if !idempotent {
                             return Err(SessionError::NotRetried {
                                 name: self.inner.name.to_string(),
                                 proc,
@@ -150,7 +155,7 @@ impl Client {
                     _ => {}
                 }
             }
-            let retriable = proc.is_idempotent() || held.is_some();
+            let retriable = idempotent || held.is_some();
             let authno = match self.authno_on(&conn).await {
                 Ok(a) => a,
                 Err(e) if retriable && lost < self.inner.opts.retries => {

@@ -328,7 +328,15 @@ impl Client {
             };
             UnsealedRequest::write(buf, &head, len, &fill)
         };
-        let reply = self.call_with(Proc::Write, len, encode, on_sent).await?;
+        let reply = self
+            .call_with(
+                Proc::Write,
+                Proc::Write.is_idempotent(),
+                len,
+                encode,
+                on_sent,
+            )
+            .await?;
         let_reply!(
             self,
             ReplyBody::Write {

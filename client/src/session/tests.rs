@@ -1056,6 +1056,69 @@ async fn a_write_is_sent_again_when_the_server_lost_its_replies() {
     // What is not idempotent still fails (the REMOVE test above).
 }
 
+/// A SETATTR of a mode (tar's `chmod`, `utimensat`, `chown`) cut off by a server that then
+/// lost its replies is sent again too; a truncating one is not (done again, it could cut what
+/// another client wrote since).
+#[tokio::test]
+async fn a_setattr_is_sent_again_when_the_server_lost_its_replies_unless_it_truncates() {
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let seen = sent.clone();
+    let f = fake_speaking(
+        0,
+        ServerKeypair::generate(),
+        vec![3],
+        Box::new(move |conn, req| {
+            if let RequestOp::Session { .. } = req.op {
+                return vec![reply(
+                    req.id,
+                    Ok(ReplyBody::Session {
+                        slots: 4,
+                        resumed: false,
+                    }),
+                )];
+            }
+            let RequestOp::Sequence { op, .. } = req.op else {
+                panic!("a SETATTR outside a SEQUENCE: {:?}", req.op)
+            };
+            let RequestOp::SetAttr { attr, .. } = *op else {
+                panic!("not a SETATTR: {op:?}")
+            };
+            let mut seen = seen.lock();
+            seen.push((conn, attr.size));
+            // Each one's first try dies with its connection.
+            if seen.len() != 2 {
+                return vec![Out::Close];
+            }
+            vec![reply(
+                req.id,
+                Ok(ReplyBody::SetAttr {
+                    attr: Some(Attr::test_file(1, 0)),
+                }),
+            )]
+        }),
+    )
+    .await;
+    let c = Client::new(&f.name, None, quick());
+    let chmod = protocol::SetAttr {
+        mode: Some(0o600),
+        ..protocol::SetAttr::default()
+    };
+    c.setattr(&FH, chmod)
+        .await
+        .expect("a chmod is sent again after the server lost its replies");
+    let truncate = protocol::SetAttr {
+        size: Some(0),
+        ..protocol::SetAttr::default()
+    };
+    let e = c.setattr(&FH, truncate).await.unwrap_err();
+    assert!(matches!(e, SessionError::NotRetried { .. }), "{e}");
+    assert_eq!(
+        *sent.lock(),
+        vec![(0, None), (1, None), (1, Some(0))],
+        "the chmod twice, the truncation once"
+    );
+}
+
 /// A server of protocol version 2 gets no SESSION and no SEQUENCE.
 #[tokio::test]
 async fn a_version_2_server_gets_plain_changes() {

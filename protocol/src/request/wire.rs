@@ -17,6 +17,20 @@ pub(crate) fn get_name(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
 }
 
 impl RequestOp {
+    /// Whether doing this request twice has the same effect as doing it once, so a client may
+    /// send it again after a broken connection without the reply cache's help: the
+    /// procedure's rule ([`Proc::is_idempotent`]), and a SETATTR that sets only modes, owners
+    /// or times, without a guard (setting them again sets the same; a truncation done again
+    /// could cut what was written since, and a guard fails on the first try's ctime).
+    pub fn is_idempotent(&self) -> bool {
+        match self {
+            RequestOp::SetAttr {
+                attr, guard: None, ..
+            } => attr.size.is_none(),
+            op => op.proc().is_idempotent(),
+        }
+    }
+
     /// The procedure of this operation.
     pub fn proc(&self) -> Proc {
         match self {
@@ -536,5 +550,60 @@ impl CreateHow {
                 });
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SetAttr, SetTime, Time};
+
+    fn setattr(attr: SetAttr, guard: Option<Time>) -> RequestOp {
+        RequestOp::SetAttr {
+            fh: FileHandle::from_bytes([1; 48]),
+            attr,
+            guard,
+        }
+    }
+
+    #[test]
+    fn a_setattr_of_modes_owners_or_times_is_idempotent_and_a_truncation_is_not() {
+        let chmod = SetAttr {
+            mode: Some(0o640),
+            ..SetAttr::default()
+        };
+        let touch = SetAttr {
+            atime: SetTime::ServerTime,
+            mtime: SetTime::ClientTime(Time {
+                seconds: 7,
+                nanos: 0,
+            }),
+            uid: Some(3),
+            ..SetAttr::default()
+        };
+        let truncate = SetAttr {
+            size: Some(0),
+            ..chmod
+        };
+        assert!(setattr(chmod, None).is_idempotent());
+        assert!(setattr(touch, None).is_idempotent());
+        assert!(!setattr(truncate, None).is_idempotent());
+        let guard = Some(Time {
+            seconds: 1,
+            nanos: 2,
+        });
+        assert!(!setattr(chmod, guard).is_idempotent());
+        // Other requests follow their procedure.
+        let remove = RequestOp::Remove {
+            dir: FileHandle::from_bytes([1; 48]),
+            name: b"x".to_vec(),
+        };
+        assert!(!remove.is_idempotent());
+        let read = RequestOp::Read {
+            fh: FileHandle::from_bytes([1; 48]),
+            offset: 0,
+            count: 1,
+        };
+        assert!(read.is_idempotent());
     }
 }
