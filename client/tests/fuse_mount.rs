@@ -1967,6 +1967,7 @@ fn a_walks_first_open_in_a_directory_reads_ahead() {
     let order = listing_order(&top.join("sub"));
     assert_eq!(order.len(), FILES);
     let reads_before = requests(&m, "Read");
+    let walk = Instant::now();
     assert_eq!(fs::read(&order[0]).unwrap(), b"x");
     let ahead = read_ahead(&m);
     assert!(
@@ -1976,11 +1977,15 @@ fn a_walks_first_open_in_a_directory_reads_ahead() {
     for p in &order[1..] {
         assert_eq!(fs::read(p).unwrap(), b"x");
     }
-    assert_eq!(
-        requests(&m, "Read") - reads_before,
-        FILES,
-        "{ahead} read ahead"
-    );
+    // Bytes read ahead serve for 2 s (`read_at_open::KEPT_FOR`): a walk slower than that
+    // on a loaded machine reads the late files again, rightly.
+    let took = walk.elapsed();
+    let reads = requests(&m, "Read") - reads_before;
+    if took < Duration::from_millis(1500) {
+        assert_eq!(reads, FILES, "{ahead} read ahead, in {took:?}\n{}", m.log());
+    } else {
+        eprintln!("the walk took {took:?}: {reads} READs for {FILES} files not checked");
+    }
 }
 
 /// In a `--multi-user` mount, files read ahead along one user's walk serve no other user the
@@ -3141,7 +3146,7 @@ fn server_restart_under_a_reader_and_a_lost_server() {
     assert!(m.log().contains("mounted on"), "{}", m.log());
 }
 
-/// sfsd killed and started again while a program writes a large file: the WRITEs under way
+/// sfsd killed and started again while a program writes a file: the WRITEs under way
 /// when it died are sent again to the new one (the same bytes at the same place: done twice
 /// they leave what once does), and the verifier is unchanged (the machine did not restart),
 /// so the program's writes and `close` succeed and the file is whole.
@@ -3150,7 +3155,7 @@ fn a_file_written_across_a_restart_of_sfsd_is_whole() {
     need_fuse!();
     let mut s = setup();
     let m = s.mount("mnt");
-    let payload = data(48 << 20, 9);
+    let payload = data(24 << 20, 9);
     let path = m.dir.join("big");
     let (gate, mut helper) = restart_gate(&s);
     let writer = {
@@ -3167,9 +3172,13 @@ fn a_file_written_across_a_restart_of_sfsd_is_whole() {
     wait_for(
         "the first MiBs on the server",
         Duration::from_secs(30),
-        || fs::metadata(&on_server).is_ok_and(|md| md.len() >= 4 << 20),
+        || fs::metadata(&on_server).is_ok_and(|md| md.len() >= 2 << 20),
     );
     s.server.kill();
+    assert!(
+        !writer.is_finished(),
+        "the file was written before sfsd was killed"
+    );
     std::thread::sleep(Duration::from_millis(300));
     fs::write(&gate, b"").unwrap();
     std::mem::swap(&mut s.server.child, &mut helper.0);
