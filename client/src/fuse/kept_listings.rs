@@ -147,9 +147,6 @@ impl KeptSet {
 
 struct Kept {
     listing: Arc<Listing>,
-    /// The stamp as of which the listing shows the directory's names: when it was asked
-    /// for, or the reply to the last of our changes applied to it.
-    names_since: Stamp,
     /// The end of the directory's lease.
     until: Instant,
     /// When it was kept (a count): its place among [`KeptSet::ends`].
@@ -240,7 +237,7 @@ impl KeptListings {
         if live && k.applying.is_some() {
             return None;
         }
-        if live && !cache.changed_since(dir, k.names_since) {
+        if live && !cache.changed_since(dir, k.listing.names_since) {
             return Some(k.listing.clone());
         }
         kept.remove(dir, uid);
@@ -271,7 +268,6 @@ impl KeptListings {
             uid,
             Kept {
                 listing: listing.clone(),
-                names_since: listing.since,
                 until,
                 seq: 0,
                 applying: None,
@@ -298,7 +294,7 @@ impl KeptListings {
                     gone.push(*uid);
                     continue;
                 }
-                None if settled.applies_to(k.names_since) => {
+                None if settled.applies_to(k.listing.names_since) => {
                     k.applying = Some(Applying {
                         group: settled.group(),
                         applied: 0,
@@ -354,7 +350,7 @@ fn apply(k: &mut Kept, settled: Settled, edit: &Edit<'_>) -> bool {
     }
     match a.last {
         Some((n, to)) if a.applied == n => {
-            k.names_since = to;
+            Arc::make_mut(&mut k.listing).names_since = to;
             k.applying = None;
             true
         }
@@ -397,6 +393,7 @@ mod tests {
         Arc::new(Listing {
             entries,
             since,
+            names_since: since,
             received: Instant::now(),
         })
     }

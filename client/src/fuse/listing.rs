@@ -17,6 +17,10 @@ pub(super) struct Listing {
     pub(super) entries: Vec<Listed>,
     /// Taken before the listing was asked for: its attributes are from no earlier.
     pub(super) since: Stamp,
+    /// As of when its names are the directory's: [`Listing::since`], or the reply to our own
+    /// last change edited into it ([`super::kept_listings`]). A change of the directory after
+    /// this makes its entries no longer ones the kernel may keep.
+    pub(super) names_since: Stamp,
     /// When its answer arrived: the entries' leases run from here (a listing may be kept
     /// and handed out again, [`kept_listings`]).
     ///

@@ -253,6 +253,7 @@ mod tests {
         Listing {
             entries,
             since: crate::cache::AttrCache::default().stamp(),
+            names_since: crate::cache::AttrCache::default().stamp(),
             received: Instant::now(),
         }
     }

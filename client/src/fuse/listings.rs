@@ -227,6 +227,7 @@ impl ServerMount {
         Ok(Listing {
             entries,
             since,
+            names_since: since,
             received: Instant::now(),
         })
     }
@@ -352,6 +353,7 @@ impl ServerMount {
         mut added: bool,
     ) -> Option<NeedAttr> {
         let cache = self.client.cache();
+        let dir_fh = self.fh(dir).ok();
         for (i, e) in l.entries.iter().enumerate().skip(start) {
             let name = OsStr::from_bytes(&e.name);
             let off = i as u64 + 1;
@@ -390,11 +392,19 @@ impl ServerMount {
                     // counted with the node made or found, under one lock, so no FORGET comes
                     // in between, and taken back if it did not fit.
                     let node = self.remember(dir, &e.name, *h);
+                    // A listing the directory changed since (a stream opened before another
+                    // client's removal, read after we learnt of it) may still be read, but
+                    // its names are no longer the kernel's to keep: their dentries would
+                    // outlive the INVALIDATE already passed on, for the entry's lease. Asked
+                    // after the name is remembered, so an INVALIDATE after this answer finds
+                    // the name to pass on.
+                    let names_stale = dir_fh.is_none_or(|d| cache.changed_since(&d, l.names_since));
+                    let keep_for = if names_stale { Duration::ZERO } else { ttl(&a) };
                     if reply.add(
                         INodeNo(node),
                         off,
                         name,
-                        &ttl(&a),
+                        &keep_for,
                         &fattr(node, &a),
                         Generation(0),
                     ) {

@@ -280,6 +280,7 @@ mod tests {
         let listing = |entries| Listing {
             entries,
             since: crate::cache::AttrCache::default().stamp(),
+            names_since: crate::cache::AttrCache::default().stamp(),
             received: Instant::now(),
         };
         let l = listing(vec![entry(b".", None), entry(b"f", Some((file, a)))]);
@@ -325,6 +326,7 @@ mod tests {
         let listing = |entries| Listing {
             entries,
             since: crate::cache::AttrCache::default().stamp(),
+            names_since: crate::cache::AttrCache::default().stamp(),
             received: Instant::now(),
         };
         let l = listing(vec![entry(b"."), entry(b"f")]);
