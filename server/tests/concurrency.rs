@@ -378,8 +378,8 @@ fn a_slow_readers_own_invalidations_ahead_of_its_replies_do_not_close_it() {
     let a = x.login("alice", 1).unwrap();
     let root = x.mount(a);
     let dirs = dirs_of_files(&area, &mut x, a, root, 4, 500);
-    // Each page leases about 350 objects, each ending one of X's older leases (an INVALIDATE
-    // of about 70 bytes ahead of a page of about 60 KB). X sends as many pages as the output
+    // Each page leases a few hundred objects, each ending one of X's older leases (an
+    // INVALIDATE of about 70 bytes ahead of a page of about 60 KB). X sends as many pages as the output
     // limit admits at once, and reads nothing until their replies and INVALIDATEs have filled
     // the sockets' buffers (a few MB) and the output past its limit.
     const PAGES: usize = 300;
@@ -406,8 +406,10 @@ fn a_slow_readers_own_invalidations_ahead_of_its_replies_do_not_close_it() {
             ),
         }
     }
+    // Each page past the share ends one lease per entry: about 350 of them (a local export's
+    // handles), over 250 in front of an NFS server (longer handles, fewer entries a page).
     assert!(
-        told > PAGES * 300,
+        told > PAGES * 200,
         "only {told} leases ended for room over {PAGES} pages"
     );
 }
