@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -214,27 +215,22 @@ fn user_not_in_users_file_gets_permission_errors() {
     ok(&s.sfs(&["mkdir", &s.path("/m")]));
 }
 
-#[test]
-fn server_restart_mid_read_resumes_with_content_intact() {
-    let mut s = setup(&[]);
-    const SIZE: usize = 24 << 20;
-    let src = s.export.join("big");
-    fs::write(&src, data(SIZE, 3)).unwrap();
-    let back = s.home.join("big");
+/// Runs `sfs` with `args` (and the identity) and restarts `s`'s server once `growing` holds
+/// more than `past` bytes of the `size` the transfer writes there: the command must finish
+/// successfully all the same.
+fn restart_mid_transfer(s: &mut Setup, args: &[&OsStr], growing: &Path, past: u64, size: u64) {
     let mut c = sfs_cmd(&s.home);
     c.arg("--identity")
         .arg(&s.identity)
-        .args(["get", &s.path("/big")])
-        .arg(&back)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut child = Guard(c.spawn().unwrap());
     let deadline = Instant::now() + LIMIT;
-    // Wait until part of the file arrived, then kill and restart the server.
     loop {
-        let n = fs::metadata(&back).map(|m| m.len()).unwrap_or(0);
-        if n > 1 << 20 {
-            assert!(n < SIZE as u64, "transfer finished before the restart");
+        let n = fs::metadata(growing).map(|m| m.len()).unwrap_or(0);
+        if n > past {
+            assert!(n < size, "transfer finished before the restart");
             break;
         }
         assert!(Instant::now() < deadline, "transfer did not start");
@@ -245,13 +241,25 @@ fn server_restart_mid_read_resumes_with_content_intact() {
         if let Some(st) = child.0.try_wait().unwrap() {
             break st;
         }
-        assert!(Instant::now() < deadline, "get did not finish");
+        assert!(Instant::now() < deadline, "{args:?} did not finish");
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut err = String::new();
     use std::io::Read;
     let _ = child.0.stderr.take().unwrap().read_to_string(&mut err);
     assert!(status.success(), "{err}");
+}
+
+#[test]
+fn server_restart_mid_read_resumes_with_content_intact() {
+    let mut s = setup(&[]);
+    const SIZE: usize = 24 << 20;
+    let src = s.export.join("big");
+    fs::write(&src, data(SIZE, 3)).unwrap();
+    let back = s.home.join("big");
+    let remote = s.path("/big");
+    let args = [OsStr::new("get"), OsStr::new(&remote), back.as_os_str()];
+    restart_mid_transfer(&mut s, &args, &back, 1 << 20, SIZE as u64);
     assert_eq!(sha256_file(&src), sha256_file(&back));
 }
 
@@ -265,39 +273,11 @@ fn server_restart_mid_put_finishes_with_content_intact() {
     let src = s.home.join("big");
     fs::write(&src, data(SIZE, 5)).unwrap();
     let dst = s.export.join("big");
-    let mut c = sfs_cmd(&s.home);
-    c.arg("--identity")
-        .arg(&s.identity)
-        .arg("put")
-        .arg(&src)
-        .arg(s.path("/big"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = Guard(c.spawn().unwrap());
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        // Past the first window (8 MiB), so the first WRITEs were answered by the server
-        // killed next.
-        let n = fs::metadata(&dst).map(|m| m.len()).unwrap_or(0);
-        if n > 16 << 20 {
-            assert!(n < SIZE as u64, "transfer finished before the restart");
-            break;
-        }
-        assert!(Instant::now() < deadline, "transfer did not start");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    s.server.restart();
-    let status = loop {
-        if let Some(st) = child.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(Instant::now() < deadline, "put did not finish");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    use std::io::Read;
-    let _ = child.0.stderr.take().unwrap().read_to_string(&mut err);
-    assert!(status.success(), "{err}");
+    let remote = s.path("/big");
+    let args = [OsStr::new("put"), src.as_os_str(), OsStr::new(&remote)];
+    // Past the first window (8 MiB), so the first WRITEs were answered by the server killed
+    // then.
+    restart_mid_transfer(&mut s, &args, &dst, 16 << 20, SIZE as u64);
     assert_eq!(sha256_file(&src), sha256_file(&dst));
 }
 

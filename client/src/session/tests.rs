@@ -1002,6 +1002,23 @@ async fn a_change_is_not_sent_again_when_the_server_lost_its_replies() {
     assert_eq!(sessions.load(Ordering::SeqCst), 2);
 }
 
+/// A fake server of protocol version 3 that keeps no replies from one connection to the next
+/// (as one restarted between them): every SESSION starts a new record, with 4 slots;
+/// `behaviour` answers the rest.
+async fn fake_forgetting(mut behaviour: Behaviour) -> Fake {
+    let sessions: Behaviour = Box::new(move |conn, req| match req.op {
+        RequestOp::Session { .. } => vec![reply(
+            req.id,
+            Ok(ReplyBody::Session {
+                slots: 4,
+                resumed: false,
+            }),
+        )],
+        _ => behaviour(conn, req),
+    });
+    fake_speaking(0, ServerKeypair::generate(), vec![3], sessions).await
+}
+
 /// A WRITE cut off by a server that then lost its replies (it restarted) is sent again, with a
 /// slot of the new record: writing the same bytes at the same offset again leaves what doing
 /// it once does, and the write is still under way for its caller, so it takes effect within
@@ -1010,41 +1027,27 @@ async fn a_change_is_not_sent_again_when_the_server_lost_its_replies() {
 async fn a_write_is_sent_again_when_the_server_lost_its_replies() {
     let tickets = Arc::new(Mutex::new(Vec::new()));
     let seen = tickets.clone();
-    let f = fake_speaking(
-        0,
-        ServerKeypair::generate(),
-        vec![3],
-        Box::new(move |conn, req| {
-            if let RequestOp::Session { .. } = req.op {
-                return vec![reply(
-                    req.id,
-                    Ok(ReplyBody::Session {
-                        slots: 4,
-                        resumed: false,
-                    }),
-                )];
-            }
-            let RequestOp::Sequence { slot, seq, op } = req.op else {
-                panic!("a WRITE outside a SEQUENCE: {:?}", req.op)
-            };
-            let RequestOp::Write { data, .. } = *op else {
-                panic!("not a WRITE: {op:?}")
-            };
-            seen.lock().push((conn, (slot, seq)));
-            if conn == 0 {
-                return vec![Out::Close];
-            }
-            vec![reply(
-                req.id,
-                Ok(ReplyBody::Write {
-                    attr: None,
-                    count: data.len() as u32,
-                    committed: StableHow::Unstable,
-                    verifier: [7; 8],
-                }),
-            )]
-        }),
-    )
+    let f = fake_forgetting(Box::new(move |conn, req| {
+        let RequestOp::Sequence { slot, seq, op } = req.op else {
+            panic!("a WRITE outside a SEQUENCE: {:?}", req.op)
+        };
+        let RequestOp::Write { data, .. } = *op else {
+            panic!("not a WRITE: {op:?}")
+        };
+        seen.lock().push((conn, (slot, seq)));
+        if conn == 0 {
+            return vec![Out::Close];
+        }
+        vec![reply(
+            req.id,
+            Ok(ReplyBody::Write {
+                attr: None,
+                count: data.len() as u32,
+                committed: StableHow::Unstable,
+                verifier: [7; 8],
+            }),
+        )]
+    }))
     .await;
     let c = Client::new(&f.name, None, quick());
     let (count, _) = c
@@ -1063,40 +1066,26 @@ async fn a_write_is_sent_again_when_the_server_lost_its_replies() {
 async fn a_setattr_is_sent_again_when_the_server_lost_its_replies_unless_it_truncates() {
     let sent = Arc::new(Mutex::new(Vec::new()));
     let seen = sent.clone();
-    let f = fake_speaking(
-        0,
-        ServerKeypair::generate(),
-        vec![3],
-        Box::new(move |conn, req| {
-            if let RequestOp::Session { .. } = req.op {
-                return vec![reply(
-                    req.id,
-                    Ok(ReplyBody::Session {
-                        slots: 4,
-                        resumed: false,
-                    }),
-                )];
-            }
-            let RequestOp::Sequence { op, .. } = req.op else {
-                panic!("a SETATTR outside a SEQUENCE: {:?}", req.op)
-            };
-            let RequestOp::SetAttr { attr, .. } = *op else {
-                panic!("not a SETATTR: {op:?}")
-            };
-            let mut seen = seen.lock();
-            seen.push((conn, attr.size));
-            // Each one's first try dies with its connection.
-            if seen.len() != 2 {
-                return vec![Out::Close];
-            }
-            vec![reply(
-                req.id,
-                Ok(ReplyBody::SetAttr {
-                    attr: Some(Attr::test_file(1, 0)),
-                }),
-            )]
-        }),
-    )
+    let f = fake_forgetting(Box::new(move |conn, req| {
+        let RequestOp::Sequence { op, .. } = req.op else {
+            panic!("a SETATTR outside a SEQUENCE: {:?}", req.op)
+        };
+        let RequestOp::SetAttr { attr, .. } = *op else {
+            panic!("not a SETATTR: {op:?}")
+        };
+        let mut seen = seen.lock();
+        seen.push((conn, attr.size));
+        // Each one's first try dies with its connection.
+        if seen.len() != 2 {
+            return vec![Out::Close];
+        }
+        vec![reply(
+            req.id,
+            Ok(ReplyBody::SetAttr {
+                attr: Some(Attr::test_file(1, 0)),
+            }),
+        )]
+    }))
     .await;
     let c = Client::new(&f.name, None, quick());
     let chmod = protocol::SetAttr {
