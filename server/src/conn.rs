@@ -562,7 +562,8 @@ fn handle_request(
                 return reply_now(srv, c, id, Err(NfsStatus::BadSession));
             };
             let ticket = Ticket { slot, seq };
-            match record.begin(ticket, creds.uid) {
+            let runs_again = crate::replies::runs_again_after_restart(&op);
+            match record.begin(ticket, creds.uid, runs_again) {
                 Begin::Run => {
                     c.tickets.insert(id, (record, ticket));
                     *op

@@ -7,6 +7,7 @@
 //! not wedge the threads that go on to shut the server down, and every mutex here guards data
 //! whose updates are single inserts, removes or stores, so it stays consistent after a panic.
 
+mod boot;
 mod changes;
 pub mod cli;
 mod color0;

@@ -13,19 +13,33 @@
 //! bytes). When the table is full a new client evicts the record unbound longest, or, if
 //! every record has a connection, is refused (JUKEBOX) and works without the cache.
 //!
+//! Restarts: with a [`Journal`] the slots outlive sfsd itself (within one boot of the
+//! machine): a client coming back after a restart finds its record, and a change the restart
+//! cut off gets the reply it was given, or runs again if it may ([`runs_again_after_restart`]).
+//!
 //! Locks: the table is one `Mutex` taken for a lookup per SESSION; a record's slots have their
-//! own, taken twice per change (begin, complete) by the connection's color. Nothing here
-//! blocks or runs file operations.
+//! own, taken twice per change (begin, complete) by the connection's color, and the journal's
+//! file one more, taken after the slot's is let go (a rewrite holds it while it takes the
+//! table's and each record's). Nothing here runs file operations; the journal's entry is one
+//! `write(2)` into the page cache.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use protocol::sequence::{CLIENT_ID_LEN, MAX_SLOTS, Ticket, next_seq};
-use protocol::{NfsStatus, ReplyBody};
+use protocol::{NfsStatus, ReplyBody, RequestOp};
 
 use crate::leases::ConnId;
+
+mod journal;
+
+pub(crate) use journal::Journal;
+
+/// An opened journal and the records it held ([`Journal::open`]).
+pub(crate) type Opened = (Journal, HashMap<ClientId, LoadedRecord>);
+use journal::{EntryEnd, LoadedRecord, RecordTag, SlotEnd, SlotEntry};
 
 /// A client's secret id.
 pub(crate) type ClientId = [u8; CLIENT_ID_LEN];
@@ -40,6 +54,9 @@ enum SlotState {
     Running,
     /// Done; its reply.
     Done(Box<Result<ReplyBody, NfsStatus>>),
+    /// Begun before sfsd restarted, and not known to have ended: sent again it is answered
+    /// `IO` (it may or may not have been done).
+    Unknown,
 }
 
 #[derive(Debug)]
@@ -48,7 +65,37 @@ struct Slot {
     seq: u32,
     /// The server uid it ran as: the cached reply goes to no one else.
     uid: u32,
+    /// The request may run again after a restart ([`runs_again_after_restart`]): the journal
+    /// keeps its number, not its reply.
+    runs_again: bool,
     state: SlotState,
+}
+
+impl Slot {
+    /// The slot as the journal has it, if it was ever used.
+    fn entry(&self, slot: u32) -> Option<SlotEntry<'_>> {
+        let end = match &self.state {
+            _ if self.seq == 0 => return None,
+            _ if self.runs_again => EntryEnd::BeganRunsAgain,
+            SlotState::Empty => EntryEnd::NotDone,
+            SlotState::Running | SlotState::Unknown => EntryEnd::Began,
+            SlotState::Done(reply) => EntryEnd::Done(reply),
+        };
+        Some(SlotEntry {
+            slot,
+            seq: self.seq,
+            uid: self.uid,
+            end,
+        })
+    }
+}
+
+/// Whether a change may simply be done again when sent again after sfsd restarted, so that
+/// its journal entry need not keep its reply: an idempotent one (WRITE; a SETATTR without size
+/// or guard), and LOCK and UNLOCK, since the restart ended every lock (done again, they take
+/// or give up the lock in the new table, which is what their sender wants).
+pub(crate) fn runs_again_after_restart(op: &RequestOp) -> bool {
+    op.is_idempotent() || matches!(op, RequestOp::Lock(_) | RequestOp::Unlock(_))
 }
 
 #[derive(Debug)]
@@ -65,12 +112,48 @@ struct RecordState {
 }
 
 /// One client's reply cache.
-#[derive(Debug)]
 pub(crate) struct Record {
     /// A number for the client, never reused while the server runs (so locks and other
     /// state can be held by the client rather than by one of its connections).
     pub key: u64,
+    /// The client's id, this record of it and its slots (the journal's entries name them).
+    tag: RecordTag,
     state: Mutex<RecordState>,
+    journal: Option<Arc<JournalLink>>,
+}
+
+impl std::fmt::Debug for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the id: it is the client's secret.
+        f.debug_struct("Record")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The journal, and the table it rewrites itself from.
+struct JournalLink {
+    journal: Journal,
+    table: Weak<Mutex<RecordTable>>,
+}
+
+impl JournalLink {
+    fn append(&self, tag: &RecordTag, entry: &SlotEntry<'_>) {
+        if self.journal.append(tag, entry)
+            && let Some(table) = self.table.upgrade()
+        {
+            self.journal.rewrite(|write| {
+                for record in table.lock().by_id.values() {
+                    let st = record.state.lock();
+                    for (i, slot) in st.slots.iter().enumerate() {
+                        if let Some(entry) = slot.entry(i as u32) {
+                            write(&record.tag, &entry);
+                        }
+                    }
+                }
+            });
+        }
+    }
 }
 
 /// What to do with a sequenced request.
@@ -85,8 +168,30 @@ pub(crate) enum Begin {
 }
 
 impl Record {
-    /// A request through `ticket`, running as server uid `uid`, arrives.
-    pub(crate) fn begin(&self, ticket: Ticket, uid: u32) -> Begin {
+    /// A request through `ticket`, running as server uid `uid`, arrives; `runs_again` is
+    /// [`runs_again_after_restart`] of it.
+    pub(crate) fn begin(&self, ticket: Ticket, uid: u32, runs_again: bool) -> Begin {
+        let begin = self.begin_in_memory(ticket, uid, runs_again);
+        if begin == Begin::Run
+            && let Some(link) = &self.journal
+        {
+            let end = if runs_again {
+                EntryEnd::BeganRunsAgain
+            } else {
+                EntryEnd::Began
+            };
+            let entry = SlotEntry {
+                slot: ticket.slot,
+                seq: ticket.seq,
+                uid,
+                end,
+            };
+            link.append(&self.tag, &entry);
+        }
+        begin
+    }
+
+    fn begin_in_memory(&self, ticket: Ticket, uid: u32, runs_again: bool) -> Begin {
         let mut st = self.state.lock();
         if ticket.slot >= st.granted {
             return Begin::Answer(Err(NfsStatus::BadSlot));
@@ -96,6 +201,7 @@ impl Record {
             st.slots.resize_with(i + 1, || Slot {
                 seq: 0,
                 uid: 0,
+                runs_again: false,
                 state: SlotState::Empty,
             });
         }
@@ -109,6 +215,7 @@ impl Record {
             *s = Slot {
                 seq: ticket.seq,
                 uid,
+                runs_again,
                 state: SlotState::Running,
             };
             return Begin::Run;
@@ -120,8 +227,10 @@ impl Record {
         match &s.state {
             SlotState::Running => Begin::Answer(Err(NfsStatus::Jukebox)),
             SlotState::Done(reply) => Begin::Answer(replayed(reply)),
+            SlotState::Unknown => Begin::Answer(Err(NfsStatus::Io)),
             SlotState::Empty => {
                 s.state = SlotState::Running;
+                s.runs_again = runs_again;
                 Begin::Run
             }
         }
@@ -131,14 +240,36 @@ impl Record {
     /// slot is left empty, so the same request sent again is done then.
     pub(crate) fn complete(&self, ticket: Ticket, result: &Result<ReplyBody, NfsStatus>) {
         let mut st = self.state.lock();
-        if let Some(s) = st.slots.get_mut(ticket.slot as usize)
-            && s.seq == ticket.seq
-            && matches!(s.state, SlotState::Running)
+        let Some(s) = st.slots.get_mut(ticket.slot as usize) else {
+            return;
+        };
+        if s.seq != ticket.seq || !matches!(s.state, SlotState::Running) {
+            return;
+        }
+        let done = !matches!(result, Err(NfsStatus::Jukebox));
+        s.state = if done {
+            SlotState::Done(Box::new(result.clone()))
+        } else {
+            SlotState::Empty
+        };
+        let (uid, runs_again) = (s.uid, s.runs_again);
+        drop(st);
+        // Journalled before the reply goes (the caller sends it after this returns).
+        if let Some(link) = &self.journal
+            && !runs_again
         {
-            s.state = match result {
-                Err(NfsStatus::Jukebox) => SlotState::Empty,
-                r => SlotState::Done(Box::new(r.clone())),
+            let end = if done {
+                EntryEnd::Done(result)
+            } else {
+                EntryEnd::NotDone
             };
+            let entry = SlotEntry {
+                slot: ticket.slot,
+                seq: ticket.seq,
+                uid,
+                end,
+            };
+            link.append(&self.tag, &entry);
         }
     }
 
@@ -163,9 +294,10 @@ fn replayed(reply: &Result<ReplyBody, NfsStatus>) -> Result<ReplyBody, NfsStatus
 
 /// Every client's record.
 pub(crate) struct ClientRecords {
-    inner: Mutex<RecordTable>,
+    inner: Arc<Mutex<RecordTable>>,
     grace: Duration,
     max: usize,
+    journal: Option<Arc<JournalLink>>,
 }
 
 /// The records by client id, behind the table's one mutex.
@@ -188,13 +320,87 @@ impl ClientRecords {
     /// A table of at most `max` records, each kept `grace` after its last connection closed.
     pub(crate) fn new(max: usize, grace: Duration) -> ClientRecords {
         ClientRecords {
-            inner: Mutex::new(RecordTable {
+            inner: Arc::new(Mutex::new(RecordTable {
                 by_id: HashMap::new(),
                 next_key: 1,
-            }),
+            })),
             grace,
             max: max.max(1),
+            journal: None,
         }
+    }
+
+    /// As [`ClientRecords::new`], with the slots kept in `journal` too if there is one, and
+    /// the records it held back in the table: unbound since now, so each client has the grace
+    /// period to come back for its replies.
+    pub(crate) fn start(max: usize, grace: Duration, journal: Option<Opened>) -> ClientRecords {
+        match journal {
+            Some((journal, loaded)) => {
+                Self::with_journal(max, grace, journal, loaded, Instant::now())
+            }
+            None => Self::new(max, grace),
+        }
+    }
+
+    fn with_journal(
+        max: usize,
+        grace: Duration,
+        journal: Journal,
+        loaded: HashMap<ClientId, LoadedRecord>,
+        now: Instant,
+    ) -> ClientRecords {
+        let mut records = ClientRecords::new(max, grace);
+        let link = Arc::new(JournalLink {
+            journal,
+            table: Arc::downgrade(&records.inner),
+        });
+        let mut table = records.inner.lock();
+        for (id, loaded) in loaded.into_iter().take(records.max) {
+            let mut slots: Vec<Slot> = Vec::new();
+            for (i, (seq, uid, end)) in loaded.slots {
+                let i = i as usize;
+                if slots.len() <= i {
+                    slots.resize_with(i + 1, || Slot {
+                        seq: 0,
+                        uid: 0,
+                        runs_again: false,
+                        state: SlotState::Empty,
+                    });
+                }
+                let (runs_again, state) = match end {
+                    SlotEnd::RunsAgain => (true, SlotState::Empty),
+                    SlotEnd::Unknown => (false, SlotState::Unknown),
+                    SlotEnd::Done(reply) => (false, SlotState::Done(reply)),
+                };
+                slots[i] = Slot {
+                    seq,
+                    uid,
+                    runs_again,
+                    state,
+                };
+            }
+            let key = table.next_key;
+            table.next_key += 1;
+            let record = Record {
+                key,
+                tag: RecordTag {
+                    id,
+                    incarnation: loaded.incarnation,
+                    granted: loaded.granted,
+                },
+                state: Mutex::new(RecordState {
+                    granted: loaded.granted,
+                    slots,
+                    bound: None,
+                    unbound_since: Some(now),
+                }),
+                journal: Some(link.clone()),
+            };
+            table.by_id.insert(id, Arc::new(record));
+        }
+        drop(table);
+        records.journal = Some(link);
+        records
     }
 
     /// Connection `conn` (SESSION) names client `id` and wants `slots` slots: binds it to the
@@ -229,12 +435,18 @@ impl ClientRecords {
         inner.next_key += 1;
         let record = Arc::new(Record {
             key,
+            tag: RecordTag {
+                id: *id,
+                incarnation: rand::random(),
+                granted: slots,
+            },
             state: Mutex::new(RecordState {
                 granted: slots,
                 slots: Vec::new(),
                 bound: Some(conn),
                 unbound_since: None,
             }),
+            journal: self.journal.clone(),
         });
         inner.by_id.insert(*id, record.clone());
         Ok(Bound {
@@ -310,34 +522,37 @@ mod tests {
     fn a_request_sent_again_is_answered_from_the_slot_and_not_done_twice() {
         let records = ClientRecords::new(4, GRACE);
         let r = bound(&records, 1, 1).record;
-        assert_eq!(r.begin(t(0, 1), 1000), Begin::Run);
+        assert_eq!(r.begin(t(0, 1), 1000, false), Begin::Run);
         // Sent again while the first attempt runs: try later.
         assert_eq!(
-            r.begin(t(0, 1), 1000),
+            r.begin(t(0, 1), 1000, false),
             Begin::Answer(Err(NfsStatus::Jukebox))
         );
         r.complete(t(0, 1), &removed());
         // Sent again after: the first answer, however often.
         for _ in 0..3 {
-            assert_eq!(r.begin(t(0, 1), 1000), Begin::Answer(removed()));
+            assert_eq!(r.begin(t(0, 1), 1000, false), Begin::Answer(removed()));
         }
         // An error is an answer too: a REMOVE that failed is not tried again.
-        assert_eq!(r.begin(t(0, 2), 1000), Begin::Run);
+        assert_eq!(r.begin(t(0, 2), 1000, false), Begin::Run);
         r.complete(t(0, 2), &Err(NfsStatus::NoEnt));
-        assert_eq!(r.begin(t(0, 2), 1000), Begin::Answer(Err(NfsStatus::NoEnt)));
+        assert_eq!(
+            r.begin(t(0, 2), 1000, false),
+            Begin::Answer(Err(NfsStatus::NoEnt))
+        );
         // Slots are independent.
-        assert_eq!(r.begin(t(7, 1), 1000), Begin::Run);
+        assert_eq!(r.begin(t(7, 1), 1000, false), Begin::Run);
     }
 
     #[test]
     fn a_request_the_server_did_not_do_is_done_when_sent_again() {
         let records = ClientRecords::new(4, GRACE);
         let r = bound(&records, 1, 1).record;
-        assert_eq!(r.begin(t(3, 1), 7), Begin::Run);
+        assert_eq!(r.begin(t(3, 1), 7, false), Begin::Run);
         r.complete(t(3, 1), &Err(NfsStatus::Jukebox));
-        assert_eq!(r.begin(t(3, 1), 7), Begin::Run);
+        assert_eq!(r.begin(t(3, 1), 7, false), Begin::Run);
         r.complete(t(3, 1), &removed());
-        assert_eq!(r.begin(t(3, 1), 7), Begin::Answer(removed()));
+        assert_eq!(r.begin(t(3, 1), 7, false), Begin::Answer(removed()));
     }
 
     #[test]
@@ -346,21 +561,27 @@ mod tests {
         let r = bound(&records, 1, 1).record;
         let misordered = Begin::Answer(Err(NfsStatus::SeqMisordered));
         // Nothing sent yet: only 1 is next; 0 is never a request.
-        assert_eq!(r.begin(t(0, 0), 1), misordered);
-        assert_eq!(r.begin(t(0, 2), 1), misordered);
-        assert_eq!(r.begin(t(8, 1), 1), Begin::Answer(Err(NfsStatus::BadSlot)));
-        assert_eq!(r.begin(t(0, 1), 1), Begin::Run);
+        assert_eq!(r.begin(t(0, 0), 1, false), misordered);
+        assert_eq!(r.begin(t(0, 2), 1, false), misordered);
+        assert_eq!(
+            r.begin(t(8, 1), 1, false),
+            Begin::Answer(Err(NfsStatus::BadSlot))
+        );
+        assert_eq!(r.begin(t(0, 1), 1, false), Begin::Run);
         r.complete(t(0, 1), &removed());
         // A skipped number, an old one, and another user asking for the cached reply.
-        assert_eq!(r.begin(t(0, 3), 1), misordered);
-        assert_eq!(r.begin(t(0, 1), 2), misordered);
+        assert_eq!(r.begin(t(0, 3), 1, false), misordered);
+        assert_eq!(r.begin(t(0, 1), 2, false), misordered);
         // A new request while the slot's last still runs waits.
-        assert_eq!(r.begin(t(0, 2), 1), Begin::Run);
-        assert_eq!(r.begin(t(0, 3), 1), Begin::Answer(Err(NfsStatus::Jukebox)));
+        assert_eq!(r.begin(t(0, 2), 1, false), Begin::Run);
+        assert_eq!(
+            r.begin(t(0, 3), 1, false),
+            Begin::Answer(Err(NfsStatus::Jukebox))
+        );
         // A completion for a request the slot no longer holds changes nothing.
         r.complete(t(0, 1), &Err(NfsStatus::Io));
         r.complete(t(0, 2), &removed());
-        assert_eq!(r.begin(t(0, 2), 1), Begin::Answer(removed()));
+        assert_eq!(r.begin(t(0, 2), 1, false), Begin::Answer(removed()));
     }
 
     #[test]
@@ -369,9 +590,10 @@ mod tests {
         let r = bound(&records, 1, 1).record;
         let attr = Attr::test_file(1, 30_000);
         let reply = Ok(ReplyBody::SetAttr { attr: Some(attr) });
-        assert_eq!(r.begin(t(0, 1), 1), Begin::Run);
+        assert_eq!(r.begin(t(0, 1), 1, false), Begin::Run);
         r.complete(t(0, 1), &reply);
-        let Begin::Answer(Ok(ReplyBody::SetAttr { attr: Some(a) })) = r.begin(t(0, 1), 1) else {
+        let Begin::Answer(Ok(ReplyBody::SetAttr { attr: Some(a) })) = r.begin(t(0, 1), 1, false)
+        else {
             panic!("no cached answer");
         };
         assert_eq!(a.lease_ms, 0);
@@ -383,14 +605,17 @@ mod tests {
         let first = bound(&records, 1, 1);
         assert!(!first.resumed);
         assert_eq!(first.slots, 8);
-        first.record.begin(t(0, 1), 1);
+        first.record.begin(t(0, 1), 1, false);
         first.record.complete(t(0, 1), &removed());
         let now = Instant::now();
         records.unbind(&first.record, 1, now);
         let again = records.bind(&[1; 32], 8, 2, now + GRACE / 2).unwrap();
         assert!(again.resumed);
         assert_eq!(again.record.key, first.record.key);
-        assert_eq!(again.record.begin(t(0, 1), 1), Begin::Answer(removed()));
+        assert_eq!(
+            again.record.begin(t(0, 1), 1, false),
+            Begin::Answer(removed())
+        );
         // The old connection closing late does not start the grace of the new one.
         records.unbind(&again.record, 1, now + GRACE / 2);
         let still = records.bind(&[1; 32], 8, 3, now + GRACE * 3).unwrap();
@@ -401,7 +626,7 @@ mod tests {
         assert!(!gone.resumed);
         assert_ne!(gone.record.key, first.record.key);
         assert_eq!(
-            gone.record.begin(t(0, 1), 1),
+            gone.record.begin(t(0, 1), 1, false),
             Begin::Run,
             "a new record remembers nothing"
         );
@@ -442,11 +667,115 @@ mod tests {
         let records = ClientRecords::new(4, GRACE);
         let r = bound(&records, 1, 1).record;
         assert!(r.state.lock().slots.is_empty());
-        assert_eq!(r.begin(t(2, 1), 1), Begin::Run);
+        assert_eq!(r.begin(t(2, 1), 1, false), Begin::Run);
         assert_eq!(r.state.lock().slots.len(), 3);
         // Unused slots below it are fresh: their first number is 1.
-        assert_eq!(r.begin(t(0, 1), 1), Begin::Run);
+        assert_eq!(r.begin(t(0, 1), 1, false), Begin::Run);
         assert_eq!(r.state.lock().slots.len(), 3);
+    }
+
+    /// A table journalled in `dir`, as a start of sfsd listening on port 4711 makes it.
+    fn journalled(dir: &std::path::Path) -> ClientRecords {
+        let opened = Journal::open(dir, "127.0.0.1:4711".parse().unwrap(), 8, GRACE)
+            .unwrap()
+            .expect("this machine has a boot id");
+        ClientRecords::start(8, GRACE, Some(opened))
+    }
+
+    fn private_dir() -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn after_a_restart_a_change_gets_its_reply_runs_again_or_is_unknown() {
+        let dir = private_dir();
+        let records = journalled(dir.path());
+        let r = bound(&records, 1, 1).record;
+        // A REMOVE done, a CREATE still running when sfsd dies, a WRITE answered, a REMOVE
+        // answered JUKEBOX (not done).
+        assert_eq!(r.begin(t(0, 1), 1000, false), Begin::Run);
+        r.complete(t(0, 1), &removed());
+        assert_eq!(r.begin(t(1, 1), 1000, false), Begin::Run);
+        assert_eq!(r.begin(t(2, 1), 1000, true), Begin::Run);
+        r.complete(t(2, 1), &Ok(ReplyBody::Null));
+        assert_eq!(r.begin(t(3, 1), 1000, false), Begin::Run);
+        r.complete(t(3, 1), &Err(NfsStatus::Jukebox));
+        drop((r, records));
+
+        let records = journalled(dir.path());
+        let again = records.bind(&[1; 32], 8, 2, Instant::now()).unwrap();
+        assert!(again.resumed, "the record came back from the journal");
+        assert_eq!(again.slots, 8);
+        let r = again.record;
+        assert_eq!(r.begin(t(0, 1), 1000, false), Begin::Answer(removed()));
+        assert_eq!(
+            r.begin(t(0, 1), 1001, false),
+            Begin::Answer(Err(NfsStatus::SeqMisordered))
+        );
+        assert_eq!(
+            r.begin(t(1, 1), 1000, false),
+            Begin::Answer(Err(NfsStatus::Io))
+        );
+        assert_eq!(
+            r.begin(t(2, 1), 1000, true),
+            Begin::Run,
+            "a WRITE runs again"
+        );
+        assert_eq!(
+            r.begin(t(3, 1), 1000, false),
+            Begin::Run,
+            "not done: it runs now"
+        );
+        // The numbers went on from where they were.
+        assert_eq!(r.begin(t(0, 2), 1000, false), Begin::Run);
+        assert_eq!(
+            r.begin(t(4, 2), 1000, false),
+            Begin::Answer(Err(NfsStatus::SeqMisordered))
+        );
+        // Another client's id finds nothing.
+        assert!(
+            !records
+                .bind(&[2; 32], 8, 3, Instant::now())
+                .unwrap()
+                .resumed
+        );
+    }
+
+    #[test]
+    fn the_journal_is_rewritten_as_it_grows_and_keeps_each_slots_last_change() {
+        let dir = private_dir();
+        let path = dir.path().join("replies-127.0.0.1-4711");
+        let records = journalled(dir.path());
+        let r = bound(&records, 1, 1).record;
+        let mut largest = 0;
+        let mut seq = 0;
+        // Well past the first rewrite's size (about 130 bytes a change).
+        for _ in 0..40_000 {
+            seq = next_seq(seq);
+            for slot in 0..2 {
+                assert_eq!(r.begin(t(slot, seq), 7, false), Begin::Run);
+                r.complete(t(slot, seq), &Err(NfsStatus::Exist));
+            }
+            largest = largest.max(std::fs::metadata(&path).unwrap().len());
+        }
+        assert!(
+            largest < 2 * journal::FIRST_REWRITE,
+            "rewritten: at most {largest} bytes"
+        );
+        drop((r, records));
+        let records = journalled(dir.path());
+        let r = records.bind(&[1; 32], 8, 2, Instant::now()).unwrap().record;
+        for slot in 0..2 {
+            assert_eq!(
+                r.begin(t(slot, seq), 7, false),
+                Begin::Answer(Err(NfsStatus::Exist))
+            );
+        }
+        let end = records.journal.as_ref().unwrap().journal.entries_end();
+        assert!(end < 1024, "one entry per slot: {end} bytes");
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         println!("sfsd: initialised {} as {}", dir.display(), st.name());
     }
     let location = pick_location(settings.location.as_deref(), &dir, addr)?;
-    let st = state::load(&dir, Some(&location))?;
+    let mut st = state::load(&dir, Some(&location))?;
     let name = st.name();
 
     let workers = settings.worker_count(libcolor::available_cpus());
@@ -161,6 +161,34 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 "not watching the export's file system ({why}): a change made on the server's \
                  disk by another program shows in the clients when their leases end"
             );
+            None
+        }
+    };
+    // A restarted sfsd answers the changes it had done with the replies it gave then.
+    st.replies = match crate::replies::Journal::open(
+        &dir,
+        addr,
+        settings.limits.max_connections.saturating_mul(2),
+        settings.lease,
+    ) {
+        Ok(Some(opened)) => {
+            if !opened.1.is_empty() {
+                tracing::info!(
+                    clients = opened.1.len(),
+                    "reply journal read: clients cut off by the restart get their replies"
+                );
+            }
+            Some(opened)
+        }
+        Ok(None) => {
+            tracing::info!(
+                "no reply journal (the boot id cannot be read): a change cut off by a restart \
+                 fails in its client"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("no reply journal: {e:#}");
             None
         }
     };

@@ -213,9 +213,10 @@ impl Server {
             changes,
             // A record per connection, and as many again of clients whose connection broke,
             // each kept for one lease: a client back within it finds its replies.
-            clients: crate::replies::ClientRecords::new(
+            clients: crate::replies::ClientRecords::start(
                 limits.max_connections.saturating_mul(2),
                 settings.lease,
+                st.replies,
             ),
             file_budget: FileBudget::new(crate::limits::CACHED_FILES),
             limits,

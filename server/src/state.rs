@@ -25,6 +25,9 @@ pub(crate) struct State {
     pub keypair: ServerKeypair,
     pub handle_key: HandleKey,
     pub location: Location,
+    /// The reply cache's journal and what it held, once `sfsd serve` has opened it (it is
+    /// named after the address the server is bound to).
+    pub replies: Option<crate::replies::Opened>,
 }
 
 impl State {
@@ -73,6 +76,7 @@ pub(crate) fn init(dir: &Path, location: &Location) -> Result<State> {
         keypair,
         handle_key,
         location: location.clone(),
+        replies: None,
     })
 }
 
@@ -107,6 +111,7 @@ pub(crate) fn load(dir: &Path, location: Option<&Location>) -> Result<State> {
         keypair,
         handle_key,
         location,
+        replies: None,
     })
 }
 

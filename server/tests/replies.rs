@@ -221,3 +221,126 @@ fn a_record_is_forgotten_after_the_grace_period() {
     let (_late, resumed) = session(&s, 1);
     assert!(!resumed, "the record outlived the grace period");
 }
+
+/// sfsd started again on `port` with alice's users file and the same state and export, once
+/// the port binds again.
+fn restart_on(area: &Area, port: u16) -> Sfsd {
+    let listen = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = std::panic::catch_unwind(|| start(area, &["--listen", &listen]));
+        match r {
+            Ok(s) => return s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            Err(e) => std::panic::resume_unwind(e),
+        }
+    }
+}
+
+/// The client's changes were done and answered, then sfsd crashed before the client had the
+/// replies: on the restarted sfsd the client finds its record, and each change sent again
+/// gets the reply it was given (a REMOVE done twice would say NOENT, a guarded CREATE EXIST, a
+/// RENAME NOENT), while a WRITE, which may simply run again, does.
+#[test]
+fn changes_answered_before_sfsd_crashed_are_answered_again_after_its_restart() {
+    let area = Area::new();
+    let mut s = start(&area, &[]);
+    let port = s.addr.port();
+    let (mut first, _) = session(&s, 1);
+    for name in ["gone", "from"] {
+        std::fs::write(area.export().join(name), name).unwrap();
+    }
+    let root = first.root;
+    let remove = sequenced(
+        0,
+        1,
+        RequestOp::Remove {
+            dir: root,
+            name: b"gone".to_vec(),
+        },
+    );
+    let create = sequenced(
+        1,
+        1,
+        RequestOp::Create {
+            dir: root,
+            name: b"made".to_vec(),
+            how: CreateHow::Guarded(SetAttr {
+                mode: Some(0o644),
+                ..SetAttr::default()
+            }),
+        },
+    );
+    let rename = sequenced(
+        2,
+        1,
+        RequestOp::Rename {
+            from_dir: root,
+            from_name: b"from".to_vec(),
+            to_dir: root,
+            to_name: b"to".to_vec(),
+        },
+    );
+    let mut made_fh = None;
+    for op in [&remove, &create, &rename] {
+        let reply = call_settled(&mut first, op.clone());
+        if let Ok(ReplyBody::Create(made)) = &reply {
+            made_fh = made.fh;
+        }
+        assert!(reply.is_ok(), "{reply:?}");
+    }
+    let made_fh = made_fh.expect("CREATE's handle");
+    let write = sequenced(
+        3,
+        1,
+        RequestOp::Write {
+            fh: made_fh,
+            offset: 0,
+            stable: StableHow::FileSync,
+            data: b"first".to_vec().into(),
+        },
+    );
+    assert!(call_settled(&mut first, write.clone()).is_ok());
+    // The replies are lost to the client: sfsd crashes.
+    s.kill();
+    drop(first);
+    std::fs::write(area.export().join("made"), b"other").unwrap();
+
+    let s = restart_on(&area, port);
+    let (mut again, resumed) = session(&s, 1);
+    assert!(resumed, "the record outlives sfsd's crash");
+    for _ in 0..2 {
+        assert!(matches!(
+            call_settled(&mut again, remove.clone()),
+            Ok(ReplyBody::Remove { .. })
+        ));
+        let Ok(ReplyBody::Create(made)) = call_settled(&mut again, create.clone()) else {
+            panic!("CREATE not answered from the journal");
+        };
+        assert_eq!(made.fh, Some(made_fh));
+        assert!(matches!(
+            call_settled(&mut again, rename.clone()),
+            Ok(ReplyBody::Rename { .. })
+        ));
+    }
+    // The WRITE ran again: its bytes are back over what was written since.
+    assert!(matches!(
+        call_settled(&mut again, write),
+        Ok(ReplyBody::Write { .. })
+    ));
+    assert_eq!(std::fs::read(area.export().join("made")).unwrap(), b"first");
+    // The slots' numbers went on: the next ones are new changes.
+    let remove_to = sequenced(
+        0,
+        2,
+        RequestOp::Remove {
+            dir: root,
+            name: b"to".to_vec(),
+        },
+    );
+    assert!(call_settled(&mut again, remove_to).is_ok());
+    assert!(!area.export().join("to").exists());
+    // Another client's id finds nothing of this one's.
+    let (_other, resumed) = session(&s, 2);
+    assert!(!resumed);
+}

@@ -99,6 +99,14 @@ impl Sfsd {
         }
     }
 
+    /// SIGKILL, as a crash: no goodbye to clients, nothing flushed.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     pub(crate) fn alive(&mut self) -> bool {
         match &mut self.child {
             Some(c) => c.try_wait().unwrap().is_none(),
@@ -405,7 +413,10 @@ impl Sfsd {
             }
             None => {}
         }
-        cmd.args(["--listen", "127.0.0.1:0", "--stats"])
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.arg("--stats")
             .args(
                 if extra.contains(&"--workers") || extra.contains(&"--uniprocessor") {
                     &[][..]

@@ -83,9 +83,6 @@ impl LocalFs {
     }
 }
 
-/// Where Linux keeps the identity of its current boot: a random UUID drawn at each boot.
-const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
-
 /// The WRITE/COMMIT verifier: it changes when unstable writes this server answered may have
 /// been lost, so that clients holding such writes uncommitted report the loss (NFSv3's
 /// rule). Those writes are in the kernel's page cache, which a crash or restart of sfsd does
@@ -95,17 +92,14 @@ const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 /// as a reboot, as before). A write the disk failed to store is not this: COMMIT's `fsync`
 /// reports it.
 pub(super) fn write_verifier() -> [u8; 8] {
-    verifier_of_boot(std::fs::read(BOOT_ID).ok().as_deref())
+    verifier_of_boot(crate::boot::id().as_deref())
 }
 
 fn verifier_of_boot(boot_id: Option<&[u8]>) -> [u8; 8] {
-    match boot_id {
-        Some(id) if !id.trim_ascii().is_empty() => {
-            let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-            ctx.update(b"sfsd write verifier\0");
-            ctx.update(id.trim_ascii());
+    match boot_id.map(<[u8]>::trim_ascii) {
+        Some(id) if !id.is_empty() => {
             let mut v = [0; 8];
-            v.copy_from_slice(&ctx.finish().as_ref()[..8]);
+            v.copy_from_slice(&crate::boot::tag("sfsd write verifier", id)[..8]);
             v
         }
         _ => rand::random(),
