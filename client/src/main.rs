@@ -65,6 +65,10 @@ fn main() {
     };
     // Colours only for a terminal (not in the background mount's log file).
     let ansi = log_file.is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // A log line that cannot be written (a full disk) is dropped. tracing would otherwise say
+    // so on standard error, which for a background mount is the same file: that write fails
+    // too, and `eprint!` panics, taking the mount down with the disk.
+    let report_lost_lines = log_file.is_none();
     let writer = match log_file {
         // A std mutex, not parking_lot's: tracing-subscriber implements `MakeWriter` for
         // `std::sync::Mutex<W>` only, and only tracing locks it (to write a log line).
@@ -75,6 +79,7 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(writer)
         .with_ansi(ansi)
+        .log_internal_errors(report_lost_lines)
         .with_target(false)
         .fmt_fields(log_fields::escaped());
     if timestamps {

@@ -5191,3 +5191,40 @@ fn a_removal_refused_after_its_answer_is_reported_by_the_directorys_fsync() {
         m.log()
     );
 }
+
+/// A background mount whose log cannot be written (its disk is full: here `/dev/full`) mounts
+/// and serves all the same. Before, tracing reported the lost log line on standard error, which
+/// for a background mount is the same full file, and that failed write panicked the mount
+/// process; and `sfs mount`, seeing it exit, read the device given as its log for ever.
+#[test]
+fn a_mount_whose_log_cannot_be_written_still_serves() {
+    need_fuse!();
+    let s = setup();
+    let dir = s.dir.path().join("full");
+    fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let mut c = sfs_cmd(&s.home);
+    c.arg("--identity")
+        .arg(&s.identity)
+        .args(["-vv", "--timeout", "5", "mount"])
+        .arg(&s.server.name)
+        .arg(&dir)
+        .args(["--log", "/dev/full"]);
+    let out = run(c, LIMIT);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "mount failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _m = Mount {
+        pid: mounted_pid(&stdout),
+        dir: dir.clone(),
+        log: PathBuf::from("/dev/null"),
+    };
+    fs::write(dir.join("written"), b"with the log's disk full").unwrap();
+    assert_eq!(
+        fs::read(s.export.join("written")).unwrap(),
+        b"with the log's disk full"
+    );
+}

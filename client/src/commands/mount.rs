@@ -1,5 +1,6 @@
 //! `nfs`, `mount`, `umount`: the FUSE mount, the loopback NFSv3 server, and unmounting both.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -338,11 +339,20 @@ pub(crate) fn daemonize(dir: &Path, log: Option<&Path>, verbose: u8) -> Result<(
     }
 }
 
-/// The last `n` lines written to `log` after byte `from`.
+/// The last `n` lines written to `log` after byte `from`, from at most its last 64 KiB (a log
+/// kept for months is not read whole, nor a device given as the log read for ever).
 fn log_tail(log: &Path, from: u64, n: usize) -> Vec<String> {
-    let text = std::fs::read(log).unwrap_or_default();
-    let start = usize::try_from(from).unwrap_or(0).min(text.len());
-    let text = String::from_utf8_lossy(&text[start..]).into_owned();
+    use std::io::{Read, Seek, SeekFrom};
+    const MOST: u64 = 64 * 1024;
+    let mut text = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(log) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let start = from.max(len.saturating_sub(MOST));
+        if f.seek(SeekFrom::Start(start)).is_ok() {
+            let _ = f.take(MOST).read_to_end(&mut text);
+        }
+    }
+    let text = String::from_utf8_lossy(&text).into_owned();
     let lines: Vec<String> = text.lines().map(str::to_owned).collect();
     lines[lines.len().saturating_sub(n)..].to_vec()
 }
@@ -529,7 +539,13 @@ where
             let _ = done_tx.send(session.run());
         })?;
     tracing::info!("{name} mounted on {}", abs.display());
-    println!("sfs: {name} mounted on {}", abs.display());
+    // Not `println!`: a background mount's standard output is its log, and a full disk there
+    // must not take the mount down (println! panics when the write fails).
+    let _ = writeln!(
+        std::io::stdout(),
+        "sfs: {name} mounted on {}",
+        abs.display()
+    );
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
