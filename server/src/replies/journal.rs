@@ -326,8 +326,15 @@ impl Journal {
             "reply journal turned off until sfsd starts again ({e}): a change cut off by a \
              restart fails in its client"
         );
-        if let Some(file) = inner.file.take() {
-            let _ = file.set_len(0);
+        inner.file = None;
+        // By its name, not the descriptor whose write failed.
+        let emptied = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&self.path)
+            .and_then(|f| f.set_len(0));
+        if let Err(e) = emptied {
+            tracing::warn!(path = %self.path.display(), "reply journal not emptied: {e}");
         }
     }
 }
@@ -871,5 +878,40 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(loaded.is_empty(), "its clients have stopped waiting");
+    }
+
+    #[test]
+    fn a_journal_whose_write_fails_is_emptied_and_written_no_more() {
+        if crate::boot::id().is_none() {
+            return;
+        }
+        let dir = private_dir();
+        let listen = SocketAddr::from(([127, 0, 0, 1], 4714));
+        let (j, _) = Journal::open(dir.path(), listen, 4, GRACE)
+            .unwrap()
+            .unwrap();
+        let entry = |seq| SlotEntry {
+            slot: 0,
+            seq,
+            uid: 1,
+            end: EntryEnd::Began,
+        };
+        j.append(&tag(1, 1, 8), &entry(1));
+        // The next write fails (a descriptor not open for writing stands in for a disk error).
+        let path = dir.path().join("replies-127.0.0.1-4714");
+        j.inner.lock().file = Some(File::open(&path).unwrap());
+        assert!(!j.append(&tag(1, 1, 8), &entry(2)));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "emptied");
+        assert!(!j.append(&tag(1, 1, 8), &entry(3)));
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            0,
+            "written no more"
+        );
+        drop(j);
+        let (_, loaded) = Journal::open(dir.path(), listen, 4, GRACE)
+            .unwrap()
+            .unwrap();
+        assert!(loaded.is_empty(), "a start finds nothing to answer with");
     }
 }
