@@ -24,8 +24,8 @@
 //! with the boot. The file is mapped shared and entries are copied into the mapping: no system
 //! call per entry (a `write(2)` each cost sfsd about 5 us, through ext4 and the fanotify event
 //! of sfsd's own watch of the file system; a copy costs about 0.5 us), and the pages are the
-//! page cache's, which outlive sfsd as written ones do. The header holds the time of the last entry:
-//! a mapping's writes do not move the file's mtime at once.
+//! page cache's, which outlive sfsd as written ones do. The header holds the time of the last
+//! entry: a mapping's writes do not move the file's mtime at once.
 //!
 //! **Torn and hostile bytes.** Each entry carries its length and a checksum; reading stops at
 //! the first entry that is short, too long or does not check (the tail a crash cut), and a
