@@ -45,10 +45,11 @@ use journal::{EntryEnd, LoadedRecord, RecordTag, SlotEnd, SlotEntry};
 pub(crate) type ClientId = [u8; CLIENT_ID_LEN];
 
 /// What one slot holds.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 enum SlotState {
     /// Nothing to answer with: never used, or the last request was not done (JUKEBOX), so it
     /// may be sent again and done.
+    #[default]
     Empty,
     /// Being done now.
     Running,
@@ -59,7 +60,8 @@ enum SlotState {
     Unknown,
 }
 
-#[derive(Debug)]
+/// A slot never used is `Slot::default()`: number 0, empty.
+#[derive(Debug, Default)]
 struct Slot {
     /// The sequence number of the slot's last request (0: none yet).
     seq: u32,
@@ -172,14 +174,21 @@ impl Record {
     /// [`runs_again_after_restart`] of it.
     pub(crate) fn begin(&self, ticket: Ticket, uid: u32, runs_again: bool) -> Begin {
         let begin = self.begin_in_memory(ticket, uid, runs_again);
-        if begin == Begin::Run
-            && let Some(link) = &self.journal
-        {
+        if begin == Begin::Run {
             let end = if runs_again {
                 EntryEnd::BeganRunsAgain
             } else {
                 EntryEnd::Began
             };
+            self.journal(ticket, uid, end);
+        }
+        begin
+    }
+
+    /// Writes to the journal, if there is one, that the change through `ticket` run as `uid`
+    /// reached `end`.
+    fn journal(&self, ticket: Ticket, uid: u32, end: EntryEnd<'_>) {
+        if let Some(link) = &self.journal {
             let entry = SlotEntry {
                 slot: ticket.slot,
                 seq: ticket.seq,
@@ -188,7 +197,6 @@ impl Record {
             };
             link.append(&self.tag, &entry);
         }
-        begin
     }
 
     fn begin_in_memory(&self, ticket: Ticket, uid: u32, runs_again: bool) -> Begin {
@@ -198,12 +206,7 @@ impl Record {
         }
         let i = ticket.slot as usize;
         if st.slots.len() <= i {
-            st.slots.resize_with(i + 1, || Slot {
-                seq: 0,
-                uid: 0,
-                runs_again: false,
-                state: SlotState::Empty,
-            });
+            st.slots.resize_with(i + 1, Slot::default);
         }
         let s = &mut st.slots[i];
         if ticket.seq == next_seq(s.seq) {
@@ -255,21 +258,13 @@ impl Record {
         let (uid, runs_again) = (s.uid, s.runs_again);
         drop(st);
         // Journalled before the reply goes (the caller sends it after this returns).
-        if let Some(link) = &self.journal
-            && !runs_again
-        {
+        if !runs_again {
             let end = if done {
                 EntryEnd::Done(result)
             } else {
                 EntryEnd::NotDone
             };
-            let entry = SlotEntry {
-                slot: ticket.slot,
-                seq: ticket.seq,
-                uid,
-                end,
-            };
-            link.append(&self.tag, &entry);
+            self.journal(ticket, uid, end);
         }
     }
 
@@ -360,12 +355,7 @@ impl ClientRecords {
             for (i, (seq, uid, end)) in loaded.slots {
                 let i = i as usize;
                 if slots.len() <= i {
-                    slots.resize_with(i + 1, || Slot {
-                        seq: 0,
-                        uid: 0,
-                        runs_again: false,
-                        state: SlotState::Empty,
-                    });
+                    slots.resize_with(i + 1, Slot::default);
                 }
                 let (runs_again, state) = match end {
                     SlotEnd::RunsAgain => (true, SlotState::Empty),

@@ -60,24 +60,10 @@ fn call_settled(s: &mut Session, op: RequestOp) -> Result<ReplyBody, NfsStatus> 
     }
 }
 
-fn start(area: &Area, extra: &[&str]) -> Sfsd {
-    std::os::unix::fs::chown(area.export(), Some(1000), Some(1000)).unwrap();
-    let users = area.users(&[ALICE]);
-    let mut args = vec!["--users", users.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    area.start(&args)
-}
-
-#[test]
-fn changes_cut_off_with_their_connection_are_answered_from_the_cache_and_done_once() {
-    let area = Area::new();
-    let s = start(&area, &[]);
-    let (mut first, resumed) = session(&s, 1);
-    assert!(!resumed);
-    for name in ["gone", "from", "other"] {
-        std::fs::write(area.export().join(name), name).unwrap();
-    }
-    let root = first.root;
+/// Three changes that done twice would fail on what the first did, each the first of its
+/// slot: REMOVE of `gone` (slot 0), guarded CREATE of `made` (slot 1), RENAME of `from` to `to`
+/// (slot 2), in `root`.
+fn three_changes(root: FileHandle) -> [RequestOp; 3] {
     let remove = sequenced(
         0,
         1,
@@ -108,6 +94,28 @@ fn changes_cut_off_with_their_connection_are_answered_from_the_cache_and_done_on
             to_name: b"to".to_vec(),
         },
     );
+    [remove, create, rename]
+}
+
+fn start(area: &Area, extra: &[&str]) -> Sfsd {
+    std::os::unix::fs::chown(area.export(), Some(1000), Some(1000)).unwrap();
+    let users = area.users(&[ALICE]);
+    let mut args = vec!["--users", users.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    area.start(&args)
+}
+
+#[test]
+fn changes_cut_off_with_their_connection_are_answered_from_the_cache_and_done_once() {
+    let area = Area::new();
+    let s = start(&area, &[]);
+    let (mut first, resumed) = session(&s, 1);
+    assert!(!resumed);
+    for name in ["gone", "from", "other"] {
+        std::fs::write(area.export().join(name), name).unwrap();
+    }
+    let root = first.root;
+    let [remove, create, rename] = three_changes(root);
     // Sent, and the connection closed before any reply is read.
     for op in [&remove, &create, &rename] {
         first.c.send(first.a, op.clone());
@@ -251,36 +259,7 @@ fn changes_answered_before_sfsd_crashed_are_answered_again_after_its_restart() {
         std::fs::write(area.export().join(name), name).unwrap();
     }
     let root = first.root;
-    let remove = sequenced(
-        0,
-        1,
-        RequestOp::Remove {
-            dir: root,
-            name: b"gone".to_vec(),
-        },
-    );
-    let create = sequenced(
-        1,
-        1,
-        RequestOp::Create {
-            dir: root,
-            name: b"made".to_vec(),
-            how: CreateHow::Guarded(SetAttr {
-                mode: Some(0o644),
-                ..SetAttr::default()
-            }),
-        },
-    );
-    let rename = sequenced(
-        2,
-        1,
-        RequestOp::Rename {
-            from_dir: root,
-            from_name: b"from".to_vec(),
-            to_dir: root,
-            to_name: b"to".to_vec(),
-        },
-    );
+    let [remove, create, rename] = three_changes(root);
     let mut made_fh = None;
     for op in [&remove, &create, &rename] {
         let reply = call_settled(&mut first, op.clone());
