@@ -740,6 +740,12 @@ mod tests {
         let path = dir.path().join("replies-127.0.0.1-4711");
         let records = journalled(dir.path());
         let r = bound(&records, 1, 1).record;
+        // Slots the rewrites must carry over as they are: a change still running, one that may
+        // run again, one not done (JUKEBOX).
+        assert_eq!(r.begin(t(2, 1), 7, false), Begin::Run);
+        assert_eq!(r.begin(t(3, 1), 7, true), Begin::Run);
+        assert_eq!(r.begin(t(4, 1), 7, false), Begin::Run);
+        r.complete(t(4, 1), &Err(NfsStatus::Jukebox));
         let mut largest = 0;
         let mut seq = 0;
         // Well past the first rewrite's size (about 130 bytes a change).
@@ -764,6 +770,12 @@ mod tests {
                 Begin::Answer(Err(NfsStatus::Exist))
             );
         }
+        assert_eq!(
+            r.begin(t(2, 1), 7, false),
+            Begin::Answer(Err(NfsStatus::Io))
+        );
+        assert_eq!(r.begin(t(3, 1), 7, true), Begin::Run);
+        assert_eq!(r.begin(t(4, 1), 7, false), Begin::Run);
         let end = records.journal.as_ref().unwrap().journal.entries_end();
         assert!(end < 1024, "one entry per slot: {end} bytes");
     }
