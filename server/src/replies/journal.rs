@@ -308,6 +308,13 @@ impl Journal {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)?;
+        // Made on the thread of a request that just ran: its fsgid may still be that
+        // request's (fs/creds.rs), which the file must not get as its group.
+        rustix::fs::fchown(
+            &file,
+            Some(rustix::process::geteuid()),
+            Some(rustix::process::getegid()),
+        )?;
         let len = HEADER_LEN + entries.len();
         let rewrite_at = (len as u64 * 2).max(FIRST_REWRITE);
         allocate(&file, 0, rewrite_at + SLACK)?;
@@ -766,6 +773,40 @@ mod tests {
         let mut b = header(&BOOT);
         entry(&mut b, 1, 0, 1, EntryEnd::Done(&big));
         assert_eq!(parse(&b, &BOOT, 10)[&[1; 32]].slots[&0].2, SlotEnd::Unknown);
+    }
+
+    #[test]
+    fn a_journal_written_where_a_request_left_its_group_is_the_servers() {
+        use crate::fs::creds::{Mode, Switcher};
+        use std::os::unix::fs::MetadataExt;
+        if crate::boot::id().is_none() || Mode::detect() != Mode::PerRequest {
+            eprintln!("skipped: needs root and a boot id");
+            return;
+        }
+        let dir = private_dir();
+        let listen: SocketAddr = "127.0.0.1:4712".parse().unwrap();
+        let path = dir.path().join("replies-127.0.0.1-4712");
+        let gid = std::thread::scope(|s| {
+            s.spawn(|| {
+                // A request of a user in group 4243 ran on this thread and left its fsgid.
+                let creds = crate::users::Creds {
+                    name: "t".into(),
+                    uid: 4242,
+                    gids: vec![4243],
+                    anonymous: false,
+                };
+                Switcher::new(Mode::PerRequest).run(&creds, || ()).unwrap();
+                let (j, _) = Journal::open(dir.path(), listen, 4, GRACE)
+                    .unwrap()
+                    .unwrap();
+                let gid = std::fs::metadata(&path).unwrap().gid();
+                drop(j);
+                gid
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(gid, rustix::process::getegid().as_raw());
     }
 
     #[test]
