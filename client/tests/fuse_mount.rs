@@ -1700,13 +1700,20 @@ fn a_directory_listed_again_is_the_kernels_own_copy_until_it_changes() {
 }
 
 /// A walk down the tree (a directory opened, then one of its subdirectories) reads the
-/// listings of the subdirectory's subdirectories and of its siblings ahead, so the walk's next
-/// `opendir`s ask the server nothing; opening one directory alone reads nothing ahead.
+/// listings of the subdirectory's subdirectories and of its siblings ahead, and of their
+/// subdirectories in turn, so the walk's next `opendir`s ask the server nothing; opening one
+/// directory alone reads nothing ahead.
 #[test]
 fn a_walk_reads_the_next_listings_ahead() {
     need_fuse!();
     let s = setup();
-    for d in ["top/a/deep", "top/b", "top/c", "alone/x", "alone/y"] {
+    for d in [
+        "top/a/deep/deeper",
+        "top/b/inner",
+        "top/c",
+        "alone/x",
+        "alone/y",
+    ] {
         fs::create_dir_all(s.export.join(d)).unwrap();
     }
     fs::write(s.export.join("top/b/file"), b"b").unwrap();
@@ -1730,15 +1737,18 @@ fn a_walk_reads_the_next_listings_ahead() {
     assert_eq!(names("alone"), ["x", "y"]);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(listdirs(&m), before + 1, "log:\n{}", m.log());
-    // A walk: top, then top/a; then a/deep, b and c are read ahead.
+    // A walk: top, then top/a; then a/deep, b and c are read ahead, and as they arrive,
+    // a/deep/deeper and b/inner (one level more, no further).
     let before = listdirs(&m);
     assert_eq!(names("top"), ["a", "b", "c"]);
     assert_eq!(names("top/a"), ["deep"]);
-    soon("listings read ahead", before + 5, || listdirs(&m));
-    assert_eq!(names("top/a/deep"), Vec::<String>::new());
-    assert_eq!(names("top/b"), ["file"]);
+    soon("listings read ahead", before + 7, || listdirs(&m));
+    assert_eq!(names("top/a/deep"), ["deeper"]);
+    assert_eq!(names("top/a/deep/deeper"), Vec::<String>::new());
+    assert_eq!(names("top/b"), ["file", "inner"]);
+    assert_eq!(names("top/b/inner"), Vec::<String>::new());
     assert_eq!(names("top/c"), Vec::<String>::new());
-    assert_eq!(listdirs(&m), before + 5, "log:\n{}", m.log());
+    assert_eq!(listdirs(&m), before + 7, "log:\n{}", m.log());
 }
 
 /// A name a program makes on the server's disk (behind sfsd's back, so no INVALIDATE) shows

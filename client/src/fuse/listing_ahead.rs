@@ -7,7 +7,10 @@
 //! same user opened before is a step down a walk. At such a step the listings of that
 //! directory's subdirectories and of its siblings (the subdirectories of its parent) are read
 //! ahead, side by side on the one stream, into the kept listings ([`super::kept_listings`]),
-//! where the walker's next `opendir`s find them.
+//! where the walker's next `opendir`s find them; and as each of those arrives, the listings
+//! of its own subdirectories too (one level more, at most [`MAX_DEEPER`] per step): a walk
+//! goes down first, and its next step down would otherwise wait for a listing asked for only
+//! at its last step (`find` of a header tree on a fresh mount: about 7% less time).
 //!
 //! - **Only along a walk.** Opening one directory (`ls dir`, a shell completing a name) reads
 //!   nothing ahead: what starts it is a second open, one level down, by the same user (or a
@@ -22,7 +25,8 @@
 //! - **No double reads.** An `opendir` of a directory whose listing is being read ahead for
 //!   the same user waits for that read, then takes the kept listing (or reads the directory
 //!   itself if the listing was not kept).
-//! - **Bounds.** At most [`MAX_PER_STEP`] directories are read ahead per step and
+//! - **Bounds.** At most [`MAX_PER_STEP`] directories are read ahead per step (and
+//!   [`MAX_DEEPER`] one level below them), and
 //!   [`MAX_IN_FLIGHT`] listings are being read ahead at once in the whole mount; the walk's
 //!   memory holds at most [`MAX_REMEMBERED`] subdirectories and [`MAX_EXPANDED`] expanded
 //!   directories (the newest). Listings themselves are bounded by the kept listings' limits.
@@ -42,7 +46,7 @@ use super::under_way::{End, Started, UnderWay};
 pub(super) const MAX_PER_STEP: usize = 64;
 /// Listings being read ahead at once in the whole mount.
 pub(super) const MAX_IN_FLIGHT: usize = 16;
-/// Directories read ahead one level below a step of a walk of lookups, at most.
+/// Directories read ahead one level below those of a step of a walk, at most.
 pub(super) const MAX_DEEPER: usize = 256;
 /// Subdirectories of opened listings remembered, to recognise the next step of a walk.
 const MAX_REMEMBERED: usize = 16384;

@@ -82,7 +82,7 @@ impl ServerMount {
         let dir = *dir;
         let step = self.listing_ahead.opened(&dir, uid, &listing);
         if let Some(parent) = &step {
-            self.read_ahead(c, uid, (&dir, &listing), parent, u64::MAX, false);
+            self.read_ahead(c, uid, (&dir, &listing), parent, u64::MAX);
         }
         let order = listing
             .entries
@@ -103,10 +103,9 @@ impl ServerMount {
     /// listing for lookups, [`super::lookups_listed`]). Reads ahead the listings of `dir`'s
     /// subdirectories (the walk's next steps) and of its siblings, those at most `max_size`
     /// bytes large as listed, each directory's once, those not kept already
-    /// ([`listing_ahead`]). Each listing read ahead shows its own subdirectories as next steps;
-    /// with `deeper` (a walk of lookups, which opens no directory to show its next step),
-    /// their subdirectories are read ahead too as they arrive, at most
-    /// [`listing_ahead::MAX_DEEPER`] for the step.
+    /// ([`listing_ahead`]), and, as each arrives, the listings of its own subdirectories, at
+    /// most [`listing_ahead::MAX_DEEPER`] for the step (a walk goes down first: without that
+    /// level its next step down waited for a listing asked for only one step before).
     pub(super) fn read_ahead(
         self: &Arc<Self>,
         c: &Client,
@@ -114,7 +113,6 @@ impl ServerMount {
         (dir, listing): (&FileHandle, &Listing),
         parent: &FileHandle,
         max_size: u64,
-        deeper: bool,
     ) {
         let ahead = &self.listing_ahead;
         let mut dirs: Vec<FileHandle> = Vec::new();
@@ -129,8 +127,8 @@ impl ServerMount {
         }
         dirs.retain(|d| self.kept.get(d, uid, c.cache()).is_none());
         dirs.truncate(listing_ahead::MAX_PER_STEP);
-        let below = deeper.then(|| Arc::new(listing_ahead::Budget::new(listing_ahead::MAX_DEEPER)));
-        self.read_listings_ahead(c, uid, dirs, max_size, below);
+        let below = Arc::new(listing_ahead::Budget::new(listing_ahead::MAX_DEEPER));
+        self.read_listings_ahead(c, uid, dirs, max_size, Some(below));
     }
 
     /// Reads the listings of `dirs` ahead for `uid` ([`ServerMount::read_ahead`]); with

@@ -35,9 +35,9 @@
 //!   same user got before (read for lookups, at `opendir`, or ahead) is a step down a walk,
 //!   as an `opendir` is for [`super::listing_ahead`]: the listings of its subdirectories and
 //!   siblings, those of at most [`LISTED_DIR_MAX`] bytes, are read ahead by the same rules,
-//!   and a lookup in a directory being read ahead waits for that read; as such a walk opens
-//!   no directory to show its next step, the listings read ahead have their subdirectories
-//!   read ahead too as they arrive (one level, [`super::listing_ahead::MAX_DEEPER`] at most).
+//!   and a lookup in a directory being read ahead waits for that read; the listings read
+//!   ahead have their subdirectories read ahead too as they arrive (one level,
+//!   [`super::listing_ahead::MAX_DEEPER`] at most).
 //!   `git status` `lstat`s its index's paths directory after directory: its first run over a
 //!   50 ms round trip went from 5.3 to 2.7 s. Only where the server tells of changes behind
 //!   its back, as for a
@@ -256,7 +256,7 @@ impl ServerMount {
     fn lookup_step(self: &Arc<Self>, c: &Client, uid: u32, dir: &FileHandle, listing: &Listing) {
         let step = self.listing_ahead.listed(dir, uid, listing);
         if let Some(parent) = step.filter(|_| c.tells_disk_changes()) {
-            self.read_ahead(c, uid, (dir, listing), &parent, LISTED_DIR_MAX, true);
+            self.read_ahead(c, uid, (dir, listing), &parent, LISTED_DIR_MAX);
         }
     }
 }
