@@ -23,7 +23,10 @@
 //! `CAP_CHOWN` and `CAP_FSETID` override every check they take part in); the fsgid still
 //! gives a new file its group, so what sfsd creates for itself on such a thread sets its
 //! owner explicitly (the reply journal). A request still always runs with exactly its own
-//! fsuid, fsgid and groups.
+//! fsuid, fsgid and groups. (Where the exported file system ignores root's capabilities, a
+//! network file system mapping root to nobody, the export walk, which runs as root, would
+//! search with the last request's groups; the walk only indexes, and every access is still
+//! checked under the request's credentials.)
 
 use std::cell::{Cell, RefCell};
 
