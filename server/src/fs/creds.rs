@@ -96,7 +96,11 @@ fn set_groups(groups: &[u32]) -> std::io::Result<()> {
         if current.as_deref() == Some(groups) {
             return Ok(());
         }
-        // A refused set changes nothing: what `current` says stays true.
+        // -1 is no group (the kernel would refuse it, and `Gid` must not hold it). A refused
+        // set changes nothing: what `current` says stays true.
+        if groups.contains(&u32::MAX) {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
         let gids: Vec<Gid> = groups.iter().map(|&g| Gid::from_raw(g)).collect();
         rustix::thread::set_thread_groups(&gids)?;
         *current = Some(groups.to_vec());
@@ -323,8 +327,8 @@ mod tests {
             }
             // Between requests the thread has the server's fsuid again.
             assert_eq!(current().0, 0);
-            // A set of groups the kernel refuses (an invalid gid) fails the request without
-            // running it; the next request still gets exactly its own.
+            // A set of groups that cannot be applied (an invalid gid) fails the request
+            // without running it; the next request still gets exactly its own.
             let refused = s.run(&creds(4242, &[4243, u32::MAX]), thread_groups);
             assert!(refused.is_err(), "an invalid gid was accepted: {refused:?}");
             assert_eq!(current().0, 0);
