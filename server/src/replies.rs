@@ -492,6 +492,7 @@ impl ClientRecords {
 mod tests {
     use protocol::Attr;
 
+    use super::journal::tests::private_dir;
     use super::*;
 
     const GRACE: Duration = Duration::from_secs(60);
@@ -670,13 +671,6 @@ mod tests {
             .unwrap()
             .expect("this machine has a boot id");
         ClientRecords::start(8, GRACE, Some(opened))
-    }
-
-    fn private_dir() -> tempfile::TempDir {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        dir
     }
 
     #[test]

@@ -10,10 +10,7 @@ use protocol::*;
 const USERS: &[(&str, u8, u32, &str)] = &[("alice", 1, 0, "0")];
 
 fn start(area: &Area, extra: &[&str]) -> Sfsd {
-    let users = area.users(USERS);
-    let mut args = vec!["--users", users.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    area.start(&args)
+    area.start_for(USERS, extra)
 }
 
 #[test]

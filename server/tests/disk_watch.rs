@@ -37,10 +37,9 @@ fn skipped() -> bool {
 /// has looked `f` up: the server, the client, alice's authno, the root's handle and `f`'s.
 fn serving_f(area: &Area, extra: &[&str]) -> (Sfsd, Client, u32, FileHandle, FileHandle) {
     std::fs::write(area.export().join("f"), b"v1").unwrap();
-    let users = area.users(USERS);
-    let mut args = vec!["--users", users.to_str().unwrap(), "--lease-secs", "60"];
-    args.extend(extra);
-    let s = area.start(&args);
+    let mut args = vec!["--lease-secs", "60"];
+    args.extend_from_slice(extra);
+    let s = area.start_for(USERS, &args);
     let mut c = s.connect();
     let a = c.login("alice", 1).unwrap();
     let root = c.mount(a);

@@ -99,10 +99,7 @@ fn three_changes(root: FileHandle) -> [RequestOp; 3] {
 
 fn start(area: &Area, extra: &[&str]) -> Sfsd {
     std::os::unix::fs::chown(area.export(), Some(1000), Some(1000)).unwrap();
-    let users = area.users(&[ALICE]);
-    let mut args = vec!["--users", users.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    area.start(&args)
+    area.start_for(&[ALICE], extra)
 }
 
 #[test]

@@ -213,6 +213,30 @@ fn current() -> (u32, u32) {
 mod tests {
     use super::*;
 
+    /// The switcher of a server running as root; None (saying the test skips) otherwise.
+    fn per_request() -> Option<Switcher> {
+        if Mode::detect() != Mode::PerRequest {
+            eprintln!("skipped: credential switching needs root");
+            return None;
+        }
+        Some(Switcher::new(Mode::PerRequest))
+    }
+
+    /// A file `name` in `dir`, owned by `uid`:`gid`, with `mode`.
+    fn file(
+        dir: &std::path::Path,
+        name: &str,
+        (uid, gid): (u32, u32),
+        mode: u32,
+    ) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let f = dir.join(name);
+        std::fs::write(&f, name).unwrap();
+        std::os::unix::fs::chown(&f, Some(uid), Some(gid)).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+        f
+    }
+
     fn creds(uid: u32, gids: &[u32]) -> Creds {
         Creds {
             name: "t".into(),
@@ -224,16 +248,11 @@ mod tests {
 
     #[test]
     fn switch_is_per_thread_and_restored() {
-        if Mode::detect() != Mode::PerRequest {
-            eprintln!("skipped: credential switching needs root");
+        let Some(s) = per_request() else {
             return;
-        }
-        let s = Switcher::new(Mode::PerRequest);
+        };
         let dir = tempfile::tempdir().unwrap();
-        let secret = dir.path().join("secret");
-        std::fs::write(&secret, b"x").unwrap();
-        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .unwrap();
+        let secret = file(dir.path(), "secret", (0, 0), 0o600);
         // While one thread acts as uid 4242, another (still root) is unaffected.
         let (tx, rx) = std::sync::mpsc::channel();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
@@ -268,16 +287,11 @@ mod tests {
 
     #[test]
     fn supplementary_groups_apply() {
-        if Mode::detect() != Mode::PerRequest {
-            eprintln!("skipped: credential switching needs root");
+        let Some(s) = per_request() else {
             return;
-        }
-        let s = Switcher::new(Mode::PerRequest);
+        };
         let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("group-only");
-        std::fs::write(&f, b"g").unwrap();
-        std::os::unix::fs::chown(&f, Some(0), Some(4244)).unwrap();
-        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o040)).unwrap();
+        let f = file(dir.path(), "group-only", (0, 4244), 0o040);
         // Readable only through the second (supplementary) group.
         let with_group = s.run(&creds(4242, &[4243, 4244]), || std::fs::read(&f).is_ok());
         let without = s.run(&creds(4242, &[4243]), || std::fs::read(&f).is_ok());
@@ -296,11 +310,9 @@ mod tests {
 
     #[test]
     fn each_request_runs_with_exactly_its_own_groups() {
-        if Mode::detect() != Mode::PerRequest {
-            eprintln!("skipped: credential switching needs root");
+        let Some(s) = per_request() else {
             return;
-        }
-        let s = Switcher::new(Mode::PerRequest);
+        };
         std::thread::spawn(move || {
             let seen = |c: &Creds| s.run(c, thread_groups).unwrap();
             let sorted = |c: &Creds| {
@@ -342,18 +354,12 @@ mod tests {
 
     #[test]
     fn as_server_nests_inside_a_request() {
-        if Mode::detect() != Mode::PerRequest {
-            eprintln!("skipped: credential switching needs root");
+        let Some(s) = per_request() else {
             return;
-        }
-        let s = Switcher::new(Mode::PerRequest);
+        };
         let c = creds(4242, &[4243]);
         let dir = tempfile::tempdir().unwrap();
-        let other = dir.path().join("other");
-        std::fs::write(&other, b"o").unwrap();
-        std::os::unix::fs::chown(&other, Some(4300), Some(4300)).unwrap();
-        std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .unwrap();
+        let other = file(dir.path(), "other", (4300, 4300), 0o600);
         let readable = || std::fs::read(&other).is_ok();
         let ((inner, inner_reads), after_inner, reads) = s
             .run(&c, || {

@@ -617,7 +617,7 @@ fn decode_body(body: &[u8]) -> Option<Decoded> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     const BOOT: [u8; BOOT_TAG_LEN] = [7; BOOT_TAG_LEN];
@@ -796,9 +796,7 @@ mod tests {
                     anonymous: false,
                 };
                 Switcher::new(Mode::PerRequest).run(&creds, || ()).unwrap();
-                let (j, _) = Journal::open(dir.path(), listen, 4, GRACE)
-                    .unwrap()
-                    .unwrap();
+                let (j, _) = open_at(dir.path(), listen);
                 let gid = std::fs::metadata(&path).unwrap().gid();
                 drop(j);
                 gid
@@ -817,11 +815,7 @@ mod tests {
         }
         let dir = private_dir();
         let listen: SocketAddr = "127.0.0.1:4711".parse().unwrap();
-        let open = || {
-            Journal::open(dir.path(), listen, 4, GRACE)
-                .unwrap()
-                .unwrap()
-        };
+        let open = || open_at(dir.path(), listen);
         let (j, loaded) = open();
         assert!(loaded.is_empty());
         let e = |seq, end| SlotEntry {
@@ -910,7 +904,14 @@ mod tests {
         assert_eq!(one.slots[&0].0, 1);
     }
 
-    fn private_dir() -> tempfile::TempDir {
+    /// The journal of a server listening on `listen` with state in `dir` (a grant of 4
+    /// slots per record, [`GRACE`]), and what it held.
+    fn open_at(dir: &Path, listen: SocketAddr) -> (Journal, HashMap<ClientId, LoadedRecord>) {
+        Journal::open(dir, listen, 4, GRACE).unwrap().unwrap()
+    }
+
+    /// A state directory as sfsd keeps one (0700), for these tests and the reply cache's.
+    pub(in crate::replies) fn private_dir() -> tempfile::TempDir {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -924,9 +925,7 @@ mod tests {
         }
         let dir = private_dir();
         let listen = SocketAddr::from(([127, 0, 0, 1], 4712));
-        let (j, _) = Journal::open(dir.path(), listen, 4, GRACE)
-            .unwrap()
-            .unwrap();
+        let (j, _) = open_at(dir.path(), listen);
         let last = 10_000;
         for seq in 1..=last {
             for slot in 0..8 {
@@ -945,9 +944,7 @@ mod tests {
             "{end} bytes: past the first allocation"
         );
         drop(j);
-        let (_, loaded) = Journal::open(dir.path(), listen, 4, GRACE)
-            .unwrap()
-            .unwrap();
+        let (_, loaded) = open_at(dir.path(), listen);
         let slots = &loaded[&[1; 32]].slots;
         assert_eq!(slots.len(), 8);
         assert!(
@@ -963,9 +960,7 @@ mod tests {
         }
         let dir = private_dir();
         let listen = SocketAddr::from(([127, 0, 0, 1], 4713));
-        let (j, _) = Journal::open(dir.path(), listen, 4, GRACE)
-            .unwrap()
-            .unwrap();
+        let (j, _) = open_at(dir.path(), listen);
         let entry = SlotEntry {
             slot: 0,
             seq: 3,
@@ -975,9 +970,7 @@ mod tests {
         j.append(&tag(1, 1, 8), &entry);
         drop(j);
         let path = dir.path().join("replies-127.0.0.1-4713");
-        let (j, loaded) = Journal::open(dir.path(), listen, 4, GRACE)
-            .unwrap()
-            .unwrap();
+        let (j, loaded) = open_at(dir.path(), listen);
         assert_eq!(loaded.len(), 1, "changed just now: read");
         drop(j);
         // Its last entry two lease lengths ago (the file that open rewrote).
@@ -985,9 +978,7 @@ mod tests {
         let then = SystemTime::now() - GRACE * 2;
         let ms = then.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
         f.write_all_at(&ms.to_le_bytes(), STAMP_AT as u64).unwrap();
-        let (_, loaded) = Journal::open(dir.path(), listen, 4, GRACE)
-            .unwrap()
-            .unwrap();
+        let (_, loaded) = open_at(dir.path(), listen);
         assert!(loaded.is_empty(), "its clients have stopped waiting");
     }
 
@@ -998,9 +989,7 @@ mod tests {
         }
         let dir = private_dir();
         let listen = SocketAddr::from(([127, 0, 0, 1], 4714));
-        let (j, _) = Journal::open(dir.path(), listen, 4, GRACE)
-            .unwrap()
-            .unwrap();
+        let (j, _) = open_at(dir.path(), listen);
         let entry = |seq| SlotEntry {
             slot: 0,
             seq,
@@ -1025,9 +1014,7 @@ mod tests {
             "written no more"
         );
         drop(j);
-        let (_, loaded) = Journal::open(dir.path(), listen, 4, GRACE)
-            .unwrap()
-            .unwrap();
+        let (_, loaded) = open_at(dir.path(), listen);
         assert!(loaded.is_empty(), "a start finds nothing to answer with");
     }
 }

@@ -62,6 +62,13 @@ impl Area {
     pub(crate) fn start(&self, extra: &[&str]) -> Sfsd {
         Sfsd::start(self.tmp.path(), extra)
     }
+    /// Starts sfsd with a users file of `users` ([`Area::users`]) and the `extra` flags.
+    pub(crate) fn start_for(&self, users: &[(&str, u8, u32, &str)], extra: &[&str]) -> Sfsd {
+        let users = self.users(users);
+        let mut args = vec!["--users", users.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        self.start(&args)
+    }
 }
 
 impl Sfsd {
