@@ -309,22 +309,24 @@ mod tests {
     }
 
     #[test]
-    fn each_request_runs_with_exactly_its_own_groups() {
+    fn each_request_runs_with_exactly_its_own_ids_and_groups() {
         let Some(s) = per_request() else {
             return;
         };
         std::thread::spawn(move || {
-            let seen = |c: &Creds| s.run(c, thread_groups).unwrap();
-            let sorted = |c: &Creds| {
+            let seen = |c: &Creds| s.run(c, || (current(), thread_groups())).unwrap();
+            // Its fsuid and fsgid, and its groups as the kernel lists them (sorted).
+            let own = |c: &Creds| {
                 let mut g = c.gids.clone();
                 g.sort_unstable();
-                g
+                ((c.uid, c.primary_gid()), g)
             };
             let two = creds(4242, &[4243, 4244]);
             let one = creds(4242, &[4243]);
             let other = creds(4250, &[4251, 4244]);
-            // The same groups again, fewer, others, none (the anonymous user has no groups),
-            // and the same again after each: every request sees exactly its own.
+            // The same groups again, fewer, another user's, none (the anonymous user has no
+            // groups), and the same again after each: every request sees exactly its own ids
+            // and groups.
             for c in [
                 &two,
                 &two,
@@ -335,7 +337,7 @@ mod tests {
                 &creds(4242, &[]),
                 &two,
             ] {
-                assert_eq!(seen(c), sorted(c), "groups of {c:?}");
+                assert_eq!(seen(c), own(c), "credentials of {c:?}");
             }
             // Between requests the thread has the server's fsuid again.
             assert_eq!(current().0, 0);
@@ -345,7 +347,7 @@ mod tests {
             assert!(refused.is_err(), "an invalid gid was accepted: {refused:?}");
             assert_eq!(current().0, 0);
             for c in [&one, &two, &two] {
-                assert_eq!(seen(c), sorted(c), "groups of {c:?} after a refused set");
+                assert_eq!(seen(c), own(c), "credentials of {c:?} after a refused set");
             }
         })
         .join()
