@@ -1708,7 +1708,7 @@ fn a_walk_reads_the_next_listings_ahead() {
     need_fuse!();
     let s = setup();
     for d in [
-        "top/a/deep/deeper",
+        "top/a/deep/deeper/deepest",
         "top/b/inner",
         "top/c",
         "alone/x",
@@ -1738,17 +1738,60 @@ fn a_walk_reads_the_next_listings_ahead() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(listdirs(&m), before + 1, "log:\n{}", m.log());
     // A walk: top, then top/a; then a/deep, b and c are read ahead, and as they arrive,
-    // a/deep/deeper and b/inner (one level more, no further).
+    // a/deep/deeper and b/inner (one level more, no further: not a/deep/deeper/deepest).
     let before = listdirs(&m);
     assert_eq!(names("top"), ["a", "b", "c"]);
     assert_eq!(names("top/a"), ["deep"]);
     soon("listings read ahead", before + 7, || listdirs(&m));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        listdirs(&m),
+        before + 7,
+        "read ahead too deep; log:\n{}",
+        m.log()
+    );
     assert_eq!(names("top/a/deep"), ["deeper"]);
-    assert_eq!(names("top/a/deep/deeper"), Vec::<String>::new());
     assert_eq!(names("top/b"), ["file", "inner"]);
     assert_eq!(names("top/b/inner"), Vec::<String>::new());
     assert_eq!(names("top/c"), Vec::<String>::new());
     assert_eq!(listdirs(&m), before + 7, "log:\n{}", m.log());
+    // The step into a/deep/deeper reads deepest ahead.
+    assert_eq!(names("top/a/deep/deeper"), ["deepest"]);
+    soon("the next level read ahead", before + 8, || listdirs(&m));
+    assert_eq!(names("top/a/deep/deeper/deepest"), Vec::<String>::new());
+    assert_eq!(listdirs(&m), before + 8, "log:\n{}", m.log());
+}
+
+/// The level read ahead below a step's listings is bounded per step (`MAX_DEEPER`, 256): a
+/// walk into one of six sibling directories, five of which hold 60 subdirectories each,
+/// reads ahead the five siblings' listings and 256 of their 300 subdirectories' (each
+/// sibling's at most `MAX_PER_STEP`, 64), not all of them.
+#[test]
+fn the_level_read_ahead_below_a_step_is_bounded() {
+    need_fuse!();
+    let s = setup();
+    fs::create_dir_all(s.export.join("top/walked")).unwrap();
+    for i in 0..5 {
+        for j in 0..60 {
+            fs::create_dir_all(s.export.join(format!("top/s{i}/d{j}"))).unwrap();
+        }
+    }
+    let m = s.mount("mnt");
+    let listdirs = |m: &Mount| requests(m, "ListDir") + requests(m, "ReadDirPlus");
+    fs::metadata(m.dir.join("top")).unwrap();
+    let before = listdirs(&m);
+    assert_eq!(fs::read_dir(m.dir.join("top")).unwrap().count(), 6);
+    assert_eq!(fs::read_dir(m.dir.join("top/walked")).unwrap().count(), 0);
+    // top and top/walked, the five siblings, 256 below them.
+    let want = before + 2 + 5 + 256;
+    soon("listings read ahead", want, || listdirs(&m));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        listdirs(&m),
+        want,
+        "read ahead past the bound; log:\n{}",
+        m.log()
+    );
 }
 
 /// A name a program makes on the server's disk (behind sfsd's back, so no INVALIDATE) shows
