@@ -1291,6 +1291,68 @@ fn a_link_count_changed_by_our_unlink_is_asked_of_the_server() {
     assert_eq!(fs::metadata(&f).unwrap().nlink(), 1);
 }
 
+/// A program's working directory in a mount stays its working directory when another client
+/// changes the directory above it, and when sfsd restarts under the mount: git, make and
+/// Python ask `getcwd` first thing, which fails with ENOENT for a directory the kernel
+/// dropped from its name cache (passing such a change on dropped the kernel's entries of the
+/// changed directory's names; now they only expire, and the kernel looks each up again).
+#[test]
+fn a_working_directory_survives_changes_above_it_and_a_server_restart() {
+    need_fuse!();
+    let mut s = setup();
+    let a = s.mount("a");
+    let b = s.mount("b");
+    fs::create_dir_all(a.dir.join("proj/src")).unwrap();
+    // Programs working in proj (a name in the root) and in proj/src.
+    let dirs = [a.dir.join("proj"), a.dir.join("proj/src")];
+    let mut programs: Vec<_> = dirs
+        .iter()
+        .map(|d| {
+            Command::new("sleep")
+                .arg("60")
+                .current_dir(d)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let cwds = |programs: &[std::process::Child]| -> Vec<PathBuf> {
+        let cwd = |p: &std::process::Child| fs::read_link(format!("/proc/{}/cwd", p.id()));
+        programs.iter().map(|p| cwd(p).unwrap()).collect()
+    };
+    assert_eq!(cwds(&programs), dirs);
+    // Another client makes a name in each directory above them; once A sees both, the
+    // INVALIDATEs have been passed on. A dropped entry shows as "PATH (deleted)".
+    fs::write(b.dir.join("proj/new"), b"n").unwrap();
+    fs::write(b.dir.join("top"), b"t").unwrap();
+    soon("A sees proj/new", true, || a.dir.join("proj/new").exists());
+    soon("A sees top", true, || a.dir.join("top").exists());
+    assert_eq!(
+        cwds(&programs),
+        dirs,
+        "the kernel dropped a working directory"
+    );
+    // sfsd restarts: at its next request to the server the mount reconnects and passes on
+    // that every cache is stale (passed on by another thread: given time to arrive).
+    s.server.restart();
+    soon("A writes again", true, || {
+        fs::write(a.dir.join("proj/after"), b"a").is_ok()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        cwds(&programs),
+        dirs,
+        "the kernel dropped a working directory"
+    );
+    // And a path through them still finds what it names, and loses what is gone.
+    assert_eq!(fs::read(a.dir.join("proj/new")).unwrap(), b"n");
+    fs::remove_dir(b.dir.join("proj/src")).unwrap();
+    soon("A sees src gone", false, || a.dir.join("proj/src").exists());
+    for p in &mut programs {
+        p.kill().unwrap();
+        p.wait().unwrap();
+    }
+}
+
 #[test]
 fn two_mounts_see_each_others_changes_at_once() {
     need_fuse!();

@@ -45,8 +45,12 @@ pub(crate) fn invalidator(
             if let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0) {
                 tracing::debug!(ino, error = %e, "inode invalidation failed");
             }
+            // Expired, not dropped: the kernel looks each name up again at its next use
+            // (and drops it then if it is gone), and a directory that is a program's working
+            // directory stays one (a dropped one made its `getcwd` fail: git, make and
+            // Python in a directory below one another client changed, or after a reconnect).
             for n in names {
-                if let Err(e) = notifier.inval_entry(INodeNo(ino), OsStr::from_bytes(&n)) {
+                if let Err(e) = notifier.expire_entry(INodeNo(ino), OsStr::from_bytes(&n)) {
                     tracing::debug!(ino, error = %e, "entry invalidation failed");
                 }
             }

@@ -74,6 +74,24 @@ impl Notifier {
         self.send_inval(notify_code::FUSE_NOTIFY_INVAL_ENTRY, &notif)
     }
 
+    /// Mark a directory entry expired: the kernel keeps it, and looks its name up again
+    /// at its next use (dropping it then if the name is gone or names another node).
+    /// Unlike [`Notifier::inval_entry`], a directory that is some process's working
+    /// directory stays one (a dropped entry makes its `getcwd` fail with ENOENT). Kernels
+    /// before Linux 6.2 (FUSE 7.38) drop the entry, as `inval_entry` does.
+    /// # Errors
+    /// Returns an error if the notification data is too large.
+    /// Returns an error if the kernel rejects the notification.
+    pub fn expire_entry(&self, parent: INodeNo, name: &OsStr) -> io::Result<()> {
+        let notif = Notification::new_inval_entry_flags(
+            parent,
+            name,
+            crate::ll::fuse_abi::FUSE_EXPIRE_ONLY,
+        )
+        .map_err(Self::too_big_err)?;
+        self.send_inval(notify_code::FUSE_NOTIFY_INVAL_ENTRY, &notif)
+    }
+
     /// Invalidate the kernel cache for a given inode (metadata and
     /// data in the given range)
     /// # Errors

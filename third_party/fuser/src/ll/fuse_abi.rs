@@ -688,8 +688,13 @@ pub(crate) struct fuse_notify_inval_inode_out {
 pub(crate) struct fuse_notify_inval_entry_out {
     pub(crate) parent: u64,
     pub(crate) namelen: u32,
-    pub(crate) padding: u32,
+    /// `FUSE_EXPIRE_ONLY` or 0 (named `padding` before protocol 7.38).
+    pub(crate) flags: u32,
 }
+
+/// `fuse_notify_inval_entry_out::flags`: mark the entry expired instead of dropping it
+/// (protocol 7.38, Linux 6.2; older kernels ignore the field and drop it).
+pub(crate) const FUSE_EXPIRE_ONLY: u32 = 1 << 0;
 
 #[repr(C)]
 #[derive(Debug, IntoBytes, KnownLayout, Immutable)]
