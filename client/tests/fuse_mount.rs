@@ -1353,6 +1353,37 @@ fn a_working_directory_survives_changes_above_it_and_a_server_restart() {
     }
 }
 
+/// The server's leases end with the connection they came on: a mount whose connection
+/// broke (sfsd killed and started again) stops answering from what it kept under them at
+/// once, not at its own next request to the server, so a name another client makes after the
+/// restart shows though this mount asked nothing meanwhile (it kept the listing, and until
+/// then answered "no such file" for up to the lease, a minute).
+#[test]
+fn a_mount_trusts_nothing_it_kept_once_its_connection_broke() {
+    need_fuse!();
+    let mut s = setup();
+    let a = s.mount("a");
+    let b = s.mount("b");
+    fs::write(a.dir.join("old"), b"o").unwrap();
+    let names = |d: &Path| {
+        let mut v: Vec<String> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&a.dir), ["old"]);
+    assert_eq!(names(&b.dir), ["old"]);
+    s.server.restart();
+    soon("B writes again", true, || {
+        fs::write(b.dir.join("new"), b"n").is_ok()
+    });
+    soon("A sees the new name", true, || a.dir.join("new").exists());
+    assert_eq!(names(&a.dir), ["new", "old"]);
+    assert_eq!(fs::read(a.dir.join("new")).unwrap(), b"n");
+}
+
 #[test]
 fn two_mounts_see_each_others_changes_at_once() {
     need_fuse!();

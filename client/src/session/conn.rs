@@ -590,18 +590,23 @@ async fn read_records(
                 Ok(None) => break,
                 Err(e) => {
                     tracing::warn!(%server, error = %e, "bad record or message; closing");
-                    fail_all(&pending);
-                    return;
+                    return lost(&pending, &client);
                 }
             }
         }
         let buf = reader.read_buf();
         match rd.read(buf).await {
-            Ok(0) | Err(_) => {
-                fail_all(&pending);
-                return;
-            }
+            Ok(0) | Err(_) => return lost(&pending, &client),
             Ok(n) => reader.advance(n),
         }
+    }
+}
+
+/// The reader's end: the connection is dead, and no INVALIDATE can come on it any more
+/// ([`ClientState::connection_lost`]).
+fn lost(pending: &Mutex<Pending>, client: &Weak<ClientState>) {
+    fail_all(pending);
+    if let Some(inner) = client.upgrade() {
+        inner.connection_lost();
     }
 }

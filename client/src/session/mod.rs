@@ -213,6 +213,17 @@ impl ClientState {
             hook(what);
         }
     }
+
+    /// The connection the server's INVALIDATEs came on is gone (the server died or closed
+    /// it, or the network broke it): what the cache holds under the server's leases can no
+    /// longer be told stale, so it goes now, with the kernel's caches, rather than at the
+    /// next request's reconnect. Until then a mount answered from a listing or attributes
+    /// the server had stopped watching: a name another client made after sfsd restarted
+    /// stayed unseen for up to the lease (a minute) on a mount that asked nothing meanwhile.
+    fn connection_lost(&self) {
+        self.cache.clear();
+        self.invalidated(Invalidation::Everything);
+    }
 }
 
 /// A session with one server, shared cheaply (`Clone`) between tasks.
