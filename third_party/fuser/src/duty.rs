@@ -227,21 +227,13 @@ mod tests {
         for _ in 1..LOOKS {
             d.caller_seen_on(9);
         }
-        assert_eq!(
-            readers(&d),
-            Readers::Everyone,
-            "the older look still disagrees"
-        );
+        assert_eq!(readers(&d), Readers::Everyone, "the older look still disagrees");
         d.caller_seen_on(9);
         assert_eq!(readers(&d), Readers::Only(2));
         for _ in 0..LOOKS {
             d.caller_seen_on(3);
         }
-        assert_eq!(
-            readers(&d),
-            Readers::Everyone,
-            "callers on a CPU without a thread"
-        );
+        assert_eq!(readers(&d), Readers::Everyone, "callers on a CPU without a thread");
     }
 
     #[test]
@@ -262,10 +254,7 @@ mod tests {
         let weak = Arc::downgrade(&d);
         drop(d);
         std::thread::sleep(LOOK_EVERY * 5);
-        assert!(
-            weak.upgrade().is_none(),
-            "the looking thread holds no duty alive"
-        );
+        assert!(weak.upgrade().is_none(), "the looking thread holds no duty alive");
     }
 
     #[test]

@@ -315,12 +315,16 @@ impl<FS: Filesystem> Session<FS> {
                 session_owner,
                 duty: duty.clone().map(|d| (d, i)),
             };
-            threads.push(thread::Builder::new().name(thread_name).spawn(move || {
-                if let Some(cpu) = cpu {
-                    pin_to(cpu);
-                }
-                event_loop.event_loop()
-            })?);
+            threads.push(
+                thread::Builder::new()
+                    .name(thread_name)
+                    .spawn(move || {
+                        if let Some(cpu) = cpu {
+                            pin_to(cpu);
+                        }
+                        event_loop.event_loop()
+                    })?,
+            );
         }
 
         let mut reply: io::Result<()> = Ok(());
