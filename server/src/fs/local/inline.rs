@@ -19,13 +19,21 @@
 //! `write` then sleeps) one inline WRITE over [`SLOW_WRITE`] sends the WRITEs of the next
 //! [`SLOW_WRITE_COOLDOWN`] to the threads ([`SlowWrites`]).
 //!
+//! So does a listing of a small directory (READDIR, READDIRPLUS, LISTDIR of at most
+//! [`LIST_INLINE_MAX`] entries): a walk (`find`, `ls -R`, the mount reading listings ahead)
+//! asks one per directory, most directories of a source tree are that small, and each
+//! listing handed to a storage thread cost two thread wake-ups besides its `getdents` and
+//! one `statx` (and `llistxattr`) per entry. A listing that meets one entry more refuses
+//! ([`refused`]) and runs again, whole, on a storage thread: it has changed nothing, and
+//! what it did inline is bounded by those entries.
+//!
 //! What may take long stays on the storage threads: data (READ from disk, larger or synced
 //! WRITEs, COMMIT's `fsync`), truncation (SETATTR of the size frees blocks), RENAME (it may
-//! replace a large file), listings and extended attributes. Two things an inline operation finds out only
-//! once it runs, and then refuses before changing anything ([`refused`]), so that it runs
-//! again on a storage thread: a handle the inode index does not know (resolving it walks the
-//! export), and a REMOVE of the last name of a file over [`FREED_INLINE_MAX`] (the kernel
-//! frees its blocks in the `unlink`).
+//! replace a large file), larger listings and extended attributes. Two things an inline
+//! operation finds out only once it runs, and then refuses before changing anything
+//! ([`refused`]), so that it runs again on a storage thread: a handle the inode index does
+//! not know (resolving it walks the export), and a REMOVE of the last name of a file over
+//! [`FREED_INLINE_MAX`] (the kernel frees its blocks in the `unlink`).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +50,10 @@ thread_local! {
     /// Set when long work was refused because of [`INLINE`].
     static REFUSED: Cell<bool> = const { Cell::new(false) };
 }
+
+/// The most entries a listing a worker runs itself may have (more: a storage thread lists the
+/// directory).
+pub(super) const LIST_INLINE_MAX: usize = 32;
 
 /// The largest unstable WRITE a worker does itself.
 pub(super) const WRITE_INLINE_MAX: usize = 64 * 1024;
@@ -108,7 +120,10 @@ pub(super) fn runs_inline(op: &RequestOp) -> bool {
         | RequestOp::Mkdir { .. }
         | RequestOp::Symlink { .. }
         | RequestOp::Remove { .. }
-        | RequestOp::Rmdir { .. } => true,
+        | RequestOp::Rmdir { .. }
+        | RequestOp::ReadDir { .. }
+        | RequestOp::ReadDirPlus { .. }
+        | RequestOp::ListDir { .. } => true,
         RequestOp::SetAttr { attr, .. } => attr.size.is_none(),
         _ => false,
     }
@@ -246,6 +261,51 @@ mod tests {
             b"12345",
             "untouched"
         );
+    }
+
+    fn listdir(dir: protocol::FileHandle) -> RequestOp {
+        RequestOp::ListDir {
+            dir,
+            cookie: 0,
+            verifier: [0; 8],
+            dircount: 64 << 10,
+            maxcount: 256 << 10,
+        }
+    }
+
+    fn listed(out: &crate::fs::Outcome) -> usize {
+        match &out.result {
+            Ok(ReplyBody::ListDir { page, .. }) => page.entries.len(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A directory of [`LIST_INLINE_MAX`] entries is listed inline (its entries leased, as
+    /// from a storage thread); one entry more and the listing refuses, and the storage
+    /// thread's run lists them all.
+    #[test]
+    fn small_listings_run_inline_and_larger_ones_on_a_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        for i in 0..LIST_INLINE_MAX {
+            std::fs::write(d.join(format!("f{i}")), b"x").unwrap();
+        }
+        let (fs, fh) = backend(dir.path(), "d");
+        let c = ctx();
+        let out = fs
+            .execute_inline(&c, &listdir(fh))
+            .expect("a small directory is listed inline");
+        assert_eq!(listed(&out), LIST_INLINE_MAX);
+        assert_eq!(
+            out.leased.len(),
+            LIST_INLINE_MAX + 1,
+            "the directory and each entry"
+        );
+        std::fs::write(d.join("one-more"), b"x").unwrap();
+        assert!(fs.execute_inline(&c, &listdir(fh)).is_none());
+        let out = fs.execute(&c, listdir(fh));
+        assert_eq!(listed(&out), LIST_INLINE_MAX + 1);
     }
 
     fn write(fh: protocol::FileHandle, offset: u64, data: &[u8]) -> RequestOp {

@@ -175,6 +175,10 @@ impl LocalFs {
             if name == b"." || name == b".." {
                 continue;
             }
+            // A directory this large is listed on a storage thread (`inline.rs`).
+            if entries.len() == super::inline::LIST_INLINE_MAX && super::inline::refused() {
+                return Err(NfsStatus::Jukebox);
+            }
             let base = 8 + 4 + name.len().div_ceil(4) * 4 + 8;
             let cost = base + if plus { 4 + 104 + 4 + 48 } else { 0 };
             if used + cost > budget || (dir_budget > 0 && dir_used + base > dir_budget) {
