@@ -27,13 +27,16 @@
 //! ([`refused`]) and runs again, whole, on a storage thread: it has changed nothing, and
 //! what it did inline is bounded by those entries.
 //!
+//! RENAME too (git renames its lock files over the files they replace, editors and `rsync`
+//! a temporary file over each file they write).
+//!
 //! What may take long stays on the storage threads: data (READ from disk, larger or synced
-//! WRITEs, COMMIT's `fsync`), truncation (SETATTR of the size frees blocks), RENAME (it may
-//! replace a large file), larger listings and extended attributes. Two things an inline
-//! operation finds out only once it runs, and then refuses before changing anything
-//! ([`refused`]), so that it runs again on a storage thread: a handle the inode index does
-//! not know (resolving it walks the export), and a REMOVE of the last name of a file over
-//! [`FREED_INLINE_MAX`] (the kernel frees its blocks in the `unlink`).
+//! WRITEs, COMMIT's `fsync`), truncation (SETATTR of the size frees blocks), larger listings
+//! and extended attributes. Two things an inline operation finds out only once it runs, and
+//! then refuses before changing anything ([`refused`]), so that it runs again on a storage
+//! thread: a handle the inode index does not know (resolving it walks the export), and a
+//! REMOVE of the last name of a file over [`FREED_INLINE_MAX`], or a RENAME replacing one
+//! (the kernel frees its blocks in the `unlink` or `rename`).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,6 +124,8 @@ pub(super) fn runs_inline(op: &RequestOp) -> bool {
         | RequestOp::Symlink { .. }
         | RequestOp::Remove { .. }
         | RequestOp::Rmdir { .. }
+        | RequestOp::Rename { .. }
+        | RequestOp::Rename2 { .. }
         | RequestOp::ReadDir { .. }
         | RequestOp::ReadDirPlus { .. }
         | RequestOp::ListDir { .. } => true,
@@ -246,12 +251,6 @@ mod tests {
                 offset: 0,
                 count: 0,
             },
-            RequestOp::Rename {
-                from_dir: fh,
-                from_name: b"f".to_vec(),
-                to_dir: fh,
-                to_name: b"g".to_vec(),
-            },
         ];
         for op in never_inline {
             assert!(fs.execute_inline(&c, &op).is_none(), "{op:?}");
@@ -261,6 +260,55 @@ mod tests {
             b"12345",
             "untouched"
         );
+    }
+
+    fn rename(dir: protocol::FileHandle, from: &str, to: &str) -> RequestOp {
+        RequestOp::Rename {
+            from_dir: dir,
+            from_name: from.as_bytes().to_vec(),
+            to_dir: dir,
+            to_name: to.as_bytes().to_vec(),
+        }
+    }
+
+    /// A RENAME runs inline, unless it replaces the last name of a file over
+    /// [`FREED_INLINE_MAX`]: that one refuses before renaming anything, and the storage
+    /// thread's run does it. Replacing one of two names of such a file frees nothing: inline.
+    #[test]
+    fn renames_run_inline_unless_they_free_a_large_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("a"), b"new").unwrap();
+        let big = std::fs::File::create(d.join("big")).unwrap();
+        big.set_len(FREED_INLINE_MAX + 1).unwrap();
+        let (fs, fh) = backend(dir.path(), "d");
+        let c = ctx();
+        let out = fs
+            .execute_inline(&c, &rename(fh, "a", "b"))
+            .expect("a rename to a free name runs inline");
+        assert!(out.result.is_ok(), "{:?}", out.result);
+        assert!(!d.join("a").exists() && d.join("b").exists());
+        assert!(fs.execute_inline(&c, &rename(fh, "b", "big")).is_none());
+        assert_eq!(
+            std::fs::read(d.join("b")).unwrap(),
+            b"new",
+            "nothing renamed"
+        );
+        assert_eq!(
+            std::fs::metadata(d.join("big")).unwrap().len(),
+            FREED_INLINE_MAX + 1
+        );
+        std::fs::hard_link(d.join("big"), d.join("big2")).unwrap();
+        let out = fs
+            .execute_inline(&c, &rename(fh, "b", "big"))
+            .expect("a name of a file with another runs inline");
+        assert!(out.result.is_ok(), "{:?}", out.result);
+        assert_eq!(std::fs::read(d.join("big")).unwrap(), b"new");
+        std::fs::write(d.join("c"), b"third").unwrap();
+        let out = fs.execute(&c, rename(fh, "c", "big2"));
+        assert!(out.result.is_ok(), "{:?}", out.result);
+        assert_eq!(std::fs::read(d.join("big2")).unwrap(), b"third");
     }
 
     fn listdir(dir: protocol::FileHandle) -> RequestOp {

@@ -124,6 +124,16 @@ impl LocalFs {
         let at_target = self.child(&target_dir, target_name).ok();
         let no_op = at_target.as_ref().is_some_and(|r| r.key == moving.key);
         let replaced = at_target.filter(|r| r.key != moving.key);
+        // Replacing the last name of a large file: the kernel frees its blocks now, not on a
+        // worker (as for REMOVE).
+        if replaced.as_ref().is_some_and(|r| {
+            r.ftype() == FileType::Regular
+                && r.meta.nlink() <= 1
+                && r.meta.size() > super::inline::FREED_INLINE_MAX
+        }) && super::inline::refused()
+        {
+            return Err(NfsStatus::Jukebox);
+        }
         rustix::fs::renameat_with(
             &source_dir.fd,
             source_name,
