@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use protocol::{Attr, FileHandle, FileType, NfsStatus, ReplyBody, rename_flags};
 use rustix::fs::{AtFlags, RenameFlags};
 
-use super::resolve::old_component;
+use super::resolve::{Obj, old_component};
 use super::{LocalFs, errno};
 use crate::fs::{OpCtx, Outcome};
 
@@ -62,12 +62,7 @@ impl LocalFs {
         if !rmdir && is_dir {
             return Err(NfsStatus::IsDir);
         }
-        // The last name of a large file: the kernel frees its blocks now, not on a worker.
-        if !is_dir
-            && victim.meta.nlink() <= 1
-            && victim.meta.size() > super::inline::FREED_INLINE_MAX
-            && super::inline::refused()
-        {
+        if frees_a_large_file(&victim) && super::inline::refused() {
             return Err(NfsStatus::Jukebox);
         }
         let flags = if rmdir {
@@ -124,14 +119,7 @@ impl LocalFs {
         let at_target = self.child(&target_dir, target_name).ok();
         let no_op = at_target.as_ref().is_some_and(|r| r.key == moving.key);
         let replaced = at_target.filter(|r| r.key != moving.key);
-        // Replacing the last name of a large file: the kernel frees its blocks now, not on a
-        // worker (as for REMOVE).
-        if replaced.as_ref().is_some_and(|r| {
-            r.ftype() == FileType::Regular
-                && r.meta.nlink() <= 1
-                && r.meta.size() > super::inline::FREED_INLINE_MAX
-        }) && super::inline::refused()
-        {
+        if replaced.as_ref().is_some_and(frees_a_large_file) && super::inline::refused() {
             return Err(NfsStatus::Jukebox);
         }
         rustix::fs::renameat_with(
@@ -185,4 +173,13 @@ impl LocalFs {
             }
         })
     }
+}
+
+/// Whether taking away a name of `o` takes its last name from a file over
+/// [`super::inline::FREED_INLINE_MAX`]: the kernel then frees its blocks in the `unlink` or
+/// `rename`, which is left to a storage thread rather than a worker.
+fn frees_a_large_file(o: &Obj) -> bool {
+    o.ftype() != FileType::Directory
+        && o.meta.nlink() <= 1
+        && o.meta.size() > super::inline::FREED_INLINE_MAX
 }
