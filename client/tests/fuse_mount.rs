@@ -1357,7 +1357,8 @@ fn a_working_directory_survives_changes_above_it_and_a_server_restart() {
 /// broke (sfsd killed and started again) stops answering from what it kept under them at
 /// once, not at its own next request to the server, so a name another client makes after the
 /// restart shows though this mount asked nothing meanwhile (it kept the listing, and until
-/// then answered "no such file" for up to the lease, a minute).
+/// then answered "no such file" for up to the lease, a minute), and so does a size changed
+/// after the restart, which the kernel kept too.
 #[test]
 fn a_mount_trusts_nothing_it_kept_once_its_connection_broke() {
     need_fuse!();
@@ -1375,9 +1376,17 @@ fn a_mount_trusts_nothing_it_kept_once_its_connection_broke() {
     };
     assert_eq!(names(&a.dir), ["old"]);
     assert_eq!(names(&b.dir), ["old"]);
+    // The kernel keeps old's attributes for the lease, too.
+    assert_eq!(fs::metadata(a.dir.join("old")).unwrap().len(), 1);
     s.server.restart();
     soon("B writes again", true, || {
         fs::write(b.dir.join("new"), b"n").is_ok()
+    });
+    fs::write(b.dir.join("old"), b"longer").unwrap();
+    // Asked first: A's next request to the server would reconnect, which invalidates
+    // everything anyway.
+    soon("A sees old's new size", 6, || {
+        fs::metadata(a.dir.join("old")).unwrap().len()
     });
     soon("A sees the new name", true, || a.dir.join("new").exists());
     assert_eq!(names(&a.dir), ["new", "old"]);
