@@ -1366,16 +1366,8 @@ fn a_mount_trusts_nothing_it_kept_once_its_connection_broke() {
     let a = s.mount("a");
     let b = s.mount("b");
     fs::write(a.dir.join("old"), b"o").unwrap();
-    let names = |d: &Path| {
-        let mut v: Vec<String> = fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v.sort();
-        v
-    };
-    assert_eq!(names(&a.dir), ["old"]);
-    assert_eq!(names(&b.dir), ["old"]);
+    assert_eq!(names_in(&a.dir), ["old"]);
+    assert_eq!(names_in(&b.dir), ["old"]);
     // The kernel keeps old's attributes for the lease, too.
     assert_eq!(fs::metadata(a.dir.join("old")).unwrap().len(), 1);
     s.server.restart();
@@ -1389,7 +1381,7 @@ fn a_mount_trusts_nothing_it_kept_once_its_connection_broke() {
         fs::metadata(a.dir.join("old")).unwrap().len()
     });
     soon("A sees the new name", true, || a.dir.join("new").exists());
-    assert_eq!(names(&a.dir), ["new", "old"]);
+    assert_eq!(names_in(&a.dir), ["new", "old"]);
     assert_eq!(fs::read(a.dir.join("new")).unwrap(), b"n");
 }
 
@@ -1637,22 +1629,14 @@ fn listing_a_directory_again_asks_the_server_nothing_while_its_lease_lasts() {
     for i in 0..5 {
         fs::write(d.join(format!("f{i}")), b"x").unwrap();
     }
-    let names = |d: &Path| {
-        let mut v: Vec<String> = fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v.sort();
-        v
-    };
-    assert_eq!(names(&d), ["f0", "f1", "f2", "f3", "f4"]);
+    assert_eq!(names_in(&d), ["f0", "f1", "f2", "f3", "f4"]);
     let counts = |m: &Mount| {
         let listings = requests(m, "ListDir") + requests(m, "ReadDirPlus");
         (requests(m, "GetAttr"), listings)
     };
     let before = counts(&m);
     for _ in 0..5 {
-        assert_eq!(names(&d).len(), 5);
+        assert_eq!(names_in(&d).len(), 5);
     }
     assert_eq!(
         counts(&m),
@@ -1662,17 +1646,17 @@ fn listing_a_directory_again_asks_the_server_nothing_while_its_lease_lasts() {
     );
     // Our own change shows at once; so does another client's (its INVALIDATE).
     fs::remove_file(d.join("f0")).unwrap();
-    assert_eq!(names(&d), ["f1", "f2", "f3", "f4"]);
+    assert_eq!(names_in(&d), ["f1", "f2", "f3", "f4"]);
     fs::write(other.dir.join("d/g"), b"g").unwrap();
     soon("the listing after another mount's create", 5, || {
-        names(&d).len()
+        names_in(&d).len()
     });
-    assert!(names(&d).contains(&"g".to_string()));
+    assert!(names_in(&d).contains(&"g".to_string()));
     fs::rename(other.dir.join("d/g"), other.dir.join("d/h")).unwrap();
     soon("the listing after another mount's rename", true, || {
-        names(&d).contains(&"h".to_string())
+        names_in(&d).contains(&"h".to_string())
     });
-    assert!(!names(&d).contains(&"g".to_string()));
+    assert!(!names_in(&d).contains(&"g".to_string()));
     assert_eq!(
         fs::metadata(&d).unwrap().mtime_nsec(),
         fs::metadata(s.export.join("d")).unwrap().mtime_nsec()
@@ -1820,14 +1804,7 @@ fn a_walk_reads_the_next_listings_ahead() {
     }
     fs::write(s.export.join("top/b/file"), b"b").unwrap();
     let m = s.mount("mnt");
-    let names = |d: &str| {
-        let mut v: Vec<String> = fs::read_dir(m.dir.join(d))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v.sort();
-        v
-    };
+    let names = |d: &str| names_in(&m.dir.join(d));
     let listdirs = |m: &Mount| requests(m, "ListDir") + requests(m, "ReadDirPlus");
     // Looking names up in the root reads the root whole (at the first lookup no listing
     // answers where sfsd watches its disk, else the second: fuse/lookups_listed.rs): done
@@ -3202,24 +3179,16 @@ fn creating_files_costs_no_lookup_capability_or_commit_request() {
     assert_eq!(requests(&a, "Commit"), before.2 + 1, "fsync commits");
 
     // Listings still come from the server.
-    let names = |dir: &Path| {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v.sort();
-        v
-    };
-    assert_eq!(names(&d).len(), 11);
+    assert_eq!(names_in(&d).len(), 11);
 
     // Another mount's name in the fresh directory: A's INVALIDATE ends what A knew.
     fs::write(b.dir.join("d/from_b"), b"b").unwrap();
     soon("A's view of d/from_b", true, || d.join("from_b").exists());
     assert_eq!(fs::read(d.join("from_b")).unwrap(), b"b");
-    soon("A's listing of d", 12, || names(&d).len());
+    soon("A's listing of d", 12, || names_in(&d).len());
     // And a name of ours.
     fs::write(d.join("ours"), b"o").unwrap();
-    assert!(names(&d).contains(&"ours".to_string()));
+    assert!(names_in(&d).contains(&"ours".to_string()));
 
     // Closed, never fsynced, and sfsd killed: the data is in the server's kernel.
     fs::write(d.join("unsynced"), b"kept by the page cache").unwrap();

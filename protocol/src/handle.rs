@@ -299,18 +299,12 @@ mod tests {
     #[test]
     fn a_handle_hashes_as_its_wire_bytes() {
         use std::hash::{BuildHasher, BuildHasherDefault};
-        let h = |v: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
-            let mut s = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
-                .build_hasher();
-            v(&mut s);
-            std::hash::Hasher::finish(&s)
-        };
+        let h = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default();
         let local = FileHandle::from_slice(&[7; HANDLE_LEN]).unwrap();
         let wrapped = FileHandle::from_slice(&[7; HANDLE_LEN + 2]).unwrap();
-        use std::hash::Hash;
-        assert_eq!(h(&|s| local.hash(s)), h(&|s| local.as_bytes().hash(s)));
-        assert_eq!(h(&|s| wrapped.hash(s)), h(&|s| wrapped.as_bytes().hash(s)));
-        assert_ne!(h(&|s| local.hash(s)), h(&|s| wrapped.hash(s)));
+        assert_eq!(h.hash_one(local), h.hash_one(local.as_bytes()));
+        assert_eq!(h.hash_one(wrapped), h.hash_one(wrapped.as_bytes()));
+        assert_ne!(h.hash_one(local), h.hash_one(wrapped));
     }
 
     #[test]
